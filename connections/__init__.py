@@ -1,0 +1,1 @@
+"Connection types, installed as consfig.connections."

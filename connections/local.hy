@@ -1,0 +1,92 @@
+"The `:local` hop: the machine consfig runs on.
+
+It is the first link of every chain, and the connection a target uses after a
+`:python` hop, so it is the hot path: files are read and written with system
+calls rather than by running `cat`."
+
+(import os
+        os.path
+        signal
+        subprocess
+        tempfile
+        consfig.connection [Connection Hop]
+        consfig.errors [CommandTimedOut])
+
+(defn _kill-group [proc]
+  (try (os.killpg proc.pid signal.SIGKILL)
+       (except [ProcessLookupError] None)))
+
+(defclass LocalConnection [Connection]
+  "Run commands as subprocesses and touch files directly, on this machine."
+  (setv python? True
+        hop-name "local")
+
+  (defn _run-script [self script input timeout]
+    ;; subprocess.run would kill only the shell on a timeout, and then wait
+    ;; forever for a grandchild (`sleep`, say) that still holds the pipes
+    ;; open; a session of its own lets the whole group go at once.
+    (with [proc (subprocess.Popen ["/bin/sh" "-c" script]
+                                  :stdin (if (is input None) subprocess.DEVNULL subprocess.PIPE)
+                                  :stdout subprocess.PIPE
+                                  :stderr subprocess.PIPE
+                                  :start-new-session True)]
+      (try
+        (setv #(out err) (.communicate proc input timeout))
+        (except [subprocess.TimeoutExpired]
+          (_kill-group proc)
+          (setv #(out err) (.communicate proc))
+          (raise (CommandTimedOut script timeout (.decode out "utf-8" "replace")
+                                  (.decode err "utf-8" "replace") self.where)))
+        (except [BaseException]
+          (_kill-group proc)
+          (raise)))
+      #(proc.returncode out err)))
+
+  (defn read-file [self path]
+    (with [f (open path "rb")] (.read f)))
+
+  (defn exists? [self path]
+    (os.path.lexists path))
+
+  (defn write-file [self path content * [mode None] [owner None] [group None]]
+    (setv directory (or (os.path.dirname path) ".")
+          old (try (os.stat path) (except [FileNotFoundError] None))
+          #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-"))
+    (try
+      (with [f (os.fdopen fd "wb")]
+        (.write f content)
+        (.flush f)
+        (os.fsync (.fileno f)))
+      (cond (is-not mode None) (os.chmod tmp mode)
+            old (os.chmod tmp (& old.st_mode 0o7777))
+            True (os.chmod tmp (& 0o666 (bnot (_umask)))))
+      (when (or owner group)
+        (import shutil)
+        (shutil.chown tmp :user owner :group group))
+      (when (and old (not (or owner group))
+                 (or (!= old.st_uid (os.getuid)) (!= old.st_gid (os.getgid))))
+        (os.chown tmp old.st_uid old.st_gid))
+      (os.replace tmp path)
+      (except [BaseException]
+        (try (os.unlink tmp) (except [FileNotFoundError] None))
+        (raise))))
+
+  (defn mktemp [self [directory False]]
+    (if directory
+        (tempfile.mkdtemp :prefix "consfig-")
+        (do (setv #(fd path) (tempfile.mkstemp :prefix "consfig-"))
+            (os.close fd)
+            path))))
+
+(defn _umask []
+  ;; The only way to read the umask is to set it; put it straight back.
+  (setv m (os.umask 0o22))
+  (os.umask m)
+  m)
+
+(defn establish [upstream]
+  (LocalConnection))
+
+(setv HOP (Hop "local" [] establish))
+
+(export :objects [LocalConnection HOP])

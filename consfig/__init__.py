@@ -1,0 +1,25 @@
+"""consfig: declarative configuration management and deployment in Hy.
+
+``(require consfig *)`` brings in the macros (defprop, defproplist,
+defpropspec, defhost, deploy, deploy-these, props, propapp, use-props);
+``(import consfig *)`` the functions a consfig and its properties use.
+"""
+
+import hy  # noqa: F401  -- lets Python import the .hy modules below
+
+from consfig import (combinators, connection, deployment, engine, errors,
+                     host, property, propspec)
+
+_MODULES = (property, propspec, host, deployment, combinators, connection,
+            engine, errors)
+
+__all__ = []
+_hy_macros = {}
+for _m in _MODULES:
+    for _name in getattr(_m, "__all__", ()):
+        globals()[_name] = getattr(_m, _name)
+        __all__.append(_name)
+    for _name in getattr(_m, "_hy_export_macros", ()):
+        _hy_macros[_name] = _m._hy_macros[_name]
+_hy_export_macros = list(_hy_macros)
+del _m, _name

@@ -1,0 +1,148 @@
+"Property combinators: properties whose arguments are propapps.
+
+They follow Consfigurator's semantics.  The sequencing ones (`eseqprops`,
+`seqprops`, …) are not announced themselves — their elements are; the others
+are announced under a description of their own or of the propapp they wrap."
+
+(require consfig.property [defprop])
+(import posixpath
+        hy.models [Keyword]
+        consfig.connection [NO-CHANGE run remote-exists?]
+        consfig.engine [apply-propapp unapply-propapp apply-sequence]
+        consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
+        consfig.host [preserving-hostattrs]
+        consfig.property [propapp-desc propapp-hostattrs])
+
+(defprop eseqprops :posix [#* propapps]
+  "Apply PROPAPPS in order, stopping at the first failure.  Unapplying
+unapplies them in reverse order."
+  (:announce False)
+  (:apply (apply-sequence propapps))
+  (:unapply (apply-sequence propapps :unapply True)))
+
+(defprop seqprops :posix [#* propapps]
+  "Apply PROPAPPS in order; a failure is reported and skipped, and the
+sequence carries on.  The sequence fails if any element failed."
+  (:announce False)
+  (:apply (apply-sequence propapps :stop-on-failure False))
+  (:unapply (apply-sequence propapps :unapply True :stop-on-failure False)))
+
+(defprop silent-seqprops :posix [#* propapps]
+  "Like `seqprops`, but the elements are not announced one by one.
+Failures are still reported."
+  (:announce False)
+  (:apply (apply-sequence propapps :stop-on-failure False :silent True))
+  (:unapply (apply-sequence propapps :unapply True :stop-on-failure False :silent True)))
+
+(setv _CONDITIONS {"failed-change" FailedChange
+                   "aborted-change" AbortedChange
+                   "command-failed" CommandFailed})
+
+(defn _condition [c]
+  (setv name (if (isinstance c Keyword) c.name (str c)))
+  (when (not-in name _CONDITIONS)
+    (raise (PropspecError (+ f"eseqprops-until: unknown condition {(hy.repr c)}; use one of "
+                             (.join " " (gfor k _CONDITIONS f":{k}"))))))
+  (get _CONDITIONS name))
+
+(defprop eseqprops-until :posix [condition #* propapps]
+  "Like `eseqprops`, but a failure of kind CONDITION (`:failed-change`,
+`:aborted-change` or `:command-failed`) just ends the sequence, without
+failing it."
+  (:announce False)
+  (:preprocess (do (_condition condition) [condition #* propapps]))
+  (:apply (apply-sequence propapps :until (_condition condition)))
+  (:unapply (apply-sequence propapps :unapply True :until (_condition condition))))
+
+(defprop unapplied :posix [propapp]
+  "Unapply PROPAPP when applied, and apply it when unapplied: its check is
+negated and its :apply and :unapply are swapped."
+  (:desc (+ "Unapplied: " (propapp-desc propapp)))
+  ;; Hostattrs of an unapplied property only check compatibility: the host
+  ;; does not get what the property would declare.
+  (:hostattrs (preserving-hostattrs (fn [] (propapp-hostattrs propapp))))
+  (:apply (unapply-propapp propapp))
+  (:unapply (apply-propapp propapp)))
+
+(defprop reapplied :posix [#* propapps]
+  "Unapply PROPAPPS (in reverse order), then apply them again: for when a
+fresh application is wanted even though the check says there is nothing to do."
+  (:desc (+ "Reapplied: " (.join "; " (map propapp-desc propapps))))
+  (:apply
+    (apply-sequence propapps :unapply True :silent True)
+    (apply-sequence propapps :silent True)
+    :changed))
+
+(defn _split-unapply [propapps]
+  (setv marker (Keyword "unapply"))
+  (if (in marker propapps)
+      (do (setv i (.index propapps marker))
+          #((cut propapps 0 i) (cut propapps (+ i 1) None)))
+      #(propapps None)))
+
+(defprop with-unapply :posix [#* propapps]
+  "Like `eseqprops`; but if `:unapply` appears among PROPAPPS, unapplying
+applies the propapps after it instead of unapplying those before it.  A way to
+give a list of properties an :unapply made of other properties."
+  (:announce False)
+  (:hostattrs
+    (setv #(on-apply on-unapply) (_split-unapply (list propapps)))
+    (for [p on-apply] (propapp-hostattrs p))
+    (when on-unapply
+      (preserving-hostattrs (fn [] (for [p on-unapply] (propapp-hostattrs p))))))
+  (:apply (apply-sequence (get (_split-unapply (list propapps)) 0)))
+  (:unapply
+    (setv #(on-apply on-unapply) (_split-unapply (list propapps)))
+    (if (is on-unapply None)
+        (apply-sequence on-apply :unapply True)
+        (apply-sequence on-unapply))))
+
+(defprop on-change :posix [propapp #* on-change]
+  "Apply PROPAPP; if applying or unapplying it made a change, apply each of
+ON-CHANGE in order (restart a daemon after its configuration changed)."
+  (:desc (propapp-desc propapp))
+  (:apply (_then-if-changed (apply-propapp propapp) on-change))
+  (:unapply (_then-if-changed (unapply-propapp propapp) on-change)))
+
+(defprop on-apply-change :posix [propapp #* on-change]
+  "Like `on-change`, but only applying PROPAPP triggers ON-CHANGE."
+  (:desc (propapp-desc propapp))
+  (:apply (_then-if-changed (apply-propapp propapp) on-change))
+  (:unapply (unapply-propapp propapp)))
+
+(defn _then-if-changed [result on-change]
+  (when (!= result NO-CHANGE)
+    (apply-sequence on-change))
+  result)
+
+(defprop desc :posix [desc propapp]
+  "Apply PROPAPP, announcing it as DESC."
+  (:desc desc)
+  (:apply (apply-propapp propapp))
+  (:unapply (unapply-propapp propapp)))
+
+(defprop with-flagfile :posix [flagfile #* propapps]
+  "Apply PROPAPPS unless FLAGFILE exists on the target, then create it; so
+PROPAPPS are applied once.  Unapplying unapplies them and removes FLAGFILE."
+  (:announce False)
+  (:check (remote-exists? flagfile))
+  (:apply
+    (apply-sequence propapps)
+    (run "mkdir" "-p" "--" (or (posixpath.dirname flagfile) "."))
+    (run "touch" "--" flagfile)
+    :changed)
+  (:unapply
+    (apply-sequence propapps :unapply True)
+    (run "rm" "-f" "--" flagfile)
+    :changed))
+
+(defprop with-requirements :posix [propapp #* requirements]
+  "Apply PROPAPP after REQUIREMENTS.  Each requirement depends on the one
+after it, so they are applied last to first."
+  (:announce False)
+  (:apply (apply-sequence [#* (reversed requirements) propapp]))
+  (:unapply (apply-sequence [#* (reversed requirements) propapp] :unapply True)))
+
+(export :objects [eseqprops seqprops silent-seqprops eseqprops-until unapplied
+                  reapplied with-unapply on-change on-apply-change desc
+                  with-flagfile with-requirements])

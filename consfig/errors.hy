@@ -1,0 +1,72 @@
+"The conditions consfig signals, as values a sysadmin can act on.
+
+Every error a user can cause by a mistake is a `ConsfigError`: the command line
+and the REPL print its message and nothing else (the traceback only at `-v`).
+Property outcomes are separate: `FailedChange` and its subclasses end one
+property, and the combinators decide what happens to the rest."
+
+(defclass ConsfigError [Exception]
+  "A mistake in a consfig, a chain or a command line, reported without a traceback."
+  (defn __init__ [self message [where None]]
+    (.__init__ (super) message)
+    (setv self.message message
+          self.where where))
+  (defn __str__ [self]
+    (if self.where f"{self.where}: {self.message}" self.message)))
+
+(defclass PropspecError [ConsfigError]
+  "A propspec could not be built: unknown property, wrong arguments, bad form.")
+
+(defclass ChainError [ConsfigError]
+  "A connection chain is malformed or names an unknown hop or argument.")
+
+(defclass ConnectionFailed [ConsfigError]
+  "A hop could not be established, or an established one broke.")
+
+(defclass InapplicableProperty [ConsfigError]
+  "Raised from a `:hostattrs` subroutine: this property cannot apply to this host.
+The deployment stops before any connection is made.")
+
+(defclass FailedChange [Exception]
+  "A property failed to apply; something may have changed on the way."
+  (defn __init__ [self message]
+    (.__init__ (super) message)
+    (setv self.message message
+          ;; Set once the engine has shown this failure, so that each
+          ;; enclosing property reports `failed` without repeating it.
+          self.reported False))
+  (defn __str__ [self] self.message))
+
+(defclass AbortedChange [FailedChange]
+  "A property failed before it changed anything.")
+
+(defclass CommandFailed [FailedChange]
+  "A command exited non-zero.  Carries the command, its exit code and its output."
+  (defn __init__ [self command exit-code stdout stderr [where None]]
+    (setv self.command command
+          self.exit-code exit-code
+          self.stdout stdout
+          self.stderr stderr)
+    (setv output (.strip (+ (or stdout "") (or stderr ""))))
+    (.__init__ (super)
+      (+ f"command failed with exit code {exit-code}"
+         (if where f" on {where}" "")
+         f": {command}"
+         (if output (+ "\n" (_indent output)) "")))))
+
+(defclass CommandTimedOut [CommandFailed]
+  "A command ran past its timeout and was stopped."
+  (defn __init__ [self command timeout stdout stderr [where None]]
+    (.__init__ (super) command None stdout stderr where)
+    (setv self.timeout timeout
+          self.message (+ f"command timed out after {timeout} s"
+                          (if where f" on {where}" "")
+                          f": {command}")
+          self.args #(self.message))))
+
+(defn _indent [text [prefix "    "]]
+  (.join "\n" (gfor line (.splitlines text) (+ prefix line))))
+
+(export :objects [ConsfigError PropspecError ChainError ConnectionFailed
+                  InapplicableProperty FailedChange AbortedChange CommandFailed
+                  CommandTimedOut])

@@ -1,0 +1,1 @@
+"The property library, installed as consfig.props."
