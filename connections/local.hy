@@ -50,8 +50,10 @@ calls rather than by running `cat`."
 
   (defn write-file [self path content * [mode None] [owner None] [group None]]
     (setv directory (or (os.path.dirname path) ".")
-          old (try (os.stat path) (except [FileNotFoundError] None))
-          #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-"))
+          old (try (os.stat path) (except [FileNotFoundError] None)))
+    (when (not (os.path.isdir directory))
+      (raise (FileNotFoundError f"cannot write {path}: directory {directory} does not exist")))
+    (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-"))
     (try
       (with [f (os.fdopen fd "wb")]
         (.write f content)

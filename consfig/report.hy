@@ -105,7 +105,7 @@ terminal, and a closing summary."
 
 (defn error [message [console None]]
   "Print a user-facing error MESSAGE."
-  (.print (or console (Console :stderr True :highlight False))
+  (.print (or console (Console :stderr True :highlight False :soft-wrap True))
           (Text.assemble #("consfig: error: " "bold red") (str message))))
 
 (export :objects [Reporter error])

@@ -1,0 +1,88 @@
+"Loading a site's consfig file.
+
+A consfig file is loaded as a module with a stable name derived from its file
+name (`hosts/web.hy` → `consfig_site_web`), so that the qualified names of the
+properties it defines (`consfig_site_web.web-base`) mean the same on the
+controller and, once its source is shipped, on a target.
+
+Mistakes in a consfig — a syntax error, an unknown property, wrong arguments,
+an exception at top level — become one `ConsfigError` naming the file and
+line, not a traceback."
+
+(import importlib.util
+        os
+        re
+        sys
+        traceback
+        hy.errors [HyLanguageError]
+        hy.importer [HyLoader]
+        consfig.errors [ConsfigError])
+
+(setv DEFAULT-CONSFIGS ["consfig.hy"])
+
+(defn module-name-for [path]
+  "The stable module name of the consfig at PATH."
+  (setv stem (get (os.path.splitext (os.path.basename path)) 0))
+  (+ "consfig_site_" (re.sub r"[^A-Za-z0-9_]" "_" stem)))
+
+(defn _display [path]
+  (setv rel (os.path.relpath path))
+  (if (.startswith rel "..") path rel))
+
+(defn _where-in [e path]
+  ;; The innermost frame of the traceback that is in the consfig itself.
+  (setv line None)
+  (for [frame (traceback.extract-tb e.__traceback__)]
+    (when (= (os.path.abspath frame.filename) path)
+      (setv line frame.lineno)))
+  (if line f"{(_display path)}:{line}" (_display path)))
+
+(defn load-consfig [path]
+  "Load the consfig file at PATH and return its module."
+  (setv path (os.path.abspath path))
+  (when (not (os.path.isfile path))
+    (raise (ConsfigError f"cannot read consfig {(_display path)}: no such file")))
+  (when (not (os.access path os.R_OK))
+    (raise (ConsfigError f"cannot read consfig {(_display path)}: permission denied")))
+  (setv name (module-name-for path)
+        loader (HyLoader name path)
+        spec (importlib.util.spec-from-file-location name path :loader loader)
+        module (importlib.util.module-from-spec spec)
+        previous (.get sys.modules name))
+  (setv (get sys.modules name) module)
+  (try
+    (.exec-module loader module)
+    (except [e BaseException]
+      (if (is previous None)
+          (.pop sys.modules name None)
+          (setv (get sys.modules name) previous))
+      (raise (_consfig-error e path))))
+  module)
+
+(defn _consfig-error [e path]
+  (cond
+    (isinstance e HyLanguageError)
+    (ConsfigError (str (or e.msg e))
+                  (if e.lineno f"{(_display (or e.filename path))}:{e.lineno}" (_display path)))
+    (isinstance e ConsfigError)
+    (do (when (is e.where None) (setv e.where (_where-in e path)))
+        e)
+    (isinstance e #(KeyboardInterrupt SystemExit)) e
+    True
+    (ConsfigError f"{(. (type e) __name__)}: {e}" (_where-in e path))))
+
+(defn find-default-consfig []
+  "The consfig to use when none is named: $CONSFIG, ./consfig.hy, or the
+demo consfig that ships with consfig."
+  (setv env (.get os.environ "CONSFIG"))
+  (when env (return env))
+  (for [candidate DEFAULT-CONSFIGS]
+    (when (os.path.isfile candidate) (return candidate)))
+  (demo-consfig))
+
+(defn demo-consfig []
+  "The path of the demo consfig installed with consfig."
+  (import consfig.hosts)
+  (os.path.join (get consfig.hosts.__path__ 0) "demo.hy"))
+
+(export :objects [load-consfig module-name-for find-default-consfig demo-consfig])
