@@ -7,3 +7,30 @@ import pytest
 def pytest_collect_file(file_path, parent):
     if file_path.suffix == ".hy" and file_path.name.startswith("test_"):
         return pytest.Module.from_parent(parent, path=file_path)
+
+
+class EventLog:
+    """A sink for engine events that keeps them, for assertions."""
+
+    def __init__(self):
+        self.events = []
+
+    def __call__(self, event):
+        self.events.append(event)
+
+    def ends(self):
+        """(desc, status) for every end event, in order."""
+        return [(e["desc"], e["status"]) for e in self.events if e["event"] == "end"]
+
+    def status_of(self, desc):
+        found = [s for d, s in self.ends() if d == desc]
+        assert found, f"no end event for {desc!r} in {self.ends()}"
+        return found[-1]
+
+    def summary(self):
+        return [e for e in self.events if e["event"] == "summary"][-1]
+
+
+@pytest.fixture
+def events():
+    return EventLog()
