@@ -1,0 +1,99 @@
+"""Test infrastructure for the property library: a real Debian chroot.
+
+Contract (for anyone writing tests under tests/props/):
+
+``debian_chroot_tarball`` (session scope)
+    Path of a tarball of a Debian chroot made with ``debootstrap
+    --variant=minbase`` of this machine's suite and architecture (from
+    /etc/os-release and dpkg), from the Debian mirror this machine's apt uses
+    (override with ``CONSFIG_TEST_MIRROR``).  It is built once and cached as
+    ``~/.cache/consfig-tests/debian-<suite>-<arch>-minbase.tar.zst``
+    (override the directory with ``CONSFIG_TEST_CACHE``); later runs just
+    unpack it.  Its apt lists are up to date as of the build, and it has the
+    host's /etc/resolv.conf, so ``apt-get install`` works inside.  The build
+    holds a lock, so parallel test runs share one build.  A tarball older than
+    ``CONSFIG_TEST_MAX_AGE_DAYS`` (default 14) is rebuilt, so its apt lists
+    do not go too stale for the mirror.  Tests are skipped (with the reason)
+    when we are not root, debootstrap is missing or the build fails.
+
+``debian_chroot`` (module scope)
+    A ``pathlib.Path`` to a fresh copy of that chroot, private to one test
+    module: tests in a module share it (and each other's changes), tests in
+    different modules do not.  Whatever is mounted below it is unmounted and
+    it is deleted when the module is done.  .debs downloaded into its
+    /var/cache/apt/archives are kept in the cache and given to the next
+    copies, so packages are fetched from the mirror once, not once per run.
+
+``fresh_chroot`` (function scope)
+    The same, but private to one test (costs an unpack, ~1–2 s).
+
+``chroot_chain`` (module scope)
+    ``[[:chroot :into "<debian_chroot>"]]``, the chain to deploy into it.
+
+Mark tests that use these with ``@pytest.mark.chroot`` (``-m "not chroot"``
+runs the rest); the fixtures themselves skip when no chroot can be had.
+
+Helpers for driving properties and checking their results are in
+``proptest.py`` next to this file (``from proptest import …``).
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword
+
+# Test modules here import the helpers as `proptest` (pytest runs with
+# --import-mode=importlib, which does not put test directories on sys.path).
+sys.path.insert(0, os.path.dirname(__file__))
+
+from proptest import ensure_tarball, keep_debs, remove_tree, unpack  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "chroot: needs a Debian chroot (root, debootstrap, a mirror)")
+
+
+@pytest.fixture(scope="session")
+def debian_chroot_tarball():
+    if os.geteuid() != 0:
+        pytest.skip("chroot tests need root")
+    try:
+        return ensure_tarball()
+    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+        pytest.skip(f"no Debian chroot for tests: {e}")
+
+
+def _chroot_copy(tarball, tmp_path_factory):
+    root = unpack(tarball, tmp_path_factory.getbasetemp())
+    try:
+        yield root
+    finally:
+        keep_debs(root, tarball)
+        remove_tree(root)
+
+
+@pytest.fixture(scope="module")
+def debian_chroot(debian_chroot_tarball, tmp_path_factory):
+    yield from _chroot_copy(debian_chroot_tarball, tmp_path_factory)
+
+
+@pytest.fixture
+def fresh_chroot(debian_chroot_tarball, tmp_path_factory):
+    yield from _chroot_copy(debian_chroot_tarball, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def chroot_chain(debian_chroot):
+    from consfig.connection import hop_spec
+    from consfig.errors import ChainError
+    try:
+        hop_spec("chroot")
+    except ChainError:
+        pytest.skip("the :chroot hop (connections/chroot.hy) is not there yet")
+    return [[Keyword("chroot"), Keyword("into"), str(debian_chroot)]]

@@ -1,0 +1,291 @@
+"""Helpers for property tests: the Debian chroot they run in (built by
+debootstrap, cached as a tarball), deploying a propspec, and looking at
+what happened.
+
+    from proptest import apply_twice, deploy, unapply, in_chroot, this_os
+
+    def test_motd(chroot_chain, debian_chroot):
+        apply_twice(chroot_chain, [this_os(), file.has_content("/etc/motd", "hi\\n")])
+        assert (debian_chroot / "etc/motd").read_text() == "hi\\n"
+
+A propspec may be given as one propapp or a list of them (applied with
+`eseqprops`).  Every deployment here goes to a host named
+`test.consfig.invalid`, whose hostattrs come from the propspec alone —
+include `this_os()` when a property needs to know the OS.
+"""
+
+import fcntl
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+import hy  # noqa: F401
+from consfig.combinators import eseqprops
+import consfig.deployment
+from consfig.host import make_host
+from consfig.property import Propapp
+
+_deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
+
+BUILD_TIMEOUT = 1800
+
+
+def cache_dir():
+    d = pathlib.Path(os.environ.get("CONSFIG_TEST_CACHE")
+                     or pathlib.Path.home() / ".cache" / "consfig-tests")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def host_suite():
+    """This machine's Debian codename, or None when it is not Debian."""
+    try:
+        text = pathlib.Path("/etc/os-release").read_text()
+    except OSError:
+        return None
+    fields = dict(re.findall(r'^(\w+)="?([^"\n]*)"?$', text, re.M))
+    if fields.get("ID") != "debian":
+        return None
+    return fields.get("VERSION_CODENAME") or None
+
+
+def host_arch():
+    return subprocess.run(["dpkg", "--print-architecture"], capture_output=True,
+                          text=True, check=True, timeout=30).stdout.strip()
+
+
+def host_mirror(suite):
+    """The Debian mirror this machine's apt uses for SUITE: the first
+    one-line or deb822 source whose suites include it and whose URI is not a
+    security archive."""
+    if os.environ.get("CONSFIG_TEST_MIRROR"):
+        return os.environ["CONSFIG_TEST_MIRROR"]
+    files = [pathlib.Path("/etc/apt/sources.list")]
+    files += sorted(pathlib.Path("/etc/apt/sources.list.d").glob("*.list"))
+    files += sorted(pathlib.Path("/etc/apt/sources.list.d").glob("*.sources"))
+    for f in files:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        if f.suffix == ".sources":
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(re.findall(r"^([\w-]+):\s*(.*)$", stanza, re.M))
+                if (suite in fields.get("Suites", "").split()
+                        and "deb" in fields.get("Types", "").split()
+                        and fields.get("Enabled", "yes") != "no"):
+                    for uri in fields.get("URIs", "").split():
+                        if "security" not in uri:
+                            return uri
+        else:
+            for line in text.splitlines():
+                m = re.match(r"\s*deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+(\S+)", line)
+                if m and m.group(2) == suite and "security" not in m.group(1):
+                    return m.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def _sh(*argv, timeout=600, **kw):
+    return subprocess.run(argv, check=True, timeout=timeout, **kw)
+
+
+def unmount_below(root):
+    """Lazily unmount everything mounted at or below ROOT.  Only the topmost
+    mounts are unmounted, each with its subtree: unmounting a submount of a
+    bind of /dev one by one could, under shared propagation, take the
+    host's own /dev/pts with it."""
+    root = os.path.realpath(root)
+    with open("/proc/self/mountinfo") as f:
+        points = {line.split()[4].encode().decode("unicode_escape") for line in f}
+    below = [p for p in points if p == root or p.startswith(root + "/")]
+    top = [p for p in below
+           if not any(q != p and p.startswith(q.rstrip("/") + "/") for q in below)]
+    for p in top:
+        subprocess.run(["umount", "-l", p], timeout=60, check=False,
+                       capture_output=True)
+
+
+def remove_tree(root):
+    """Remove ROOT, never crossing into anything still mounted below it."""
+    unmount_below(root)
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(root)],
+                   timeout=300, check=False)
+
+
+def _compress_flag():
+    return ["--zstd"] if shutil.which("zstd") else ["--gzip"]
+
+
+def _build(tarball, suite, arch, mirror):
+    work = pathlib.Path(tempfile.mkdtemp(prefix="build-", dir=tarball.parent))
+    root = work / "root"
+    try:
+        log = work / "debootstrap.log"
+        with open(log, "wb") as out:
+            proc = subprocess.run(
+                ["debootstrap", "--variant=minbase", f"--arch={arch}", suite,
+                 str(root), mirror],
+                stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT)
+        if proc.returncode != 0:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"debootstrap {suite} from {mirror} failed:\n{tail}")
+        shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
+        proc = subprocess.run(["chroot", str(root), "apt-get", "update"],
+                              capture_output=True, text=True, timeout=600,
+                              env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+                                   "DEBIAN_FRONTEND": "noninteractive"})
+        if proc.returncode != 0:
+            raise RuntimeError(f"apt-get update in the new chroot failed:\n{proc.stderr}")
+        _sh("chroot", str(root), "apt-get", "clean", timeout=60)
+        tmp = tarball.with_name(tarball.name + ".part")
+        _sh("tar", "-C", str(root), "--numeric-owner", "--xattrs",
+            *_compress_flag(), "-cf", str(tmp), ".", timeout=600)
+        os.replace(tmp, tarball)
+    finally:
+        remove_tree(work)
+
+
+def ensure_tarball():
+    """The cached chroot tarball, building it first if there is none (or it
+    is too old).  Raise RuntimeError, with the reason, when it cannot be had."""
+    suite = host_suite()
+    if not suite:
+        raise RuntimeError("this machine is not Debian (no VERSION_CODENAME in /etc/os-release)")
+    arch = host_arch()
+    directory = cache_dir()
+    ext = "tar.zst" if shutil.which("zstd") else "tar.gz"
+    tarball = directory / f"debian-{suite}-{arch}-minbase.{ext}"
+    max_age = float(os.environ.get("CONSFIG_TEST_MAX_AGE_DAYS", "14")) * 86400
+
+    def fresh():
+        return tarball.exists() and time.time() - tarball.stat().st_mtime < max_age
+
+    if fresh():
+        return tarball
+    if os.geteuid() != 0:
+        raise RuntimeError("building the test chroot needs root")
+    if not shutil.which("debootstrap"):
+        raise RuntimeError("debootstrap is not installed (apt-get install debootstrap)")
+    with open(directory / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not fresh():
+            _build(tarball, suite, arch, host_mirror(suite))
+    return tarball
+
+
+def debs_dir(tarball):
+    d = tarball.parent / (tarball.name.split(".")[0] + "-debs")
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def unpack(tarball, parent):
+    """Unpack TARBALL into a new directory below PARENT and return it."""
+    root = pathlib.Path(tempfile.mkdtemp(prefix="chroot-", dir=parent))
+    os.chmod(root, 0o755)
+    _sh("tar", "-C", str(root), "--numeric-owner", "--xattrs", "-xpf", str(tarball),
+        timeout=600)
+    archives = root / "var/cache/apt/archives"
+    for deb in debs_dir(tarball).glob("*.deb"):
+        target = archives / deb.name
+        try:
+            os.link(deb, target)
+        except OSError:
+            shutil.copyfile(deb, target)
+    return root
+
+
+def keep_debs(root, tarball):
+    """Keep the .debs apt downloaded into ROOT for the next chroots."""
+    store = debs_dir(tarball)
+    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+        if not (store / deb.name).exists():
+            try:
+                shutil.copyfile(deb, store / deb.name)
+            except OSError:
+                pass
+
+
+
+HOSTNAME = "test.consfig.invalid"
+
+
+def this_os():
+    """The OS declaration of this machine, which the test chroot shares."""
+    from consfig.props import os as os_
+    return os_.debian_stable(host_suite(), hy.models.Keyword(host_arch()))
+
+
+def _propspec(p):
+    if isinstance(p, Propapp):
+        return p
+    return eseqprops(*p)
+
+
+def deploy(chain, propspec, *, unapply=False, hostname=HOSTNAME, check=True):
+    """Deploy PROPSPEC over CHAIN; return `(outcome, events)`.  With CHECK,
+    a failed deployment is an AssertionError carrying the failure messages."""
+    events = []
+    host = make_host(hostname, None, None, _propspec([]))
+    outcome = _deploy_these(chain, host, _propspec(propspec), sink=events.append,
+                            unapply=unapply)
+    if check:
+        assert outcome.status != "failed", failure_text(events)
+    return outcome, events
+
+
+def failure_text(events):
+    """The failure messages among EVENTS, for assertion messages."""
+    return "deployment failed:\n" + "\n".join(
+        f"  {e.get('desc')}: {e.get('message')}" + (f"\n{e['traceback']}" if e.get("traceback") else "")
+        for e in events if e.get("status") == "failed" and e.get("message"))
+
+
+def statuses(events):
+    """`{desc: status}` of the announced properties in EVENTS."""
+    return {e["desc"]: e["status"] for e in events if e.get("event") == "end"}
+
+
+def apply_twice(chain, propspec, **kw):
+    """Apply PROPSPEC; assert it changed something (unless `changes=False`)
+    and that applying it again changes nothing.  Return the first run's
+    events."""
+    expect_change = kw.pop("changes", True)
+    first, events = deploy(chain, propspec, **kw)
+    if expect_change:
+        assert first.status == "changed", f"first run made no change: {statuses(events)}"
+    second, events2 = deploy(chain, propspec, **kw)
+    assert second.status == "no-change", \
+        f"second run was not a no-change: {statuses(events2)}"
+    return events
+
+
+def unapply(chain, propspec, *, twice=True, **kw):
+    """Unapply PROPSPEC; with TWICE, assert unapplying again changes nothing."""
+    first, events = deploy(chain, propspec, unapply=True, **kw)
+    if twice:
+        second, events2 = deploy(chain, propspec, unapply=True, **kw)
+        assert second.status == "no-change", \
+            f"second unapply was not a no-change: {statuses(events2)}"
+    return events
+
+
+def diffs(events):
+    """The diff events among EVENTS."""
+    return [e for e in events if e.get("event") == "diff"]
+
+
+def in_chroot(root, script, *, check=True, input=None):
+    """Run SCRIPT with /bin/sh inside the chroot ROOT (from outside any
+    deployment) and return the CompletedProcess, text mode."""
+    proc = subprocess.run(["chroot", str(root), "/bin/sh", "-c", script],
+                          capture_output=True, text=True, timeout=300, input=input,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+    if check:
+        assert proc.returncode == 0, \
+            f"in chroot: {script!r} exited {proc.returncode}: {proc.stdout}{proc.stderr}"
+    return proc
