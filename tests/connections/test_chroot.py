@@ -1,0 +1,103 @@
+"""The :chroot hop, against a tiny chroot copied from this machine."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from minichroot import make_minichroot  # noqa: E402
+
+from consfig.connection import establish_chain, close_chain, parse_chain  # noqa: E402
+from consfig.errors import ConnectionFailed  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
+
+
+def mounts_under(root):
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1] for line in f
+                if line.split()[1].startswith(str(root) + "/")]
+
+
+@pytest.fixture
+def chroot_dir(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    make_minichroot(str(root))
+    yield root
+    for m in reversed(mounts_under(root)):
+        subprocess.run(["umount", "-l", m])
+
+
+def chain(root):
+    return parse_chain([[Keyword("chroot"), Keyword("into"), str(root)]])
+
+
+def test_chroot_runs_commands_inside_and_mounts_for_its_lifetime(chroot_dir):
+    (chroot_dir / "marker").write_text("inside\n")
+    conns = establish_chain(chain(chroot_dir))
+    try:
+        c = conns[-1]
+        assert c.run("cat /marker").stdout == "inside\n"
+        assert c.where == f"local > chroot:{chroot_dir}"
+        assert sorted(mounts_under(chroot_dir)) == sorted(
+            str(chroot_dir / d) for d in ["proc", "sys", "dev", "dev/pts"])
+        assert getattr(c.run("cat /proc/self/stat"), hy.mangle("ok?"))
+    finally:
+        close_chain(conns)
+    assert mounts_under(chroot_dir) == []
+
+
+def test_chroot_file_api_is_inside(chroot_dir):
+    conns = establish_chain(chain(chroot_dir))
+    try:
+        c = conns[-1]
+        c.write_file("/etc/motd", b"hello\x00\xff\n", mode=0o640)
+        assert (chroot_dir / "etc/motd").read_bytes() == b"hello\x00\xff\n"
+        assert oct((chroot_dir / "etc/motd").stat().st_mode & 0o777) == "0o640"
+        assert c.read_file("/etc/motd") == b"hello\x00\xff\n"
+        assert getattr(c, hy.mangle("exists?"))("/etc/motd")
+        assert not os.path.exists("/etc/motd") or open("/etc/motd", "rb").read() != b"hello\x00\xff\n"
+    finally:
+        close_chain(conns)
+
+
+def test_chroot_leaves_existing_mounts_alone(chroot_dir):
+    subprocess.run(["mount", "-t", "proc", "proc", str(chroot_dir / "proc")], check=True)
+    try:
+        conns = establish_chain(chain(chroot_dir))
+        assert mounts_under(chroot_dir).count(str(chroot_dir / "proc")) == 1
+        close_chain(conns)
+        assert mounts_under(chroot_dir) == [str(chroot_dir / "proc")]
+    finally:
+        subprocess.run(["umount", str(chroot_dir / "proc")])
+
+
+def test_chroot_does_not_mount_through_a_symlink(chroot_dir, tmp_path):
+    (chroot_dir / "sys").rmdir()
+    (chroot_dir / "sys").symlink_to(tmp_path)
+    conns = establish_chain(chain(chroot_dir))
+    try:
+        assert str(chroot_dir / "sys") not in mounts_under(chroot_dir)
+    finally:
+        close_chain(conns)
+
+
+def test_chroot_into_a_missing_directory_is_a_clear_failure(tmp_path):
+    with pytest.raises(ConnectionFailed, match="cannot chroot into .*no such directory"):
+        establish_chain(chain(tmp_path / "nowhere"))
+
+
+def test_chroot_unmounts_when_a_later_hop_fails(chroot_dir):
+    # The second hop fails after the first chroot is up.
+    bad = parse_chain([[Keyword("chroot"), Keyword("into"), str(chroot_dir)],
+                       [Keyword("chroot"), Keyword("into"), "/nowhere"]])
+    with pytest.raises(ConnectionFailed):
+        establish_chain(bad)
+    assert mounts_under(chroot_dir) == []
