@@ -48,7 +48,8 @@ Failures are still reported."
 (defprop eseqprops-until :posix [condition #* propapps]
   "Like `eseqprops`, but a failure of kind CONDITION (`:failed-change`,
 `:aborted-change` or `:command-failed`) just ends the sequence, without
-failing it."
+failing it (the failed property is still reported, and counts in the
+deployment's summary)."
   (:announce False)
   (:preprocess (do (_condition condition) [condition #* propapps]))
   (:apply (apply-sequence propapps :until (_condition condition)))

@@ -157,12 +157,16 @@ hosts deployed from other hosts); an empty list at the top."
 
 (defn preprocess-host [host [propspec None]]
   "A copy of HOST with its propspec (or PROPSPEC instead) preprocessed and
-its hostattrs computed, on the controller, before any connection."
+its hostattrs computed, on the controller, before any connection.  With
+PROPSPEC, the hostattrs of HOST's own propspec are computed first."
   (import consfig.property [preprocess-propapp propapp-hostattrs propapp-desc])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
                   :hostattrs {"hostname" [host.hostname]})
         token (.set current-host new))
   (try
+    (when (and propspec host.propspec)
+      ;; deploy-these: the host keeps the hostattrs its own propspec declares.
+      (propapp-hostattrs (preprocess-propapp host.propspec)))
     (setv new.propspec (preprocess-propapp (or propspec host.propspec)))
     (propapp-hostattrs new.propspec)
     (except [e PropspecError]

@@ -1,0 +1,120 @@
+;; Hosts, hostattrs and the reporter.
+
+(require consfig *)
+(import consfig *
+        io
+        pytest
+        rich.console [Console])
+(use-props consfig.props [file os])
+
+(setv applied [])
+
+(defprop pushes :posix [k v]
+  "Push V onto hostattr K."
+  (:hostattrs (push-hostattr k v)))
+
+(defprop needs-debian :posix []
+  "Only for Debian hosts."
+  (:hostattrs (os.required "debian"))
+  (:apply (.append applied "needs-debian")))
+
+(defprop reads-hostattr :posix [k]
+  "Record hostattr K as seen while applying."
+  (:apply (.append applied (get-hostattr k)) :no-change))
+
+(defhost hostattrs.example.org {:deploy :local}
+  "Hostattr tests."
+  (pushes "colour" "red")
+  (pushes "colour" "blue")
+  (os.debian-stable "bookworm" :amd64))
+
+(defhost "10.1.2.3" {:deploy :local})
+
+(defn [(pytest.fixture :autouse True)] reset []
+  (.clear applied))
+
+(defn test-defhost-binds-first-label-and-registers-full-hostname []
+  (assert (is hostattrs (find-host "hostattrs.example.org")) "bound to first label")
+  (assert (is hostattrs (find-host "hostattrs")) "first label finds it")
+  (assert (= hostattrs.desc "Hostattr tests.") hostattrs.desc)
+  (assert (= (hy.repr hostattrs.deploy) ":local") hostattrs.deploy))
+
+(defn test-defhost-string-hostname-binds-predictable-name []
+  (assert (= host-10-1-2-3.hostname "10.1.2.3") "string hostname"))
+
+(defn test-unknown-host-lists-known-hosts []
+  (with [e (pytest.raises ConsfigError)]
+    (find-host "nonesuch.example"))
+  (assert (in "hostattrs.example.org" (str e.value)) (str e.value)))
+
+(defn test-later-pushes-win []
+  (setv h (preprocess-host hostattrs))
+  (assert (= (get-hostattr "colour" h) "blue") h.hostattrs)
+  (assert (= (get-hostattrs "colour" h) ["blue" "red"]) h.hostattrs)
+  (assert (= (get-hostattr "hostname" h) "hostattrs.example.org") h.hostattrs))
+
+(defn test-os-declaration-is-a-hostattr []
+  (setv os-value (get-hostattr "os" (preprocess-host hostattrs)))
+  (assert (= os-value {"type" "debian-stable" "arch" "amd64" "suite" "bookworm"}) os-value)
+  (assert (os.isa? os-value "debian") "debian-stable is a debian")
+  (assert (os.isa? os-value "linux") "and a linux")
+  (assert (not (os.isa? os-value "debian-testing")) "but not testing"))
+
+(defn test-hostattrs-are-readable-while-applying [events]
+  (deploy-these* [:local] hostattrs (reads-hostattr "colour") :sink events)
+  (assert (= applied ["blue"]) applied))
+
+(defn test-inapplicable-property-vetoes-before-anything-applies [events]
+  (with [e (pytest.raises InapplicableProperty)]
+    (deploy-these* [:local] host-10-1-2-3 (needs-debian) :sink events))
+  (assert (in "10.1.2.3" (str e.value)) (str e.value))
+  (assert (in "debian" (str e.value)) (str e.value))
+  (assert (= applied []) "nothing applied")
+  (assert (= events.events []) "no events: nothing started"))
+
+(defn test-unapplied-property-pushes-no-hostattrs []
+  (setv h (preprocess-host hostattrs (unapplied (pushes "colour" "green"))))
+  (assert (not-in "green" (get-hostattrs "colour" h)) h.hostattrs))
+
+(defn test-python-property-over-a-shell-chain-is-refused-up-front []
+  (defprop pythonic :python [] "Needs Python." (:apply None))
+  (with [e (pytest.raises ConsfigError)]
+    (deploy-these* [[:chroot :into "/nonexistent"]] hostattrs (pythonic)))
+  (assert (in ":python hop" (str e.value)) (str e.value)))
+
+(defn test-host-round-trips-through-json-data []
+  (import json)
+  (setv h (preprocess-host hostattrs)
+        back (Host.<-data (json.loads (json.dumps (.->data h)))))
+  (assert (= back.propspec h.propspec) "propspec")
+  (assert (= back.hostattrs h.hostattrs) "hostattrs"))
+
+(defn render [events]
+  (setv out (io.StringIO)
+        reporter (hy.I.consfig/report.Reporter
+                   :console (Console :file out :width 200 :highlight False)))
+  (for [e events] (reporter e))
+  (.getvalue out))
+
+(defn test-reporter-prints-nested-lines-and-summary []
+  (setv text (render [{"event" "start" "host" "h" "depth" 0 "desc" "site"}
+                      {"event" "start" "host" "h" "depth" 1 "desc" "leaf"}
+                      {"event" "end" "host" "h" "depth" 1 "desc" "leaf" "status" "changed"}
+                      {"event" "end" "host" "h" "depth" 0 "desc" "site" "status" "changed"}
+                      {"event" "summary" "host" "h" "depth" 0 "status" "changed"}]))
+  (assert (= text (+ "h :: site\n"
+                     "h ::   leaf ... done\n"
+                     "h :: site ... done\n"
+                     "h :: Changes were made.\n"))
+          text))
+
+(defn test-reporter-shows-failure-message-under-the-line []
+  (setv text (render [{"event" "start" "host" "h" "depth" 0 "desc" "x"}
+                      {"event" "end" "host" "h" "depth" 0 "desc" "x" "status" "failed"
+                       "message" "command failed\n  output"}
+                      {"event" "summary" "host" "h" "depth" 0 "status" "failed"}]))
+  (assert (= text (+ "h :: x ... failed\n"
+                     "h ::     command failed\n"
+                     "h ::       output\n"
+                     "h :: There were failures.\n"))
+          text))

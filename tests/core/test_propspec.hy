@@ -1,0 +1,139 @@
+;; Propspecs as data and the walker that builds them.
+
+(require consfig *)
+(import consfig *
+        json
+        pytest
+        hy.models [Keyword])
+(use-props consfig.props [file cmd os])
+;; Required under a short name so that its dotted macros work as macros.
+(require consfig.combinators :as c)
+
+(setv hostile ["quote \" and 'single'" "new\nline" "tab\there" "unicode ☃ λ"
+               "$(rm -rf /) `ls` *glob?" "-leading-dash" "back\\slash" ""])
+
+(defn roundtrip-print [p]
+  (read-propspec (propspec->string p)))
+
+(defn roundtrip-json [p]
+  (data->propspec (json.loads (json.dumps (propspec->data p)))))
+
+(defn nested-hostile []
+  (props eseqprops
+    (file.has-content (get hostile 0) (get hostile 1) :mode 0o600)
+    (seqprops #* (gfor h hostile (file.contains-lines "/tmp/x" h)))
+    (unapplied (os.debian-stable "bookworm" :amd64))
+    (cmd.single "echo" "hi" :env {"A" "1" "B" (get hostile 4)} :input (get hostile 3))
+    (on-change (file.directory-exists (get hostile 5))
+               (cmd.single (get hostile 6)))))
+
+(defn test-propspec-prints-as-hy-and-rereads-equal []
+  (setv p (nested-hostile))
+  (assert (= (roundtrip-print p) p) (propspec->string p)))
+
+(defn test-propspec-json-round-trip-keeps-keywords-and-nesting []
+  (setv p (nested-hostile))
+  (assert (= (roundtrip-json p) p) "JSON round trip")
+  (assert (= (roundtrip-json [1 #(2 3) {"k" :v} b"\x00\xff" None True 1.5])
+             [1 #(2 3) {"k" :v} b"\x00\xff" None True 1.5])
+          "non-propapp values"))
+
+(defn test-printed-propspec-uses-qualified-names []
+  (assert (= (propspec->string (file.has-content "/etc/motd" "hi\n"))
+             "(consfig.props.file.has-content \"/etc/motd\" \"hi\\n\")")
+          "printed form"))
+
+(defn test-keyword-naming-a-parameter-is-a-keyword-argument []
+  (setv p (propapp (file.has-content "/x" "y" :mode 0o644))
+        prop (find-property p.name))
+  (assert (= (.bind prop p.args) #(["/x" "y"] {"mode" 0o644})) "mode bound by keyword"))
+
+(defn test-keyword-not-naming-a-parameter-is-a-value []
+  (setv p (propapp (os.debian-stable "bookworm" :amd64)))
+  (assert (= p.args #("bookworm" (Keyword "amd64"))) "keyword kept as the arch value"))
+
+(defn test-python-keyword-arguments-build-the-same-propapp []
+  (assert (= (file.has-content "/x" "y" :mode 0o644)
+             (propapp (file.has-content "/x" "y" :mode 0o644)))
+          "Python call and walked form agree"))
+
+(defn test-wrong-arity-names-property-and-parameters []
+  (with [e (pytest.raises PropspecError)]
+    (file.has-content "/only-a-path"))
+  (setv msg (str e.value))
+  (assert (in "file.has-content" msg) msg)
+  (assert (in "[path content * [mode None] [secret False]]" msg) msg))
+
+(defn test-walked-form-error-names-file-and-line []
+  (with [e (pytest.raises PropspecError)]
+    (props (file.directory-exists "/a")
+           (file.has-content "/too-few")))
+  (assert (.startswith (str e.value) "tests/core/test_propspec.hy:") (str e.value)))
+
+(defn test-unknown-property-is-reported-with-its-name []
+  (with [e (pytest.raises PropspecError)]
+    (propapp (file.no-such-property "/a")))
+  (assert (in "file.no-such-property" (str e.value)) (str e.value)))
+
+(defn test-dotted-form-wraps-trailing-forms-in-eseqprops []
+  (setv p (propapp (desc* "two things" (file.directory-exists "/a") (file.directory-exists "/b"))))
+  (assert (= p (desc "two things" (eseqprops (file.directory-exists "/a")
+                                             (file.directory-exists "/b"))))
+          (propspec->string p)))
+
+(defn test-dotted-macro-works-when-required []
+  (setv p (c.desc* "one" (file.directory-exists "/a")))
+  (assert (= p (desc "one" (eseqprops (file.directory-exists "/a")))) (propspec->string p)))
+
+(defn test-dotted-form-of-a-non-property-is-an-error []
+  (with [e (pytest.raises PropspecError)]
+    (props (str* "x")))
+  (assert (in "not a property" (str e.value)) (str e.value)))
+
+(defn test-false-when-drops-propapp []
+  (setv p (props (file.directory-exists "/a")
+                 (when False (file.directory-exists "/b"))))
+  (assert (= p (eseqprops (file.directory-exists "/a"))) (propspec->string p)))
+
+(defn test-props-with-combinator []
+  (assert (= (props seqprops (file.directory-exists "/a"))
+             (seqprops (file.directory-exists "/a")))
+          "props seqprops"))
+
+(defn test-ordinary-calls-inside-a-propspec-keep-keyword-arguments []
+  (setv p (propapp (file.has-content (.join "," ["a" "b"]) (str :object "x"))))
+  (assert (= p.args #("a,b" "x")) (propspec->string p)))
+
+(defproplist pair [a b]
+  "Two directories."
+  (file.directory-exists a)
+  (file.directory-exists b))
+
+(defpropspec many [paths]
+  "One directory per path, from a quasiquoted propspec."
+  `(eseqprops ~@(lfor p paths `(file.directory-exists ~p))))
+
+(defn test-defproplist-expands-to-described-eseqprops-at-preprocess []
+  (setv p (preprocess-propapp (pair "/a" "/b")))
+  (assert (= p (desc "test_propspec.pair /a /b"
+                     (eseqprops (file.directory-exists "/a") (file.directory-exists "/b"))))
+          (propspec->string p)))
+
+(defn test-defpropspec-resolves-short-names-in-quasiquote []
+  (setv p (preprocess-propapp (many ["/x" "/y"])))
+  (assert (= (get p.args 1)
+             (eseqprops (file.directory-exists "/x") (file.directory-exists "/y")))
+          (propspec->string p)))
+
+(defn test-read-propspec-resolves-short-names-through-a-namespace []
+  (assert (= (read-propspec "(file.has-content \"/a\" \"b\" :mode 420)" (globals))
+             (file.has-content "/a" "b" :mode 420))
+          "short name resolved")
+  (assert (= (read-propspec "(eseqprops (file.directory-exists \"/a\"))")
+             (eseqprops (file.directory-exists "/a")))
+          "bare combinator name and consfig.props prefix"))
+
+(defn test-read-propspec-rejects-code []
+  (with [e (pytest.raises PropspecError)]
+    (read-propspec "(file.directory-exists some-variable)"))
+  (assert (in "some-variable" (str e.value)) (str e.value)))
