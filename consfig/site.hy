@@ -59,8 +59,32 @@ line, not a traceback."
       (raise (_consfig-error e path))))
   module)
 
+(defn _unclosed-line [text]
+  ;; The reader reports a missing `)` at the end of the file; the line where
+  ;; the unclosed form opens is what the user needs.
+  (setv depth 0 line 1 opened None in-string False escaped False comment False)
+  (for [ch text]
+    (cond
+      (= ch "\n") (do (+= line 1) (setv comment False))
+      comment None
+      in-string (cond escaped (setv escaped False)
+                      (= ch "\\") (setv escaped True)
+                      (= ch "\"") (setv in-string False))
+      (= ch ";") (setv comment True)
+      (= ch "\"") (setv in-string True)
+      (in ch "([{") (do (when (= depth 0) (setv opened line)) (+= depth 1))
+      (in ch ")]}") (-= depth 1)))
+  (when (> depth 0) opened))
+
 (defn _consfig-error [e path]
   (cond
+    (and (isinstance e HyLanguageError) (.startswith (str e.msg) "Premature end of input"))
+    (do (setv opened (with [f (open path :encoding "utf-8" :errors "replace")]
+                       (_unclosed-line (.read f))))
+        (ConsfigError (if opened
+                          "premature end of input: the form opened here is never closed"
+                          (str e.msg))
+                      f"{(_display path)}:{(or opened e.lineno)}"))
     (isinstance e HyLanguageError)
     (ConsfigError (str (or e.msg e))
                   (if e.lineno f"{(_display (or e.filename path))}:{e.lineno}" (_display path)))

@@ -1,0 +1,5 @@
+"""python -m consfig: the consfig command."""
+
+from consfig.cli import run
+
+run()

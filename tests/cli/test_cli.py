@@ -1,0 +1,218 @@
+"""The consfig command, run as a user would: a real process, real files."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "hosts" / "demo.hy"
+
+
+def consfig(*args, env_dir=None, stdin=None, cwd=None):
+    env = dict(os.environ)
+    # Let Hy cache bytecode between these many short-lived processes.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if env_dir is not None:
+        env["CONSFIG_DEMO_DIR"] = str(env_dir)
+    return subprocess.run([sys.executable, "-m", "consfig", *map(str, args)],
+                          capture_output=True, text=True, env=env, input=stdin,
+                          cwd=cwd or REPO, timeout=120)
+
+
+def test_demo_deploys_then_second_run_reports_no_changes(tmp_path):
+    first = consfig("deploy", "--consfig", DEMO, "demo", "--detailed-exitcode", env_dir=tmp_path)
+    assert first.returncode == 2, first.stdout + first.stderr
+    assert "demo.localhost :: Changes were made." in first.stdout
+    assert (tmp_path / "www/example.org/index.html").read_text().startswith("<!doctype html>")
+    assert (tmp_path / "current").resolve() == tmp_path / "www/example.org"
+    assert oct((tmp_path / "etc/demo.conf").stat().st_mode & 0o777) == "0o640"
+    assert len((tmp_path / "restarts.log").read_text().splitlines()) == 1
+
+    second = consfig("deploy", "--consfig", DEMO, "demo", "--detailed-exitcode", env_dir=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "demo.localhost :: No changes were made." in second.stdout
+    assert " ... done" not in second.stdout
+    assert len((tmp_path / "restarts.log").read_text().splitlines()) == 1, "no restart without change"
+
+
+def test_exit_status_is_zero_with_or_without_changes(tmp_path):
+    assert consfig("deploy", "--consfig", DEMO, "demo", env_dir=tmp_path).returncode == 0
+    assert consfig("deploy", "--consfig", DEMO, "demo", env_dir=tmp_path).returncode == 0
+
+
+def test_demo_is_the_default_consfig(tmp_path):
+    result = consfig("deploy", "demo", env_dir=tmp_path, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "log/README").exists()
+
+
+def test_repl_loads_the_consfig_and_calling_a_host_deploys_it(tmp_path):
+    result = consfig("repl", DEMO, env_dir=tmp_path, stdin="(demo)\n")
+    assert "Changes were made." in result.stdout, result.stdout + result.stderr
+    assert (tmp_path / "www/example.org/index.html").exists()
+    again = consfig("repl", DEMO, env_dir=tmp_path, stdin="(. (demo) status)\n")
+    assert "No changes were made." in again.stdout
+    assert '"no-change"' in again.stdout
+
+
+def test_hosts_lists_hostname_chain_and_description():
+    result = consfig("hosts", "--consfig", DEMO)
+    assert result.returncode == 0
+    assert result.stdout.split("\t")[:2] == ["demo.localhost", "[:local]"]
+
+
+SITE = r'''
+(require consfig *)
+(import consfig *)
+(use-props consfig.props [file cmd])
+
+(setv root "@ROOT@")
+
+(defproplist web-site [name]
+  (:desc f"web site {name}")
+  (file.directory-exists f"{root}/www/{name}")
+  (file.has-content f"{root}/www/{name}/index.html" f"hello from {name}\n"))
+
+(defpropspec motd [lines]
+  `(eseqprops ~@(lfor l lines `(file.contains-lines ~f"{root}/motd" ~l))))
+
+(defhost site.example {:deploy :local}
+  (web-site "a.example")
+  (motd ["line one" "line two"])
+  (on-change (file.has-content f"{root}/app.conf" "port = 80\n")
+    (cmd.single "sh" "-c" "echo restarted >> \"$1\"" "sh" f"{root}/restarts"))
+  (unapplied (file.contains-lines f"{root}/motd" "obsolete line"))
+  (desc* "dotted group"
+    (file.directory-exists f"{root}/dotted")
+    (file.has-content f"{root}/dotted/f" "x")))
+'''
+
+
+def write_site(tmp_path, text=SITE, name="site.hy"):
+    root = tmp_path / "root"
+    root.mkdir(exist_ok=True)
+    path = tmp_path / name
+    path.write_text(text.replace("@ROOT@", str(root)))
+    return path, root
+
+
+def test_site_with_defproplist_defpropspec_dotted_unapplied_on_change(tmp_path):
+    path, root = write_site(tmp_path)
+    (root / "motd").write_text("obsolete line\nkeep me\n")
+    first = consfig("deploy", "--consfig", path, "site", "--detailed-exitcode")
+    assert first.returncode == 2, first.stdout + first.stderr
+    assert (root / "www/a.example/index.html").read_text() == "hello from a.example\n"
+    assert (root / "motd").read_text() == "keep me\nline one\nline two\n"
+    assert (root / "restarts").read_text() == "restarted\n"
+    assert (root / "dotted/f").read_text() == "x"
+    out = first.stdout
+    assert "site.example :: web site a.example\n" in out
+    assert "site.example ::   " + str(root) + "/www/a.example exists ... done" in out
+    assert "site.example :: Unapplied: " + str(root) + "/motd contains obsolete line ... done" in out
+    assert "site.example :: dotted group ... done" in out
+
+    second = consfig("deploy", "--consfig", path, "site", "--detailed-exitcode")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (root / "restarts").read_text() == "restarted\n"
+
+
+def test_deploy_these_applies_only_the_given_propspec(tmp_path):
+    path, root = write_site(tmp_path)
+    result = consfig("deploy-these", "--consfig", path, "site",
+                     f'(file.has-content "{root}/only" "just this\\n")')
+    assert result.returncode == 0, result.stderr
+    assert (root / "only").read_text() == "just this\n"
+    assert not (root / "www").exists()
+
+
+def test_dry_run_prints_the_propspec_and_touches_nothing(tmp_path):
+    path, root = write_site(tmp_path)
+    result = consfig("deploy", "--consfig", path, "site", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "(consfig.combinators.seqprops" in result.stdout
+    assert ":hostname [\"site.example\"]" in result.stdout
+    assert list(root.iterdir()) == []
+
+
+def test_via_overrides_the_chain_and_a_bad_chain_is_an_error(tmp_path):
+    path, root = write_site(tmp_path)
+    assert consfig("deploy", "--consfig", path, "site", "--via", "[:local]").returncode == 0
+    bad = consfig("deploy", "--consfig", path, "site", "--via", "[:teleport]")
+    assert bad.returncode == 1
+    assert "unknown hop type :teleport" in bad.stderr
+
+
+def assert_clean_error(result, *fragments):
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "consfig: error:" in result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+def line_of(text, start):
+    return next(i for i, line in enumerate(text.splitlines(), 1) if line.strip().startswith(start))
+
+
+# The broken form, the line the error must name (of the form itself, or of
+# the defhost that a missing parenthesis leaves open), and what it must say.
+BROKEN = {
+    "unknown-property": ('(file.has-contents "@ROOT@/x" "y")', "(file.has-contents", "file.has-contents"),
+    "wrong-arity": ('(file.has-content "@ROOT@/x")', '(file.has-content "@ROOT@/x")', "[path content"),
+    "syntax-error": ('(file.has-content "@ROOT@/x" "y"', "(defhost", "premature end of input"),
+    "unknown-module": ('(filez.has-content "@ROOT@/x" "y")', "(filez", "use-props"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_consfig_mistakes_name_file_and_line_and_touch_nothing(tmp_path, case):
+    form, line_start, what = BROKEN[case]
+    text = SITE.replace('(web-site "a.example")', '(web-site "a.example")\n  ' + form)
+    path, root = write_site(tmp_path, text)
+    result = consfig("deploy", "--consfig", path, "site")
+    line = line_of(path.read_text(), line_start.replace("@ROOT@", str(root)))
+    assert_clean_error(result, f"site.hy:{line}:", what)
+    assert list(root.iterdir()) == []
+
+
+def test_unknown_host_is_named_with_the_known_ones(tmp_path):
+    path, root = write_site(tmp_path)
+    result = consfig("deploy", "--consfig", path, "nosuchhost")
+    assert_clean_error(result, "unknown host nosuchhost", "site.example")
+
+
+def test_missing_consfig_is_a_clear_error(tmp_path):
+    result = consfig("deploy", "--consfig", tmp_path / "nope.hy", "site")
+    assert_clean_error(result, "cannot read consfig", "no such file")
+
+
+def test_error_at_top_level_of_consfig_names_the_line(tmp_path):
+    path, root = write_site(tmp_path, SITE + "\n(/ 1 0)\n")
+    result = consfig("deploy", "--consfig", path, "site")
+    assert_clean_error(result, "ZeroDivisionError", f"site.hy:{line_of(path.read_text(), '(/ 1 0)')}:")
+
+
+def test_wrong_command_line_arguments_exit_with_usage():
+    result = consfig("deploy")
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+
+
+def test_wheel_contains_every_hy_file(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                    "-q", "-w", str(tmp_path), str(REPO)], check=True, timeout=300,
+                   capture_output=True)
+    wheel = next(tmp_path.glob("consfig-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = set()
+    for folder, package in [("consfig", "consfig"), ("props", "consfig/props"),
+                            ("connections", "consfig/connections"), ("hosts", "consfig/hosts")]:
+        for f in (REPO / folder).rglob("*.hy"):
+            expected.add(f"{package}/{f.relative_to(REPO / folder).as_posix()}")
+    assert expected, "found .hy files"
+    assert expected <= names, sorted(expected - names)
+    assert {n.split("/")[0] for n in names if not n.startswith("consfig-")} == {"consfig"}
