@@ -1,0 +1,109 @@
+"Services, through service(8), and keeping them from starting.
+
+A deployment must not start daemons where nothing is meant to run them: in a
+chroot being built, in a disk image, in a container's root filesystem.  Inside
+`without-starting-services` (and on a host with the `no-services` property)
+the properties here and in `systemd` that start, stop or reload services do
+nothing, and /usr/sbin/policy-rc.d answers 101 (\"action forbidden\") so that
+packages installed meanwhile do not start theirs either."
+
+(require consfig.property [defprop])
+(import contextlib
+        contextvars
+        consfig.connection [NO-CHANGE run run-ok? read-remote-file
+                            write-remote-file remote-exists?]
+        consfig.engine [apply-sequence inform]
+        consfig.host [push-hostattr get-hostattr])
+
+(setv POLICY-RC-D "/usr/sbin/policy-rc.d")
+(setv POLICY-RC-D-CONTENT "#!/bin/sh\n# Written by consfig: no service may be started now.\nexit 101\n")
+
+(setv _no-services (contextvars.ContextVar "consfig-no-services" :default False))
+
+(defn no-services? []
+  "Whether services must not be started, stopped or reloaded now: inside
+`without-starting-services`, or on a host with the `no-services` property."
+  (bool (or (.get _no-services) (get-hostattr "no-services"))))
+
+(defn skip-for-no-services [what]
+  "Say that WHAT is not done because services are not to be touched, and
+return `:no-change`."
+  (inform f"not {what}: services are not started here")
+  NO-CHANGE)
+
+(defn [contextlib.contextmanager] services-prevented []
+  "A context in which no service starts on the current connection's target:
+policy-rc.d forbids every action and `no-services?` is true.  On the way
+out, whatever policy-rc.d was there before comes back — also when the body
+failed — unless something inside replaced ours with a file of its own."
+  (setv had-policy (remote-exists? POLICY-RC-D)
+        backup None)
+  (when had-policy
+    ;; A copy, not a move: there is never a moment without a policy.
+    (setv backup (.strip (. (run "mktemp" "/usr/sbin/.policy-rc.d.consfig-XXXXXXXX") stdout)))
+    (run "cp" "-p" "--" POLICY-RC-D backup))
+  (write-remote-file POLICY-RC-D POLICY-RC-D-CONTENT :mode 0o755)
+  (setv token (.set _no-services True))
+  (try
+    (yield)
+    (finally
+      (.reset _no-services token)
+      (if (= (read-remote-file POLICY-RC-D) POLICY-RC-D-CONTENT)
+          (if backup
+              (run "mv" "-f" "--" backup POLICY-RC-D)
+              (run "rm" "-f" "--" POLICY-RC-D))
+          (when backup
+            (run "rm" "-f" "--" backup))))))
+
+(defprop without-starting-services :posix [#* propapps]
+  "Apply PROPAPPS (in order, stopping at the first failure) without starting
+any service: for chroots and images.  Service properties do nothing inside,
+and /usr/sbin/policy-rc.d forbids package scripts to start daemons for the
+duration.  Debian and derivatives."
+  (:announce False)
+  (:apply (with [(services-prevented)] (apply-sequence propapps)))
+  (:unapply (with [(services-prevented)] (apply-sequence propapps :unapply True))))
+
+(defprop no-services :posix []
+  "The host never starts services: its service properties do nothing, and
+/usr/sbin/policy-rc.d forbids package scripts to start daemons.  For a chroot
+or an image that is never booted as it is.  This owns policy-rc.d outright."
+  (:desc "Starting services disabled")
+  (:hostattrs (push-hostattr "no-services" True))
+  (:check (= (read-remote-file POLICY-RC-D) POLICY-RC-D-CONTENT))
+  (:apply (write-remote-file POLICY-RC-D POLICY-RC-D-CONTENT :mode 0o755))
+  (:unapply (run "rm" "-f" "--" POLICY-RC-D)))
+
+(defn _service [name action]
+  (run "service" name action :timeout 300))
+
+(defprop running :posix [service]
+  "SERVICE is running, as service(8) sees it: started unless its status
+says it is running already."
+  (:desc f"Service {service} running")
+  (:check (and (not (no-services?))
+               (run-ok? "service" service "status" :timeout 120)))
+  (:apply
+    (if (no-services?)
+        (skip-for-no-services f"starting {service}")
+        (_service service "start"))))
+
+(defprop restarted :posix [service]
+  "Restart SERVICE with service(8); always a change (use it after `on-change`)."
+  (:desc f"Service {service} restarted")
+  (:apply
+    (if (no-services?)
+        (skip-for-no-services f"restarting {service}")
+        (_service service "restart"))))
+
+(defprop reloaded :posix [service]
+  "Reload SERVICE's configuration with service(8); always a change."
+  (:desc f"Service {service} reloaded")
+  (:apply
+    (if (no-services?)
+        (skip-for-no-services f"reloading {service}")
+        (_service service "reload"))))
+
+(export :objects [POLICY-RC-D no-services? skip-for-no-services services-prevented
+                  without-starting-services no-services running restarted
+                  reloaded])
