@@ -23,3 +23,8 @@ for _m in _MODULES:
         _hy_macros[_name] = _m._hy_macros[_name]
 _hy_export_macros = list(_hy_macros)
 del _m, _name
+
+# For Python users: the deployment functions under Python-friendly names.
+# (In Hy, `deploy` and `deploy-these` are the macros; `deploy*` the functions.)
+deploy = deployment.__dict__[hy.mangle("deploy*")]
+deploy_these = deployment.__dict__[hy.mangle("deploy-these*")]

@@ -1,0 +1,40 @@
+"""The README's examples work as written."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+
+
+def section(title):
+    return README.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_property_example_deploys_and_is_idempotent(tmp_path):
+    code = re.search(r"```hy\n(.*?)```", section("Writing a property"), re.S).group(1)
+    target = tmp_path / "lines.txt"
+    target.write_text("one\n")
+    site = tmp_path / "prop.hy"
+    site.write_text(code + f'''
+(defhost readme.example {{:deploy :local}}
+  (os.linux :amd64)
+  (has-line-count "{target}" 3))
+''')
+    run = lambda: subprocess.run(
+        [sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), "readme",
+         "--detailed-exitcode"], capture_output=True, text=True, timeout=120)
+    first = run()
+    assert first.returncode == 2, first.stdout + first.stderr
+    assert target.read_text() == "one\n\n\n"
+    assert f"{target} has 3 lines ... done" in first.stdout
+    assert run().returncode == 0
+
+
+def test_readme_commands_are_what_ci_runs():
+    ci = (REPO / ".ci" / "run").read_text()
+    test_command = re.search(r"pip install -e '\.\[test\]' && (python3 -m pytest -q)", README)
+    assert test_command, "the README names its test command"
+    assert test_command.group(1) in ci
