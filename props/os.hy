@@ -6,7 +6,11 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 
 (require consfig.property [defprop])
 (import hy.models [Keyword]
-        consfig.host [push-hostattr get-hostattr get-hostname inapplicable])
+        consfig.connection [NO-CHANGE]
+        consfig.engine [apply-propapp unapply-propapp]
+        consfig.errors [PropspecError]
+        consfig.host [push-hostattr get-hostattr get-hostname inapplicable]
+        consfig.property [Propapp propapp-desc propapp-hostattrs])
 
 (setv HIERARCHY {"linux" None
                  "debian" "linux"
@@ -41,22 +45,109 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 (defprop linux :posix [arch]
   "The host runs some Linux on ARCH."
   (:desc f"Linux ({(_name arch)})")
-  (:hostattrs (_declare "linux" arch)))
+  (:hostattrs (_declare "linux" arch))
+  (:unapply NO-CHANGE))
 
 (defprop debian-stable :posix [suite arch]
   "The host runs Debian stable, whose codename is SUITE, on ARCH."
   (:desc f"Debian stable ({suite}, {(_name arch)})")
-  (:hostattrs (_declare "debian-stable" arch :suite suite)))
+  (:hostattrs (_declare "debian-stable" arch :suite suite))
+  (:unapply NO-CHANGE))
 
 (defprop debian-testing :posix [arch]
   "The host runs Debian testing on ARCH."
   (:desc f"Debian testing ({(_name arch)})")
-  (:hostattrs (_declare "debian-testing" arch :suite "testing")))
+  (:hostattrs (_declare "debian-testing" arch :suite "testing"))
+  (:unapply NO-CHANGE))
 
 (defprop debian-unstable :posix [arch]
   "The host runs Debian unstable on ARCH."
   (:desc f"Debian unstable ({(_name arch)})")
-  (:hostattrs (_declare "debian-unstable" arch :suite "unstable")))
+  (:hostattrs (_declare "debian-unstable" arch :suite "unstable"))
+  (:unapply NO-CHANGE))
+
+(defn _cases [kind cases]
+  "CASES, alternating keys and propapps, as a list of pairs."
+  (when (or (% (len cases) 2)
+            (not (all (gfor p (cut cases 1 None 2) (isinstance p Propapp)))))
+    (raise (PropspecError (+ f"os.{kind} takes alternating keys and propapps, "
+                             f"such as :debian (apt.installed \"x\"), not {(hy.repr (list cases))}"))))
+  (list (zip (cut cases 0 None 2) (cut cases 1 None 2))))
+
+(defn _otherwise? [key]
+  (in (_name key) #("t" "otherwise")))
+
+(defn _choose-type [cases]
+  (setv os-value (get-hostattr "os"))
+  (for [[key propapp] (_cases "typecase" cases)]
+    (when (or (_otherwise? key) (isa? os-value key))
+      (return propapp)))
+  None)
+
+(defn _choose-suite [cases]
+  (setv os-value (get-hostattr "os")
+        suite (and os-value (.get os-value "suite")))
+  (for [[key propapp] (_cases "debian-suite-case" cases)]
+    (when (or (and (isinstance key Keyword) (_otherwise? key))
+              (if (isinstance key #(list tuple)) (in suite key) (= suite key)))
+      (return propapp)))
+  None)
+
+(defn _os-description []
+  (setv os-value (get-hostattr "os"))
+  (if os-value
+      (.join " " (gfor k #("type" "suite" "arch") :if (in k os-value) (str (get os-value k))))
+      "undeclared"))
+
+(defn _hostattrs-of [chosen kind]
+  (cond chosen (propapp-hostattrs chosen)
+        (= kind "etypecase")
+        (inapplicable f"the host's OS ({(_os-description)}) matches no case of os.etypecase")))
+
+(defn _desc-of [chosen]
+  (if chosen (propapp-desc chosen) f"no case for this OS ({(_os-description)})"))
+
+(defn _apply-chosen [chosen]
+  (if chosen (apply-propapp chosen) NO-CHANGE))
+
+(defn _unapply-chosen [chosen]
+  (if chosen (unapply-propapp chosen) NO-CHANGE))
+
+(defprop typecase :posix [#* cases]
+  "Apply the propapp of the first of CASES whose OS type the host's OS is:
+CASES alternate an OS type and a propapp,
+
+  (os.typecase :debian-stable (apt.installed \"foo\")
+               :debian (apt.installed \"foo-ng\")
+               :otherwise (cmd.single \"true\"))
+
+An OS that matches no case gets nothing.  Declare the OS earlier in the
+propspec than the typecase."
+  (:desc (_desc-of (_choose-type cases)))
+  (:preprocess (do (_cases "typecase" cases) cases))
+  (:hostattrs (_hostattrs-of (_choose-type cases) "typecase"))
+  (:apply (_apply-chosen (_choose-type cases)))
+  (:unapply (_unapply-chosen (_choose-type cases))))
+
+(defprop etypecase :posix [#* cases]
+  "Like `typecase`, but a host whose OS matches no case is refused when its
+hostattrs are computed, before anything is applied."
+  (:desc (_desc-of (_choose-type cases)))
+  (:preprocess (do (_cases "etypecase" cases) cases))
+  (:hostattrs (_hostattrs-of (_choose-type cases) "etypecase"))
+  (:apply (_apply-chosen (_choose-type cases)))
+  (:unapply (_unapply-chosen (_choose-type cases))))
+
+(defprop debian-suite-case :posix [#* cases]
+  "Apply the propapp of the first of CASES naming the host's Debian suite:
+CASES alternate a suite (a string such as \"bookworm\" or \"unstable\", or a
+list of them, or `:otherwise`) and a propapp.  A suite matching no case gets
+nothing."
+  (:desc (_desc-of (_choose-suite cases)))
+  (:preprocess (do (_cases "debian-suite-case" cases) cases))
+  (:hostattrs (_hostattrs-of (_choose-suite cases) "debian-suite-case"))
+  (:apply (_apply-chosen (_choose-suite cases)))
+  (:unapply (_unapply-chosen (_choose-suite cases))))
 
 (export :objects [HIERARCHY isa? required linux debian-stable debian-testing
-                  debian-unstable])
+                  debian-unstable typecase etypecase debian-suite-case])

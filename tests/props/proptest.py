@@ -2,7 +2,7 @@
 debootstrap, cached as a tarball), deploying a propspec, and looking at
 what happened.
 
-    from proptest import apply_twice, deploy, unapply, in_chroot, this_os
+    from proptest import apply_twice, deploy_propspec, unapply, in_chroot, this_os
 
     def test_motd(chroot_chain, debian_chroot):
         apply_twice(chroot_chain, [this_os(), file.has_content("/etc/motd", "hi\\n")])
@@ -213,6 +213,10 @@ def keep_debs(root, tarball):
 
 HOSTNAME = "test.consfig.invalid"
 
+# The chain for tests that run on this machine, in a temporary directory.
+# (In a Hy call `:local` would be read as a keyword-argument marker.)
+LOCAL = [hy.models.Keyword("local")]
+
 
 def this_os():
     """The OS declaration of this machine, which the test chroot shares."""
@@ -226,7 +230,7 @@ def _propspec(p):
     return eseqprops(*p)
 
 
-def deploy(chain, propspec, *, unapply=False, hostname=HOSTNAME, check=True):
+def deploy_propspec(chain, propspec, *, unapply=False, hostname=HOSTNAME, check=True):
     """Deploy PROPSPEC over CHAIN; return `(outcome, events)`.  With CHECK,
     a failed deployment is an AssertionError carrying the failure messages."""
     events = []
@@ -255,10 +259,10 @@ def apply_twice(chain, propspec, **kw):
     and that applying it again changes nothing.  Return the first run's
     events."""
     expect_change = kw.pop("changes", True)
-    first, events = deploy(chain, propspec, **kw)
+    first, events = deploy_propspec(chain, propspec, **kw)
     if expect_change:
         assert first.status == "changed", f"first run made no change: {statuses(events)}"
-    second, events2 = deploy(chain, propspec, **kw)
+    second, events2 = deploy_propspec(chain, propspec, **kw)
     assert second.status == "no-change", \
         f"second run was not a no-change: {statuses(events2)}"
     return events
@@ -266,9 +270,9 @@ def apply_twice(chain, propspec, **kw):
 
 def unapply(chain, propspec, *, twice=True, **kw):
     """Unapply PROPSPEC; with TWICE, assert unapplying again changes nothing."""
-    first, events = deploy(chain, propspec, unapply=True, **kw)
+    first, events = deploy_propspec(chain, propspec, unapply=True, **kw)
     if twice:
-        second, events2 = deploy(chain, propspec, unapply=True, **kw)
+        second, events2 = deploy_propspec(chain, propspec, unapply=True, **kw)
         assert second.status == "no-change", \
             f"second unapply was not a no-change: {statuses(events2)}"
     return events

@@ -1,0 +1,37 @@
+;; cmd.single
+
+(require consfig *)
+(import consfig *
+        os
+        proptest [LOCAL apply-twice deploy-propspec in-chroot])
+(use-props consfig.props [cmd])
+
+(defn slurp [p] (with [f (open p)] (.read f)))
+
+(defn test-single-always-changes [tmp-path]
+  (setv out (str (/ tmp-path "out")))
+  (for [_ (range 2)]
+    (setv #(o _) (deploy-propspec LOCAL (cmd.single "sh" "-c" "echo x >> \"$1\"" "sh" out)))
+    (assert (= o.status "changed") "a command is a change"))
+  (assert (= (slurp out) "x\nx\n") "ran twice"))
+
+(defn test-single-env-input-cwd [tmp-path]
+  (setv d (/ tmp-path "dir with space"))
+  (os.mkdir d)
+  (deploy-propspec LOCAL (cmd.single "cat > \"$NAME\"" :env {"NAME" "it's $(here)"}
+                                     :input "from stdin\n" :cwd (str d)))
+  (assert (= (slurp (/ d "it's $(here)")) "from stdin\n") "env, input and cwd"))
+
+(defn test-single-creates-makes-it-idempotent [tmp-path]
+  (setv marker (str (/ tmp-path "-made; $(x)")))
+  (apply-twice LOCAL (cmd.single "touch" "--" marker :creates marker))
+  (assert (os.path.exists marker) "created"))
+
+(defn test-single-creates-relative-to-cwd [tmp-path]
+  (apply-twice LOCAL (cmd.single "touch made" :cwd (str tmp-path) :creates "made"))
+  (assert (os.path.exists (/ tmp-path "made")) "relative to cwd"))
+
+(defn test-single-failure-is-reported [tmp-path]
+  (setv #(o events) (deploy-propspec LOCAL (cmd.single "echo oops >&2; exit 3") :check False))
+  (assert (= o.status "failed") "failed")
+  (assert (any (gfor e events (in "oops" (.get e "message" "")))) "with its output"))
