@@ -16,6 +16,40 @@ calls rather than by running `cat`."
   (try (os.killpg proc.pid signal.SIGKILL)
        (except [ProcessLookupError] None)))
 
+;; Children still running, each the leader of a process group of its own.  A
+;; target whose controller has gone away kills them all before it exits
+;; (`kill-running`), so that a dropped deployment leaves nothing behind.
+(setv _running (set))
+
+(defn kill-running []
+  "Kill every command this process started that is still running."
+  (for [proc (list _running)]
+    (_kill-group proc)))
+
+(defclass LocalProcess []
+  "A process started by `start-process`: see `Connection.start-process`."
+  (defn __init__ [self argv]
+    (setv self.popen (subprocess.Popen argv
+                                       :stdin subprocess.PIPE
+                                       :stdout subprocess.PIPE
+                                       :stderr subprocess.PIPE
+                                       :start-new-session True)
+          self.stdin self.popen.stdin
+          self.stdout self.popen.stdout
+          self.stderr self.popen.stderr)
+    (.add _running self.popen))
+
+  (defn wait [self [timeout None]]
+    (try
+      (setv code (.wait self.popen timeout))
+      (.discard _running self.popen)
+      code
+      (except [subprocess.TimeoutExpired] None)))
+
+  (defn kill [self]
+    (_kill-group self.popen)
+    (.discard _running self.popen)))
+
 (defclass LocalConnection [Connection]
   "Run commands as subprocesses and touch files directly, on this machine."
   (setv python? True
@@ -30,6 +64,7 @@ calls rather than by running `cat`."
                                   :stdout subprocess.PIPE
                                   :stderr subprocess.PIPE
                                   :start-new-session True)]
+      (.add _running proc)
       (try
         (setv #(out err) (.communicate proc input timeout))
         (except [subprocess.TimeoutExpired]
@@ -39,8 +74,12 @@ calls rather than by running `cat`."
                                   (.decode err "utf-8" "replace") self.where)))
         (except [BaseException]
           (_kill-group proc)
-          (raise)))
+          (raise))
+        (finally (.discard _running proc)))
       #(proc.returncode out err)))
+
+  (defn start-process [self argv]
+    (LocalProcess argv))
 
   (defn read-file [self path]
     (with [f (open path "rb")] (.read f)))
@@ -91,4 +130,4 @@ calls rather than by running `cat`."
 
 (setv HOP (Hop "local" [] establish))
 
-(export :objects [LocalConnection HOP])
+(export :objects [LocalConnection LocalProcess kill-running HOP])

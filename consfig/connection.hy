@@ -15,7 +15,8 @@ everything after a `:python` hop) overrides them with direct system calls."
         posixpath
         shlex
         hy.models [Keyword]
-        consfig.errors [ChainError CommandFailed CommandTimedOut ConsfigError])
+        consfig.errors [ChainError CommandFailed CommandTimedOut ConnectionFailed
+                                ConsfigError])
 
 (setv NO-CHANGE (Keyword "no-change"))
 
@@ -140,6 +141,26 @@ file gets the mode the umask allows."
     "Copy the controller's file LOCAL-PATH to REMOTE-PATH."
     (with [f (open local-path "rb")]
       (self.write-file remote-path (.read f) :mode mode)))
+
+  (defn start-process [self argv]
+    "Start ARGV (a list of strings, not a shell script) where this
+connection's commands run, and return at once a process object to talk to it
+while it runs, as a `:python` hop must:
+
+  .stdin .stdout .stderr   binary file objects (write and flush; read(n)
+                           blocks until n bytes or end of file)
+  (.wait p timeout)        the exit code, or None if still running after
+                           TIMEOUT seconds
+  (.kill p)                end it (and what it started) now
+
+The process gets no terminal.  Closing its stdin, or the connection dropping,
+must give it end of file on stdin: that is how it learns to stop.  A hop that
+wraps a command (`sudo …`, `ssh host …`) implements this by starting its
+own command line through `(.start-process self.upstream …)`, quoting ARGV
+where a shell will read it; a missing program shows as exit code 127."
+    (raise (ConnectionFailed
+             (+ f"hop :{self.hop-name} cannot start a streaming process ({self.where}), "
+                "which a :python hop after it needs"))))
 
   (defn close [self]
     "Tear the hop down.  Closing an upstream is its owner's business."

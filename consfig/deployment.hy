@@ -10,8 +10,7 @@ and a bare hostname symbol."
         consfig.errors [ConsfigError]
         consfig.host [find-host preprocess-host]
         consfig.property [find-property]
-        consfig.propspec [dotted->name eseqprops-of walk-body]
-        consfig.report [Reporter])
+        consfig.propspec [dotted->name eseqprops-of walk-body])
 
 (defn _chain-for [chain host]
   (when (is chain None)
@@ -39,12 +38,15 @@ propspec's arguments, every :hostattrs — is checked before connecting."
                        (or (any (gfor [name _] parsed (= name "python")))
                            (all (gfor [name _] parsed (= name "local"))))
                        (hy.repr (chain->data parsed)))
+  ;; Imported here, not at the top: a target applying a host after a
+  ;; :python hop imports this module but has no rich, and needs none.
+  (import consfig.report [Reporter])
   (setv reporter (when (is sink None) (Reporter :verbosity verbosity))
         sink (or sink reporter)
         conns (establish-chain parsed))
   (try
     (setv target (get conns -1))
-    (if (hasattr target "apply-remotely")
+    (if (hasattr target "apply_remotely")
         (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity)
         (apply-host prepared target sink :unapply unapply))
     (finally
