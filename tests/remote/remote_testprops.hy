@@ -1,0 +1,36 @@
+"Properties of type :python for the :python hop's tests.  Imported as the
+top-level module `remote_testprops`, as a site's consfig module would be, so
+the hop ships it to the target by its file."
+
+(require consfig.property [defprop])
+(import os
+        signal
+        time
+        consfig.connection [NO-CHANGE])
+
+(defprop python-wrote :python [path text]
+  "PATH holds TEXT, written with open() by the Python on the target."
+  (:desc f"{path} written by Python")
+  (:check (and (os.path.exists path)
+               (= (with [f (open path)] (.read f)) text)))
+  (:apply (with [f (open path "w")] (.write f text))))
+
+(defprop slept :python [seconds]
+  "Nothing changes, slowly: the target sleeps for SECONDS."
+  (:desc f"slept {seconds} s")
+  (:apply (time.sleep seconds) NO-CHANGE))
+
+(defprop raised :python [message]
+  "Always fails: raises a ValueError with MESSAGE."
+  (:desc "a property that raises")
+  (:apply (raise (ValueError message))))
+
+(defprop pid-recorded :python [path]
+  "PATH holds the process id of the Python applying this host."
+  (:desc f"pid recorded in {path}")
+  (:apply (with [f (open path "w")] (.write f (str (os.getpid))))))
+
+(defprop died :python []
+  "The Python applying this host kills itself."
+  (:desc "the target dies")
+  (:apply (os.kill (os.getpid) signal.SIGKILL)))

@@ -1,0 +1,262 @@
+"""The :python hop: a host applied by a Python on the target, events streamed back.
+
+Over [:local :python] (a real child interpreter running from a real bundle
+cache), [:sudo :python] and [:local :python :sudo] here; over the SSH lab in
+test_python_hop_ssh.py.
+"""
+
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import hy
+import pytest
+from hy.models import Keyword
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import remote_testprops as rp  # noqa: E402
+
+import consfig.deployment  # noqa: E402
+import consfig.remote as remote  # noqa: E402
+from consfig.connection import hop_spec  # noqa: E402
+from consfig.errors import ConnectionFailed, ConsfigError  # noqa: E402
+from consfig.host import Host  # noqa: E402
+from consfig.property import find_property  # noqa: E402
+
+deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+seqprops = find_property("consfig.combinators.seqprops")
+has_content = find_property("consfig.props.file.has-content")
+directory_exists = find_property("consfig.props.file.directory-exists")
+single = find_property("consfig.props.cmd.single")
+
+LOCAL_PYTHON = [Keyword("local"), Keyword("python")]
+
+
+def K(name):
+    return Keyword(name)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def bundle_cache(tmp_path_factory):
+    """One bundle cache for the module's tests, so that only the test about
+    first deployments pays for a first deployment."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    path = str(tmp_path_factory.mktemp("cache"))
+    os.environ["XDG_CACHE_HOME"] = path
+    yield path
+    if old is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
+def mixed_host(d):
+    """A host whose propspec mixes :posix and :python properties."""
+    return Host("target.example", seqprops(
+        directory_exists(f"{d}/etc"),
+        has_content(f"{d}/etc/motd", "hello\n"),
+        rp.python_wrote(f"{d}/etc/py", "from Python\n"),
+        single(f"echo ran > {d}/etc/ran", creates=f"{d}/etc/ran")))
+
+
+def no_leftover(marker, within=5):
+    """Whether no process whose command line has MARKER is left, waiting up
+    to WITHIN seconds for those being killed to go."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        r = subprocess.run(["pgrep", "-f", marker], capture_output=True)
+        if r.returncode != 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_local_python_gives_the_same_results_and_events_as_a_local_run(tmp_path, events):
+    remote_dir, local_dir = tmp_path / "r", tmp_path / "l"
+    remote_dir.mkdir()
+    local_dir.mkdir()
+    first = deploy(LOCAL_PYTHON, mixed_host(remote_dir), sink=events)
+    remote_events = [dict(e) for e in events.events]
+    events.events.clear()
+    local = deploy(K("local"), mixed_host(local_dir), sink=events)
+
+    def same(evs, d):
+        return [{k: (v.replace(str(d), "D") if isinstance(v, str) else v) for k, v in e.items()}
+                for e in evs]
+
+    assert first.status == local.status == "changed", (first, local)
+    assert same(remote_events, remote_dir) == same(events.events, local_dir)
+    assert (remote_dir / "etc" / "py").read_text() == "from Python\n"
+    assert (remote_dir / "etc" / "ran").read_text() == "ran\n"
+    events.events.clear()
+    again = deploy(LOCAL_PYTHON, mixed_host(remote_dir), sink=events)
+    assert again.status == "no-change", events.ends()
+
+
+def test_python_property_over_a_posix_chain_is_refused_before_connecting(tmp_path):
+    host = Host("target.example", seqprops(rp.python_wrote(f"{tmp_path}/x", "x")))
+    chain = [[K("ssh"), K("host"), "unreachable.invalid"]]
+    with pytest.raises(ConsfigError) as e:
+        deploy(chain, host, sink=lambda e: None)
+    assert "python-wrote" in str(e.value) and ":python hop" in str(e.value), str(e.value)
+
+
+def test_second_deployment_sends_no_bundle(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    host = mixed_host(tmp_path)
+    before = dict(remote.stats)
+    deploy(LOCAL_PYTHON, host, sink=lambda e: None)
+    assert remote.stats["bundles-sent"] == before["bundles-sent"] + 1
+    sent = remote.stats["bytes-sent"]
+    deploy(LOCAL_PYTHON, host, sink=lambda e: None)
+    assert remote.stats["bundles-sent"] == before["bundles-sent"] + 1, "bundle sent twice"
+    assert remote.stats["bytes-sent"] - sent < 20000, "more than the host was sent"
+    [bundle] = os.listdir(cache / "consfig" / "bundles")
+    for d in [cache / "consfig", cache / "consfig" / "bundles"]:
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, oct(os.stat(d).st_mode)
+    root = cache / "consfig" / "bundles" / bundle
+    assert (root / "remote_testprops.hy").exists(), "the site module was not shipped"
+    assert any(n.startswith("engine.") for n in os.listdir(root / "consfig" / "__pycache__")), \
+        "Hy's bytecode is not cached with the bundle"
+
+
+def test_old_bundles_are_pruned(tmp_path):
+    for i, age in enumerate([10, 5 * 86400, 6 * 86400, 7 * 86400, 8 * 86400]):
+        d = tmp_path / f"b{i}"
+        d.mkdir()
+        os.utime(d, (time.time() - age, time.time() - age))
+    remote.prune_bundles(str(tmp_path), str(tmp_path / "b4"))
+    assert sorted(os.listdir(tmp_path)) == ["b0", "b1", "b4"]
+
+
+def test_events_arrive_while_the_target_is_still_applying(tmp_path):
+    arrivals = []
+    host = Host("target.example", seqprops(has_content(f"{tmp_path}/a", "a\n"), rp.slept(2)))
+    deploy(LOCAL_PYTHON, host, sink=lambda e: arrivals.append((time.monotonic(), e)))
+    done = time.monotonic()
+    first_end = next(t for t, e in arrivals if e["event"] == "end")
+    assert done - first_end > 1.5, f"the first event came only {done - first_end:.2f} s before the end"
+
+
+def test_a_property_raising_on_the_target_is_reported_with_its_message(tmp_path, events):
+    host = Host("target.example", seqprops(rp.raised("boom on the target"),
+                                           has_content(f"{tmp_path}/after", "x")))
+    outcome = deploy(LOCAL_PYTHON, host, sink=events)
+    assert outcome.status == "failed"
+    [failed] = [e for e in events.events if e["event"] == "end" and e["status"] == "failed"]
+    assert failed["message"] == "ValueError: boom on the target", failed
+    assert "Traceback" in failed["traceback"] and "remote_testprops" in failed["traceback"]
+    assert events.status_of(f"{tmp_path}/after has content") == "changed"
+
+
+def test_the_target_dying_ends_the_deployment_with_a_clear_failure(tmp_path, events):
+    host = Host("target.example", seqprops(rp.died(), has_content(f"{tmp_path}/after", "x")))
+    with pytest.raises(ConnectionFailed) as e:
+        deploy(LOCAL_PYTHON, host, sink=events)
+    msg = str(e.value)
+    assert "target.example" in msg and "ended before the deployment finished" in msg, msg
+    assert not (tmp_path / "after").exists()
+
+
+def test_a_dropped_controller_leaves_no_process_on_the_target(tmp_path):
+    marker = f"{tmp_path}/sleeper"
+    host = Host("target.example", seqprops(
+        rp.pid_recorded(f"{tmp_path}/pid"),
+        single(f"exec sleep 300 {marker}")))
+
+    def sink(event):
+        # The controller goes away while the target runs a long command.
+        if event["event"] == "start" and "sleep" in event["desc"]:
+            time.sleep(0.5)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        deploy(LOCAL_PYTHON, host, sink=sink)
+    pid = int((tmp_path / "pid").read_text())
+    assert no_leftover(marker), "the target's command is still running"
+    assert not os.path.exists(f"/proc/{pid}"), "the target Python is still running"
+
+
+def test_no_python_at_the_interpreter_named_is_a_clear_error(tmp_path):
+    chain = [K("local"), [K("python"), K("interpreter"), "/nonexistent/python3"]]
+    with pytest.raises(ConnectionFailed) as e:
+        deploy(chain, mixed_host(tmp_path), sink=lambda e: None)
+    msg = str(e.value)
+    assert "target.example" in msg and "/nonexistent/python3" in msg and "3.9" in msg, msg
+
+
+def test_a_too_old_python_is_a_clear_error_naming_its_version(tmp_path):
+    fake = tmp_path / "python3.6"
+    # A Python that says it is 3.6.9 as it runs the bootstrap.
+    fake.write_text("#!/bin/sh\nexec %s -c \"import sys; sys.version_info = (3, 6, 9, 'final', 0); "
+                    "exec(sys.argv[1])\" \"$4\"\n" % sys.executable)
+    fake.chmod(0o755)
+    chain = [K("local"), [K("python"), K("interpreter"), str(fake)]]
+    with pytest.raises(ConnectionFailed) as e:
+        deploy(chain, mixed_host(tmp_path), sink=lambda e: None)
+    msg = str(e.value)
+    assert "target.example" in msg and "Python 3.6.9" in msg and "3.9 or later" in msg, msg
+
+
+def test_something_that_is_not_python_is_a_clear_error(tmp_path):
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho 'this is not a Python' >&2\nexit 2\n")
+    fake.chmod(0o755)
+    chain = [K("local"), [K("python"), K("interpreter"), str(fake)]]
+    with pytest.raises(ConnectionFailed) as e:
+        deploy(chain, mixed_host(tmp_path), sink=lambda e: None)
+    msg = str(e.value)
+    assert "exited with code 2" in msg and "this is not a Python" in msg, msg
+
+
+def test_a_silent_target_is_given_up_after_the_timeout(tmp_path):
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\nexec sleep 30\n")
+    fake.chmod(0o755)
+    chain = [K("local"), [K("python"), K("interpreter"), str(fake), K("timeout"), 1]]
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailed) as e:
+        deploy(chain, mixed_host(tmp_path), sink=lambda e: None)
+    assert time.monotonic() - started < 10
+    assert "no word from the Python on the target" in str(e.value), str(e.value)
+
+
+def _hop_streams(name):
+    """Whether hop NAME exists and can start a streaming process."""
+    try:
+        hop_spec(name)
+    except ConsfigError:
+        return False
+    import importlib
+    from consfig.connection import Connection
+    mod = importlib.import_module(f"consfig.connections.{name}")
+    return any(isinstance(c, type) and issubclass(c, Connection)
+               and c.start_process is not Connection.start_process
+               for c in vars(mod).values())
+
+
+needs_sudo = pytest.mark.skipif(os.geteuid() != 0 or not _hop_streams("sudo"),
+                                reason="needs root and a :sudo hop that can start a process")
+
+
+@needs_sudo
+def test_sudo_python_gives_the_same_results_as_a_local_run(tmp_path, events):
+    first = deploy([K("sudo"), K("python")], mixed_host(tmp_path), sink=events)
+    assert first.status == "changed", events.ends()
+    events.events.clear()
+    again = deploy([K("sudo"), K("python")], mixed_host(tmp_path), sink=events)
+    assert again.status == "no-change", events.ends()
+
+
+@needs_sudo
+def test_hops_after_python_start_a_further_python_on_the_target(tmp_path, events):
+    host = Host("target.example", seqprops(rp.pid_recorded(f"{tmp_path}/pid")))
+    outcome = deploy([K("local"), K("python"), K("sudo")], host, sink=events)
+    assert outcome.status == "changed", events.ends()
+    assert int((tmp_path / "pid").read_text()) != os.getpid()
