@@ -10,10 +10,13 @@ writing and testing files are built from that here, once, so that every hop
 A connection that runs in a Python process on the target (`:local`, and
 everything after a `:python` hop) overrides them with direct system calls."
 
-(import contextvars
+(import contextlib
+        contextvars
         importlib
+        keyword
         posixpath
         shlex
+        time
         hy.models [Keyword]
         consfig.errors [ChainError CommandFailed CommandTimedOut ConnectionFailed
                                 ConsfigError])
@@ -37,6 +40,21 @@ is an argv whose every element is quoted."
   (cond (isinstance cmd str) cmd
         (and (= (len cmd) 1) (isinstance (get cmd 0) str)) (get cmd 0)
         True (shlex.join (lfor c cmd (str c)))))
+
+;; How much longer than a command's timeout the controller waits for the
+;; target to stop it, before it gives up on the connection itself.
+(setv TIMEOUT-GRACE 10)
+
+(defn _with-timeout [script timeout]
+  ;; The timeout is enforced where the script runs, innermost in the chain:
+  ;; only there can the whole process group be killed, even when it runs as
+  ;; another user (a sudo hop) or in a chroot.  timeout(1) puts the script
+  ;; in a process group of its own and kills all of it; where there is no
+  ;; timeout(1), the controller's wait still ends after the grace period.
+  (setv t (format timeout "g"))
+  (+ "if command -v timeout >/dev/null 2>&1; then "
+     f"exec timeout -k 2 {t} /bin/sh -c {(shlex.quote script)}; fi\n"
+     script))
 
 (defn _decode [b]
   (if (isinstance b bytes) (.decode b "utf-8" "replace") (or b "")))
@@ -72,11 +90,19 @@ is an argv whose every element is quoted."
   (defn run [self cmd * [input None] [env None] [cwd None] [timeout None]
              [check True]]
     "Run CMD (a shell script string, or an argv list) and return a
-`CommandResult`.  Raise `CommandFailed` on a non-zero exit when CHECK."
+`CommandResult`.  Raise `CommandFailed` on a non-zero exit when CHECK, and
+`CommandTimedOut` when it runs for longer than TIMEOUT seconds."
     (setv script (command->script cmd)
           full (self._prefix-script script env cwd)
-          #(code out err) (self._run-script full (_encode input) timeout)
-          result (CommandResult script code (_decode out) (_decode err)))
+          started (time.monotonic))
+    (if (and timeout (not self.python?))
+        (do (setv #(code out err) (self._run-script (_with-timeout full timeout)
+                                                    (_encode input)
+                                                    (+ timeout TIMEOUT-GRACE)))
+            (when (and (in code #(124 137)) (>= (- (time.monotonic) started) timeout))
+              (raise (CommandTimedOut script timeout (_decode out) (_decode err) self.where))))
+        (setv #(code out err) (self._run-script full (_encode input) timeout)))
+    (setv result (CommandResult script code (_decode out) (_decode err)))
     (when (and check (!= code 0))
       (raise (CommandFailed script code result.stdout result.stderr self.where)))
     result)
@@ -289,13 +315,42 @@ A hop that takes the rest of the chain (`:python`) receives it and ends the walk
       (cond
         (= name "local") (continue)
         spec.takes-rest
-        (do (.append conns (spec.establish (get conns -1) (cut chain (+ i 1) None) #** kwargs))
+        (do (.append conns (spec.establish (get conns -1) (cut chain (+ i 1) None)
+                                      #** (_python-kwargs kwargs)))
             (break))
-        True (.append conns (spec.establish (get conns -1) #** kwargs))))
+        True (.append conns (spec.establish (get conns -1) #** (_python-kwargs kwargs)))))
     (except [BaseException]
       (close-chain conns)
       (raise)))
   conns)
+
+(defn _python-kwargs [kwargs]
+  ;; `:strict-host-key-checking` names the parameter `strict_host_key_checking`,
+  ;; and `:from`, a Python keyword, the parameter `from_`.
+  (dfor [k v] (.items kwargs)
+        (if (keyword.iskeyword (hy.mangle k)) (+ (hy.mangle k) "_") (hy.mangle k))
+        v))
+
+(setv chain-cache (contextvars.ContextVar "consfig-chain-cache"))
+
+(defn [contextlib.contextmanager] establishing-for [host]
+  "The context of one deployment of HOST, around establishing its chain and
+applying through it: hops take their defaults from the host (`:ssh` connects
+to its hostname) and a secret a hop asks the user for (a sudo password) is
+asked for once, here and in the deployments nested in this one."
+  (import consfig.host [current-host])
+  (setv host-token (.set current-host host)
+        cache-token (when (is (.get chain-cache None) None) (.set chain-cache {})))
+  (try
+    (yield)
+    (finally
+      (when cache-token (.reset chain-cache cache-token))
+      (.reset current-host host-token))))
+
+(defn deployment-cache []
+  "A dict that lives as long as the outermost deployment being made (a
+fresh one each call outside any)."
+  (or (.get chain-cache None) {}))
 
 (defn close-chain [conns]
   "Close the connections of an established chain, innermost first."
@@ -313,5 +368,5 @@ A hop that takes the rest of the chain (`:python`) receives it and ends the walk
 (export :objects [NO-CHANGE CommandResult Connection Hop connection run run-ok?
                   output read-remote-file write-remote-file remote-exists?
                   change-if-changes-file parse-chain hop-spec chain->data
-                  establish-chain close-chain
+                  establish-chain close-chain establishing-for deployment-cache
                   command->script current-connection])

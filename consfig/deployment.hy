@@ -5,7 +5,8 @@
 and a bare hostname symbol."
 
 (import hy.models [Symbol String]
-        consfig.connection [parse-chain establish-chain close-chain chain->data]
+        consfig.connection [parse-chain establish-chain close-chain chain->data
+                            establishing-for]
         consfig.engine [apply-host check-propspec-fits]
         consfig.errors [ConsfigError]
         consfig.host [find-host preprocess-host]
@@ -42,16 +43,18 @@ propspec's arguments, every :hostattrs — is checked before connecting."
   ;; :python hop imports this module but has no rich, and needs none.
   (import consfig.report [Reporter])
   (setv reporter (when (is sink None) (Reporter :verbosity verbosity))
-        sink (or sink reporter)
-        conns (establish-chain parsed))
-  (try
-    (setv target (get conns -1))
-    (if (hasattr target "apply_remotely")
-        (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity)
-        (apply-host prepared target sink :unapply unapply))
-    (finally
-      (close-chain conns)
-      (when reporter (.close reporter)))))
+        sink (or sink reporter))
+  (setv conns [])
+  (with [_ (establishing-for prepared)]
+    (try
+      (setv conns (establish-chain parsed)
+            target (get conns -1))
+      (if (hasattr target "apply_remotely")
+          (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity)
+          (apply-host prepared target sink :unapply unapply))
+      (finally
+        (close-chain conns)
+        (when reporter (.close reporter))))))
 
 (defn deploy-these* [chain host propspec #** kwargs]
   "Apply just PROPSPEC to HOST over CHAIN (with HOST's hostattrs)."

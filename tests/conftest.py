@@ -1,5 +1,8 @@
 """Collect Hy tests (tests/**/test_*.hy) alongside Python ones."""
 
+import os
+import sys
+
 import hy  # noqa: F401  -- registers the .hy importer
 import pytest
 
@@ -34,3 +37,8 @@ class EventLog:
 @pytest.fixture
 def events():
     return EventLog()
+
+
+# The SSH test lab (a real sshd on loopback), for tests of connection chains.
+sys.path.insert(0, os.path.dirname(__file__))
+from sshlab import sshlab  # noqa: E402,F401

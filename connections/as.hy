@@ -1,0 +1,23 @@
+"The `:as` hop: apply as another user, by whatever means the upstream has.
+
+`[:as :user \"postgres\"]` uses sudo when the upstream user may sudo to USER
+without a password, and su otherwise (which works from root).  Either way
+the script runs with USER's HOME, as `sudo -H` would."
+
+(import consfig.connection [Hop]
+        consfig.connections.sudo [SudoConnection sudo-without-password?]
+        consfig.connections.su [SuConnection su-probe]
+        consfig.errors [ConnectionFailed])
+
+(defn establish [upstream * user]
+  (cond
+    (sudo-without-password? upstream user) (SudoConnection upstream user)
+    (. (su-probe upstream user) ok?) (SuConnection upstream user)
+    True (raise (ConnectionFailed
+                  (+ f"cannot become {user}: sudo -n and su both need a password here.\n"
+                     "  Use [:sudo :user … :from \"user@host\"] to give sudo a password.")
+                  upstream.where))))
+
+(setv HOP (Hop "as" ["user"] establish))
+
+(export :objects [HOP])

@@ -1,0 +1,309 @@
+"The `:ssh` hop: run scripts on another machine over one SSH connection.
+
+`[:ssh :host \"db1\" :user \"deploy\"]` opens one SSH connection, with Fabric
+and paramiko, when the chain is established and runs every script of the
+deployment on its own channel of that connection.  The host defaults to the
+hostname of the host being deployed.  `~/.ssh/config` (or the file `:config`
+names) supplies HostName, Port, User, IdentityFile, ProxyJump, ProxyCommand,
+ConnectTimeout, ServerAliveInterval/CountMax, UserKnownHostsFile and
+StrictHostKeyChecking, as it would for ssh(1); hop arguments win over it.
+
+An `:ssh` hop after another one connects through it (a `direct-tcpip`
+channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
+
+(import base64
+        hashlib
+        os
+        os.path
+        select
+        shlex
+        socket
+        threading
+        time
+        fabric
+        paramiko
+        consfig.connection [Connection Hop]
+        consfig.errors [ChainError CommandTimedOut ConnectionFailed]
+        consfig.host [get-hostname])
+
+(setv DEFAULT-CONNECT-TIMEOUT 30
+      DEFAULT-ALIVE-INTERVAL 15
+      DEFAULT-ALIVE-COUNT 3
+      ;; The remote end stops a command at its timeout (see `Connection.run`);
+      ;; this much later the controller gives up waiting for it too.
+      TIMEOUT-GRACE 10)
+
+(defn _fingerprint [key]
+  (+ "SHA256:" (.decode (.rstrip (base64.b64encode (.digest (hashlib.sha256 (.asbytes key))))
+                                 b"=")
+                        "ascii")))
+
+(defclass _UnknownHostKey [paramiko.SSHException]
+  (defn __init__ [self hostname key]
+    (.__init__ (super) hostname)
+    (setv self.hostname hostname
+          self.key key)))
+
+(defclass _HostKeyPolicy [paramiko.MissingHostKeyPolicy]
+  "What to do with a host key that is not in known_hosts, as
+StrictHostKeyChecking says: refuse it (yes), add it (accept-new) or use it
+this once (no).  A key that differs from the known one is always refused —
+paramiko does that before asking a policy."
+  (defn __init__ [self mode known-hosts-file]
+    (setv self.mode mode
+          self.known-hosts-file known-hosts-file))
+  (defn missing-host-key [self client hostname key]
+    (cond
+      (= self.mode "no") None
+      (and (= self.mode "accept-new") self.known-hosts-file)
+      (do (os.makedirs (os.path.dirname self.known-hosts-file) :mode 0o700 :exist-ok True)
+          (with [f (open self.known-hosts-file "a")]
+            (.write f f"{hostname} {(.get-name key)} {(.get-base64 key)}\n")))
+      True (raise (_UnknownHostKey hostname key)))))
+
+(defn _strictness [hop-value ssh-config]
+  (setv v (if (is hop-value None)
+              (.get ssh-config "stricthostkeychecking" "yes")
+              hop-value))
+  (cond (is v True) "yes"
+        (is v False) "no"
+        (in (.lower (str v)) ["no" "off" "false"]) "no"
+        (= (.lower (str v)) "accept-new") "accept-new"
+        ;; `ask` would need a terminal we may not have: treat it as `yes`.
+        True "yes"))
+
+(defn _known-hosts-files [ssh-config]
+  (setv user (lfor p (.split (.get ssh-config "userknownhostsfile"
+                                   "~/.ssh/known_hosts ~/.ssh/known_hosts2"))
+                   (os.path.expanduser p))
+        global (lfor p (.split (.get ssh-config "globalknownhostsfile"
+                                     "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"))
+                     (os.path.expanduser p)))
+  #(user global))
+
+(defn _parse-jump [spec]
+  "`user@host:port` → #(host user port)."
+  (setv #(user _ hostport) (.rpartition spec "@")
+        #(host port) #(hostport None))
+  (when (and (.count hostport ":") (= (.count hostport ":") 1))
+    (setv #(host port) (.split hostport ":")
+          port (int port)))
+  #(host (or user None) port))
+
+(defclass SSHConnection [Connection]
+  "Scripts run on their own channel of one SSH connection, as
+`exec /bin/sh -c SCRIPT` whatever the user's login shell."
+  (setv hop-name "ssh")
+
+  (defn __init__ [self upstream fabric-conn alias * [jumps None]
+                  [command-timeout None] [alive-interval DEFAULT-ALIVE-INTERVAL]
+                  [alive-count DEFAULT-ALIVE-COUNT] [channel-timeout DEFAULT-CONNECT-TIMEOUT]]
+    (.__init__ (super) upstream)
+    (setv self.fabric fabric-conn
+          self.transport fabric-conn.transport
+          self.alias alias
+          self.jumps (or jumps [])
+          self.command-timeout command-timeout
+          self.alive-interval alive-interval
+          self.alive-count alive-count
+          self.channel-timeout channel-timeout
+          self._probe None
+          self._last-alive (time.monotonic)))
+
+  (defn describe [self] f"ssh:{self.fabric.user}@{self.alias}")
+
+  (defn _lost [self [why None]]
+    (ConnectionFailed (+ "the SSH connection was lost"
+                         (if why f" ({why})" "")
+                         "; what the command had done by then is unknown")
+                      self.where))
+
+  (defn _open-channel [self]
+    (when (not (and self.transport (.is-active self.transport)))
+      (raise (self._lost)))
+    (try
+      (.open-session self.transport :timeout self.channel-timeout)
+      (except [e [paramiko.SSHException EOFError OSError]]
+        (raise (self._lost e) :from e))))
+
+  (defn _alive? [self]
+    "Keepalive, ssh(1)'s ServerAliveInterval: while a command is quiet, ask
+the server every interval whether it is still there; no answer for
+interval × count seconds means the connection is dead, whatever TCP thinks."
+    (setv now (time.monotonic))
+    (when (and self._probe (not (.is-alive self._probe)))
+      (setv self._probe None
+            self._last-alive now))
+    (when (and (is self._probe None) (> (- now self._last-alive) self.alive-interval))
+      (setv self._probe (threading.Thread
+                          :target (fn [] (.global-request self.transport "keepalive@openssh.com"
+                                                          :wait True))
+                          :daemon True))
+      (.start self._probe))
+    (<= (- now self._last-alive) (* self.alive-interval (+ 1 self.alive-count))))
+
+  (defn _run-script [self script input timeout]
+    (when (is timeout None) (setv timeout self.command-timeout))
+    (setv chan (self._open-channel)
+          out []
+          err []
+          deadline (when timeout (+ (time.monotonic) timeout)))
+    (try
+      (.exec-command chan (+ "exec /bin/sh -c " (shlex.quote script)))
+      ;; Input goes in from a thread: a command that writes a lot before it
+      ;; reads everything would otherwise block us both.
+      (setv writer (threading.Thread :target _feed :args #(chan input) :daemon True))
+      (.start writer)
+      (setv self._last-alive (time.monotonic))
+      (while True
+        (setv got False)
+        (while (.recv-ready chan) (.append out (.recv chan 65536)) (setv got True))
+        (while (.recv-stderr-ready chan) (.append err (.recv-stderr chan 65536)) (setv got True))
+        (when got (setv self._last-alive (time.monotonic)))
+        (when (or chan.closed (and chan.eof-received (.exit-status-ready chan)))
+          (break))
+        (when (not (.is-active self.transport))
+          (raise (self._lost)))
+        (when (and deadline (> (time.monotonic) deadline))
+          (raise (CommandTimedOut script timeout
+                                  (.decode (.join b"" out) "utf-8" "replace")
+                                  (.decode (.join b"" err) "utf-8" "replace")
+                                  self.where)))
+        (when (not (self._alive?))
+          (.close self.transport)
+          (raise (self._lost f"no answer from the server for {(* self.alive-interval (+ 1 self.alive-count))} s")))
+        (select.select [chan] [] [] 0.5))
+      (while (.recv-ready chan) (.append out (.recv chan 65536)))
+      (while (.recv-stderr-ready chan) (.append err (.recv-stderr chan 65536)))
+      (when (not (.exit-status-ready chan))
+        (raise (self._lost)))
+      #((.recv-exit-status chan) (.join b"" out) (.join b"" err))
+      (except [e [EOFError OSError paramiko.SSHException]]
+        (raise (self._lost e) :from e))
+      (finally
+        (.close chan))))
+
+  (defn close [self]
+    (.close self.fabric)
+    (for [j (reversed self.jumps)]
+      (.close j))))
+
+(defn _feed [chan data]
+  (try
+    (when data (.sendall chan data))
+    (.shutdown-write chan)
+    (except [Exception] None)))
+
+(defn _connect-error [e alias host port user connect-timeout known-hosts]
+  "A sysadmin's account of why connecting failed."
+  (setv hp f"{host}:{port}"
+        kh (if known-hosts (get known-hosts 0) "~/.ssh/known_hosts"))
+  (cond
+    (isinstance e _UnknownHostKey)
+    (+ f"the host key of {e.hostname} is not known ({(.get-name e.key)} {(_fingerprint e.key)}).\n"
+       f"  If that fingerprint is right, add it to {kh} (ssh-keyscan -p {port} {host} >> {kh}), "
+       "or connect once with ssh(1); or give the hop :strict-host-key-checking \"accept-new\".")
+    (isinstance e paramiko.BadHostKeyException)
+    (+ f"REMOTE HOST KEY CHANGED for {hp}: it offered {(.get-name e.key)} {(_fingerprint e.key)}, "
+       f"but known_hosts has {(_fingerprint e.expected-key)}.\n"
+       "  Someone may be intercepting the connection, or the host was reinstalled.  "
+       f"If you know why it changed, remove the old key: ssh-keygen -R '[{host}]:{port}' -f {kh}")
+    (isinstance e paramiko.AuthenticationException)
+    f"authentication failed for {user}@{hp}: none of the keys or agent identities offered was accepted ({e})"
+    (isinstance e paramiko.ssh-exception.NoValidConnectionsError)
+    f"connection refused by {hp}: is sshd running there, on that port?"
+    (isinstance e socket.gaierror)
+    f"cannot resolve host name {host}: {e.strerror}"
+    (isinstance e #(socket.timeout TimeoutError))
+    f"timed out after {connect-timeout} s connecting to {hp}"
+    (and (isinstance e paramiko.SSHException) (in "banner" (str e)))
+    f"{hp} accepted the connection but sent no SSH greeting within {connect-timeout} s"
+    (isinstance e ConnectionRefusedError)
+    f"connection refused by {hp}"
+    True f"cannot connect to {hp}: {(. (type e) __name__)}: {e}"))
+
+(defn _fabric-config [config]
+  (try
+    (if config
+        (fabric.Config :runtime-ssh-path (os.path.expanduser config))
+        (fabric.Config))
+    (except [e OSError]
+      (raise (ConnectionFailed f"cannot read SSH config {config}: {e.strerror}") :from e))))
+
+(defn connect [upstream * [host None] [user None] [port None] [config None] [identity None]
+               [timeout None] [strict-host-key-checking None] [command-timeout None]]
+  "Open an SSH connection to HOST and return the `SSHConnection`."
+  (setv alias (or host (get-hostname)))
+  (when (not alias)
+    (raise (ChainError ":ssh needs :host when no host is being deployed")))
+  (when (not (or (= upstream.hop-name "local") (isinstance upstream SSHConnection)))
+    (raise (ChainError (+ f":ssh can follow :local or another :ssh hop, not {upstream.where}; "
+                          "put the :ssh hops first in the chain"))))
+  (setv cfg (_fabric-config config)
+        fc (fabric.Connection alias :user user :port (and port (int port)) :config cfg
+                              :gateway False
+                              :connect-timeout (int (or timeout DEFAULT-CONNECT-TIMEOUT)))
+        ssh-config fc.ssh-config
+        connect-timeout fc.connect-timeout
+        #(user-kh global-kh) (_known-hosts-files ssh-config)
+        client fc.client
+        jumps [])
+  (for [f global-kh]
+    (when (os.path.exists f) (.load-system-host-keys client f)))
+  (for [f user-kh]
+    (when (os.path.exists f) (.load-system-host-keys client f)))
+  (.set-missing-host-key-policy
+    client (_HostKeyPolicy (_strictness strict-host-key-checking ssh-config)
+                           (when user-kh (get user-kh 0))))
+  (.update fc.connect-kwargs {"banner_timeout" connect-timeout
+                              "auth_timeout" connect-timeout})
+  (when identity
+    (setv (get fc.connect-kwargs "key_filename")
+          (lfor i (if (isinstance identity str) [identity] identity) (os.path.expanduser i))))
+  (when (= (.lower (.get ssh-config "identitiesonly" "no")) "yes")
+    (setv (get fc.connect-kwargs "allow_agent") False
+          (get fc.connect-kwargs "look_for_keys") False))
+  (try
+    (setv via (cond
+                (isinstance upstream SSHConnection) upstream
+                (and (in "proxyjump" ssh-config)
+                     (!= (.lower (get ssh-config "proxyjump")) "none"))
+                (do (for [j (.split (get ssh-config "proxyjump") ",")]
+                      (setv #(jh ju jp) (_parse-jump (.strip j)))
+                      (.append jumps (connect (if jumps (get jumps -1) upstream)
+                                              :host jh :user ju :port jp :config config
+                                              :timeout timeout
+                                              :strict-host-key-checking strict-host-key-checking)))
+                    (get jumps -1))
+                True None))
+    (cond
+      via
+      (setv (get fc.connect-kwargs "sock")
+            (.open-channel via.transport "direct-tcpip" #(fc.host fc.port) #("" 0)
+                           :timeout connect-timeout))
+      (and (in "proxycommand" ssh-config)
+           (!= (.lower (get ssh-config "proxycommand")) "none"))
+      (setv (get fc.connect-kwargs "sock") (paramiko.ProxyCommand (get ssh-config "proxycommand"))))
+    (.open fc)
+    (except [e Exception]
+      (.close fc)
+      (for [j (reversed jumps)] (.close j))
+      (when (isinstance e #(ConnectionFailed ChainError)) (raise))
+      (raise (ConnectionFailed (+ f"ssh {alias}: "
+                                  (_connect-error e alias fc.host fc.port fc.user connect-timeout user-kh))
+                               upstream.where)
+             :from e)))
+  (setv interval (int (.get ssh-config "serveraliveinterval" 0)))
+  (.set-keepalive fc.transport (or interval DEFAULT-ALIVE-INTERVAL))
+  (SSHConnection upstream fc alias
+                 :jumps jumps
+                 :command-timeout command-timeout
+                 :alive-interval (or interval DEFAULT-ALIVE-INTERVAL)
+                 :alive-count (int (.get ssh-config "serveralivecountmax" DEFAULT-ALIVE-COUNT))
+                 :channel-timeout connect-timeout))
+
+(setv HOP (Hop "ssh" ["host" "user" "port" "config" "identity" "timeout"
+                      "strict-host-key-checking" "command-timeout"]
+               connect))
+
+(export :objects [SSHConnection HOP connect])

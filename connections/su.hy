@@ -1,0 +1,49 @@
+"The `:su` hop: run scripts as another user with su(1).
+
+`[:su :to \"postgres\"]` runs each script as `su -s /bin/sh -c SCRIPT -- USER`
+on the upstream connection.  su asks for passwords on a terminal, which a
+deployment has not got, so this hop is for switching user from root (or
+wherever PAM lets su through without a password); for a password, use
+`[:sudo :from …]`.  As with `sudo -H`, HOME (and USER, LOGNAME, SHELL) are
+the target user's and the working directory is unchanged."
+
+(import shlex
+        consfig.connection [Connection Hop]
+        consfig.errors [ConnectionFailed])
+
+(setv PROBE-TIMEOUT 60)
+
+(defn _su-argv [user script]
+  ["su" "-s" "/bin/sh" "-c" script "--" user])
+
+(defclass SuConnection [Connection]
+  "Scripts run as `su -s /bin/sh -c SCRIPT -- USER` on the upstream."
+  (setv hop-name "su")
+
+  (defn __init__ [self upstream user]
+    (.__init__ (super) upstream)
+    (setv self.user user))
+
+  (defn describe [self] f"su:{self.user}")
+
+  (defn _run-script [self script input timeout]
+    (._run-script self.upstream (shlex.join (_su-argv self.user script)) input timeout)))
+
+(defn su-probe [upstream user]
+  "The result of su'ing to USER to do nothing.  su gets an empty standard
+input, so that a password prompt fails at once instead of waiting."
+  (.run upstream (shlex.join (_su-argv user ":")) :check False :timeout PROBE-TIMEOUT))
+
+(defn establish [upstream * [to "root"]]
+  (setv r (su-probe upstream to))
+  (when (not r.ok?)
+    (raise (ConnectionFailed
+             (+ f"su to {to} failed: " (or (.strip (+ r.stderr r.stdout)) f"exit code {r.exit-code}")
+                "\n  consfig can su only where no password is needed (from root); "
+                "for a password use [:sudo :user … :from \"user@host\"].")
+             upstream.where)))
+  (SuConnection upstream to))
+
+(setv HOP (Hop "su" ["to"] establish))
+
+(export :objects [SuConnection HOP su-probe])

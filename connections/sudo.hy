@@ -1,0 +1,138 @@
+"The `:sudo` hop: run scripts as another user (root by default) with sudo.
+
+`:sudo`, `[:sudo :user \"postgres\"]`: sudo must let the upstream user run
+commands as USER without a password (NOPASSWD), and `sudo -n` is used.
+
+`[:sudo :from \"deploy@db1\"]`: USER may need a password, that of deploy on
+db1.  It comes from the first of `password-sources` that knows it — the
+place where prerequisite data will plug in — or else is asked for once on
+the controller's terminal, and kept for the rest of the deployment.
+
+How the password travels.  It must never be on a command line (`ps` shows
+those to every user), in the environment (root can read it in /proc, and it
+is inherited), in a file, or in any output.  So it goes where sudo -S reads
+it: the first line of standard input, followed by a random marker line and
+then the script's own input.  sudo reads its password one byte at a time,
+so it takes exactly that first line and leaves the rest to the command.
+The command is a small shell loop that reads and discards lines up to the
+marker and then runs the script with what remains.  The marker is what
+makes this safe whether or not sudo asked: when it did not (credentials it
+had cached), the discarded line is the password, which thus never reaches
+the script."
+
+(import getpass
+        os
+        secrets
+        shlex
+        consfig.connection [Connection Hop deployment-cache]
+        consfig.errors [ConnectionFailed])
+
+(setv PROBE-TIMEOUT 60)
+
+;; Each is called with the `:from` designator (\"user@host\") and returns the
+;; password, or None when it does not know it.
+(setv password-sources [])
+
+(defn _ask [designator where]
+  ;; getpass would fall back to reading standard input, with a warning, when
+  ;; there is no terminal; a deployment from cron must fail instead.
+  (try
+    (.close (open "/dev/tty"))
+    (except [OSError]
+      (raise (ConnectionFailed (+ f"sudo needs the password of {designator}, no password source "
+                                  "knows it and there is no terminal to ask for it on")
+                               where))))
+  (getpass.getpass f"[consfig] sudo password for {designator} ({where}): "))
+
+(defn sudo-password [designator where]
+  "The password of DESIGNATOR (\"user@host\"): from `password-sources`, else
+asked for on the terminal; once per deployment."
+  (setv cache (deployment-cache)
+        key #("sudo-password" designator))
+  (when (not-in key cache)
+    (setv password None)
+    (for [source password-sources]
+      (setv password (source designator))
+      (when (is-not password None) (break)))
+    (when (is password None)
+      (setv password (_ask designator where)))
+    (when (in "\n" password)
+      (raise (ConnectionFailed f"the sudo password of {designator} contains a newline, which sudo cannot read"
+                               where)))
+    (setv (get cache key) password))
+  (get cache key))
+
+(defn forget-sudo-password [designator]
+  (.pop (deployment-cache) #("sudo-password" designator) None))
+
+;; Reads standard input up to the marker line ($1), then runs the script ($2)
+;; on what follows.
+(setv _SKIP-TO-MARKER
+      "while IFS= read -r l; do [ \"$l\" = \"$1\" ] && exec /bin/sh -c \"$2\"; done; exit 125")
+
+(defclass SudoConnection [Connection]
+  "Scripts run as `sudo -H -u USER -- /bin/sh -c SCRIPT` on the upstream."
+  (setv hop-name "sudo")
+
+  (defn __init__ [self upstream user [password None]]
+    (.__init__ (super) upstream)
+    (setv self.user user
+          self._password password))
+
+  (defn describe [self]
+    (if (= self.user "root") "sudo" f"sudo:{self.user}"))
+
+  (defn __repr__ [self] f"<SudoConnection {self.where}>")
+
+  (defn _run-script [self script input timeout]
+    (if (is self._password None)
+        (._run-script self.upstream
+                      (shlex.join ["sudo" "-n" "-H" "-u" self.user "--" "/bin/sh" "-c" script])
+                      input timeout)
+        (do (setv marker (+ "consfig-" (secrets.token-hex 16)))
+            (._run-script self.upstream
+                          (shlex.join ["sudo" "-S" "-p" "" "-H" "-u" self.user "--"
+                                       "/bin/sh" "-c" _SKIP-TO-MARKER "sh" marker script])
+                          (+ (.encode f"{self._password}\n{marker}\n") (or input b""))
+                          timeout)))))
+
+(defn _probe [upstream argv [input None]]
+  (.run upstream (shlex.join argv) :input input :check False :timeout PROBE-TIMEOUT))
+
+(defn sudo-without-password? [upstream user]
+  "Whether the upstream user may sudo to USER with no password at all.
+`-k` ignores credentials sudo has cached, which would run out mid-deployment."
+  (. (_probe upstream ["sudo" "-n" "-k" "-u" user "--" "/bin/sh" "-c" ":"]) ok?))
+
+(defn _check-password [upstream user password designator]
+  (setv r (_probe upstream ["sudo" "-S" "-k" "-p" "" "-u" user "--" "/bin/sh" "-c" ":"]
+                  (.encode f"{password}\n")))
+  (when (not r.ok?)
+    (forget-sudo-password designator)
+    (setv said (.strip (+ r.stderr r.stdout)))
+    (raise (ConnectionFailed
+             (if (or (in "incorrect password" said) (in "try again" said))
+                 f"wrong sudo password for {designator} (sudo to {user} refused it)"
+                 f"sudo to {user} failed: {(or said (+ "exit code " (str r.exit-code)))}")
+             upstream.where))))
+
+(defn establish [upstream * [user "root"] [from_ None]]
+  (when (not (. (_probe upstream ["sh" "-c" "command -v sudo"]) ok?))
+    (raise (ConnectionFailed "there is no sudo here" upstream.where)))
+  (cond
+    (sudo-without-password? upstream user) (SudoConnection upstream user)
+    from_ (do (setv password (sudo-password from_ upstream.where))
+              (_check-password upstream user password from_)
+              (SudoConnection upstream user password))
+    True (do (setv r (_probe upstream ["sudo" "-n" "-u" user "--" "/bin/sh" "-c" ":"]))
+             (raise (ConnectionFailed
+                      (+ f"sudo to {user} needs a password here: "
+                         (or (.strip r.stderr) "sudo -n refused")
+                         "\n  Give the hop :from \"user@host\" to say whose password, e.g. "
+                         "[:sudo :from \"deploy@db1\"], or allow NOPASSWD in sudoers.")
+                      upstream.where)))))
+
+(setv HOP (Hop "sudo" ["user" "from"] establish))
+
+(export :objects [SudoConnection HOP password-sources sudo-password
+                  forget-sudo-password sudo-without-password?])

@@ -1,0 +1,241 @@
+"""A real OpenSSH server on a loopback port, for connection tests.
+
+``sshlab`` (session scope) is a `Lab`: an sshd with a generated host key, two
+test users who log in with a generated client key — ``lab.user`` has
+passwordless sudo, ``lab.pwuser`` needs ``lab.password`` for sudo — and an
+``ssh_config`` (``lab.config``) in which
+
+    lab        logs in as lab.user
+    lab-pw     logs in as lab.pwuser
+    lab-jump   logs in as lab.user through lab (ProxyJump)
+
+and whose known_hosts holds the server's key.  ``lab.start_sshd()`` starts
+another server with the same keys (for tests that kill one).  Users, their
+homes and sudoers.d files are removed at the end of the session.  The
+fixture skips, saying why, only when sshd cannot run here (not root, no
+sshd, no sudo).
+"""
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+SSHD = "/usr/sbin/sshd"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(*argv, **kw):
+    return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60, **kw)
+
+
+def _wait_listening(port, proc, log, deadline=10):
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sshd exited with {proc.returncode}: {open(log).read()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                if s.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"sshd did not listen on {port}: {open(log).read()}")
+
+
+class Sshd:
+    """One running sshd; `kill` ends it and every session it serves."""
+
+    def __init__(self, config, port, log):
+        self.port = port
+        self.log = log
+        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", config, "-p", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
+                                     start_new_session=True)
+        _wait_listening(port, self.proc, log)
+
+    def session_pids(self):
+        """The sshd processes serving connections to this server (its
+        children, and theirs)."""
+        pids, frontier = [], [self.proc.pid]
+        while frontier:
+            parent = frontier.pop()
+            try:
+                children = open(f"/proc/{parent}/task/{parent}/children").read().split()
+            except OSError:
+                continue
+            pids += [int(c) for c in children]
+            frontier += [int(c) for c in children]
+        return pids
+
+    def kill(self, sig=signal.SIGKILL):
+        for pid in [self.proc.pid] + self.session_pids():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        if sig == signal.SIGKILL:
+            self.proc.wait(timeout=10)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.kill(signal.SIGCONT)
+            self.kill()
+
+
+class Lab:
+    def __init__(self, root):
+        self.root = root
+        tag = f"{os.getpid() % 100000}"
+        self.user = f"cfglab{tag}a"
+        self.pwuser = f"cfglab{tag}b"
+        self.password = f"pw-{os.urandom(6).hex()}-secret"
+        self.users = []
+        self.sudoers = []
+        self.servers = []
+        self.host_key = os.path.join(root, "ssh_host_ed25519_key")
+        self.client_key = os.path.join(root, "id_ed25519")
+        self.other_key = os.path.join(root, "id_other")
+        self.known_hosts = os.path.join(root, "known_hosts")
+        self.sshd_config = os.path.join(root, "sshd_config")
+        self.config = os.path.join(root, "ssh_config")
+        self.log = os.path.join(root, "sshd.log")
+
+    def setup(self):
+        for key in [self.host_key, self.client_key, self.other_key]:
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "consfig-lab", "-f", key)
+        keys_dir = os.path.join(self.root, "authorized_keys")
+        os.mkdir(keys_dir)
+        for user, password in [(self.user, None), (self.pwuser, self.password)]:
+            _run("useradd", "--create-home", "--shell", "/bin/bash", user)
+            self.users.append(user)
+            # A locked account ("!" in shadow) may not log in even with a key.
+            if password:
+                _run("chpasswd", input=f"{user}:{password}\n")
+            else:
+                _run("usermod", "-p", "*", user)
+            shutil.copy(self.client_key + ".pub", os.path.join(keys_dir, user))
+        self._sudoers(self.user, f"{self.user} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+        self._sudoers(self.pwuser, f"{self.pwuser} ALL=(ALL:ALL) ALL\n")
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        with open(self.sshd_config, "w") as f:
+            f.write(f"""ListenAddress 127.0.0.1
+HostKey {self.host_key}
+PidFile none
+AuthorizedKeysFile {keys_dir}/%u
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+AllowUsers {self.user} {self.pwuser}
+AllowTcpForwarding yes
+MaxSessions 50
+MaxStartups 50
+LogLevel VERBOSE
+""")
+        _run(SSHD, "-t", "-f", self.sshd_config)
+        self.server = self.start_sshd()
+        self.port = self.server.port
+        host_pub = open(self.host_key + ".pub").read().split()
+        with open(self.known_hosts, "w") as f:
+            f.write(f"[127.0.0.1]:{self.port} {host_pub[0]} {host_pub[1]}\n")
+        self.write_config(self.config, self.port)
+
+    def write_config(self, path, port, known_hosts=None, identity=None):
+        """An ssh_config for a server of this lab on PORT."""
+        with open(path, "w") as f:
+            f.write(f"""Host lab-pw
+    User {self.pwuser}
+Host lab-jump
+    ProxyJump lab
+Host lab lab-*
+    HostName 127.0.0.1
+    Port {port}
+    User {self.user}
+    IdentityFile {identity or self.client_key}
+    IdentitiesOnly yes
+    UserKnownHostsFile {known_hosts or self.known_hosts}
+    ConnectTimeout 5
+    ServerAliveInterval 1
+    ServerAliveCountMax 2
+""")
+        return path
+
+    def start_sshd(self):
+        server = Sshd(self.sshd_config, free_port(), self.log)
+        self.servers.append(server)
+        return server
+
+    def _sudoers(self, name, text):
+        path = f"/etc/sudoers.d/consfig-lab-{name}"
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o440)
+        self.sudoers.append(path)
+
+    def home(self, user):
+        return pwd.getpwnam(user).pw_dir
+
+    def teardown(self):
+        for server in self.servers:
+            server.stop()
+        for path in self.sudoers:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        for user in self.users:
+            _kill_processes_of(pwd.getpwnam(user).pw_uid)
+            subprocess.run(["userdel", "--remove", user], capture_output=True, timeout=60)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _kill_processes_of(uid):
+    """Kill, by pid, what the tests left running as a lab user."""
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    os.kill(int(pid), signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+
+
+def _why_no_lab():
+    if os.geteuid() != 0:
+        return "the SSH lab needs root (to add users and sudoers rules)"
+    for tool in [SSHD, "ssh-keygen", "sudo", "useradd"]:
+        if not shutil.which(tool):
+            return f"the SSH lab needs {tool}, which is not installed"
+    return None
+
+
+@pytest.fixture(scope="session")
+def sshlab():
+    why = _why_no_lab()
+    if why:
+        pytest.skip(why)
+    # Not under pytest's private temporary directory: sshd reads a user's
+    # authorized keys as that user, who must be able to reach them.
+    root = tempfile.mkdtemp(prefix="consfig-sshlab-")
+    os.chmod(root, 0o755)
+    lab = Lab(root)
+    try:
+        lab.setup()
+    except (RuntimeError, subprocess.SubprocessError, OSError) as e:
+        lab.teardown()
+        pytest.skip(f"sshd cannot run here: {e}")
+    yield lab
+    lab.teardown()
