@@ -1,0 +1,83 @@
+"Applying expensive properties now and then rather than every time."
+
+(require consfig.property [defprop])
+(import posixpath
+        re
+        hy.models [Keyword]
+        consfig.connection [NO-CHANGE run output remote-exists?]
+        consfig.engine [apply-sequence]
+        consfig.errors [PropspecError])
+
+(setv PERIODS {"hourly" 3600
+               "daily" 86400
+               "weekly" (* 7 86400)
+               "monthly" (* 30 86400)
+               "yearly" (round (* 365.25 86400))})
+
+(defn _period-name [period]
+  (if (isinstance period Keyword) period.name period))
+
+(defn _check-period [period]
+  (setv p (_period-name period))
+  (when (not (or (in p PERIODS) (= p "each-reboot")
+                 (and (isinstance p int) (not (isinstance p bool)) (> p 0))))
+    (raise (PropspecError (+ f"periodic.at-most: unknown period {(hy.repr period)}; use "
+                             ":each-reboot :hourly :daily :weekly :monthly :yearly "
+                             "or a number of seconds")))))
+
+(defn flag-file [desc]
+  "The flag file that records when the propapps described by DESC were last
+applied, in the connecting user's cache on the target."
+  (setv name (re.sub r"[^A-Za-z0-9_.-]" "_" desc))
+  (+ (.rstrip (output "printf '%s' \"${XDG_CACHE_HOME:-$HOME/.cache}\"") "/")
+     "/consfig/at-most/" name))
+
+(defn fresh? [period desc]
+  "Whether the propapps described by DESC were applied within PERIOD."
+  (setv flag (flag-file desc)
+        #(mtime now boot) (_times-of flag)
+        p (_period-name period))
+  (cond (is mtime None) False
+        (= p "each-reboot") (> mtime boot)
+        True (< now (+ mtime (if (isinstance p int) p (get PERIODS p))))))
+
+(defn _times-of [flag]
+  (setv r (run ["sh" "-c" (+ "stat -c %Y -- \"$1\" 2>/dev/null || echo none; date +%s; "
+                             "sed -n 's/^btime //p' /proc/stat 2>/dev/null")
+                "sh" flag]
+               :check False)
+        fields (+ (.split r.stdout) ["0" "0"]))
+  #((if (= (get fields 0) "none") None (int (get fields 0)))
+    (int (get fields 1))
+    (int (get fields 2))))
+
+(defprop at-most :posix [period desc #* propapps]
+  "Apply PROPAPPS (in order, stopping at the first failure) at most once
+every PERIOD: `:each-reboot`, `:hourly`, `:daily`, `:weekly`, `:monthly` (30
+days), `:yearly` or a number of seconds.  For properties that are expensive to
+apply and need not be applied every time; not for running things at set
+times (use `cron`).
+
+A flag file named after DESC, in the cache of the user applying it on the
+target, records the last successful application; DESC must be unique among
+the host's uses of `at-most`.  A failed application is tried again next time.
+Unapplying unapplies PROPAPPS and removes the flag."
+  (:desc desc)
+  (:preprocess (do (_check-period period) [period desc #* propapps]))
+  ;; No :check: a stale flag must not keep PROPAPPS from being unapplied.
+  (:apply
+    (when (fresh? period desc)
+      (return NO-CHANGE))
+    (setv result (apply-sequence propapps)
+          flag (flag-file desc))
+    (run "mkdir" "-p" "-m" "700" "--" (posixpath.dirname flag))
+    (run "touch" "--" flag)
+    result)
+  (:unapply
+    (setv result (apply-sequence propapps :unapply True)
+          flag (flag-file desc))
+    (if (remote-exists? flag)
+        (do (run "rm" "-f" "--" flag) :changed)
+        result)))
+
+(export :objects [PERIODS flag-file fresh? at-most])
