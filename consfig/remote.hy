@@ -62,7 +62,8 @@ B=os.path.join(C,'consfig','bundles');D=os.path.join(B,H)
 os.makedirs(B,0o700,True)
 for d in(os.path.dirname(B),B):os.chmod(d,0o700)
 N=not os.path.isdir(D)
-j=json.dumps({'op':'hello','protocol':1,'python':list(V[:3]),'executable':sys.executable,'have':not N}).encode()
+import importlib.util as I
+j=json.dumps({'op':'hello','protocol':1,'python':list(V[:3]),'executable':sys.executable,'have':not N,'tag':sys.implementation.cache_tag,'magic':I.MAGIC_NUMBER.hex()}).encode()
 W.write(struct.pack('>II',len(j),0)+j);W.flush();P=[]
 if N:
  while 1:
@@ -159,16 +160,87 @@ that names them."
   (defn archive [self]
     "The bundle as a gzipped tar, made once."
     (when (is self._archive None)
-      (setv buf (io.BytesIO))
-      (with [tar (tarfile.open :fileobj buf :mode "w:gz" :compresslevel 6)]
-        (for [rel (sorted self.files)]
-          (setv info (.gettarinfo tar (get self.files rel) rel))
-          ;; Whoever unpacks it owns it; as root, tarfile would chown to these.
-          (setv info.uid 0 info.gid 0 info.uname "" info.gname "" info.mode 0o600)
-          (with [f (open (get self.files rel) "rb")]
-            (.addfile tar info f))))
-      (setv self._archive (.getvalue buf)))
+      (setv self._archive (_tar self.files)))
     self._archive))
+
+;; Compiling hy and consfig takes a second or two; a controller whose Python
+;; makes the same bytecode as the target's sends it compiled, from a cache
+;; of its own, so that a target's first deployment is not much slower than
+;; the next ones.  What it compiles is exactly the bundle's files, unpacked
+;; with their timestamps, so the target's Python finds the bytecode current.
+(setv _COMPILE (.strip "
+import os,sys,importlib.machinery as M
+sys.dont_write_bytecode=False
+r=sys.argv[1];W=set(sys.argv[2:]);sys.path.insert(0,r)
+import hy
+for d,ds,fs in os.walk(r):
+ ds.sort()
+ for f in sorted(fs):
+  if f.endswith(('.py','.hy')):
+   p=os.path.join(d,f);n=os.path.relpath(p,r)[:-3].replace(os.sep,'.')
+   if n.endswith('__init__'):n=n[:-9]
+   if n in W:
+    try:M.SourceFileLoader(n,p).get_code(n)
+    except Exception as e:sys.stderr.write('%s: %s\\n'%(n,e))
+"))
+
+(defn _bytecode-matches? [hello]
+  (import importlib.util)
+  (and (= (.get hello "tag") sys.implementation.cache-tag)
+       (= (.get hello "magic") (.hex importlib.util.MAGIC-NUMBER))))
+
+(defn compiled-archive [bundle]
+  "BUNDLE as a gzipped tar with this Python's bytecode beside the sources,
+from the controller's cache, made there the first time; None if compiling
+failed (the target then compiles for itself)."
+  (setv directory (os.path.join (os.path.dirname (cache-directory)) "compiled")
+        path (os.path.join directory f"{bundle.hash}-{sys.implementation.cache-tag}.tar.gz"))
+  (when (os.path.exists path)
+    (os.utime path)
+    (with [f (open path "rb")] (return (.read f))))
+  (import subprocess tempfile)
+  (os.makedirs directory 0o700 :exist-ok True)
+  (setv scratch (tempfile.mkdtemp :prefix "consfig-compile-"))
+  (try
+    (setv root (os.path.join scratch "b"))
+    (with [tar (tarfile.open :fileobj (io.BytesIO (.archive bundle)))]
+      (.extractall tar root))
+    ;; Only what this controller has imported: the rest of the property
+    ;; library is compiled by a target that uses it, when it does.
+    (setv r (subprocess.run [sys.executable "-E" "-S" "-c" _COMPILE root
+                             #* (sorted (gfor n (_module-names bundle.files)
+                                              :if (in n sys.modules) n))]
+                            :capture-output True :timeout 300))
+    (when (!= r.returncode 0) (return None))
+    (setv files {})
+    (for [[d dirs names] (os.walk root)]
+      (for [n names]
+        (setv (get files (os.path.relpath (os.path.join d n) root)) (os.path.join d n))))
+    (setv data (_tar files))
+    (setv tmp (+ path f".tmp{(os.getpid)}"))
+    (with [f (open tmp "wb")] (.write f data))
+    (os.replace tmp path)
+    (prune-bundles directory path :keep-newest 6 :min-age 0)
+    data
+    (except [e [OSError subprocess.SubprocessError tarfile.TarError]]
+      None)
+    (finally (shutil.rmtree scratch True))))
+
+(defn _module-names [files]
+  (gfor rel files
+        :setv n (.replace (get (os.path.splitext rel) 0) "/" ".")
+        (if (.endswith n ".__init__") (cut n 0 -9) n)))
+
+(defn _tar [files]
+  (setv buf (io.BytesIO))
+  (with [tar (tarfile.open :fileobj buf :mode "w:gz" :compresslevel 6)]
+    (for [rel (sorted files)]
+      (setv info (.gettarinfo tar (get files rel) rel))
+      ;; Whoever unpacks it owns it; as root, tarfile would chown to these.
+      (setv info.uid 0 info.gid 0 info.uname "" info.gname "" info.mode 0o600)
+      (with [f (open (get files rel) "rb")]
+        (.addfile tar info f))))
+  (.getvalue buf))
 
 (defn _source? [name]
   (or (.endswith name ".py") (.endswith name ".hy")))
@@ -282,12 +354,14 @@ deployment may be running from it)."
   (setv now (time.time)
         entries [])
   (for [e (os.scandir directory)]
-    (when (and (.is-dir e :follow-symlinks False) (!= e.path keep))
+    (when (!= e.path keep)
       (.append entries #((. (.stat e :follow-symlinks False) st_mtime) e.path))))
   (for [[i [mtime path]] (enumerate (sorted entries :reverse True))]
     (setv tmp? (in ".tmp" (os.path.basename path)))
     (when (and (or tmp? (>= i (- keep-newest 1))) (> (- now mtime) min-age))
-      (shutil.rmtree path True))))
+      (if (os.path.isdir path)
+          (shutil.rmtree path True)
+          (try (os.unlink path) (except [OSError] None))))))
 
 ;; Counters, for tests and the benchmark: what this controller sent.
 (setv stats {"sessions" 0 "bundles-sent" 0 "bundle-bytes" 0 "bytes-sent" 0})
@@ -529,7 +603,8 @@ target may stay silent before the deployment is given up."
       (raise (ConnectionFailed (+ f"{name}: the target ({where}) speaks consfig protocol "
                                   f"{(.get hello "protocol")}, this controller {PROTOCOL}"))))
     (when (not (get hello "have"))
-      (setv data (.archive bundle))
+      (setv data (or (and (_bytecode-matches? hello) (compiled-archive bundle))
+                     (.archive bundle)))
       (.send session {"op" "bundle" "hash" bundle.hash} data)
       (+= (get stats "bundles-sent") 1)
       (+= (get stats "bundle-bytes") (len data)))
