@@ -1,0 +1,314 @@
+"Debian packages, through apt and dpkg.
+
+Everything runs non-interactively (DEBIAN_FRONTEND=noninteractive, existing
+configuration files kept, dpkg's lock waited for with a timeout).  Whether
+packages are installed is asked of dpkg once per connection and remembered
+(in the connection's attributes) until an apt or dpkg command run here
+changes it, so that a host with a hundred `apt.installed` properties runs
+`dpkg-query` once, not a hundred times."
+
+(require consfig.property [defprop]
+         consfig.propspec [defproplist])
+(import re
+        consfig.connection [NO-CHANGE connection change-if-changes-file
+                            read-remote-file remote-exists? run run-ok?]
+        consfig.engine [inform]
+        consfig.errors [CommandFailed FailedChange]
+        consfig.host [push-hostattr get-hostattr get-hostattrs]
+        consfig.props.file [update-file]
+        consfig.props.os [required isa?]
+        consfig.props.service :as service)
+
+(setv ENV {"DEBIAN_FRONTEND" "noninteractive"
+           "APT_LISTCHANGES_FRONTEND" "none"
+           "NEEDRESTART_MODE" "l"})
+
+(setv APT-OPTIONS ["-y" "-q"
+                   "-o" "Dpkg::Options::=--force-confdef"
+                   "-o" "Dpkg::Options::=--force-confold"
+                   "-o" "DPkg::Lock::Timeout=300"])
+
+;; Long enough for a dist-upgrade over a slow mirror; short of forever.
+(setv APT-TIMEOUT 3600)
+
+(setv DPKG-STATUS "/var/lib/dpkg/status"
+      DEFAULT-MIRROR "http://deb.debian.org/debian"
+      SECURITY-MIRROR "http://deb.debian.org/debian-security"
+      KEYRING "/usr/share/keyrings/debian-archive-keyring.gpg")
+
+(defn _flatten [xs]
+  (setv out [])
+  (for [x xs]
+    (if (isinstance x #(list tuple)) (.extend out (_flatten x)) (.append out (str x))))
+  out)
+
+(defn installed-packages []
+  "The names of the packages installed on the target (with and without
+`:arch`), asked of dpkg once per connection."
+  (setv attrs (. (connection) _attrs))
+  (when (not-in "apt.installed" attrs)
+    (setv out (. (run "dpkg-query" "-W" "-f" "${Package} ${binary:Package} ${db:Status-Abbrev}\\n"
+                      :timeout 300)
+                 stdout)
+          names (set))
+    (for [line (.splitlines out)]
+      (setv fields (.split line))
+      ;; Status-Abbrev: wanted, then state ("i" installed), then error flag.
+      (when (and (= (len fields) 3) (= (cut (get fields 2) 1 2) "i"))
+        (.update names (cut fields 0 2))))
+    (setv (get attrs "apt.installed") names))
+  (get attrs "apt.installed"))
+
+(defn forget-installed-packages []
+  "Forget what dpkg said was installed: call this after installing or
+removing packages other than through these properties."
+  (.pop (. (connection) _attrs) "apt.installed" None))
+
+(defn _name [package]
+  ;; "foo=1.2", "foo/bookworm-backports" and "foo:i386" install a "foo".
+  (get (re.split r"[=/]" package) 0))
+
+(defn installed? [#* packages]
+  (setv have (installed-packages))
+  (all (gfor p packages (in (_name p) have))))
+
+(defn none-installed? [#* packages]
+  (setv have (installed-packages))
+  (not (any (gfor p packages (in (_name p) have)))))
+
+(defn apt-get [#* args]
+  "Run apt-get non-interactively with ARGS; `:no-change` unless it changed
+what dpkg has installed.  Output goes to the deployment's output."
+  (try
+    (change-if-changes-file DPKG-STATUS
+      (fn [] (inform (. (run "apt-get" #* APT-OPTIONS #* args :env ENV :timeout APT-TIMEOUT)
+                        stdout))))
+    (finally (forget-installed-packages))))
+
+(defn _install [args packages]
+  ;; Indexes that are missing or stale (a package 404s after a point release)
+  ;; are the usual reason an install fails: update them and try once more.
+  (try
+    (apt-get "install" #* args #* packages)
+    (except [e CommandFailed]
+      (inform f"apt-get install failed; updating the package indexes and trying again")
+      (run "apt-get" "-q" "update" :env ENV :timeout APT-TIMEOUT)
+      (apt-get "install" #* args #* packages))))
+
+(defprop installed :posix [#* packages]
+  "Each of PACKAGES (names, or lists of names) is installed, with its
+recommends."
+  (:desc f"apt installed {(.join " " (_flatten packages))}")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (installed? #* packages))
+  (:apply (_install [] packages))
+  (:unapply (apt-get "remove" #* packages)))
+
+(defprop installed-minimally :posix [#* packages]
+  "Each of PACKAGES is installed, without its recommends."
+  (:desc f"apt installed minimally {(.join " " (_flatten packages))}")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (installed? #* packages))
+  (:apply (_install ["--no-install-recommends"] packages))
+  (:unapply (apt-get "remove" #* packages)))
+
+(defprop removed :posix [#* packages]
+  "None of PACKAGES is installed (their configuration files may remain)."
+  (:desc f"apt removed {(.join " " (_flatten packages))}")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (none-installed? #* packages))
+  (:apply (apt-get "remove" #* packages)))
+
+(defprop all-configured :posix []
+  "No package's installation is left unfinished (`dpkg --configure --pending`)."
+  (:desc "dpkg --configure --pending")
+  (:hostattrs (required "debian"))
+  (:check (= "" (.strip (. (run "dpkg" "--audit" :check False :timeout 300) stdout))))
+  (:apply
+    (try
+      (change-if-changes-file DPKG-STATUS
+        (fn [] (run "dpkg" "--configure" "--pending" :env ENV :timeout APT-TIMEOUT)))
+      (finally (forget-installed-packages)))))
+
+(defn _lists-state []
+  (. (run "cd /var/lib/apt/lists 2>/dev/null && md5sum -- *Release 2>/dev/null; true"
+          :timeout 60)
+     stdout))
+
+(defn _update []
+  ;; apt-get fetches InRelease anew ("Get:") even when it has not changed,
+  ;; so a change is judged by the content of the Release files instead.
+  (setv before (_lists-state))
+  (inform (. (run "apt-get" "-q" "update"
+                  #* (if (isa? (get-hostattr "os") "debian-stable")
+                         [] ["--allow-releaseinfo-change"])
+                  :env ENV :timeout APT-TIMEOUT)
+             stdout))
+  (if (= before (_lists-state)) NO-CHANGE None))
+
+(defprop updated :posix []
+  "The package indexes are up to date with the archive (`apt-get update`).
+It counts as a change only when the archive's indexes have changed."
+  (:desc "apt-get update")
+  (:hostattrs (required "debian"))
+  (:apply
+    ;; An unfinished installation would make apt-get refuse to do anything.
+    (when (.strip (. (run "dpkg" "--audit" :check False :timeout 300) stdout))
+      (run "dpkg" "--configure" "--pending" :env ENV :timeout APT-TIMEOUT)
+      (forget-installed-packages))
+    (_update)))
+
+(defprop upgraded :posix []
+  "Every package is at the newest version the indexes offer
+(`apt-get dist-upgrade`)."
+  (:desc "apt upgraded")
+  (:hostattrs (required "debian"))
+  (:apply (apt-get "dist-upgrade")))
+
+(defprop autoremoved :posix []
+  "No package remains that was installed automatically and is no longer
+needed (`apt-get autoremove`)."
+  (:desc "apt removed automatically installed packages")
+  (:hostattrs (required "debian"))
+  (:apply (apt-get "autoremove")))
+
+(defn _debconf-value [package question]
+  (setv r (run "debconf-communicate" package :input f"GET {question}\n"
+               :check False :timeout 60)
+        #(code _ value) (.partition (.strip r.stdout) " "))
+  (when (= code "0") value))
+
+(defn _triples [triples]
+  (lfor t triples
+        (if (and (isinstance t #(list tuple)) (= (len t) 3))
+            (lfor x t (str x))
+            (raise (FailedChange f"apt.reconfigured wants [question type value] triples, not {(hy.repr t)}")))))
+
+(defprop reconfigured :posix [package #* triples]
+  "PACKAGE's debconf answers are each `[question type value]` of TRIPLES,
+and PACKAGE has been reconfigured with them (`dpkg-reconfigure`).  Nothing to
+do when debconf already holds those answers."
+  (:desc f"{package} reconfigured")
+  (:hostattrs (required "debian"))
+  (:check (all (gfor [q _ v] (_triples triples) (= (_debconf-value package q) v))))
+  (:apply
+    (run "debconf-set-selections"
+         :input (.join "" (gfor [q t v] (_triples triples) f"{package} {q} {t} {v}\n"))
+         :timeout 60)
+    (run "dpkg-reconfigure" "-fnoninteractive" package :env ENV :timeout APT-TIMEOUT)))
+
+(defproplist service-installed-running [package]
+  "PACKAGE, which provides a service of the same name, is installed and the
+service is running (where services are started at all: see
+`service.without-starting-services`)."
+  (:desc f"{package} installed and running")
+  (installed package)
+  (service.running package))
+
+(defprop mirrors :posix [#* uris]
+  "The host's Debian mirrors are URIS, best first (the hostattr
+`apt.mirrors`, used by `standard-sources-list` and by chroots this host
+bootstraps)."
+  (:desc f"apt mirrors {(.join ", " uris)}")
+  (:hostattrs (push-hostattr "apt.mirrors" (list uris)))
+  (:unapply NO-CHANGE))
+
+(defn get-mirrors []
+  "The host's Debian mirrors: the newest `apt.mirrors`, or deb.debian.org."
+  (or (get-hostattr "apt.mirrors") [DEFAULT-MIRROR]))
+
+(setv PROXY-FILE "/etc/apt/apt.conf.d/20proxy")
+
+(defprop proxy :posix [uri]
+  "apt fetches through the HTTP proxy URI (a hostattr `apt.proxy` too, for
+chroots this host bootstraps).  Unapplying removes the proxy setting."
+  (:desc f"apt proxy {uri}")
+  (:hostattrs (push-hostattr "apt.proxy" uri))
+  (:apply (update-file PROXY-FILE f"Acquire::http::Proxy \"{uri}\";\n"))
+  (:unapply (if (remote-exists? PROXY-FILE) (run "rm" "-f" "--" PROXY-FILE) NO-CHANGE)))
+
+(defn standard-sources [os-value mirrors components deb-src]
+  "The deb822 text of the standard Debian sources for OS-VALUE."
+  (setv suite (.get os-value "suite")
+        stable (isa? os-value "debian-stable")
+        suites [suite #* (if stable [f"{suite}-updates"] [])]
+        security (and (or stable (isa? os-value "debian-testing"))
+                      f"{suite}-security")
+        types (if deb-src "deb deb-src" "deb"))
+  (defn stanza [uris suites]
+    (.join "\n" [f"Types: {types}"
+                 f"URIs: {(.join " " uris)}"
+                 f"Suites: {(.join " " suites)}"
+                 f"Components: {(.join " " components)}"
+                 f"Signed-By: {KEYRING}"
+                 ""]))
+  (.join "\n" [(stanza mirrors suites)
+               #* (if security [(stanza [SECURITY-MIRROR] [security])] [])]))
+
+(setv SOURCES-FILE "/etc/apt/sources.list.d/debian.sources"
+      SOURCES-LIST "/etc/apt/sources.list"
+      SOURCES-LIST-POINTER "# Debian's sources are in /etc/apt/sources.list.d/debian.sources\n")
+
+(defprop standard-sources-list :posix [* [components ["main"]] [deb-src False]]
+  "apt's sources are Debian's standard ones for the host's OS — its suite,
+with -updates and -security for stable (-security for testing) — in deb822
+form in /etc/apt/sources.list.d/debian.sources, from the host's mirrors
+(`apt.mirrors`), with COMPONENTS, and source packages too with DEB-SRC.
+/etc/apt/sources.list, if there is one, is left with just a comment pointing
+there, so that no source is listed twice.  Update the indexes afterwards
+(`(on-change (apt.standard-sources-list) (apt.updated))`)."
+  (:desc "apt standard sources")
+  (:hostattrs
+    (required "debian")
+    (when (not (.get (get-hostattr "os") "suite"))
+      (import consfig.host [inapplicable])
+      (inapplicable "apt.standard-sources-list needs the host's Debian suite")))
+  (:apply
+    (setv results [(update-file SOURCES-FILE
+                                (standard-sources (get-hostattr "os") (get-mirrors)
+                                                  (list components) deb-src))
+                   (if (remote-exists? SOURCES-LIST)
+                       (update-file SOURCES-LIST SOURCES-LIST-POINTER)
+                       NO-CHANGE)])
+    (if (all (gfor r results (= r NO-CHANGE))) NO-CHANGE None)))
+
+(defn _additional-path [basename content]
+  (setv text (if (isinstance content #(list tuple)) (.join "\n" (_flatten content)) content))
+  (+ "/etc/apt/sources.list.d/" basename
+     (if (re.search r"^Types:" text re.M) ".sources" ".list")))
+
+(defprop additional-sources :posix [basename content]
+  "/etc/apt/sources.list.d/BASENAME holds CONTENT (a string or list of
+lines): `.sources` when it is deb822, `.list` otherwise.  The package indexes
+are updated when it changes.  Unapplying removes the file (and updates)."
+  (:desc f"apt sources {basename}")
+  (:hostattrs (required "debian"))
+  (:apply
+    (import consfig.props.file [_text])
+    (if (= (update-file (_additional-path basename content) (_text content)) NO-CHANGE)
+        NO-CHANGE
+        (do (_update) None)))
+  (:unapply
+    (setv path (_additional-path basename content))
+    (if (remote-exists? path)
+        (do (run "rm" "-f" "--" path) (_update) None)
+        NO-CHANGE)))
+
+(defprop cache-cleaned :posix []
+  "apt's cache of downloaded packages is empty (`apt-get clean`)."
+  (:desc "apt cache cleaned")
+  (:hostattrs (required "debian"))
+  (:check (not (run-ok? (+ "for f in /var/cache/apt/archives/*.deb "
+                           "/var/cache/apt/archives/partial/* /var/cache/apt/*.bin; "
+                           "do [ -e \"$f\" ] && exit 0; done; exit 1")
+                        :timeout 60)))
+  (:apply (run "apt-get" "clean" :env ENV :timeout 300)))
+
+(export :objects [installed installed-minimally removed updated upgraded
+                  autoremoved reconfigured service-installed-running mirrors
+                  proxy standard-sources-list additional-sources cache-cleaned
+                  all-configured installed-packages forget-installed-packages
+                  installed? apt-get get-mirrors standard-sources ENV])
