@@ -1,0 +1,187 @@
+"Chroots: a Debian system bootstrapped into a directory of the host, then
+configured by a propspec of its own.
+
+  (chroot.os-bootstrapped* {:variant \"minbase\"} \"/srv/chroot/sid\"
+    (os.debian-unstable :amd64)
+    (apt.installed \"build-essential\"))
+
+The trailing propspec describes another host — the chroot — so none of its
+hostattrs become the enclosing host's; the chroot's OS declaration says what
+to bootstrap.  It is applied through a `[:chroot :into ROOT]` hop on top of
+the connection the enclosing host is applied through, as part of the same
+deployment: its properties are reported under the `os-bootstrapped` line."
+
+(require consfig.property [defprop])
+(import posixpath
+        hy.models [Keyword]
+        consfig.connection [NO-CHANGE run run-ok? connection current-connection
+                            hop-spec remote-exists?]
+        consfig.engine [apply-and-announce check-propspec-fits inform]
+        consfig.errors [AbortedChange FailedChange PropspecError]
+        consfig.host [Host current-host parent-host get-hostattr get-hostname
+                      preprocess-host inapplicable]
+        consfig.props.mount [unmount-below]
+        consfig.props.os [isa?]
+        consfig.props.service [services-prevented])
+
+(setv DEFAULT-MIRROR "http://deb.debian.org/debian")
+(setv BOOTSTRAP-TIMEOUT 3600)
+
+(defn chroot-host [propspec]
+  "The host that PROPSPEC, the propspec of a chroot, describes: preprocessed,
+with its own hostattrs, and the current host as its parent."
+  (setv token (.set parent-host (.get current-host)))
+  (try
+    (preprocess-host (Host (get-hostname) propspec))
+    (finally (.reset parent-host token))))
+
+(defn _os-of [host]
+  (setv os-value (get-hostattr "os" host))
+  (cond (not os-value)
+        (inapplicable "the chroot's propspec declares no OS; begin it with one, e.g. (os.debian-unstable :amd64)")
+        (not (isa? os-value "debian"))
+        (inapplicable f"chroot.os-bootstrapped can bootstrap Debian only, not {(get os-value "type")}")
+        (not (.get os-value "suite"))
+        (inapplicable "the chroot's OS declaration names no suite"))
+  os-value)
+
+(defn _option-name [k]
+  (if (isinstance k Keyword) k.name (.lstrip (str k) "-:")))
+
+(defn _options [options]
+  (dfor [k v] (.items (or options {})) (_option-name k) v))
+
+(defn bootstrap-argv [tool os-value root mirror options]
+  "The command line that bootstraps OS-VALUE into ROOT from MIRROR with TOOL
+(debootstrap or mmdebstrap).  OPTIONS are more of the tool's long options:
+`{:variant \"minbase\" :include [\"less\" \"vim\"]}` gives `--variant=minbase
+--include=less,vim`; True gives a bare `--option`."
+  (setv argv [tool])
+  (for [[k v] (.items options)]
+    (cond (= k "mirror") None
+          (is v True) (.append argv f"--{k}")
+          (or (is v False) (is v None)) None
+          (isinstance v #(list tuple)) (.append argv f"--{k}={(.join "," (map str v))}")
+          True (.append argv f"--{k}={v}")))
+  (when (.get os-value "arch")
+    (.append argv f"--arch={(get os-value "arch")}"))
+  [#* argv (get os-value "suite") root mirror])
+
+(defn _first-mirror [mirrors]
+  ;; `apt.mirrors` values are lists of URIs, best first.
+  (when mirrors
+    (if (isinstance mirrors #(list tuple)) (get mirrors 0) mirrors)))
+
+(defn _mirror-and-proxy [host options]
+  ;; The chroot's own apt settings first, then those of the host building it.
+  #((or (.get options "mirror")
+        (_first-mirror (get-hostattr "apt.mirrors" host))
+        (_first-mirror (get-hostattr "apt.mirrors"))
+        DEFAULT-MIRROR)
+    (or (get-hostattr "apt.proxy" host) (get-hostattr "apt.proxy"))))
+
+(defn _sh? [script #* args]
+  ;; SCRIPT with ARGS as its $1…, so that nothing is interpolated.
+  (run-ok? "sh" "-c" script "sh" #* args))
+
+(defn bootstrapped? [root]
+  "Whether ROOT holds a completely bootstrapped system.  debootstrap
+removes ROOT/debootstrap only once it has succeeded."
+  (_sh? "test -e \"$1/var/lib/dpkg/status\" && ! test -e \"$1/debootstrap\"" root))
+
+(defn remove-tree [root]
+  "Unmount whatever is mounted at or below ROOT, then delete it, never
+crossing into another filesystem."
+  (unmount-below root)
+  (run "rm" "-rf" "--one-file-system" "--" root :timeout 1800))
+
+(defn _tail [text [n 25]]
+  (.join "\n" (cut (.splitlines text) (- n) None)))
+
+(defn _bootstrap [root host options]
+  (when (not (run-ok? "command -v debootstrap >/dev/null || command -v mmdebstrap >/dev/null"))
+    (raise (AbortedChange "neither debootstrap nor mmdebstrap is installed on the host (apt-get install debootstrap)")))
+  (setv os-value (_os-of host)
+        tool (if (run-ok? "command -v mmdebstrap >/dev/null") "mmdebstrap" "debootstrap")
+        #(mirror proxy) (_mirror-and-proxy host options))
+  (cond (_sh? "test -e \"$1/debootstrap\"" root)
+        (do (inform f"removing the remains of an unfinished bootstrap of {root}")
+            (remove-tree root))
+        (_sh? "test -n \"$(ls -A -- \"$1\" 2>/dev/null)\"" root)
+        (raise (AbortedChange f"{root} exists and holds no bootstrapped system; remove it, or choose another directory")))
+  (inform f"{tool} {(get os-value "suite")} from {mirror}")
+  (setv r (run (bootstrap-argv tool os-value root mirror options)
+               :env (if proxy {"http_proxy" proxy "https_proxy" proxy} None)
+               :check False :timeout BOOTSTRAP-TIMEOUT))
+  (when (not r.ok?)
+    ;; Leave nothing half-made behind: a later run starts afresh.
+    (remove-tree root)
+    (raise (FailedChange (+ f"{tool} of {(get os-value "suite")} into {root} failed "
+                            f"(exit code {r.exit-code}):\n"
+                            (_tail (+ r.stdout r.stderr)))))))
+
+(defn apply-inside [root host * [unapply False]]
+  "Apply (or unapply) the preprocessed HOST inside the chroot ROOT, through
+a `:chroot` hop on top of the current connection, within the current run.
+No service starts meanwhile."
+  (setv parent (.get current-host)
+        hop ((. (hop-spec "chroot") establish) (connection) :into root))
+  (try
+    (check-propspec-fits host.propspec hop.python? hop.where)
+    (setv tokens [(.set parent-host parent)
+                  (.set current-host host)
+                  (.set current-connection hop)])
+    (try
+      (with [(services-prevented)]
+        (apply-and-announce host.propspec unapply))
+      (finally
+        (.reset current-connection (get tokens 2))
+        (.reset current-host (get tokens 1))
+        (.reset parent-host (get tokens 0))))
+    (finally (.close hop))))
+
+(defn _check-root [root]
+  (when (not (and (isinstance root str) (posixpath.isabs root)))
+    (raise (PropspecError f"chroot.os-bootstrapped: the root must be an absolute path, not {(hy.repr root)}")))
+  (setv root (posixpath.normpath root))
+  (when (= root "/")
+    (raise (PropspecError "chroot.os-bootstrapped: the root cannot be / itself")))
+  root)
+
+(defprop os-bootstrapped :posix [options root propspec]
+  "ROOT holds a Debian system, bootstrapped with debootstrap (mmdebstrap
+where it is installed) and configured by PROPSPEC, the propspec of the chroot
+as a host of its own.  The suite and architecture come from PROPSPEC's own OS
+declaration; the mirror and proxy from its `apt.mirrors` and `apt.proxy`
+hostattrs, else from those of the host building it, else deb.debian.org.
+OPTIONS are more options of the bootstrapping tool, such as `{:variant
+\"minbase\"}`; `:mirror` names the mirror outright.
+
+PROPSPEC is applied inside the chroot every time, with starting services
+prevented.  Unapplying unmounts whatever is mounted below ROOT and deletes
+it.  The dotted form `chroot.os-bootstrapped*` takes PROPSPEC as its trailing
+forms."
+  (:desc f"Chroot {root} bootstrapped")
+  (:opaque-type True)
+  (:preprocess
+    (when (not (or (is options None) (isinstance options dict)))
+      (raise (PropspecError f"chroot.os-bootstrapped: options are a dict, not {(hy.repr options)}")))
+    [options (_check-root root) propspec])
+  ;; The chroot is another host: its hostattrs are its own.  Computing them
+  ;; here checks, before anything connects, that it declares a Debian OS.
+  (:hostattrs (_os-of (chroot-host propspec)))
+  (:apply
+    (setv host (chroot-host propspec)
+          made (not (bootstrapped? root)))
+    (when made
+      (_bootstrap root host (_options options)))
+    (if (or (!= (apply-inside root host) NO-CHANGE) made)
+        :changed
+        NO-CHANGE))
+  (:unapply
+    (if (remote-exists? root)
+        (do (remove-tree root) :changed)
+        NO-CHANGE)))
+
+(export :objects [DEFAULT-MIRROR chroot-host bootstrap-argv bootstrapped?
+                  remove-tree apply-inside os-bootstrapped])
