@@ -1,0 +1,98 @@
+"git repositories: clones kept up to date, and their settings."
+
+(require consfig.property [defprop]
+         consfig.propspec [defproplist])
+(import posixpath
+        consfig.combinators [with-unapply unapplied]
+        consfig.connection [NO-CHANGE run run-ok? remote-exists?]
+        consfig.errors [AbortedChange]
+        consfig.props [package])
+
+(setv GIT-TIMEOUT 1800)
+
+(defn git [repo #* args [check True]]
+  "Run git with ARGS in the repository REPO; return the `CommandResult`."
+  (run "git" "-C" repo #* args :check check :timeout GIT-TIMEOUT))
+
+(defn _out [repo #* args]
+  (.strip (. (git repo #* args :check False) stdout)))
+
+(defn origin-url [repo]
+  "The URL of REPO's origin remote, or None when REPO is no git work tree."
+  (when (remote-exists? (posixpath.join repo ".git"))
+    (or (_out repo "config" "--local" "--get" "remote.origin.url") None)))
+
+(defn _at? [dest branch commit]
+  (cond commit (= (_out dest "rev-parse" "-q" "--verify" "HEAD")
+                  (_out dest "rev-parse" "-q" "--verify" f"{commit}^{{commit}}"))
+        branch (= (_out dest "symbolic-ref" "-q" "--short" "HEAD") branch)
+        True True))
+
+(defn _check-out [dest branch commit]
+  ;; Fetch only when what is wanted is not there yet.
+  (setv rev (or commit branch))
+  (when (and rev (not (run-ok? "git" "-C" dest "rev-parse" "-q" "--verify"
+                               (if commit f"{commit}^{{commit}}" f"origin/{branch}"))))
+    (git dest "fetch" "-q" "origin"))
+  (cond commit (git dest "checkout" "-q" "--detach" commit "--")
+        branch (git dest "checkout" "-q" branch "--")))
+
+(defprop clone-exists :posix [url dest * [branch None] [commit None]]
+  "DEST is a clone of URL with BRANCH (or COMMIT, detached) checked out.  A
+DEST that holds anything else is left alone and the property fails.  Does
+not install git: see `cloned`.  Unapplying deletes the clone."
+  (:desc f"{url} cloned to {dest}")
+  (:check (and (= (origin-url dest) url) (_at? dest branch commit)))
+  (:apply
+    (cond (= (origin-url dest) url) None
+          (run-ok? "sh" "-c" "test -n \"$(ls -A -- \"$1\" 2>/dev/null)\"" "sh" dest)
+          (raise (AbortedChange f"{dest} exists and is not a clone of {url}; move it away, or choose another directory"))
+          True
+          (do (run "mkdir" "-p" "--" (posixpath.dirname (.rstrip dest "/")))
+              (run "git" "clone" "-q" #* (if branch ["--branch" branch] []) "--" url dest
+                   :timeout GIT-TIMEOUT)))
+    (_check-out dest branch commit))
+  (:unapply (run "rm" "-rf" "--" dest :timeout 600)))
+
+(defprop head-pulled :posix [dest]
+  "The branch checked out in DEST has been fast-forwarded to its upstream
+(`git pull --ff-only`); a change only when that moved it."
+  (:desc f"{dest} pulled")
+  (:apply
+    (setv before (_out dest "rev-parse" "HEAD"))
+    (git dest "pull" "-q" "--ff-only")
+    (if (= before (_out dest "rev-parse" "HEAD")) NO-CHANGE None)))
+
+(defproplist installed []
+  "git is installed."
+  (:desc "git installed")
+  (package.installed "git"))
+
+(defproplist cloned [url dest * [branch None] [commit None]]
+  "git is installed and DEST is a clone of URL, with BRANCH (default: the
+remote's default branch) or COMMIT checked out.  A DEST that holds anything
+else is left alone and the property fails.  Unapplying deletes the clone
+(and leaves git installed)."
+  (:desc f"{url} cloned to {dest}")
+  (with-unapply (installed)
+                (clone-exists url dest :branch branch :commit commit)
+                :unapply (unapplied (clone-exists url dest :branch branch :commit commit))))
+
+(defproplist pulled [url dest * [branch None]]
+  "Like `cloned`, and each time it is applied the checked-out branch is
+brought up to date with `git pull --ff-only`."
+  (:desc f"{url} pulled to {dest}")
+  (installed)
+  (clone-exists url dest :branch branch)
+  (head-pulled dest))
+
+(defprop repo-configured :posix [repo key value]
+  "The git repository REPO has KEY set to VALUE in its own configuration
+(`git config --local`).  Unapplying unsets KEY."
+  (:desc f"{repo} has git {key}={value}")
+  (:check (= (_out repo "config" "--local" "--get" key) (str value)))
+  (:apply (git repo "config" "--local" key (str value)))
+  (:unapply (git repo "config" "--local" "--unset-all" key)))
+
+(export :objects [git origin-url clone-exists head-pulled installed cloned
+                  pulled repo-configured])
