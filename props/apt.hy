@@ -85,7 +85,9 @@ what dpkg has installed.  Output goes to the deployment's output."
                         stdout))))
     (finally (forget-installed-packages))))
 
-(defn _install [args packages]
+(defn install-packages [args packages]
+  "apt-get install PACKAGES with ARGS; on failure, update the indexes and
+try once more."
   ;; Indexes that are missing or stale (a package 404s after a point release)
   ;; are the usual reason an install fails: update them and try once more.
   (try
@@ -102,7 +104,7 @@ recommends."
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
   (:check (installed? #* packages))
-  (:apply (_install [] packages))
+  (:apply (install-packages [] packages))
   (:unapply (apt-get "remove" #* packages)))
 
 (defprop installed-minimally :posix [#* packages]
@@ -111,7 +113,7 @@ recommends."
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
   (:check (installed? #* packages))
-  (:apply (_install ["--no-install-recommends"] packages))
+  (:apply (install-packages ["--no-install-recommends"] packages))
   (:unapply (apt-get "remove" #* packages)))
 
 (defprop removed :posix [#* packages]
@@ -311,4 +313,4 @@ are updated when it changes.  Unapplying removes the file (and updates)."
                   autoremoved reconfigured service-installed-running mirrors
                   proxy standard-sources-list additional-sources cache-cleaned
                   all-configured installed-packages forget-installed-packages
-                  installed? apt-get get-mirrors standard-sources ENV])
+                  installed? install-packages apt-get get-mirrors standard-sources ENV])

@@ -86,7 +86,8 @@ with the OS."
         (run "rm" "-f" "--" path)
         NO-CHANGE)))
 
-(defn _add-lines [path lines]
+(defn add-lines [path lines]
+  "Append those of LINES that PATH lacks, creating PATH if need be."
   (setv wanted (_lines lines))
   (map-file-lines path
                   (fn [have]
@@ -94,7 +95,8 @@ with the OS."
                     (+ have (lfor l (dict.fromkeys wanted) :if (not-in l present) l)))
                   :create True))
 
-(defn _remove-lines [path lines]
+(defn remove-lines [path lines]
+  "Remove every one of LINES from PATH, if it exists."
   (setv unwanted (set (_lines lines)))
   (map-file-lines path (fn [have] (lfor l have :if (not-in l unwanted) l))))
 
@@ -102,15 +104,15 @@ with the OS."
   "PATH contains each of LINES, appended at the end where missing.  Creates
 PATH if it does not exist.  Unapplying removes LINES."
   (:desc f"{path} contains {(.join " | " (_lines lines))}")
-  (:apply (_add-lines path lines))
-  (:unapply (_remove-lines path lines)))
+  (:apply (add-lines path lines))
+  (:unapply (remove-lines path lines)))
 
 (defprop lacks-lines :posix [path #* lines]
   "PATH has none of LINES.  Nothing to do if PATH does not exist.
 Unapplying appends LINES where missing, as `contains-lines` does."
   (:desc f"{path} lacks {(.join " | " (_lines lines))}")
-  (:apply (_remove-lines path lines))
-  (:unapply (_add-lines path lines)))
+  (:apply (remove-lines path lines))
+  (:unapply (add-lines path lines)))
 
 (defprop lacks-lines-matching :posix [path #* patterns]
   "PATH has no line matching any of the regular expressions PATTERNS
@@ -293,7 +295,7 @@ lines and the pairs no line took."
   #((lfor [i l] (enumerate parsed) (edit i l))
     (dfor [k v] (.items wanted) :if (not-in k chosen) k v)))
 
-(defn _pairs [pairs]
+(defn conf-pairs [pairs]
   "PAIRS given as alternating keys and values, or as one dict."
   (setv items (if (and (= (len pairs) 1) (isinstance (get pairs 0) dict))
                   (list (.items (get pairs 0)))
@@ -302,19 +304,28 @@ lines and the pairs no line took."
                       (list (zip (cut pairs 0 None 2) (cut pairs 1 None 2))))))
   (dfor [k v] items #(None (str k)) (str v)))
 
-(defn _simple-conf-update [path wanted kv render same-value?]
-  (map-file-lines
-    path
-    (fn [lines]
-      (setv #(out missing) (_conf-edit (_parse-conf lines "#" kv)
-                                       wanted same-value? render "#"))
-      (+ out (lfor [[_ k] v] (.items missing) (render k v None))))
-    :create True))
+(defn _simple-conf-text [old wanted kv render same-value?]
+  (setv #(out missing) (_conf-edit (_parse-conf (.splitlines old) "#" kv)
+                                   wanted same-value? render "#"))
+  (_unlines (+ out (lfor [[_ k] v] (.items missing) (render k v None)))))
 
-(defn _desc-pairs [pairs sep]
-  (.join ", " (gfor [[_ k] v] (.items (_pairs pairs)) f"{k}{sep}{v}")))
+(defn _simple-conf-update [path wanted kv render same-value?]
+  (setv old (or (read-remote-file path) ""))
+  (update-file path (_simple-conf-text old wanted kv render same-value?)))
+
+(defn describe-pairs [pairs sep]
+  (.join ", " (gfor [[_ k] v] (.items (conf-pairs pairs)) f"{k}{sep}{v}")))
 
 (defn _strip-eq [a b] (= (.strip a) (.strip b)))
+
+(setv _SPACE-KV (re.compile r"^(\S+)(\s+)(.*?)\s*$"))
+
+(defn _space-kv [k v sep] (+ k (or sep " ") v))
+
+(defn conf-space-text [old wanted]
+  "OLD, the text of a `key value` config file, with WANTED (a dict of
+`(None, key) → value`) set as `contains-conf-space` sets them."
+  (_simple-conf-text old wanted _SPACE-KV _space-kv _strip-eq))
 
 (defprop contains-conf-space :posix [path #* pairs]
   "PATH, a config file of `key value` lines without sections, sets each key
@@ -322,14 +333,13 @@ of PAIRS (alternating keys and values, or a dict) to its value.  The first
 line for a key is set — an uncommented one, else a commented-out one, which
 is uncommented — and any other line setting it is commented out; keys with
 no line are appended."
-  (:desc f"{path} has {(_desc-pairs pairs " ")}")
-  (:apply (_simple-conf-update path (_pairs pairs) (re.compile r"^(\S+)(\s+)(.*?)\s*$")
-                               (fn [k v sep] (+ k (or sep " ") v)) _strip-eq)))
+  (:desc f"{path} has {(describe-pairs pairs " ")}")
+  (:apply (_simple-conf-update path (conf-pairs pairs) _SPACE-KV _space-kv _strip-eq)))
 
 (defprop contains-conf-equals :posix [path #* pairs]
   "Like `contains-conf-space`, for a config file of `key = value` lines."
-  (:desc f"{path} has {(_desc-pairs pairs " = ")}")
-  (:apply (_simple-conf-update path (_pairs pairs) (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$")
+  (:desc f"{path} has {(describe-pairs pairs " = ")}")
+  (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$")
                                (fn [k v sep] (+ k (or sep " = ") v)) _strip-eq)))
 
 (defn _shell-same? [raw v]
@@ -340,8 +350,8 @@ no line are appended."
   "Like `contains-conf-space`, for a shell fragment of `KEY=value` lines
 such as those in /etc/default.  Values are quoted for the shell as needed; a
 line whose value already means the same (`KEY=\"x\"` for x) is left alone."
-  (:desc f"{path} has {(_desc-pairs pairs "=")}")
-  (:apply (_simple-conf-update path (_pairs pairs) (re.compile r"^([A-Za-z_][A-Za-z0-9_]*)(=)(.*?)\s*$")
+  (:desc f"{path} has {(describe-pairs pairs "=")}")
+  (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([A-Za-z_][A-Za-z0-9_]*)(=)(.*?)\s*$")
                                (fn [k v sep] f"{k}={(shlex.quote v)}") _shell-same?)))
 
 (setv _INI-SECTION (re.compile r"^\[([^]]+)\]\s*$")
@@ -400,4 +410,6 @@ section is appended.  A section of None means the keys before any section."
                   does-not-exist directory-exists directory-does-not-exist
                   containing-directory-exists symlinked is-copy-of
                   contains-conf-space contains-conf-equals contains-conf-shell
-                  contains-ini-settings update-file map-file-lines])
+                  contains-ini-settings update-file map-file-lines add-lines conf-space-text conf-pairs
+                  describe-pairs
+                  remove-lines])

@@ -1,0 +1,57 @@
+"The host's name: the hostattr, /etc/hostname, /etc/hosts and /etc/mailname."
+
+(require consfig.property [defprop])
+(import re
+        consfig.connection [NO-CHANGE run run-ok? output read-remote-file]
+        consfig.host [push-hostattr get-hostattr]
+        consfig.props.file [update-file map-file-lines])
+
+(defprop is :posix [hostname]
+  "The host's hostname is HOSTNAME, whatever it is called in the consfig: for
+chroots and containers, whose deployment names them after their parent."
+  (:desc f"Hostname is {hostname}")
+  (:hostattrs (push-hostattr "hostname" hostname))
+  (:unapply NO-CHANGE))
+
+(defn _short [fqdn] (get (.split fqdn ".") 0))
+
+(defn _hosts-lines [lines fqdn]
+  ;; Debian's convention: the host's own names on 127.0.1.1, so that they
+  ;; resolve without DNS; the line is replaced, or added after localhost.
+  (setv entry (.join "\t" ["127.0.1.1" #* (dict.fromkeys [fqdn (_short fqdn)])])
+        out (lfor l lines (if (.startswith (.strip l) "127.0.1.1") entry l)))
+  (when (not-in entry out)
+    (setv at (next (gfor [i l] (enumerate out) :if (re.match r"^\s*127\.0\.0\.1\s" l) (+ i 1))
+                   (len out)))
+    (.insert out at entry))
+  out)
+
+(defn _in-chroot? []
+  ;; Setting the running hostname from a chroot would rename the machine
+  ;; the chroot is on.  Where / is not init's root (or /proc is not there
+  ;; to tell), leave it alone.
+  (not (run-ok? "[ \"$(stat -c %d:%i /)\" = \"$(stat -Lc %d:%i /proc/1/root/ 2>/dev/null)\" ]"
+                :timeout 30)))
+
+(defprop configured :posix [* [hostname None]]
+  "/etc/hostname holds the short name of HOSTNAME (by default the host's
+hostname), and /etc/hosts maps 127.0.1.1 to it and its short name.  The
+running system's hostname is set too, except in a chroot."
+  (:desc f"Hostname {(or hostname (get-hostattr "hostname"))} configured")
+  (:apply
+    (setv fqdn (or hostname (get-hostattr "hostname"))
+          results [(update-file "/etc/hostname" (+ (_short fqdn) "\n"))
+                   (map-file-lines "/etc/hosts" (fn [ls] (_hosts-lines ls fqdn)) :create True)])
+    (when (and (not (_in-chroot?))
+               (!= (.strip (output "hostname" :timeout 30)) (_short fqdn)))
+      (run "hostname" (_short fqdn) :timeout 30)
+      (.append results None))
+    (if (all (gfor r results (= r NO-CHANGE))) NO-CHANGE None)))
+
+(defprop mailname-configured :posix [* [mailname None]]
+  "/etc/mailname, the domain mail from this host appears to come from, is
+MAILNAME (by default the host's hostname)."
+  (:desc f"Mailname {(or mailname (get-hostattr "hostname"))} configured")
+  (:apply (update-file "/etc/mailname" (+ (or mailname (get-hostattr "hostname")) "\n"))))
+
+(export :objects [is configured mailname-configured])

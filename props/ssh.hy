@@ -1,0 +1,77 @@
+"SSH client-side state: users' keys, authorized keys and known hosts."
+
+(require consfig.property [defprop])
+(import posixpath
+        shlex
+        consfig.connection [NO-CHANGE run run-ok? remote-exists?]
+        consfig.errors [FailedChange]
+        consfig.props.file [add-lines remove-lines]
+        consfig.props.user [home-directory])
+
+(defn _ssh-dir [username]
+  "USERNAME's ~/.ssh, made (mode 0700, owned by USERNAME) if missing."
+  (setv d (posixpath.join (home-directory username) ".ssh"))
+  (when (not (run-ok? "test" "-d" d))
+    (run "install" "-d" "-m" "0700" "-o" username "-g" (_group-of username) "--" d))
+  d)
+
+(defn _group-of [username]
+  (.strip (. (run "id" "-gn" "--" username :timeout 60) stdout)))
+
+(defn _owned-private [path username]
+  ;; A file sshd reads for a user must be the user's and not writable by
+  ;; others, or sshd ignores it.
+  (run (+ f"chown {(shlex.quote username)}: -- {(shlex.quote path)} && "
+          f"chmod go-w -- {(shlex.quote path)}")))
+
+(defn _user-file-lines [username name lines remove]
+  (setv path (posixpath.join (_ssh-dir username) name)
+        r (if remove (remove-lines path lines) (add-lines path lines)))
+  (when (and (!= r NO-CHANGE) (remote-exists? path))
+    (_owned-private path username))
+  r)
+
+(defprop authorized-keys :posix [username #* keys]
+  "USERNAME's ~/.ssh/authorized_keys contains each of KEYS (whole lines:
+`ssh-ed25519 AAAA… comment`); other keys in it are left alone.  Unapplying
+removes KEYS from it."
+  (:desc f"{username} has {(len keys)} authorized SSH key(s)")
+  (:apply (_user-file-lines username "authorized_keys" keys False))
+  (:unapply (_user-file-lines username "authorized_keys" keys True)))
+
+(defprop has-user-key :posix [username * [type "ed25519"]]
+  "USERNAME has an SSH key pair of TYPE, ~/.ssh/id_TYPE and its .pub,
+generated on the target if missing, so that the private key never leaves it.
+Needs ssh-keygen (openssh-client)."
+  (:desc f"{username} has an {type} SSH key")
+  (:check (remote-exists? (posixpath.join (home-directory username) ".ssh" f"id_{type}")))
+  (:apply
+    (when (not (run-ok? "command -v ssh-keygen"))
+      (raise (FailedChange "ssh-keygen is not installed; add (apt.installed \"openssh-client\") first")))
+    (setv key (posixpath.join (_ssh-dir username) f"id_{type}"))
+    (run "ssh-keygen" "-q" "-t" type "-N" "" "-C" username "-f" key :timeout 120)
+    (run "chown" f"{username}:" "--" key (+ key ".pub"))))
+
+(defn _known-hosts-line [hosts key]
+  (+ (.join "," (if (isinstance hosts #(list tuple)) hosts [hosts])) " " key))
+
+(defprop known-host :posix [username hosts key]
+  "USERNAME's ~/.ssh/known_hosts says that HOSTS (a name, or a list of names
+and addresses) have the public KEY (`ssh-ed25519 AAAA…`).  Unapplying
+removes that line."
+  (:desc f"{username} knows the SSH host key of {hosts}")
+  (:apply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] False))
+  (:unapply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] True)))
+
+(setv SYSTEM-KNOWN-HOSTS "/etc/ssh/ssh_known_hosts")
+
+(defprop system-known-host :posix [hosts key]
+  "/etc/ssh/ssh_known_hosts, read by every user's ssh, says that HOSTS have
+the public KEY.  Unapplying removes that line."
+  (:desc f"The system knows the SSH host key of {hosts}")
+  (:apply
+    (run "mkdir" "-p" "/etc/ssh")
+    (add-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)]))
+  (:unapply (remove-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)])))
+
+(export :objects [authorized-keys has-user-key known-host system-known-host])

@@ -1,0 +1,65 @@
+"The OpenSSH server: installed, and configured safely.
+
+A change to sshd_config is checked with `sshd -t` on a copy before the real
+file is touched, so that a typo never leaves a host unreachable: an invalid
+configuration fails the property and the file stays as it was."
+
+(require consfig.property [defprop]
+         consfig.propspec [defproplist])
+(import posixpath
+        consfig.connection [NO-CHANGE read-remote-file write-remote-file run]
+        consfig.errors [FailedChange]
+        consfig.props.apt :as apt
+        consfig.props.file [conf-space-text update-file conf-pairs describe-pairs]
+        consfig.props.service :as service
+        consfig.engine [apply-propapp])
+
+(setv CONFIG "/etc/ssh/sshd_config")
+
+(defproplist installed []
+  "The OpenSSH server is installed."
+  (:desc "OpenSSH server installed")
+  (apt.installed "openssh-server"))
+
+(defn validate [text]
+  "Check TEXT as sshd_config with `sshd -t`; a failure carrying sshd's
+complaint when it is not valid."
+  (setv tmp (.strip (. (run "mktemp" "/etc/ssh/.sshd_config.consfig-XXXXXXXX") stdout)))
+  (try
+    (write-remote-file tmp text :mode 0o600)
+    ;; Debian's sshd refuses to run, even as -t, without its privilege
+    ;; separation directory, which lives in /run and so vanishes at boot.
+    (run "mkdir" "-p" "/run/sshd")
+    (setv r (run "/usr/sbin/sshd" "-t" "-f" tmp :check False :timeout 60))
+    (when (not r.ok?)
+      (raise (FailedChange (+ "sshd_config would be invalid; left unchanged:\n"
+                              (.strip (+ r.stdout r.stderr))))))
+    (finally (run "rm" "-f" "--" tmp))))
+
+(defprop configured :posix [#* pairs]
+  "sshd_config sets each keyword of PAIRS (alternating keywords and values,
+or a dict) to its value, as `file.contains-conf-space` does.  The new file is
+validated with `sshd -t` before it replaces the old, and sshd reloads it
+afterwards (where services run).  sshd takes the first value it reads for a
+keyword, so a file in sshd_config.d that sets the same one overrides this."
+  (:desc f"sshd configured: {(describe-pairs pairs " ")}")
+  (:apply
+    (setv old (read-remote-file CONFIG))
+    (when (is old None)
+      (raise (FailedChange f"{CONFIG} does not exist: is the OpenSSH server installed?")))
+    (setv new (conf-space-text old (conf-pairs pairs)))
+    (if (= new old)
+        NO-CHANGE
+        (do (validate new)
+            (update-file CONFIG new)
+            (when (not (service.no-services?))
+              (run "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; else invoke-rc.d ssh reload; fi"
+                   :check False :timeout 120))
+            None))))
+
+(defproplist no-passwords []
+  "sshd accepts no passwords: keys only."
+  (:desc "sshd accepts no passwords")
+  (configured "PasswordAuthentication" "no" "KbdInteractiveAuthentication" "no"))
+
+(export :objects [installed configured no-passwords validate CONFIG])

@@ -1,0 +1,114 @@
+"Users and groups, through the shadow utilities (useradd, usermod, …)."
+
+(require consfig.property [defprop])
+(import consfig.connection [NO-CHANGE run run-ok? output]
+        consfig.errors [FailedChange]
+        consfig.props.file [add-lines])
+
+(defn passwd-entry [username]
+  "USERNAME's passwd(5) fields as a dict, or None when there is no such user."
+  (setv r (run "getent" "passwd" "--" username :check False :timeout 60))
+  (when r.ok?
+    (dict (zip ["name" "password" "uid" "gid" "gecos" "home" "shell"]
+               (.split (.rstrip (get (.splitlines r.stdout) 0) "\n") ":")))))
+
+(defn home-directory [username]
+  "USERNAME's home directory; a failure when there is no such user."
+  (setv e (passwd-entry username))
+  (when (not e)
+    (raise (FailedChange f"there is no user {username}")))
+  (get e "home"))
+
+(defn _group-exists? [name]
+  (run-ok? "getent" "group" "--" name :timeout 60))
+
+(defn _password-status [username]
+  ;; passwd -S: NAME STATUS …, STATUS being L (locked), NP (no password) or
+  ;; P (usable password).
+  (get (.split (output "passwd" "-S" "--" username :timeout 60)) 1))
+
+(defprop has-account :posix [username]
+  "There is a user account USERNAME (made with a home directory and the
+system's defaults).  Unapplying deletes the account but keeps its home
+directory and files."
+  (:desc f"Account for {username}")
+  (:check (bool (passwd-entry username)))
+  (:apply (run "useradd" "-m" "--" username :timeout 120))
+  (:unapply (run "userdel" "--" username :timeout 120)))
+
+(defprop has-account-with-uid :posix [username uid]
+  "There is a user account USERNAME with user id UID.  An account with
+another id gets UID (and its home directory's files are chowned to it)."
+  (:desc f"Account for {username} with uid {uid}")
+  (:check (= (.get (or (passwd-entry username) {}) "uid") (str uid)))
+  (:apply
+    (if (passwd-entry username)
+        (run "usermod" "-u" (str uid) "--" username :timeout 300)
+        (run "useradd" "-m" "-u" (str uid) "--" username :timeout 120))))
+
+(defprop group-exists :posix [name * [gid None]]
+  "There is a group NAME (with group id GID, when given, for a new group).
+Unapplying deletes it."
+  (:desc f"Group {name} exists")
+  (:check (_group-exists? name))
+  (:apply (run "groupadd" #* (if (is gid None) [] ["-g" (str gid)]) "--" name :timeout 120))
+  (:unapply (run "groupdel" "--" name :timeout 120)))
+
+(defn _groups-of [username]
+  (set (.split (output "id" "-nG" "--" username :timeout 60))))
+
+(defn _flatten [xs]
+  (setv out [])
+  (for [x xs]
+    (if (isinstance x #(list tuple)) (.extend out (_flatten x)) (.append out (str x))))
+  out)
+
+(defprop has-groups :posix [username #* groups]
+  "USERNAME is a member of each of GROUPS (and perhaps of others).
+Unapplying takes USERNAME out of GROUPS."
+  (:desc f"{username} in groups {(.join " " (_flatten groups))}")
+  (:preprocess [username #* (_flatten groups)])
+  (:check (<= (set groups) (_groups-of username)))
+  (:apply (run "usermod" "-a" "-G" (.join "," groups) "--" username :timeout 120))
+  (:unapply
+    (setv have (_groups-of username))
+    (for [g groups :if (in g have)]
+      (run "gpasswd" "-d" username g :timeout 60))))
+
+(defprop has-login-shell :posix [username shell]
+  "USERNAME's login shell is SHELL, which is listed in /etc/shells."
+  (:desc f"{username} has login shell {shell}")
+  (:check (= (.get (or (passwd-entry username) {}) "shell") shell))
+  (:apply
+    (add-lines "/etc/shells" [shell])
+    (run "usermod" "-s" shell "--" username :timeout 120)))
+
+(defprop has-locked-password :posix [username]
+  "USERNAME's password is locked: no one logs in as USERNAME with a
+password (SSH keys still work)."
+  (:desc f"{username} has a locked password")
+  (:check (= (_password-status username) "L"))
+  (:apply (run "passwd" "-l" "--" username :timeout 60)))
+
+(defprop has-enabled-password :posix [username * [initial-password None]]
+  "USERNAME can log in with a password: a locked one is unlocked, and an
+account with none gets INITIAL-PASSWORD (given to chpasswd on its standard
+input, never on a command line), for the user to change.  A password the user
+has set is left alone."
+  (:desc f"{username} has an enabled password")
+  (:check (= (_password-status username) "P"))
+  (:apply
+    (setv status (_password-status username))
+    (when (= status "L")
+      ;; Unlocking an account that never had a password would leave it with
+      ;; none; passwd refuses, and we go on to set the initial one.
+      (when (run-ok? "passwd" "-u" "--" username :timeout 60)
+        (setv status (_password-status username))))
+    (when (!= status "P")
+      (when (is initial-password None)
+        (raise (FailedChange f"{username} has no password to enable; give :initial-password")))
+      (run "chpasswd" :input f"{username}:{initial-password}\n" :timeout 60))))
+
+(export :objects [has-account has-account-with-uid group-exists has-groups
+                  has-login-shell has-locked-password has-enabled-password
+                  passwd-entry home-directory])

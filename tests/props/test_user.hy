@@ -1,0 +1,71 @@
+;; user, package and hostname, in the Debian chroot.
+
+(require consfig *)
+(import consfig *
+        pytest
+        proptest [apply-twice deploy-propspec unapply in-chroot this-os])
+(use-props consfig.props [user package hostname])
+
+(setv pytestmark pytest.mark.chroot)
+
+(defn sh [root script] (. (in-chroot root script) stdout))
+
+(defn test-has-account-and-uid [debian-chroot chroot-chain]
+  (apply-twice chroot-chain (user.has-account "alice"))
+  (assert (.startswith (sh debian-chroot "getent passwd alice") "alice:") "account made")
+  (assert (= (sh debian-chroot "test -d /home/alice && echo yes") "yes\n") "with a home")
+  (apply-twice chroot-chain (user.has-account-with-uid "alice" 2345))
+  (assert (= (sh debian-chroot "id -u alice") "2345\n") "uid changed")
+  (apply-twice chroot-chain (user.has-account-with-uid "bob" 2346))
+  (assert (= (sh debian-chroot "id -u bob") "2346\n") "new account with uid")
+  (unapply chroot-chain (user.has-account "bob"))
+  (assert (not (. (in-chroot debian-chroot "getent passwd bob" :check False) stdout)) "bob deleted"))
+
+(defn test-groups [debian-chroot chroot-chain]
+  (apply-twice chroot-chain [(user.has-account "carol") (user.group-exists "web" :gid 3000)])
+  (assert (= (sh debian-chroot "getent group web | cut -d: -f3") "3000\n") "gid")
+  (apply-twice chroot-chain (user.has-groups "carol" "web" ["users"]))
+  (assert (<= #{"web" "users"} (set (.split (sh debian-chroot "id -nG carol")))) "member")
+  (unapply chroot-chain (user.has-groups "carol" "web"))
+  (assert (not-in "web" (.split (sh debian-chroot "id -nG carol"))) "left web")
+  (unapply chroot-chain (user.group-exists "web"))
+  (assert (= (. (in-chroot debian-chroot "getent group web" :check False) returncode) 2) "group deleted"))
+
+(defn test-login-shell [debian-chroot chroot-chain]
+  (apply-twice chroot-chain [(user.has-account "dave") (user.has-login-shell "dave" "/bin/dash")])
+  (assert (= (sh debian-chroot "getent passwd dave | cut -d: -f7") "/bin/dash\n") "shell")
+  (assert (in "/bin/dash\n" (sh debian-chroot "cat /etc/shells")) "listed in /etc/shells"))
+
+(defn test-passwords [debian-chroot chroot-chain]
+  (apply-twice chroot-chain [(user.has-account "erin")
+                             (user.has-enabled-password "erin" :initial-password "s3cret pass")])
+  (assert (= (get (.split (sh debian-chroot "passwd -S erin")) 1) "P") "usable password")
+  (setv #(_ events) (deploy-propspec chroot-chain (user.has-enabled-password "erin" :initial-password "s3cret pass")))
+  (assert (not-in "s3cret" (str events)) "the password appears in no event")
+  (apply-twice chroot-chain (user.has-locked-password "erin"))
+  (assert (= (get (.split (sh debian-chroot "passwd -S erin")) 1) "L") "locked")
+  (apply-twice chroot-chain (user.has-enabled-password "erin"))
+  (assert (= (get (.split (sh debian-chroot "passwd -S erin")) 1) "P") "unlocked again"))
+
+(defn test-enabled-password-needs-initial-one [debian-chroot chroot-chain]
+  (setv #(o events) (deploy-propspec chroot-chain [(user.has-account "frank")
+                                                   (user.has-enabled-password "frank")]
+                                     :check False))
+  (assert (= o.status "failed") "no password to enable"))
+
+(defn test-package-installed-picks-apt [debian-chroot chroot-chain]
+  (apply-twice chroot-chain (package.installed "hello"))
+  (assert (= (sh debian-chroot "hello") "Hello, world!\n") "installed with apt"))
+
+(defn test-hostname-configured [debian-chroot chroot-chain]
+  (import socket)
+  (setv before (socket.gethostname))
+  (apply-twice chroot-chain [(hostname.is "box.example.org") (hostname.configured)
+                             (hostname.mailname-configured)])
+  (assert (= (sh debian-chroot "cat /etc/hostname") "box\n") "short name")
+  (assert (in "127.0.1.1\tbox.example.org\tbox\n" (sh debian-chroot "cat /etc/hosts")) "hosts")
+  (assert (= (sh debian-chroot "cat /etc/mailname") "box.example.org\n") "mailname")
+  (assert (= (socket.gethostname) before) "this machine's hostname untouched")
+  (apply-twice chroot-chain (hostname.configured :hostname "other.example.org"))
+  (setv hosts (sh debian-chroot "cat /etc/hosts"))
+  (assert (and (in "127.0.1.1\tother.example.org\tother\n" hosts) (not-in "box" hosts)) hosts))
