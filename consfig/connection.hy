@@ -303,12 +303,13 @@ type and argument before anything connects."
     (setv (get kwargs k) (get rest (+ i 1))))
   #(name kwargs))
 
-(defn establish-chain [chain]
-  "Establish the parsed CHAIN hop by hop, starting from the controller.
-Return the list of connections made, innermost last; close them in reverse.
-A hop that takes the rest of the chain (`:python`) receives it and ends the walk."
+(defn establish-chain [chain [start None]]
+  "Establish the parsed CHAIN hop by hop, starting from the controller (or
+from the connection START: a host deploying another one).  Return the list
+of connections made, innermost last; close them in reverse.  A hop that
+takes the rest of the chain (`:python`) receives it and ends the walk."
   (import consfig.connections.local [LocalConnection])
-  (setv conns [(LocalConnection)])
+  (setv conns [(or start (LocalConnection))])
   (try
     (for [[i [name kwargs]] (enumerate chain)]
       (setv spec (hop-spec name))
@@ -350,7 +351,8 @@ asked for once, here and in the deployments nested in this one."
 (defn deployment-cache []
   "A dict that lives as long as the outermost deployment being made (a
 fresh one each call outside any)."
-  (or (.get chain-cache None) {}))
+  (setv cache (.get chain-cache None))
+  (if (is cache None) {} cache))
 
 (defn close-chain [conns]
   "Close the connections of an established chain, innermost first."

@@ -4,12 +4,15 @@
 `deploy` and `deploy-these` are the macros that take an unevaluated propspec
 and a bare hostname symbol."
 
-(import hy.models [Symbol String]
+(require consfig.property [defprop])
+(import hy.models [Keyword String]
         consfig.connection [parse-chain establish-chain close-chain chain->data
                             establishing-for]
-        consfig.engine [apply-host check-propspec-fits]
-        consfig.errors [ConsfigError]
-        consfig.host [find-host preprocess-host]
+        consfig.connection [NO-CHANGE connection current-connection]
+        consfig.engine [apply-and-announce apply-host check-propspec-fits
+                        current-run]
+        consfig.errors [ConsfigError FailedChange]
+        consfig.host [Host current-host find-host parent-host preprocess-host]
         consfig.property [find-property]
         consfig.propspec [dotted->name eseqprops-of walk-body])
 
@@ -64,10 +67,14 @@ propspec's arguments, every :hostattrs — is checked before connecting."
   (setv name (dotted->name host))
   (if (and name (in "." name)) (String name) host))
 
+(defn _chain-form [chain]
+  ;; A bare `:local` in a function call would mark a keyword argument.
+  (if (isinstance chain Keyword) `(quote ~chain) chain))
+
 (defmacro deploy [_hy_compiler chain host #* additional]
   "Deploy HOST over CHAIN, then apply ADDITIONAL (an unevaluated propspec):
 `(deploy [:ssh :python] athena)`, `(deploy :local athena.example.com)`."
-  `(hy.I.consfig/deployment.deploy* ~chain ~(_host-form host)
+  `(hy.I.consfig/deployment.deploy* ~(_chain-form chain) ~(_host-form host)
      :additional ~(when additional
                     `(hy.I.consfig/propspec.eseqprops-of
                        [~@(walk-body additional _hy_compiler)]))))
@@ -75,8 +82,105 @@ propspec's arguments, every :hostattrs — is checked before connecting."
 (defmacro deploy-these [_hy_compiler chain host #* propapps]
   "Apply just PROPAPPS (an unevaluated propspec) to HOST over CHAIN:
 `(deploy-these :ssh athena (cmd.single \"apt-get update\"))`."
-  `(hy.I.consfig/deployment.deploy-these* ~chain ~(_host-form host)
+  `(hy.I.consfig/deployment.deploy-these* ~(_chain-form chain) ~(_host-form host)
      (hy.I.consfig/propspec.eseqprops-of [~@(walk-body propapps _hy_compiler)])))
 
-(export :objects [deploy* deploy-these*]
+;; Deployments as properties: a host deploying others
+
+(defn _host->data [host propspec]
+  ;; A propspec is data, and the host must be known on whichever side
+  ;; applies this property: carry its hostname, chain and propspec.
+  (if (isinstance host dict)
+      host
+      (do (setv host (find-host host))
+          {"hostname" host.hostname
+           "deploy" host.deploy
+           "propspec" host.propspec
+           "these" propspec})))
+
+(defn _data->host [data]
+  (if (isinstance data dict)
+      #((Host (get data "hostname") (get data "propspec") :deploy (get data "deploy"))
+        (get data "these"))
+      #((find-host data) None)))
+
+(defn _hostname [data]
+  (if (isinstance data dict) (get data "hostname") (str data)))
+
+(defn _prepare-nested [chain data additional]
+  (setv #(host these) (_data->host data)
+        parsed (_chain-for chain host)
+        propspec these)
+  (when additional
+    (setv propspec ((find-property "consfig.combinators.seqprops")
+                     (or propspec host.propspec) additional)))
+  (setv token (.set parent-host (.get current-host None)))
+  (try
+    #(parsed (preprocess-host host propspec))
+    (finally (.reset parent-host token))))
+
+(defn _forwarding-sink []
+  ;; Events of a deployment applied by another Python, nested under this
+  ;; property's line; its summary is this property's outcome.
+  (setv run (.get current-run) offset run.depth)
+  (fn [event]
+    (when (!= (get event "event") "summary")
+      (setv (get event "depth") (+ offset (.get event "depth" 0)))
+      (run.sink event))))
+
+(defn deploy-nested [chain data additional [unapply False]]
+  "Deploy the host DATA describes over CHAIN established from the current
+connection, as part of the current deployment; return its result."
+  (setv #(parsed prepared) (_prepare-nested chain data additional)
+        parent (.get current-host None)
+        conns [])
+  (with [_ (establishing-for prepared)]
+    (try
+      (setv conns (establish-chain parsed (connection))
+            target (get conns -1))
+      (if (hasattr target "apply_remotely")
+          (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply))
+              (when (or outcome.failures outcome.error)
+                (setv e (FailedChange f"deploying {prepared.hostname} failed")
+                      e.reported (not outcome.error))
+                (raise e))
+              (if outcome.changes :changed NO-CHANGE))
+          (do (check-propspec-fits prepared.propspec target.python? target.where)
+              (setv tokens [(.set parent-host parent)
+                            (.set current-host prepared)
+                            (.set current-connection target)])
+              (try
+                (apply-and-announce prepared.propspec unapply)
+                (finally
+                  (.reset current-connection (get tokens 2))
+                  (.reset current-host (get tokens 1))
+                  (.reset parent-host (get tokens 0))))))
+      (finally
+        (close-chain (cut conns 1 None))))))
+
+(defprop deploys :posix [chain host [additional None]]
+  "Deploy HOST over CHAIN as part of this deployment, then apply ADDITIONAL.
+CHAIN starts where this host is applied, so `(deploys* [:ssh] db1.example.com
+…)` connects from this host to db1; None means HOST's default chain.  The
+dotted form takes ADDITIONAL as its trailing forms."
+  (:desc f"Deployed {(_hostname host)}")
+  (:opaque-type True)
+  (:preprocess [chain (_host->data host None) additional])
+  ;; Checks HOST's hostattrs (a veto stops this deployment before anything
+  ;; connects) without letting them become this host's.
+  (:hostattrs (_prepare-nested chain host additional) None)
+  (:apply (deploy-nested chain host additional))
+  (:unapply (deploy-nested chain host additional True)))
+
+(defprop deploys-these :posix [chain host propspec]
+  "Apply just PROPSPEC to HOST over CHAIN as part of this deployment (with
+HOST's hostattrs).  The dotted form takes PROPSPEC as its trailing forms."
+  (:desc f"Deployed {(_hostname host)}")
+  (:opaque-type True)
+  (:preprocess [chain (_host->data host propspec) None])
+  (:hostattrs (_prepare-nested chain host None) None)
+  (:apply (deploy-nested chain host None))
+  (:unapply (deploy-nested chain host None True)))
+
+(export :objects [deploy* deploy-these* deploys deploys-these deploy-nested]
         :macros [deploy deploy-these])

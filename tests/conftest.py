@@ -5,6 +5,15 @@ import sys
 
 import hy  # noqa: F401  -- registers the .hy importer
 import pytest
+from _pytest.assertion import rewrite as _rewrite
+
+
+# pytest rewrites the assertions of any file named on its command line, and
+# would parse a .hy file as Python; Hy tests give `assert` a message instead.
+_should_rewrite = _rewrite.AssertionRewritingHook._should_rewrite
+_rewrite.AssertionRewritingHook._should_rewrite = (
+    lambda self, name, fn, state:
+    not fn.endswith(".hy") and _should_rewrite(self, name, fn, state))
 
 
 def pytest_collect_file(file_path, parent):

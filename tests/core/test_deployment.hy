@@ -1,0 +1,77 @@
+;; The deploy macros, and deployments as properties (a host deploying others).
+
+(require consfig *)
+(import consfig *
+        pytest)
+
+(setv log [])
+
+(defprop logged :posix [name]
+  "Record NAME and the host it is applied to."
+  (:desc name)
+  (:apply (.append log #(name (get-hostname) (get-parent-hostattrs "hostname")))))
+
+(defprop debian-only :posix []
+  "Only for Debian hosts."
+  (:hostattrs (hy.I.consfig/props/os.required "debian")))
+
+(defhost outer.example {:deploy :local}
+  (logged "outer-1")
+  (deploys* :local inner.example.org (logged "additional"))
+  (logged "outer-2"))
+
+(defhost inner.example.org {:deploy :local}
+  (logged "inner"))
+
+(defhost vetoed.example {:deploy :local}
+  (debian-only))
+
+(defn [(pytest.fixture :autouse True)] reset []
+  (.clear log))
+
+(defn test-deploy-macro-takes-a-bare-keyword-chain-and-a-dotted-hostname [events]
+  (deploy :local inner.example.org :sink events)
+  (assert (= log [#("inner" "inner.example.org" [])]) log))
+
+(defn test-deploy-these-macro-applies-only-its-propspec [events]
+  (deploy-these :local inner (logged "just-this"))
+  (assert (= log [#("just-this" "inner.example.org" [])]) log))
+
+(defn test-deploy-macro-applies-additional-properties-after-the-host []
+  (deploy [:local] inner (logged "extra"))
+  (assert (= (lfor e log (get e 0)) ["inner" "extra"]) log))
+
+(defn test-deploys-applies-another-host-within-the-deployment [events]
+  (setv outcome (deploy* [:local] outer :sink events))
+  (assert (= log [#("outer-1" "outer.example" [])
+                  #("inner" "inner.example.org" ["outer.example"])
+                  #("additional" "inner.example.org" ["outer.example"])
+                  #("outer-2" "outer.example" [])])
+          log)
+  (assert (= (events.status-of "Deployed inner.example.org") "changed") (events.ends))
+  (setv depths (dfor e events.events :if (= (get e "event") "end") (get e "desc") (get e "depth")))
+  (assert (= (get depths "inner") (+ 1 (get depths "Deployed inner.example.org"))) depths)
+  (assert (= outcome.status "changed") outcome))
+
+(defn test-deploys-is-data-carrying-the-other-hosts-propspec []
+  (setv p (preprocess-propapp (propapp (deploys :local inner.example.org))))
+  (setv back (read-propspec (propspec->string p)))
+  (assert (= back p) (propspec->string p))
+  (assert (= (get (get p.args 1) "hostname") "inner.example.org") p))
+
+(defn test-deploys-vetoed-host-stops-before-anything-applies [events]
+  (with [e (pytest.raises InapplicableProperty)]
+    (deploy-these* [:local] outer (propapp (deploys :local vetoed.example)) :sink events))
+  (assert (= log []) log))
+
+(defn test-deploys-unknown-host-is-an-error-before-anything-applies [events]
+  (with [e (pytest.raises ConsfigError)]
+    (deploy-these* [:local] outer (propapp (deploys :local nosuch.example)) :sink events))
+  (assert (in "unknown host nosuch.example" (str e.value)) (str e.value))
+  (assert (= log []) log))
+
+(defn test-deploys-over-a-python-hop-nests-the-remote-events [events]
+  (deploy-these* [:local] outer (propapp (deploys [:local :python] inner.example.org)) :sink events)
+  (assert (= (events.status-of "inner") "changed") (events.ends))
+  (setv depths (dfor e events.events :if (= (get e "event") "end") (get e "desc") (get e "depth")))
+  (assert (= (get depths "inner") 1) depths))
