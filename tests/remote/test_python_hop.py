@@ -7,32 +7,20 @@ test_python_hop_ssh.py.
 
 import os
 import stat
-import subprocess
 import sys
 import time
 
-import hy
 import pytest
 from hy.models import Keyword
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import remote_testprops as rp  # noqa: E402
+from remote_helpers import (deploy, has_content, hop_streams,  # noqa: E402
+                            mixed_host, no_leftover, rp, seqprops, shape, single)
 
-import consfig.deployment  # noqa: E402
 import consfig.remote as remote  # noqa: E402
-from consfig.connection import hop_spec  # noqa: E402
 from consfig.errors import ConnectionFailed, ConsfigError  # noqa: E402
 from consfig.host import Host  # noqa: E402
-from consfig.property import find_property  # noqa: E402
-
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
-seqprops = find_property("consfig.combinators.seqprops")
-has_content = find_property("consfig.props.file.has-content")
-directory_exists = find_property("consfig.props.file.directory-exists")
-single = find_property("consfig.props.cmd.single")
 
 LOCAL_PYTHON = [Keyword("local"), Keyword("python")]
 
@@ -55,27 +43,6 @@ def bundle_cache(tmp_path_factory):
         os.environ["XDG_CACHE_HOME"] = old
 
 
-def mixed_host(d):
-    """A host whose propspec mixes :posix and :python properties."""
-    return Host("target.example", seqprops(
-        directory_exists(f"{d}/etc"),
-        has_content(f"{d}/etc/motd", "hello\n"),
-        rp.python_wrote(f"{d}/etc/py", "from Python\n"),
-        single(f"echo ran > {d}/etc/ran", creates=f"{d}/etc/ran")))
-
-
-def no_leftover(marker, within=5):
-    """Whether no process whose command line has MARKER is left, waiting up
-    to WITHIN seconds for those being killed to go."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        r = subprocess.run(["pgrep", "-f", marker], capture_output=True)
-        if r.returncode != 0:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_local_python_gives_the_same_results_and_events_as_a_local_run(tmp_path, events):
     remote_dir, local_dir = tmp_path / "r", tmp_path / "l"
     remote_dir.mkdir()
@@ -85,12 +52,8 @@ def test_local_python_gives_the_same_results_and_events_as_a_local_run(tmp_path,
     events.events.clear()
     local = deploy(K("local"), mixed_host(local_dir), sink=events)
 
-    def same(evs, d):
-        return [{k: (v.replace(str(d), "D") if isinstance(v, str) else v) for k, v in e.items()}
-                for e in evs]
-
     assert first.status == local.status == "changed", (first, local)
-    assert same(remote_events, remote_dir) == same(events.events, local_dir)
+    assert shape(remote_events, remote_dir) == shape(events.events, local_dir)
     assert (remote_dir / "etc" / "py").read_text() == "from Python\n"
     assert (remote_dir / "etc" / "ran").read_text() == "ran\n"
     events.events.clear()
@@ -165,10 +128,11 @@ def test_the_target_dying_ends_the_deployment_with_a_clear_failure(tmp_path, eve
 
 
 def test_a_dropped_controller_leaves_no_process_on_the_target(tmp_path):
-    marker = f"{tmp_path}/sleeper"
+    # A sleep long and odd enough to be told from any other.
+    marker = f"sleep 8{os.getpid()}"
     host = Host("target.example", seqprops(
         rp.pid_recorded(f"{tmp_path}/pid"),
-        single(f"exec sleep 300 {marker}")))
+        single(marker)))
 
     def sink(event):
         # The controller goes away while the target runs a long command.
@@ -227,21 +191,7 @@ def test_a_silent_target_is_given_up_after_the_timeout(tmp_path):
     assert "no word from the Python on the target" in str(e.value), str(e.value)
 
 
-def _hop_streams(name):
-    """Whether hop NAME exists and can start a streaming process."""
-    try:
-        hop_spec(name)
-    except ConsfigError:
-        return False
-    import importlib
-    from consfig.connection import Connection
-    mod = importlib.import_module(f"consfig.connections.{name}")
-    return any(isinstance(c, type) and issubclass(c, Connection)
-               and c.start_process is not Connection.start_process
-               for c in vars(mod).values())
-
-
-needs_sudo = pytest.mark.skipif(os.geteuid() != 0 or not _hop_streams("sudo"),
+needs_sudo = pytest.mark.skipif(os.geteuid() != 0 or not hop_streams("sudo"),
                                 reason="needs root and a :sudo hop that can start a process")
 
 

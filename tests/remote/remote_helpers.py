@@ -1,0 +1,66 @@
+"""What the :python hop's tests share: the properties they deploy and ways to
+compare event streams and look for leftover processes."""
+
+import os
+import subprocess
+import sys
+import time
+
+import hy
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import remote_testprops as rp  # noqa: E402
+
+import consfig.deployment  # noqa: E402
+from consfig.host import Host  # noqa: E402
+from consfig.property import find_property  # noqa: E402
+
+deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+seqprops = find_property("consfig.combinators.seqprops")
+has_content = find_property("consfig.props.file.has-content")
+directory_exists = find_property("consfig.props.file.directory-exists")
+single = find_property("consfig.props.cmd.single")
+
+
+def mixed_host(d, hostname="target.example"):
+    """A host whose propspec mixes :posix and :python properties, under D."""
+    return Host(hostname, seqprops(
+        directory_exists(f"{d}/etc"),
+        has_content(f"{d}/etc/motd", "hello\n"),
+        rp.python_wrote(f"{d}/etc/py", "from Python\n"),
+        single(f"echo ran > {d}/etc/ran", creates=f"{d}/etc/ran")))
+
+
+def shape(events, d):
+    """EVENTS with the directory D written as D, to compare runs in different places."""
+    return [{k: (v.replace(str(d), "D") if isinstance(v, str) else v) for k, v in e.items()}
+            for e in events]
+
+
+def no_leftover(marker, within=10):
+    """Whether no process whose command line has MARKER is left, waiting up
+    to WITHIN seconds for those being killed to go."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode != 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def hop_streams(name):
+    """Whether the hop type NAME exists and can start a streaming process
+    (`start-process`), as a :python hop after it needs."""
+    import importlib
+    from consfig.connection import Connection
+    try:
+        mod = importlib.import_module(f"consfig.connections.{name}")
+    except ImportError:
+        return False
+    return any(isinstance(c, type) and issubclass(c, Connection)
+               and c.__module__ == mod.__name__
+               and c.start_process is not Connection.start_process
+               for c in vars(mod).values())
