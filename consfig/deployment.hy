@@ -42,10 +42,11 @@ propspec's arguments, every :hostattrs — is checked before connecting."
                        (or (any (gfor [name _] parsed (= name "python")))
                            (all (gfor [name _] parsed (= name "local"))))
                        (hy.repr (chain->data parsed)))
-  ;; Imported here, not at the top: a target applying a host after a
-  ;; :python hop imports this module but has no rich, and needs none.
-  (import consfig.report [Reporter])
-  (setv reporter (when (is sink None) (Reporter :verbosity verbosity))
+  (setv reporter (when (is sink None)
+                   ;; Imported here, not at the top: a target applying a host
+                   ;; after a :python hop has no rich, and needs none.
+                   (import consfig.report [Reporter])
+                   (Reporter :verbosity verbosity))
         sink (or sink reporter))
   (setv conns [])
   (with [_ (establishing-for prepared)]
