@@ -297,6 +297,10 @@ failed (the target then compiles for itself)."
   (cond (isinstance x Propapp) (do (.add out x.name)
                                    (for [a x.args] (_propapp-names a out)))
         (isinstance x #(list tuple)) (for [a x] (_propapp-names a out))
+        ;; A host in a `deploys`, as data.
+        (and (isinstance x dict) (isinstance (.get x "propapp") str))
+        (do (.add out (get x "propapp"))
+            (_propapp-names (.get x "args") out))
         (isinstance x dict) (for [[k v] (.items x)]
                               (_propapp-names k out)
                               (_propapp-names v out)))

@@ -21,6 +21,7 @@ from remote_helpers import (deploy, has_content, hop_streams,  # noqa: E402
 import consfig.remote as remote  # noqa: E402
 from consfig.errors import ConnectionFailed, ConsfigError  # noqa: E402
 from consfig.host import Host  # noqa: E402
+from consfig.property import find_property  # noqa: E402
 
 LOCAL_PYTHON = [Keyword("local"), Keyword("python")]
 
@@ -210,3 +211,14 @@ def test_hops_after_python_start_a_further_python_on_the_target(tmp_path, events
     outcome = deploy([K("local"), K("python"), K("sudo")], host, sink=events)
     assert outcome.status == "changed", events.ends()
     assert int((tmp_path / "pid").read_text()) != os.getpid()
+
+
+def test_a_host_deployed_by_a_target_gets_its_site_modules_too(tmp_path, events):
+    deploys = find_property("consfig.deployment.deploys")
+    inner = Host("inner.example", seqprops(rp.python_wrote(f"{tmp_path}/inner", "inner\n")))
+    outer = Host("outer.example", seqprops(deploys([K("local"), K("python")], inner)))
+    outcome = deploy(LOCAL_PYTHON, outer, sink=events)
+    assert outcome.status == "changed", events.ends()
+    assert (tmp_path / "inner").read_text() == "inner\n"
+    assert [e["host"] for e in events.events if e["event"] == "end"] == \
+        ["inner.example", "outer.example"]
