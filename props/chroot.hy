@@ -17,7 +17,7 @@ deployment: its properties are reported under the `os-bootstrapped` line."
         consfig.connection [NO-CHANGE run run-ok? connection current-connection
                             hop-spec remote-exists?]
         consfig.engine [apply-and-announce check-propspec-fits inform]
-        consfig.errors [AbortedChange FailedChange PropspecError]
+        consfig.errors [AbortedChange FailedChange InapplicableProperty PropspecError]
         consfig.host [Host current-host parent-host get-hostattr get-hostname
                       preprocess-host inapplicable]
         consfig.props.mount [unmount-below]
@@ -169,7 +169,16 @@ forms."
     [options (_check-root root) propspec])
   ;; The chroot is another host: its hostattrs are its own.  Computing them
   ;; here checks, before anything connects, that it declares a Debian OS.
-  (:hostattrs (_os-of (chroot-host propspec)))
+  (:hostattrs
+    (try
+      (_os-of (chroot-host propspec))
+      (except [e InapplicableProperty]
+        ;; Say that it is the chroot's propspec that does not fit.
+        (setv prefix f"{(get-hostname)}: ")
+        (raise (InapplicableProperty
+                 (+ prefix f"in the chroot {root}: "
+                    (if (.startswith e.message prefix) (cut e.message (len prefix) None) e.message)))
+               :from e))))
   (:apply
     (setv host (chroot-host propspec)
           made (not (bootstrapped? root)))

@@ -42,7 +42,14 @@ def test_the_chroots_hostattrs_stay_its_own():
 
 def test_a_chroot_without_an_os_is_refused_before_connecting():
     p = chroot.os_bootstrapped({}, "/srv/chroot/x", eseqprops(file.has_content("/x", "y")))
-    with pytest.raises(ConsfigError, match="declares no OS"):
+    with pytest.raises(ConsfigError, match="parent.example: in the chroot /srv/chroot/x: .*declares no OS"):
+        preprocess_host(make_host("parent.example", None, None, p))
+
+
+def test_a_property_that_does_not_fit_the_chroot_names_it():
+    p = chroot.os_bootstrapped({}, "/srv/chroot/x", eseqprops(
+        os_.linux(Keyword("amd64")), apt.installed("less")))
+    with pytest.raises(ConsfigError, match="in the chroot /srv/chroot/x: this property needs an OS of type debian"):
         preprocess_host(make_host("parent.example", None, None, p))
 
 

@@ -12,7 +12,7 @@ import os
 import pytest
 
 import hy  # noqa: F401
-from consfig.props import cmd, service, systemd
+from consfig.props import apt, service, systemd
 
 from proptest import apply_twice, deploy_propspec, in_chroot, this_os, unapply
 
@@ -32,8 +32,7 @@ WantedBy={target}
 @pytest.fixture(scope="module")
 def root(debian_chroot, chroot_chain):
     deploy_propspec(chroot_chain, [this_os(), service.without_starting_services(
-        cmd.single("DEBIAN_FRONTEND=noninteractive apt-get install -y "
-                   "--no-install-recommends systemd >/dev/null"))])
+        apt.installed_minimally("systemd"))])
     system = debian_chroot / "usr/lib/systemd/system"
     (system / "consfig-demo.service").write_text(UNIT.format(target="multi-user.target"))
     user = debian_chroot / "usr/lib/systemd/user"
