@@ -14,15 +14,15 @@ deployment: its properties are reported under the `os-bootstrapped` line."
 (require consfig.property [defprop])
 (import posixpath
         hy.models [Keyword]
-        consfig.connection [NO-CHANGE run run-ok? connection current-connection
-                            hop-spec remote-exists?]
-        consfig.engine [apply-and-announce check-propspec-fits inform]
+        consfig.connection [NO-CHANGE run run-ok? remote-exists?]
+        consfig.deployment [deploy-nested]
+        consfig.engine [inform]
         consfig.errors [AbortedChange FailedChange InapplicableProperty PropspecError]
         consfig.host [Host current-host parent-host get-hostattr get-hostname
                       preprocess-host inapplicable]
         consfig.props.mount [unmount-below]
         consfig.props.os [isa?]
-        consfig.props.service [services-prevented])
+        consfig.props.service [without-starting-services])
 
 (setv DEFAULT-MIRROR "http://deb.debian.org/debian")
 (setv BOOTSTRAP-TIMEOUT 3600)
@@ -120,25 +120,17 @@ crossing into another filesystem."
                             f"(exit code {r.exit-code}):\n"
                             (_tail (+ r.stdout r.stderr)))))))
 
-(defn apply-inside [root host * [unapply False]]
-  "Apply (or unapply) the preprocessed HOST inside the chroot ROOT, through
-a `:chroot` hop on top of the current connection, within the current run.
-No service starts meanwhile."
-  (setv parent (.get current-host)
-        hop ((. (hop-spec "chroot") establish) (connection) :into root))
-  (try
-    (check-propspec-fits host.propspec hop.python? hop.where)
-    (setv tokens [(.set parent-host parent)
-                  (.set current-host host)
-                  (.set current-connection hop)])
-    (try
-      (with [(services-prevented)]
-        (apply-and-announce host.propspec unapply))
-      (finally
-        (.reset current-connection (get tokens 2))
-        (.reset current-host (get tokens 1))
-        (.reset parent-host (get tokens 0))))
-    (finally (.close hop))))
+(defn apply-inside [root propspec * [unapply False]]
+  "Apply (or unapply) PROPSPEC, a chroot's, inside the chroot ROOT: a
+deployment nested in the current one, through a `:chroot` hop on top of the
+current connection.  No service starts meanwhile."
+  (deploy-nested [[(Keyword "chroot") (Keyword "into") root]]
+                 {"hostname" (get-hostname)
+                  "deploy" None
+                  "propspec" (without-starting-services propspec)
+                  "these" None}
+                 None
+                 unapply))
 
 (defn _check-root [root]
   (when (not (and (isinstance root str) (posixpath.isabs root)))
@@ -184,7 +176,7 @@ forms."
           made (not (bootstrapped? root)))
     (when made
       (_bootstrap root host (_options options)))
-    (if (or (!= (apply-inside root host) NO-CHANGE) made)
+    (if (or (!= (apply-inside root propspec) NO-CHANGE) made)
         :changed
         NO-CHANGE))
   (:unapply
