@@ -97,9 +97,24 @@ that is not a plain (possibly dotted) name."
       (String dotted)
       arg))
 
+(defclass LiteralKeyword []
+  "A keyword written as an argument of a walked form.  It passes to a
+property as the keyword itself (Lisp-style); to an ordinary function, as a
+keyword-argument marker.  A keyword that is a *value* (`:daily` held in a
+variable) stays a value either way."
+  (setv __slots__ #("keyword"))
+  (defn __init__ [self name]
+    (setv self.keyword (Keyword name))))
+
+(defn _walk-args [args compiler]
+  (lfor a args
+        (if (isinstance a Keyword)
+            `(hy.I.consfig/propspec.LiteralKeyword ~a.name)
+            (walk-form a compiler))))
+
 (defn _apply-form-code [form compiler name dotted]
-  (setv args (lfor [i a] (enumerate (cut form 1 None))
-                   (walk-form (_hostname-arg name i a) compiler)))
+  (setv args (_walk-args (lfor [i a] (enumerate (cut form 1 None)) (_hostname-arg name i a))
+                         compiler))
   (.replace
     `(hy.I.consfig/propspec.apply-form
        (fn [] ~(hy.read name)) ~name ~(_where compiler form) ~dotted [~@args])
@@ -110,7 +125,7 @@ that is not a plain (possibly dotted) name."
   (setv this (or compiler.this (Expression [])))
   `(hy.I.consfig/propspec.apply-form
      (fn [] (hy.I ~module)) ~(+ module "." name) ~(_where compiler this) True
-     [~@(walk-body args compiler)]
+     [~@(_walk-args args compiler)]
      ~name))
 
 (defn _unknown-message [name e]
@@ -129,7 +144,9 @@ that is not a plain (possibly dotted) name."
     (except [e [NameError AttributeError]]
       (raise (PropspecError (_unknown-message name e) where))))
   (try
-    (cond (isinstance f Property) (if dotted (dotted-propapp f args) (f #* args))
+    (cond (isinstance f Property)
+          (do (setv args (lfor a args (if (isinstance a LiteralKeyword) a.keyword a)))
+              (if dotted (dotted-propapp f args) (f #* args)))
           dotted (raise (PropspecError f"{name}* is a dotted propapp, but {name} is not a property"))
           True (_call-with-keywords f args))
     (except [e PropspecError]
@@ -140,10 +157,10 @@ that is not a plain (possibly dotted) name."
   (setv pos [] kw {} i 0)
   (while (< i (len args))
     (setv a (get args i))
-    (if (isinstance a Keyword)
+    (if (isinstance a LiteralKeyword)
         (do (when (= (+ i 1) (len args))
-              (raise (PropspecError f"keyword {(hy.repr a)} needs a value")))
-            (setv (get kw (hy.mangle a.name)) (get args (+ i 1)))
+              (raise (PropspecError f"keyword {(hy.repr a.keyword)} needs a value")))
+            (setv (get kw (hy.mangle a.keyword.name)) (get args (+ i 1)))
             (+= i 2))
         (do (.append pos a) (+= i 1))))
   (f #* pos #** kw))

@@ -137,3 +137,17 @@
   (with [e (pytest.raises PropspecError)]
     (read-propspec "(file.directory-exists some-variable)"))
   (assert (in "some-variable" (str e.value)) (str e.value)))
+
+(defn schedule-path [name schedule]
+  (+ "/etc/cron." (. schedule name) "/" name))
+
+(defn test-keyword-values-passed-to-functions-stay-values []
+  (setv schedule :daily)
+  (setv p (propapp (file.has-content (schedule-path "job" schedule) "x")))
+  (assert (= (get p.args 0) "/etc/cron.daily/job") (propspec->string p)))
+
+(defn test-keyword-values-passed-to-properties-stay-values []
+  (setv arch :arm64)
+  (assert (= (. (propapp (os.debian-stable "trixie" arch)) args)
+             #("trixie" (Keyword "arm64")))
+          "arch from a variable"))
