@@ -71,6 +71,8 @@ or a changed result."
   (setv prop (find-property propapp.name))
   (cond (and prop.check (not (_call prop "check" propapp))) NO-CHANGE
         prop.unapply (_result (_call prop "unapply" propapp))
+        ;; A pure declaration (an OS, a mirror) has nothing to undo.
+        (not prop.apply) NO-CHANGE
         True (raise (FailedChange f"{prop.short-name} cannot be unapplied: it has no :unapply"))))
 
 (defn announced? [propapp]

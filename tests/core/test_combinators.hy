@@ -162,3 +162,16 @@
   (assert (= #((.exit-code second) (.exit-code second True)) #(0 0)) "no change")
   (setv third (apply events (eseqprops (noted "x" :fail "failed"))))
   (assert (= #((.exit-code third) (.exit-code third True)) #(1 1)) "failure"))
+
+(defprop declared :posix [name]
+  "A declaration only: hostattrs, nothing to apply."
+  (:hostattrs (push-hostattr "declared" name)))
+
+(defn test-unapplying-a-declaration-changes-nothing [events]
+  (setv outcome (apply events (unapplied (eseqprops (declared "x") (noted "a")))))
+  (assert (= outcome.status "no-change") (events.ends)))
+
+(defn test-unapplying-a-property-without-unapply-fails-clearly [events]
+  (apply events (unapplied (hy.I.consfig/props/file.has-content "/tmp/x" "y")))
+  (setv [e] (lfor e events.events :if (= (.get e "status") "failed") :if (= (get e "event") "end") e))
+  (assert (in "cannot be unapplied" (get e "message")) e))
