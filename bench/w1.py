@@ -168,10 +168,11 @@ def measure_process(lab, n, runs):
 
 
 PYINFRA_DEPLOY = """
+from io import StringIO
 from pyinfra.operations import files
 files.directory(name="w1 directory", path={target!r}, present=True)
 for i in range({n}):
-    files.put(name=f"w1 file {{i}}", src=io.StringIO({content!r}), dest=f"{target}/f{{i}}")
+    files.put(name=f"w1 file {{i}}", src=StringIO({content!r}), dest=f"{target}/f{{i}}")
 """
 
 PYINFRA_INVENTORY = """

@@ -193,6 +193,16 @@ for d,ds,fs in os.walk(r):
   "BUNDLE as a gzipped tar with this Python's bytecode beside the sources,
 from the controller's cache, made there the first time; None if compiling
 failed (the target then compiles for itself)."
+  (when _running-from
+    ;; A target passing its bundle on to a further Python (a hop after
+    ;; :python) has the bytecode already, made by this very interpreter.
+    (setv files {})
+    (for [[d dirs names] (os.walk _running-from)]
+      (for [n names]
+        (when (or (_source? n) (.endswith n f".{sys.implementation.cache-tag}.pyc"))
+          (setv (get files (os.path.relpath (os.path.join d n) _running-from))
+                (os.path.join d n)))))
+    (return (_tar files)))
   (setv directory (os.path.join (os.path.dirname (cache-directory)) "compiled")
         path (os.path.join directory f"{bundle.hash}-{sys.implementation.cache-tag}.tar.gz"))
   (when (os.path.exists path)
@@ -606,14 +616,19 @@ target may stay silent before the deployment is given up."
     (when (!= (.get hello "protocol") PROTOCOL)
       (raise (ConnectionFailed (+ f"{name}: the target ({where}) speaks consfig protocol "
                                   f"{(.get hello "protocol")}, this controller {PROTOCOL}"))))
+    (setv wait timeout)
     (when (not (get hello "have"))
       (setv data (or (and (_bytecode-matches? hello) (compiled-archive bundle))
                      (.archive bundle)))
       (.send session {"op" "bundle" "hash" bundle.hash} data)
       (+= (get stats "bundles-sent") 1)
-      (+= (get stats "bundle-bytes") (len data)))
+      (+= (get stats "bundle-bytes") (len data))
+      ;; Until it has imported consfig, a target that compiles it (a slow
+      ;; machine, another Python) cannot say it is alive.
+      (setv wait (max timeout 300)))
     (while True
-      (setv m (_receive session timeout name where "apply"))
+      (setv m (_receive session wait name where "apply")
+            wait timeout)
       (when (is m None)
         (setv code (.wait process 2))
         (raise (ConnectionFailed

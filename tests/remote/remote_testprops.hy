@@ -26,9 +26,9 @@ the hop ships it to the target by its file."
   (:apply (raise (ValueError message))))
 
 (defprop pid-recorded :python [path]
-  "PATH holds the process id of the Python applying this host."
+  "PATH holds the process ids of the Python applying this host and of its parent."
   (:desc f"pid recorded in {path}")
-  (:apply (with [f (open path "w")] (.write f (str (os.getpid))))))
+  (:apply (with [f (open path "w")] (.write f f"{(os.getpid)} {(os.getppid)}"))))
 
 (defprop died :python []
   "The Python applying this host kills itself."

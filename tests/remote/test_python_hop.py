@@ -143,7 +143,7 @@ def test_a_dropped_controller_leaves_no_process_on_the_target(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         deploy(LOCAL_PYTHON, host, sink=sink)
-    pid = int((tmp_path / "pid").read_text())
+    pid = int((tmp_path / "pid").read_text().split()[0])
     assert no_leftover(marker), "the target's command is still running"
     assert not os.path.exists(f"/proc/{pid}"), "the target Python is still running"
 
@@ -210,7 +210,7 @@ def test_hops_after_python_start_a_further_python_on_the_target(tmp_path, events
     host = Host("target.example", seqprops(rp.pid_recorded(f"{tmp_path}/pid")))
     outcome = deploy([K("local"), K("python"), K("sudo")], host, sink=events)
     assert outcome.status == "changed", events.ends()
-    assert int((tmp_path / "pid").read_text()) != os.getpid()
+    assert int((tmp_path / "pid").read_text().split()[0]) != os.getpid()
 
 
 def test_a_host_deployed_by_a_target_gets_its_site_modules_too(tmp_path, events):
@@ -222,3 +222,14 @@ def test_a_host_deployed_by_a_target_gets_its_site_modules_too(tmp_path, events)
     assert (tmp_path / "inner").read_text() == "inner\n"
     assert [e["host"] for e in events.events if e["event"] == "end"] == \
         ["inner.example", "outer.example"]
+
+
+def test_a_hop_after_python_is_established_by_the_target(tmp_path, events):
+    host = Host("target.example", seqprops(rp.pid_recorded(f"{tmp_path}/pid")))
+    deploy(LOCAL_PYTHON, host, sink=events)
+    pid, ppid = map(int, (tmp_path / "pid").read_text().split())
+    assert ppid == os.getpid(), "[:local :python] is not a child of the controller"
+    deploy([K("local"), K("python"), K("local")], host, sink=events)
+    pid, ppid = map(int, (tmp_path / "pid").read_text().split())
+    assert ppid != os.getpid(), "no further Python was started on the target"
+    assert events.summary()["status"] == "changed"
