@@ -233,3 +233,20 @@ def test_a_hop_after_python_is_established_by_the_target(tmp_path, events):
     pid, ppid = map(int, (tmp_path / "pid").read_text().split())
     assert ppid != os.getpid(), "no further Python was started on the target"
     assert events.summary()["status"] == "changed"
+
+
+def test_install_puts_a_missing_python_there_with_the_package_manager(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    apt_get = bin_dir / "apt-get"
+    # An apt-get that "installs" python3 by linking this Python into PATH.
+    apt_get.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path}/apt.log\n"
+                       f"ln -sf {sys.executable} {bin_dir}/consfig-test-python3\n")
+    apt_get.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    hop = [K("python"), K("interpreter"), "consfig-test-python3", K("install"), True]
+    outcome = deploy([K("local"), hop], mixed_host(tmp_path / "d"), sink=lambda e: None)
+    assert outcome.status == "changed"
+    assert "install -y -q python3" in (tmp_path / "apt.log").read_text()
+    deploy([K("local"), hop], mixed_host(tmp_path / "d"), sink=lambda e: None)
+    assert len((tmp_path / "apt.log").read_text().splitlines()) == 1, "installed twice"
