@@ -175,7 +175,9 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
         (select.select [chan] [] [] 0.5))
       (while (.recv-ready chan) (.append out (.recv chan 65536)))
       (while (.recv-stderr-ready chan) (.append err (.recv-stderr chan 65536)))
-      (when (not (.exit-status-ready chan))
+      ;; sshd always sends EOF before it closes a channel; a channel closed
+      ;; without one was closed by paramiko because the connection died.
+      (when (not chan.eof-received)
         (raise (self._lost)))
       #((.recv-exit-status chan) (.join b"" out) (.join b"" err))
       (except [e [EOFError OSError paramiko.SSHException]]
@@ -216,8 +218,12 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
     f"cannot resolve host name {host}: {e.strerror}"
     (isinstance e #(socket.timeout TimeoutError))
     f"timed out after {connect-timeout} s connecting to {hp}"
-    (and (isinstance e paramiko.SSHException) (in "banner" (str e)))
-    f"{hp} accepted the connection but sent no SSH greeting within {connect-timeout} s"
+    ;; paramiko reports a missing greeting as "No existing session" when it
+    ;; goes on to authenticate regardless.
+    (and (isinstance e paramiko.SSHException)
+         (or (in "banner" (str e)) (in "No existing session" (str e))))
+    (+ f"{hp} accepted the connection but sent no SSH greeting within {connect-timeout} s "
+       "(is an SSH server listening there?)")
     (isinstance e ConnectionRefusedError)
     f"connection refused by {hp}"
     True f"cannot connect to {hp}: {(. (type e) __name__)}: {e}"))
@@ -293,6 +299,10 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
                                   (_connect-error e alias fc.host fc.port fc.user connect-timeout user-kh))
                                upstream.where)
              :from e)))
+  ;; Every command is a few small round trips; without this, Nagle's
+  ;; algorithm and delayed ACKs add 40 ms to each.
+  (when (isinstance fc.transport.sock socket.socket)
+    (.setsockopt fc.transport.sock socket.IPPROTO_TCP socket.TCP_NODELAY 1))
   (setv interval (int (.get ssh-config "serveraliveinterval" 0)))
   (.set-keepalive fc.transport (or interval DEFAULT-ALIVE-INTERVAL))
   (SSHConnection upstream fc alias
