@@ -38,3 +38,15 @@ def test_readme_commands_are_what_ci_runs():
     test_command = re.search(r"pip install -e '\.\[test\]' && (python3 -m pytest -q)", README)
     assert test_command, "the README names its test command"
     assert test_command.group(1) in ci
+
+
+def test_readme_tour_consfig_loads_and_preprocesses(tmp_path):
+    code = re.search(r"```hy\n(.*?)```", section("A tour of a consfig"), re.S).group(1)
+    site = tmp_path / "example.hy"
+    site.write_text(code)
+    result = subprocess.run(
+        [sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), "athena", "--dry-run"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'chain: [[:ssh :user "root"] :python]' in result.stdout
+    assert '"type" "debian-stable"' in result.stdout
