@@ -15,7 +15,7 @@ S is \"ok\" (nothing to do), \"changed\", \"failed\" (with \"message\", and
 (import contextvars
         traceback
         consfig.connection [NO-CHANGE current-connection]
-        consfig.errors [ConsfigError FailedChange]
+        consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange]
         consfig.host [current-host get-hostname]
         consfig.property [Propapp call-subroutine find-property propapp-desc
                           propapp-type python-propapps])
@@ -49,6 +49,8 @@ S is \"ok\" (nothing to do), \"changed\", \"failed\" (with \"message\", and
   (try
     (call-subroutine prop which propapp)
     (except [FailedChange] (raise))
+    (except [e ConnectionFailed]
+      (raise (ConnectionLost (str e)) :from e))
     (except [e Exception]
       (setv failure (FailedChange (+ (if (isinstance e ConsfigError) "" f"{(. (type e) __name__)}: ")
                                      (str e))))
@@ -123,7 +125,7 @@ the innermost announced property, and raised on."
 
 With STOP-ON-FAILURE the first failure ends the sequence and is raised on;
 otherwise each failure is reported and skipped, and a failure summarising
-them is raised at the end.  A failure that is an instance of UNTIL ends the
+them is raised at the end.  A lost connection always ends the sequence.  A failure that is an instance of UNTIL ends the
 sequence without being raised on."
   (setv propapps (lfor p (if unapply (reversed propapps) propapps)
                        :if (is-not p None) p)
@@ -134,9 +136,9 @@ sequence without being raised on."
       (when (!= (apply-and-announce p unapply silent) NO-CHANGE)
         (setv result :changed))
       (except [e FailedChange]
-        (when (and until (isinstance e until))
+        (when (and until (isinstance e until) (not (isinstance e ConnectionLost)))
           (break))
-        (when stop-on-failure
+        (when (or stop-on-failure (isinstance e ConnectionLost))
           (_announce-skipped (cut propapps (+ i 1) None) silent)
           (raise))
         (+= failed 1))))

@@ -40,6 +40,10 @@ The deployment stops before any connection is made.")
 (defclass AbortedChange [FailedChange]
   "A property failed before it changed anything.")
 
+(defclass ConnectionLost [FailedChange]
+  "The connection a property acted through broke: nothing more can be
+applied through it, so every sequence stops, `seqprops` included.")
+
 (defclass CommandFailed [FailedChange]
   "A command exited non-zero.  Carries the command, its exit code and its output."
   (defn __init__ [self command exit-code stdout stderr [where None]]
@@ -68,5 +72,6 @@ The deployment stops before any connection is made.")
   (.join "\n" (gfor line (.splitlines text) (+ prefix line))))
 
 (export :objects [ConsfigError PropspecError ChainError ConnectionFailed
-                  InapplicableProperty FailedChange AbortedChange CommandFailed
+                  InapplicableProperty FailedChange AbortedChange ConnectionLost
+                  CommandFailed
                   CommandTimedOut])

@@ -10,6 +10,7 @@
 
 (defn _maybe-fail [fail]
   (cond (= fail "failed") (raise (FailedChange "it broke"))
+        (= fail "connection") (raise (ConnectionFailed "ssh:h: the SSH connection was lost"))
         (= fail "aborted") (raise (AbortedChange "it gave up"))
         (= fail "bug") (raise (KeyError "oops"))))
 
@@ -175,3 +176,13 @@
   (apply events (unapplied (hy.I.consfig/props/file.has-content "/tmp/x" "y")))
   (setv [e] (lfor e events.events :if (= (.get e "status") "failed") :if (= (get e "event") "end") e))
   (assert (in "cannot be unapplied" (get e "message")) e))
+
+(defn test-a-lost-connection-ends-even-seqprops-with-one-message [events]
+  (setv outcome (apply events (seqprops (noted "a") (noted "b" :fail "connection")
+                                        (noted "c") (noted "d"))))
+  (assert (= log [#("apply" "a") #("apply" "b")]) log)
+  (assert (= (events.ends) [#("a" "changed") #("b" "failed") #("c" "skipped") #("d" "skipped")])
+          (events.ends))
+  (setv messages (lfor e events.events :if (.get e "message") (get e "message")))
+  (assert (= messages ["ssh:h: the SSH connection was lost"]) messages)
+  (assert (= outcome.status "failed") outcome))
