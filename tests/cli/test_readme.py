@@ -50,3 +50,10 @@ def test_readme_tour_consfig_loads_and_preprocesses(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'chain: [[:ssh :user "root"] :python]' in result.stdout
     assert '"type" "debian-stable"' in result.stdout
+
+
+def test_property_reference_is_up_to_date():
+    result = subprocess.run([sys.executable, str(REPO / "docs" / "gen_reference.py"), "--check"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, (
+        "docs/properties.md is stale; run python3 docs/gen_reference.py\n" + result.stdout + result.stderr)
