@@ -65,9 +65,11 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
     (setv #(self._names self._takes-any-keyword) (_parameter-names self.signature)))
 
   (defn [property] short-name [self]
-    "`file.has-content` for `consfig.props.file.has-content`."
+    "The name a user writes: `file.has-content` for the library's
+`consfig.props.file.has-content`, just `web-base` for a site's
+`consfig_site_web.web-base` or a combinator."
     (setv parts (.split self.name "."))
-    (.join "." (cut parts (if (.startswith self.name "consfig.combinators.") -1 -2) None)))
+    (.join "." (cut parts (if (.startswith self.name "consfig.props.") -2 -1) None)))
 
   (defn [property] lambda-list [self]
     (_render-lambda-list self.signature))

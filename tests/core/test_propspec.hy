@@ -115,7 +115,7 @@
 
 (defn test-defproplist-expands-to-described-eseqprops-at-preprocess []
   (setv p (preprocess-propapp (pair "/a" "/b")))
-  (assert (= p (desc "test_propspec.pair /a /b"
+  (assert (= p (desc "pair /a /b"
                      (eseqprops (file.directory-exists "/a") (file.directory-exists "/b"))))
           (propspec->string p)))
 
