@@ -118,3 +118,10 @@
                      "h ::       output\n"
                      "h :: There were failures.\n"))
           text))
+
+(defn test-every-os-declaration-declares-its-type []
+  (for [[p expected] [[(propapp (os.debian-testing :amd64)) {"type" "debian-testing" "arch" "amd64" "suite" "testing"}]
+                      [(propapp (os.debian-unstable :arm64)) {"type" "debian-unstable" "arch" "arm64" "suite" "unstable"}]
+                      [(propapp (os.linux :riscv64)) {"type" "linux" "arch" "riscv64"}]]]
+    (setv h (preprocess-host host-10-1-2-3 p))
+    (assert (= (get-hostattr "os" h) expected) h.hostattrs)))
