@@ -7,12 +7,15 @@ imported, and optionally a site consfig loaded, so that `(athena)` deploys."
         consfig.report [error]
         consfig.site [load-consfig])
 
-(defn _excepthook [previous]
-  ;; A user's mistake at the prompt gets its message, not a traceback.
-  (fn [kind value tb]
-    (if (isinstance value ConsfigError)
-        (error value)
-        (previous kind value tb))))
+(defclass REPL [hy.REPL]
+  "Hy's REPL, except that a user's mistake at the prompt (an unknown host, a
+broken chain, wrong arguments) gets its message, not a traceback."
+  (defn showtraceback [self]
+    (setv e (get (sys.exc-info) 1))
+    (if (isinstance e ConsfigError)
+        (do (error e)
+            (setv (get self.locals (hy.mangle "*e")) e))
+        (.showtraceback (super)))))
 
 (defn repl-module [[file None]]
   "The module the REPL evaluates in: the consfig FILE's, or a fresh one."
@@ -25,8 +28,7 @@ imported, and optionally a site consfig loaded, so that `(athena)` deploys."
 
 (defn run-repl [[file None]]
   "Start an interactive REPL in `repl-module`."
-  (setv module (repl-module file)
-        sys.excepthook (_excepthook sys.excepthook))
-  (.run (hy.REPL :locals module.__dict__)))
+  (setv module (repl-module file))
+  (.run (REPL :locals module.__dict__)))
 
-(export :objects [repl-module run-repl])
+(export :objects [REPL repl-module run-repl])

@@ -59,6 +59,13 @@ def test_repl_loads_the_consfig_and_calling_a_host_deploys_it(tmp_path):
     assert '"no-change"' in again.stdout
 
 
+def test_repl_reports_a_mistake_without_a_traceback(tmp_path):
+    result = consfig("repl", DEMO, env_dir=tmp_path, stdin='(find-host "nonesuch")\n(+ 40 2)\n')
+    assert "consfig: error: unknown host nonesuch; known hosts: demo.localhost" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "=> 42" in result.stdout, "the REPL carries on"
+
+
 def test_hosts_lists_hostname_chain_and_description():
     result = consfig("hosts", "--consfig", DEMO)
     assert result.returncode == 0
