@@ -185,10 +185,74 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
       (finally
         (.close chan))))
 
+  (defn start-process [self argv]
+    (setv chan (self._open-channel))
+    (try
+      ;; `exec`, so that what runs on the channel is ARGV itself, not a
+      ;; login shell waiting for it: the signals `kill` sends reach it.
+      (.exec-command chan (+ "exec " (shlex.join argv)))
+      (except [e [EOFError OSError paramiko.SSHException]]
+        (.close chan)
+        (raise (self._lost e) :from e)))
+    (SSHProcess chan self.where))
+
   (defn close [self]
     (.close self.fabric)
     (for [j (reversed self.jumps)]
       (.close j))))
+
+(defclass SSHProcess []
+  "A command running on a channel of its own: see `Connection.start-process`."
+
+  ;; How long `kill` lets a command go on TERM before it sends KILL.
+  (setv TERM-GRACE 2)
+
+  (defn __init__ [self chan where]
+    (setv self.channel chan
+          self.where where
+          ;; Closing stdin sends EOF on the channel (paramiko's
+          ;; ChannelStdinFile.close calls shutdown_write).
+          self.stdin (.makefile-stdin chan "wb")
+          self.stdout (.makefile chan "rb")
+          self.stderr (.makefile-stderr chan "rb")
+          self.lost None))
+
+  (defn wait [self [timeout None]]
+    "The exit code; 255, as ssh(1) says, when the connection dropped first
+(`lost` then says so); None while it runs."
+    (when (not (.wait self.channel.status-event timeout))
+      (return None))
+    (setv code self.channel.exit-status)
+    ;; sshd sends EOF before the exit status; a channel closed with neither
+    ;; was closed by paramiko because the connection died.
+    (when (and (= code -1) (not self.channel.eof-received))
+      (setv self.lost (+ f"the SSH connection was lost ({self.where}); "
+                         "what the command had done by then is unknown")
+            code 255))
+    code)
+
+  (defn _signal [self name]
+    ;; RFC 4254's "signal" request, which sshd honours with killpg(2) on the
+    ;; command's process group; paramiko has no method for it.
+    (setv m (paramiko.Message))
+    (.add-byte m paramiko.common.cMSG-CHANNEL-REQUEST)
+    (.add-int m self.channel.remote-chanid)
+    (.add-string m "signal")
+    (.add-boolean m False)
+    (.add-string m name)
+    (try (._send-user-message self.channel.transport m)
+         (except [Exception] None)))
+
+  (defn kill [self]
+    "TERM, then KILL if it is still there after TERM-GRACE seconds, then
+close the channel.  TERM first because sudo and su relay it to the command
+they run, which may be another user's and so out of reach of a KILL sent as
+this one; closing the channel gives whatever is left end of file."
+    (when (not (or self.channel.closed (.is-set self.channel.status-event)))
+      (._signal self "TERM")
+      (when (not (.wait self.channel.status-event self.TERM-GRACE))
+        (._signal self "KILL")))
+    (.close self.channel)))
 
 (defn _feed [chan data]
   (try
@@ -316,4 +380,4 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
                       "strict-host-key-checking" "command-timeout"]
                connect))
 
-(export :objects [SSHConnection HOP connect])
+(export :objects [SSHConnection SSHProcess HOP connect])

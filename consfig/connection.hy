@@ -178,6 +178,8 @@ while it runs, as a `:python` hop must:
   (.wait p timeout)        the exit code, or None if still running after
                            TIMEOUT seconds
   (.kill p)                end it (and what it started) now
+  .lost                    optional: None, or why the connection it ran on
+                           dropped (the exit code is then meaningless)
 
 The process gets no terminal.  Closing its stdin, or the connection dropping,
 must give it end of file on stdin: that is how it learns to stop.  A hop that
