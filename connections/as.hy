@@ -2,7 +2,9 @@
 
 `[:as :user \"postgres\"]` uses sudo when the upstream user may sudo to USER
 without a password, and su otherwise (which works from root).  Either way
-the script runs with USER's HOME, as `sudo -H` would."
+the script runs with USER's HOME, as `sudo -H` would.  The connection it
+makes is the sudo or su hop's own, so scripts and streaming processes (for a
+`:python` hop after it) run exactly as they would there."
 
 (import consfig.connection [Hop]
         consfig.connections.sudo [SudoConnection sudo-without-password?]

@@ -27,7 +27,12 @@ the target user's and the working directory is unchanged."
   (defn describe [self] f"su:{self.user}")
 
   (defn _run-script [self script input timeout]
-    (._run-script self.upstream (shlex.join (_su-argv self.user script)) input timeout)))
+    (._run-script self.upstream (shlex.join (_su-argv self.user script)) input timeout))
+
+  (defn start-process [self argv]
+    ;; su hands its -c string to the shell; `exec` leaves no shell between
+    ;; su and the program.
+    (.start-process self.upstream (_su-argv self.user (+ "exec " (shlex.join argv))))))
 
 (defn su-probe [upstream user]
   "The result of su'ing to USER to do nothing.  su gets an empty standard

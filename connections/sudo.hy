@@ -18,7 +18,14 @@ The command is a small shell loop that reads and discards lines up to the
 marker and then runs the script with what remains.  The marker is what
 makes this safe whether or not sudo asked: when it did not (credentials it
 had cached), the discarded line is the password, which thus never reaches
-the script."
+the script.
+
+A streaming process (`start-process`, for a `:python` hop after this one)
+gets the same treatment: the password line and the marker are written to
+its standard input first, and the process is handed over with that input
+still open, for the caller to write its own protocol to.  The password thus
+goes down the same pipe or SSH channel as everything else the process reads,
+and is consumed before anything the caller writes."
 
 (import getpass
         os
@@ -66,9 +73,19 @@ asked for on the terminal; once per deployment."
   (.pop (deployment-cache) #("sudo-password" designator) None))
 
 ;; Reads standard input up to the marker line ($1), then runs the script ($2)
-;; on what follows.
+;; on what follows.  `read` takes a pipe one byte at a time, so not a byte
+;; past the marker is lost.
 (setv _SKIP-TO-MARKER
       "while IFS= read -r l; do [ \"$l\" = \"$1\" ] && exec /bin/sh -c \"$2\"; done; exit 125")
+
+;; The same for a streaming process: reads up to the marker ($1), then
+;; becomes the argv that follows it.
+(setv _SKIP-TO-MARKER-EXEC
+      "m=$1; shift; while IFS= read -r l; do [ \"$l\" = \"$m\" ] && exec \"$@\"; done; exit 125")
+
+;; sudo says "command not found" with exit code 1; a shell's exec says 127,
+;; which is what a missing program must look like (`Connection.start-process`).
+(setv _EXEC "exec \"$@\"")
 
 (defclass SudoConnection [Connection]
   "Scripts run as `sudo -H -u USER -- /bin/sh -c SCRIPT` on the upstream."
@@ -94,7 +111,23 @@ asked for on the terminal; once per deployment."
                           (shlex.join ["sudo" "-S" "-p" "" "-H" "-u" self.user "--"
                                        "/bin/sh" "-c" _SKIP-TO-MARKER "sh" marker script])
                           (+ (.encode f"{self._password}\n{marker}\n") (or input b""))
-                          timeout)))))
+                          timeout))))
+
+  (defn start-process [self argv]
+    (if (is self._password None)
+        (.start-process self.upstream
+                        ["sudo" "-n" "-H" "-u" self.user "--" "/bin/sh" "-c" _EXEC "sh" #* argv])
+        (do (setv marker (+ "consfig-" (secrets.token-hex 16))
+                  process (.start-process self.upstream
+                                          ["sudo" "-S" "-p" "" "-H" "-u" self.user "--"
+                                           "/bin/sh" "-c" _SKIP-TO-MARKER-EXEC "sh" marker #* argv]))
+            (try
+              (.write process.stdin (.encode f"{self._password}\n{marker}\n"))
+              (.flush process.stdin)
+              (except [BaseException]
+                (.kill process)
+                (raise)))
+            process))))
 
 (defn _probe [upstream argv [input None]]
   (.run upstream (shlex.join argv) :input input :check False :timeout PROBE-TIMEOUT))
