@@ -513,8 +513,11 @@ on threads of their own, so that every wait here has a timeout."
           self.inbox (queue.SimpleQueue)
           self.outbox (queue.SimpleQueue)
           self.stderr-tail (bytearray))
-    (for [[target name] [[self._read "reader"] [self._write "writer"] [self._drain "stderr"]]]
-      (.start (threading.Thread :target target :daemon True :name f"consfig-{name}"))))
+    (setv self.threads (lfor [target name] [[self._read "reader"] [self._write "writer"]
+                                            [self._drain "stderr"]]
+                             (threading.Thread :target target :daemon True
+                                               :name f"consfig-{name}")))
+    (for [t self.threads] (.start t)))
 
   (defn _read [self]
     (try
@@ -534,7 +537,9 @@ on threads of their own, so that every wait here has a timeout."
         (.flush self.process.stdin)
         (+= (get stats "bytes-sent") (len data)))
       (except [OSError] None))
-    (try (.close self.process.stdin) (except [OSError] None)))
+    ;; The far end may be gone already, and a channel says so with errors
+    ;; of its own.
+    (try (.close self.process.stdin) (except [Exception] None)))
 
   (defn _drain [self]
     (setv stream self.process.stderr
@@ -567,7 +572,11 @@ on threads of their own, so that every wait here has a timeout."
     (.put self.outbox None)
     (when (is (.wait self.process 5) None)
       (.kill self.process)
-      (.wait self.process 5))))
+      (.wait self.process 5))
+    ;; A target that has finished exits without waiting for the end of its
+    ;; input; the writer may still be closing it.  Let it, rather than leave
+    ;; it to die with the interpreter, noisily.
+    (.join (get self.threads 1) 5)))
 
 (defn _indent [text]
   (.join "\n" (gfor l (.splitlines text) (+ "    " l))))
@@ -630,7 +639,10 @@ target may stay silent before the deployment is given up."
       (setv m (_receive session wait name where "apply")
             wait timeout)
       (when (is m None)
-        (setv code (.wait process 2))
+        (setv code (.wait process 2)
+              lost (getattr process "lost" None))
+        (when lost
+          (raise (ConnectionFailed f"{name}: {lost}; the deployment did not finish")))
         (raise (ConnectionFailed
                  (+ f"{name}: the Python on the target ({where}) ended before the deployment finished"
                     (if (is code None) "" f" (exit code {code})")
