@@ -16,6 +16,7 @@ fixture skips, saying why, only when sshd cannot run here (not root, no
 sshd, no sudo).
 """
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -23,6 +24,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -211,6 +213,33 @@ def _kill_processes_of(uid):
                     os.kill(int(pid), signal.SIGKILL)
             except (FileNotFoundError, ProcessLookupError):
                 pass
+
+
+@contextlib.contextmanager
+def processes_seen():
+    """A list that fills, while the block runs, with what `ps -eo args` and
+    every /proc/PID/environ show, sampled every 20 ms: where a secret must
+    never be."""
+    stop, seen = threading.Event(), []
+
+    def sample():
+        while not stop.is_set():
+            seen.append(subprocess.run(["ps", "-eo", "args"], capture_output=True).stdout)
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        seen.append(open(f"/proc/{pid}/environ", "rb").read())
+                    except OSError:
+                        pass
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        sampler.join()
 
 
 def _why_no_lab():

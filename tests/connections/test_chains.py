@@ -8,7 +8,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 
 import pytest
@@ -26,6 +25,7 @@ from consfig.engine import apply_host
 from consfig.host import make_host, preprocess_host
 from consfig.props import cmd, file
 from consfig.report import Reporter
+from sshlab import processes_seen
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
 deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
@@ -193,23 +193,9 @@ def test_sudo_env_and_home_are_the_target_users(established, sshlab):
     assert conn.run("pwd", cwd="/var/tmp").stdout == "/var/tmp\n"
 
 
-def _sample_processes(stop, seen):
-    while not stop.is_set():
-        seen.append(subprocess.run(["ps", "-eo", "args"], capture_output=True).stdout)
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    seen.append(open(f"/proc/{pid}/environ", "rb").read())
-                except OSError:
-                    pass
-        time.sleep(0.02)
-
-
 def test_sudo_password_never_shows(lab, tmp_path):
     secret = lab.password.encode()
     started = time.time() - 1
-    stop, seen = threading.Event(), []
-    sampler = threading.Thread(target=_sample_processes, args=(stop, seen))
     console_out = io.StringIO()
     reporter = Reporter(console=Console(file=console_out, width=200), verbosity=3)
     events = []
@@ -218,17 +204,13 @@ def test_sudo_password_never_shows(lab, tmp_path):
         events.append(e)
         reporter(e)
 
-    sampler.start()
-    try:
+    with processes_seen() as seen:
         outcome = deploy(chains(lab)["ssh-sudo-password"][0], make_host("lab", None, None, eseqprops()),
                          propspec=eseqprops(
                              cmd.single("sleep 0.5; cat /etc/hostname >/dev/null"),
                              file.has_content(str(tmp_path / "f"), "x\n"),
                              cmd.single("echo to stderr >&2; exit 3")),
                          sink=sink, verbosity=3)
-    finally:
-        stop.set()
-        sampler.join()
     assert outcome.status == "failed"
     assert len(seen) > 10
     assert not [s for s in seen if secret in s], "the password showed in ps or an environ"

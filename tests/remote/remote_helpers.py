@@ -50,17 +50,3 @@ def no_leftover(marker, within=10):
         time.sleep(0.1)
     return False
 
-
-def hop_streams(name):
-    """Whether the hop type NAME exists and can start a streaming process
-    (`start-process`), as a :python hop after it needs."""
-    import importlib
-    from consfig.connection import Connection
-    try:
-        mod = importlib.import_module(f"consfig.connections.{name}")
-    except ImportError:
-        return False
-    return any(isinstance(c, type) and issubclass(c, Connection)
-               and c.__module__ == mod.__name__
-               and c.start_process is not Connection.start_process
-               for c in vars(mod).values())

@@ -12,20 +12,18 @@ from hy.models import Keyword as K
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from remote_helpers import (deploy, hop_streams, mixed_host, no_leftover,  # noqa: E402
+from remote_helpers import (deploy, mixed_host, no_leftover, rp,  # noqa: E402
                             seqprops, shape, single)
+
+import consfig.connections.sudo as sudo  # noqa: E402
 
 from consfig.errors import ConnectionFailed  # noqa: E402
 from consfig.host import Host  # noqa: E402
+from sshlab import processes_seen  # noqa: E402
 
 
-pytestmark = pytest.mark.skipif(
-    not (hop_streams("ssh") and hop_streams("sudo")),
-    reason="the :ssh and :sudo hops cannot start a streaming process yet (start-process)")
-
-
-def ssh(config, **kw):
-    hop = [K("ssh"), K("host"), "lab", K("config"), config]
+def ssh(config, host="lab", **kw):
+    hop = [K("ssh"), K("host"), host, K("config"), config]
     for k, v in kw.items():
         hop += [K(k), v]
     return hop
@@ -48,6 +46,17 @@ def fresh_dir(owner, name):
     d = os.path.join(pwd.getpwnam(owner).pw_dir, name)
     subprocess.run(["rm", "-rf", d], check=True)
     return d
+
+
+def own_sshd(sshlab, tmp_path):
+    """A server of the lab's of its own, for a test that kills it, and an
+    ssh_config for it."""
+    server = sshlab.start_sshd()
+    known = tmp_path / "known_hosts"
+    key = open(sshlab.host_key + ".pub").read().split()
+    known.write_text(f"[127.0.0.1]:{server.port} {key[0]} {key[1]}\n")
+    return server, sshlab.write_config(str(tmp_path / "ssh_config"), server.port,
+                                       known_hosts=str(known))
 
 
 def test_ssh_python_gives_the_same_results_and_events_as_a_local_run(sshlab, tmp_path, events):
@@ -86,11 +95,7 @@ def test_no_python_over_ssh_is_a_clear_error(sshlab, tmp_path):
 
 
 def test_a_dropped_ssh_connection_fails_fast_and_leaves_nothing_on_the_target(sshlab, tmp_path):
-    server = sshlab.start_sshd()
-    known = tmp_path / "known_hosts"
-    key = open(sshlab.host_key + ".pub").read().split()
-    known.write_text(f"[127.0.0.1]:{server.port} {key[0]} {key[1]}\n")
-    config = sshlab.write_config(str(tmp_path / "ssh_config"), server.port, known_hosts=str(known))
+    server, config = own_sshd(sshlab, tmp_path)
     # A sleep long and odd enough to be told from any other.
     marker = f"sleep 7{os.getpid()}"
     host = Host("lab.example", seqprops(single(marker)))
@@ -106,3 +111,48 @@ def test_a_dropped_ssh_connection_fails_fast_and_leaves_nothing_on_the_target(ss
     assert time.monotonic() - started < 30, "the drop was noticed only after a long wait"
     assert "lab.example" in str(e.value), str(e.value)
     assert no_leftover(marker), "the command is still running on the target"
+
+
+def test_ssh_sudo_python_with_a_sudo_password(sshlab, tmp_path, events):
+    source = lambda d: sshlab.password if d == "pw@lab" else None  # noqa: E731
+    sudo.password_sources.append(source)
+    d = str(tmp_path / "with-password")
+    chain = [ssh(sshlab.config, "lab-pw"), [K("sudo"), K("from"), "pw@lab"], K("python")]
+    try:
+        with processes_seen() as seen:
+            outcome = deploy(chain, mixed(d), sink=events)
+            assert outcome.status == "changed", events.ends()
+            assert os.stat(f"{d}/etc/py").st_uid == 0
+            events.events.clear()
+            assert deploy(chain, mixed(d), sink=events).status == "no-change", events.ends()
+    finally:
+        sudo.password_sources.remove(source)
+    assert len(seen) > 10
+    assert not [s for s in seen if sshlab.password.encode() in s], \
+        "the password showed in ps or an environ"
+    assert sshlab.password not in repr(events.events)
+
+
+def test_sshd_killed_during_a_root_python_apply_fails_fast_and_leaves_nothing(sshlab, tmp_path):
+    server, config = own_sshd(sshlab, tmp_path)
+    marker = f"sleep 6{os.getpid()}"
+    pid_file = tmp_path / "pid"
+    host = Host("lab.example", seqprops(rp.pid_recorded(str(pid_file)), single(marker)))
+
+    def sink(event):
+        if event["event"] == "start" and "sleep" in event["desc"]:
+            time.sleep(0.5)
+            server.kill()
+
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailed) as e:
+        deploy([ssh(config), K("sudo"), K("python")], host, sink=sink)
+    assert time.monotonic() - started < 30, "the drop was noticed only after a long wait"
+    msg = str(e.value)
+    assert "lab.example" in msg and "SSH connection was lost" in msg, msg
+    assert no_leftover(marker), "the command is still running on the target"
+    pid = int(pid_file.read_text().split()[0])
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}"), "the target's root Python is still running"

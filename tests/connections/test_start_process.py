@@ -1,0 +1,136 @@
+"""`start-process` over every hop, against the SSH lab: a process started
+through a chain reads what is written to it until end of file, can be killed
+without leaving anything behind on the target, says 127 for a missing
+program, and never shows a sudo password."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword as K
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import consfig.connections.sudo as sudo  # noqa: E402
+from consfig.combinators import eseqprops  # noqa: E402
+from consfig.connection import close_chain, establish_chain, establishing_for, parse_chain  # noqa: E402
+from consfig.host import make_host  # noqa: E402
+from minichroot import make_minichroot  # noqa: E402
+from sshlab import processes_seen  # noqa: E402
+
+
+def ssh(lab, host="lab"):
+    return [K("ssh"), K("config"), lab.config, K("host"), host]
+
+
+def chains(lab, chroot_dir):
+    return {
+        "local-sudo": [K("local"), [K("sudo"), K("user"), lab.user]],
+        "ssh": [ssh(lab)],
+        "ssh-sudo": [ssh(lab), K("sudo")],
+        "ssh-sudo-password": [ssh(lab, "lab-pw"), [K("sudo"), K("from"), "pw@lab"]],
+        "ssh-as": [ssh(lab), [K("as"), K("user"), lab.pwuser]],
+        "jump-sudo-su": [ssh(lab, "lab-jump"), K("sudo"), [K("su"), K("to"), lab.pwuser]],
+        "ssh-sudo-chroot": [ssh(lab), K("sudo"), [K("chroot"), K("into"), chroot_dir]],
+    }
+
+
+CHAIN_IDS = ["local-sudo", "ssh", "ssh-sudo", "ssh-sudo-password", "ssh-as",
+             "jump-sudo-su", "ssh-sudo-chroot"]
+
+
+@pytest.fixture(scope="module")
+def established(sshlab, tmp_path_factory):
+    """Every chain, established once for the module's tests."""
+    chroot_dir = str(tmp_path_factory.mktemp("chroot"))
+    make_minichroot(chroot_dir)
+    source = lambda d: sshlab.password if d == "pw@lab" else None  # noqa: E731
+    sudo.password_sources.append(source)
+    made = {}
+    try:
+        host = make_host("lab", None, None, eseqprops())
+        for chain_id, chain in chains(sshlab, chroot_dir).items():
+            with establishing_for(host):
+                made[chain_id] = establish_chain(parse_chain(chain))
+        yield {k: conns[-1] for k, conns in made.items()}
+    finally:
+        sudo.password_sources.remove(source)
+        for conns in made.values():
+            close_chain(conns)
+
+
+def running(marker):
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+
+
+def no_leftover(marker, within=10):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not running(marker):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("chain_id", CHAIN_IDS)
+def test_closing_stdin_gives_the_process_end_of_file(established, chain_id):
+    data = bytes(range(256)) * 1024 + b"\n\x00end"
+    p = established[chain_id].start_process(["cat"])
+    writer = threading.Thread(target=lambda: (p.stdin.write(data), p.stdin.close()))
+    writer.start()
+    out = p.stdout.read()
+    writer.join(10)
+    assert p.wait(10) == 0, (chain_id, p.stderr.read())
+    assert out == data, (chain_id, len(out), out[:80])
+
+
+@pytest.mark.parametrize("chain_id", CHAIN_IDS)
+def test_a_missing_program_exits_127(established, chain_id):
+    p = established[chain_id].start_process(["consfig-no-such-program", "x"])
+    p.stdin.close()
+    assert p.wait(10) == 127, (chain_id, p.stderr.read())
+
+
+@pytest.mark.parametrize("chain_id", CHAIN_IDS)
+def test_kill_leaves_no_process_on_the_target(established, chain_id):
+    # A sleep that ignores its stdin, long and odd enough to be told from any other.
+    marker = f"{time.time_ns() % 10**7}.3"
+    p = established[chain_id].start_process(["sleep", marker])
+    deadline = time.monotonic() + 10
+    while not running(f"sleep {marker}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert running(f"sleep {marker}"), f"{chain_id}: the process never started"
+    started = time.monotonic()
+    p.kill()
+    assert time.monotonic() - started < 5, f"{chain_id}: kill took too long"
+    assert no_leftover(f"sleep {marker}"), f"{chain_id}: sleep {marker} is still running"
+    assert p.wait(10) is not None, chain_id
+
+
+@pytest.mark.parametrize("chain_id", CHAIN_IDS)
+def test_wait_returns_none_while_the_process_runs(established, chain_id):
+    p = established[chain_id].start_process(["cat"])
+    started = time.monotonic()
+    assert p.wait(0.3) is None, chain_id
+    assert time.monotonic() - started < 2, chain_id
+    p.stdin.close()
+    assert p.wait(10) == 0, chain_id
+
+
+def test_a_sudo_password_never_shows_in_ps_nor_reaches_the_process(established, sshlab):
+    secret = sshlab.password.encode()
+    with processes_seen() as seen:
+        p = established["ssh-sudo-password"].start_process(
+            ["/bin/sh", "-c", "sleep 1; id -un; cat"])
+        p.stdin.write(b"what the caller wrote\n")
+        p.stdin.close()
+        out = p.stdout.read()
+        assert p.wait(10) == 0, p.stderr.read()
+    assert out == b"root\nwhat the caller wrote\n", out
+    assert len(seen) > 10
+    assert not [s for s in seen if secret in s], "the password showed in ps or an environ"
