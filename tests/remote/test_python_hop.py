@@ -75,11 +75,16 @@ def test_second_deployment_sends_no_bundle(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     host = mixed_host(tmp_path)
     before = dict(remote.stats)
-    deploy(LOCAL_PYTHON, host, sink=lambda e: None)
+    events = []
+    first = deploy(LOCAL_PYTHON, host, sink=events.append)
+    # A first deployment that failed half-way would explain a second bundle.
+    assert first.status == "changed", events
     assert remote.stats["bundles-sent"] == before["bundles-sent"] + 1
     sent = remote.stats["bytes-sent"]
-    deploy(LOCAL_PYTHON, host, sink=lambda e: None)
-    assert remote.stats["bundles-sent"] == before["bundles-sent"] + 1, "bundle sent twice"
+    second = deploy(LOCAL_PYTHON, host, sink=events.append)
+    assert second.status == "no-change", events
+    assert remote.stats["bundles-sent"] == before["bundles-sent"] + 1, (
+        "bundle sent twice", os.listdir(cache / "consfig" / "bundles"))
     assert remote.stats["bytes-sent"] - sent < 20000, "more than the host was sent"
     [bundle] = os.listdir(cache / "consfig" / "bundles")
     for d in [cache / "consfig", cache / "consfig" / "bundles"]:
