@@ -12,9 +12,16 @@ calls rather than by running `cat`."
         consfig.connection [Connection Hop]
         consfig.errors [CommandTimedOut])
 
-(defn _kill-group [proc]
+(defn _kill-group [proc [grace 1]]
+  ;; TERM first: sudo passes TERM on to the command it runs as root, but a
+  ;; KILL only ends sudo itself, which a controller not running as root
+  ;; could not then reach.  What is still there after GRACE seconds is killed.
+  (try (os.killpg proc.pid signal.SIGTERM)
+       (except [ProcessLookupError] (return)))
+  (try (.wait proc grace)
+       (except [subprocess.TimeoutExpired] None))
   (try (os.killpg proc.pid signal.SIGKILL)
-       (except [ProcessLookupError] None)))
+       (except [#(ProcessLookupError PermissionError)] None)))
 
 ;; Children still running, each the leader of a process group of its own.  A
 ;; target whose controller has gone away kills them all before it exits
