@@ -141,9 +141,10 @@ connection, as part of the current deployment; return its result."
             target (get conns -1))
       (if (hasattr target "apply_remotely")
           (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply))
-              (when (or outcome.failures outcome.error)
+              ;; Its failures were reported as they happened, nested here.
+              (when outcome.failures
                 (setv e (FailedChange f"deploying {prepared.hostname} failed")
-                      e.reported (not outcome.error))
+                      e.reported True)
                 (raise e))
               (if outcome.changes :changed NO-CHANGE))
           (do (check-propspec-fits prepared.propspec target.python? target.where)

@@ -156,13 +156,12 @@ sequence without being raised on."
 
 (defclass Outcome []
   "What applying a host's propspec came to."
-  (defn __init__ [self hostname changes failures [error None]]
+  (defn __init__ [self hostname changes failures]
     (setv self.hostname hostname
           self.changes changes
-          self.failures failures
-          self.error error))
+          self.failures failures))
   (defn [property] status [self]
-    (cond (or self.failures self.error) "failed"
+    (cond self.failures "failed"
           self.changes "changed"
           True "no-change"))
   (defn exit-code [self [detailed False]]
