@@ -9,10 +9,10 @@ and a bare hostname symbol."
         consfig.connection [parse-chain establish-chain close-chain chain->data
                             establishing-for]
         consfig.connection [NO-CHANGE connection current-connection]
-        consfig.engine [apply-and-announce apply-host check-propspec-fits
+        consfig.engine [apply-and-announce apply-host applying check-propspec-fits
                         current-run]
         consfig.errors [ConsfigError FailedChange]
-        consfig.host [Host current-host find-host parent-host preprocess-host]
+        consfig.host [Host current-host find-host preprocess-host]
         consfig.property [find-property]
         consfig.propspec [dotted->name eseqprops-of walk-body])
 
@@ -115,10 +115,7 @@ propspec's arguments, every :hostattrs — is checked before connecting."
   (when additional
     (setv propspec ((find-property "consfig.combinators.seqprops")
                      (or propspec host.propspec) additional)))
-  (setv token (.set parent-host (.get current-host None)))
-  (try
-    #(parsed (preprocess-host host propspec))
-    (finally (.reset parent-host token))))
+  #(parsed (preprocess-host host propspec)))
 
 (defn _forwarding-sink []
   ;; Events of a deployment applied by another Python, nested under this
@@ -148,15 +145,8 @@ connection, as part of the current deployment; return its result."
                 (raise e))
               (if outcome.changes :changed NO-CHANGE))
           (do (check-propspec-fits prepared.propspec target.python? target.where)
-              (setv tokens [(.set parent-host parent)
-                            (.set current-host prepared)
-                            (.set current-connection target)])
-              (try
-                (apply-and-announce prepared.propspec unapply)
-                (finally
-                  (.reset current-connection (get tokens 2))
-                  (.reset current-host (get tokens 1))
-                  (.reset parent-host (get tokens 0))))))
+              (with [(applying prepared target :parent parent)]
+                (apply-and-announce prepared.propspec unapply))))
       (finally
         (close-chain (cut conns 1 None))))))
 

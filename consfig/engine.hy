@@ -12,11 +12,12 @@ S is \"ok\" (nothing to do), \"changed\", \"failed\" (with \"message\", and
 \"traceback\" for a property that raised something other than a failure) or
 \"skipped\" (not reached because an earlier property in an `eseqprops` failed)."
 
-(import contextvars
+(import contextlib
+        contextvars
         traceback
         consfig.connection [NO-CHANGE current-connection]
         consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange]
-        consfig.host [current-host get-hostname]
+        consfig.host [current-host get-hostname parent-host]
         consfig.property [Propapp call-subroutine find-property propapp-desc
                           propapp-type python-propapps])
 
@@ -182,31 +183,40 @@ over a connection (described by WHERE) that has no Python on the target."
                 f"({where}), not a Python on the target.\n"
                 "  Add a :python hop at the end of the chain, e.g. [[:ssh …] :sudo :python].")))))
 
+(defn [contextlib.contextmanager] applying [host connection * [parent None]]
+  "The context in which properties of HOST act through CONNECTION: what
+`get-hostattr`, `run` and `get-parent-hostattrs` refer to."
+  (setv tokens [(.set current-host host)
+                (.set current-connection connection)
+                (.set parent-host parent)])
+  (try
+    (yield)
+    (finally
+      (.reset parent-host (get tokens 2))
+      (.reset current-connection (get tokens 1))
+      (.reset current-host (get tokens 0)))))
+
 (defn apply-host [host connection sink [unapply False]]
   "Apply the preprocessed HOST's propspec through CONNECTION, sending events
 to SINK; return an `Outcome`."
   (check-propspec-fits host.propspec connection.python? connection.where)
   (setv run (Run sink)
-        tokens [(.set current-run run)
-                (.set current-host host)
-                (.set current-connection connection)])
+        token (.set current-run run))
   (try
-    (try
-      (apply-and-announce host.propspec unapply)
-      (except [e FailedChange]
-        (when (not e.reported)
-          (+= run.failures 1)
-          (emit {"event" "end" "desc" (propapp-desc host.propspec)
-                 "status" "failed" "message" (str e)}))))
-    (setv outcome (Outcome host.hostname run.changes run.failures))
-    (emit {"event" "summary" "status" outcome.status
-           "changes" run.changes "failures" run.failures})
-    outcome
-    (finally
-      (.reset current-connection (get tokens 2))
-      (.reset current-host (get tokens 1))
-      (.reset current-run (get tokens 0)))))
+    (with [(applying host connection)]
+      (try
+        (apply-and-announce host.propspec unapply)
+        (except [e FailedChange]
+          (when (not e.reported)
+            (+= run.failures 1)
+            (emit {"event" "end" "desc" (propapp-desc host.propspec)
+                   "status" "failed" "message" (str e)}))))
+      (setv outcome (Outcome host.hostname run.changes run.failures))
+      (emit {"event" "summary" "status" outcome.status
+             "changes" run.changes "failures" run.failures})
+      outcome)
+    (finally (.reset current-run token))))
 
 (export :objects [emit inform apply-propapp unapply-propapp apply-and-announce
-                  apply-sequence apply-host check-propspec-fits Outcome Run
+                  apply-sequence apply-host applying check-propspec-fits Outcome Run
                   current-run])

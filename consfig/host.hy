@@ -158,10 +158,13 @@ hosts deployed from other hosts); an empty list at the top."
 (defn preprocess-host [host [propspec None]]
   "A copy of HOST with its propspec (or PROPSPEC instead) preprocessed and
 its hostattrs computed, on the controller, before any connection.  With
-PROPSPEC, the hostattrs of HOST's own propspec are computed first."
+PROPSPEC, the hostattrs of HOST's own propspec are computed first.  The host
+being preprocessed or applied when this is called (one deploying HOST, or
+building it as a chroot) is HOST's parent meanwhile."
   (import consfig.property [preprocess-propapp propapp-hostattrs propapp-desc])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
                   :hostattrs {"hostname" [host.hostname]})
+        parent-token (.set parent-host (.get current-host None))
         token (.set current-host new))
   (try
     (when (and propspec host.propspec)
@@ -171,7 +174,9 @@ PROPSPEC, the hostattrs of HOST's own propspec are computed first."
     (propapp-hostattrs new.propspec)
     (except [e PropspecError]
       (raise (PropspecError f"{host.hostname}: {e}")))
-    (finally (.reset current-host token)))
+    (finally
+      (.reset current-host token)
+      (.reset parent-host parent-token)))
   new)
 
 (export :objects [Host hosts make-host find-host binding-name push-hostattr

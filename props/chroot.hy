@@ -18,7 +18,7 @@ deployment: its properties are reported under the `os-bootstrapped` line."
         consfig.deployment [deploy-nested]
         consfig.engine [inform]
         consfig.errors [AbortedChange FailedChange InapplicableProperty PropspecError]
-        consfig.host [Host current-host parent-host get-hostattr get-hostname
+        consfig.host [Host get-hostattr get-hostname
                       preprocess-host inapplicable]
         consfig.props.mount [unmount-below]
         consfig.props.os [isa?]
@@ -30,10 +30,7 @@ deployment: its properties are reported under the `os-bootstrapped` line."
 (defn chroot-host [propspec]
   "The host that PROPSPEC, the propspec of a chroot, describes: preprocessed,
 with its own hostattrs, and the current host as its parent."
-  (setv token (.set parent-host (.get current-host)))
-  (try
-    (preprocess-host (Host (get-hostname) propspec))
-    (finally (.reset parent-host token))))
+  (preprocess-host (Host (get-hostname) propspec)))
 
 (defn _os-of [host]
   (setv os-value (get-hostattr "os" host))
