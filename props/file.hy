@@ -2,14 +2,20 @@
 
 Every property here is `:posix`: it reads and writes through the connection,
 so it works over any chain.  A change to a file's content is reported as a
-unified diff event (shown at -v), except for content marked secret."
+unified diff event (shown at -v), except for content marked secret.
+
+Content is compared as bytes: desired text is encoded as UTF-8, `bytes` are
+written as they are, and a file is never decoded lossily.  The properties
+that edit lines read a file with `read-text`, whose undecodable bytes come
+back as lone surrogates (Python's \"surrogateescape\") and are written back
+unchanged, as is every line the property has no business with."
 
 (require consfig.property [defprop])
 (import difflib
         posixpath
         re
         shlex
-        consfig.connection [NO-CHANGE run run-ok? output read-remote-file
+        consfig.connection [NO-CHANGE connection run run-ok? output
                             write-remote-file remote-exists?]
         consfig.engine [emit]
         consfig.errors [FailedChange]
@@ -21,7 +27,7 @@ unified diff event (shown at -v), except for content marked secret."
   (for [x xs]
     (if (isinstance x #(list tuple))
         (.extend out (_lines x))
-        (.extend out (.splitlines x))))
+        (.extend out (_file-lines x))))
   out)
 
 (defn _text [content]
@@ -32,15 +38,51 @@ unified diff event (shown at -v), except for content marked secret."
 (defn _unlines [lines]
   (.join "" (gfor l lines (+ l "\n"))))
 
+(defn _file-lines [text]
+  ;; Only "\n" ends a line of a file: `str.splitlines` would also break at
+  ;; form feeds, \x1c-\x1e, \x85 and U+2028, and drop carriage returns.
+  (setv lines (.split text "\n"))
+  (when (= (get lines -1) "") (.pop lines))
+  lines)
+
+(defn text->bytes [content]
+  "CONTENT as the bytes to write: `bytes` as they are, text as UTF-8 (a lone
+surrogate from `read-text` as the byte it stands for)."
+  (if (isinstance content #(bytes bytearray))
+      (bytes content)
+      (.encode content "utf-8" "surrogateescape")))
+
+(defn read-bytes [path]
+  "The bytes of PATH on the target, or None when it does not exist."
+  (try (.read-file (connection) path)
+       (except [FileNotFoundError] None)))
+
+(defn read-text [path]
+  "The text of PATH on the target, or None when it does not exist.  Bytes
+that are not UTF-8 come back as lone surrogates, so that `text->bytes` gives
+the file back exactly."
+  (setv b (read-bytes path))
+  (when (is-not b None) (.decode b "utf-8" "surrogateescape")))
+
+(defn _shown [b]
+  ;; For a diff only: what is not UTF-8 shows as \xNN, distinct from the
+  ;; characters a lossy decode would have turned it into.
+  (.decode (or b b"") "utf-8" "backslashreplace"))
+
 (defn _diff [path old new]
-  (.join "" (difflib.unified-diff (.splitlines (or old "") True)
-                                  (.splitlines new True)
-                                  (+ "a" path) (+ "b" path))))
+  (setv text (.join "" (difflib.unified-diff (.splitlines (_shown old) True)
+                                             (.splitlines (_shown new) True)
+                                             (+ "a" path) (+ "b" path))))
+  (cond text text
+        (is old None) f"+++ b{path}\n(a new, empty file)\n"
+        True f"--- a{path}\n+++ b{path}\n(the bytes differ where they read the same)\n"))
 
 (defn update-file [path new * [mode None] [secret False]]
-  "Make PATH contain NEW (keeping its mode and owner, or setting MODE), and
-report a diff unless SECRET.  `:no-change` when it already does."
-  (setv old (read-remote-file path))
+  "Make PATH contain NEW, text or bytes (keeping its mode and owner, or
+setting MODE), and report a diff unless SECRET.  `:no-change` when it
+already has exactly those bytes."
+  (setv old (read-bytes path)
+        new (text->bytes new))
   (when (= old new)
     (return (if (is mode None) NO-CHANGE (_ensure-mode path mode))))
   (write-remote-file path new :mode mode)
@@ -49,11 +91,12 @@ report a diff unless SECRET.  `:no-change` when it already does."
 
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
-newlines).  Nothing to do when PATH does not exist, unless CREATE."
-  (setv old (read-remote-file path))
+newlines; see `read-text` for bytes that are not UTF-8).  Nothing to do when
+PATH does not exist, unless CREATE."
+  (setv old (read-text path))
   (if (and (is old None) (not create))
       NO-CHANGE
-      (update-file path (_unlines (f (.splitlines (or old "")))))))
+      (update-file path (_unlines (f (_file-lines (or old "")))))))
 
 (defn _mode-of [path]
   (int (.strip (output "stat" "-c" "%a" "--" path)) 8))
@@ -69,8 +112,8 @@ newlines).  Nothing to do when PATH does not exist, unless CREATE."
       f"{(.join ", " xs)} do not exist"))
 
 (defprop has-content :posix [path content * [mode None] [secret False]]
-  "PATH has exactly CONTENT: a string, or a list of lines (joined, with a
-final newline).  The file's mode and owner are kept, unless MODE is given.
+  "PATH has exactly CONTENT: a string (written as UTF-8), `bytes` (written
+as they are), or a list of lines (joined, with a final newline).  The file's mode and owner are kept, unless MODE is given.
 With SECRET, no diff of the content is ever reported."
   (:desc f"{path} has content")
   (:apply (update-file path (_text content) :mode mode :secret secret)))
@@ -305,12 +348,12 @@ lines and the pairs no line took."
   (dfor [k v] items #(None (str k)) (str v)))
 
 (defn _simple-conf-text [old wanted kv render same-value?]
-  (setv #(out missing) (_conf-edit (_parse-conf (.splitlines old) "#" kv)
+  (setv #(out missing) (_conf-edit (_parse-conf (_file-lines old) "#" kv)
                                    wanted same-value? render "#"))
   (_unlines (+ out (lfor [[_ k] v] (.items missing) (render k v None)))))
 
 (defn _simple-conf-update [path wanted kv render same-value?]
-  (setv old (or (read-remote-file path) ""))
+  (setv old (or (read-text path) ""))
   (update-file path (_simple-conf-text old wanted kv render same-value?)))
 
 (defn describe-pairs [pairs sep]
@@ -410,6 +453,7 @@ section is appended.  A section of None means the keys before any section."
                   does-not-exist directory-exists directory-does-not-exist
                   containing-directory-exists symlinked is-copy-of
                   contains-conf-space contains-conf-equals contains-conf-shell
-                  contains-ini-settings update-file map-file-lines add-lines conf-space-text conf-pairs
+                  contains-ini-settings update-file map-file-lines read-bytes read-text
+                  text->bytes add-lines conf-space-text conf-pairs
                   describe-pairs
                   remove-lines])

@@ -7,10 +7,11 @@ configuration fails the property and the file stays as it was."
 (require consfig.property [defprop]
          consfig.propspec [defproplist])
 (import posixpath
-        consfig.connection [NO-CHANGE read-remote-file write-remote-file run]
+        consfig.connection [NO-CHANGE write-remote-file run]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
-        consfig.props.file [conf-space-text update-file conf-pairs describe-pairs]
+        consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
+                            read-text text->bytes]
         consfig.props.service :as service
         consfig.engine [apply-propapp])
 
@@ -44,13 +45,13 @@ afterwards (where services run).  sshd takes the first value it reads for a
 keyword, so a file in sshd_config.d that sets the same one overrides this."
   (:desc f"sshd configured: {(describe-pairs pairs " ")}")
   (:apply
-    (setv old (read-remote-file CONFIG))
+    (setv old (read-text CONFIG))
     (when (is old None)
       (raise (FailedChange f"{CONFIG} does not exist: is the OpenSSH server installed?")))
     (setv new (conf-space-text old (conf-pairs pairs)))
     (if (= new old)
         NO-CHANGE
-        (do (validate new)
+        (do (validate (text->bytes new))
             (update-file CONFIG new)
             (when (not (service.no-services?))
               (run "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; else invoke-rc.d ssh reload; fi"
