@@ -6,7 +6,8 @@ line, a spinner naming the property being applied when the output is a
 terminal, and a closing summary."
 
 (import rich.console [Console]
-        rich.text [Text])
+        rich.text [Text]
+        consfig.terminal [printable printable-event])
 
 (setv STATUS-WORDS {"ok" #("ok" "green")
                     "changed" #("done" "bold yellow")
@@ -28,7 +29,10 @@ terminal, and a closing summary."
           self.status None))
 
   (defn __call__ [self event]
-    (setv kind (get event "event"))
+    ;; Event text comes from the target: neutralised here, once, before any
+    ;; of it is rendered.  Text objects are never parsed as markup.
+    (setv event (printable-event event)
+          kind (get event "event"))
     (cond (= kind "start") (self._start event)
           (= kind "end") (self._end event)
           (= kind "output") (self._output event)
@@ -90,9 +94,10 @@ terminal, and a closing summary."
 
   (defn _spin [self desc]
     (when self.console.is-terminal
+      (setv line (Text f"applying: {desc}"))
       (if self.status
-          (.update self.status f"applying: {desc}")
-          (do (setv self.status (.status self.console f"applying: {desc}"))
+          (.update self.status line)
+          (do (setv self.status (.status self.console line))
               (.start self.status)))))
 
   (defn _stop-spinner [self]
@@ -106,6 +111,6 @@ terminal, and a closing summary."
 (defn error [message [console None]]
   "Print a user-facing error MESSAGE."
   (.print (or console (Console :stderr True :highlight False :soft-wrap True))
-          (Text.assemble #("consfig: error: " "bold red") (str message))))
+          (Text.assemble #("consfig: error: " "bold red") (printable (str message)))))
 
 (export :objects [Reporter error])
