@@ -452,14 +452,19 @@ nothing has happened for a while."
           consfig.engine [apply-host]
           consfig.propspec [data->propspec])
   (setv unapply (.get msg "unapply" False)
-        chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
+        chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs)))
+        here (LocalConnection))
+  ;; Started inside a chroot (say), this Python runs in a system where no
+  ;; service may start, as the hops before it knew.
+  (when (.get msg "no-services")
+    (setv (get here._attrs "no-services") (get msg "no-services")))
   (when (not chain)
-    (return (apply-host host (LocalConnection) sink :unapply unapply)))
+    (return (apply-host host here sink :unapply unapply)))
   ;; Hops after :python (sudo, su, …) lead to a further Python, started
   ;; from this bundle as the hop's user sees it.
   (when (!= (get (get chain -1) 0) "python")
     (.append chain #("python" {"interpreter" sys.executable})))
-  (setv conns (establish-chain chain))
+  (setv conns (establish-chain chain here))
   (try
     (.apply-remotely (get conns -1) host sink :unapply unapply
                      :verbosity (.get msg "verbosity" 0))
@@ -601,6 +606,7 @@ each event to SINK as it arrives, and return an `Outcome`.  CHAIN (parsed
 hops) is established on the target first.  TIMEOUT is how many seconds the
 target may stay silent before the deployment is given up."
   (import consfig.engine [Outcome]
+          consfig.noservices [no-services-reason]
           consfig.propspec [propspec->data])
   (setv where (or where upstream.where)
         name host.hostname
@@ -617,6 +623,7 @@ target may stay silent before the deployment is given up."
                     "host" (.->data host)
                     "unapply" unapply
                     "verbosity" verbosity
+                    "no-services" (no-services-reason upstream)
                     "chain" (lfor [n kw] chain [n (propspec->data kw)])})
     (setv hello (_receive session timeout name where "start"))
     (when (is hello None)

@@ -13,26 +13,31 @@ packages installed meanwhile do not start theirs either."
         consfig.connection [NO-CHANGE connection run run-ok? read-remote-file
                             write-remote-file remote-exists?]
         consfig.engine [apply-sequence inform]
+        consfig.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
         consfig.host [push-hostattr get-hostattr])
 
-(setv POLICY-RC-D "/usr/sbin/policy-rc.d")
-(setv POLICY-RC-D-CONTENT "#!/bin/sh\n# Written by consfig: no service may be started now.\nexit 101\n")
+(setv POLICY-RC-D-CONTENT FORBID-ALL)
 
 (setv _no-services (contextvars.ContextVar "consfig-no-services" :default False))
+
+(defn _no-services-where []
+  ;; Where services are not started, for messages: "here", or what a hop
+  ;; into an unbooted system said ("in a chroot").
+  (if (or (.get _no-services) (get-hostattr "no-services"))
+      "here"
+      (no-services-reason (connection))))
 
 (defn no-services? []
   "Whether services must not be started, stopped or reloaded now: inside
 `without-starting-services`, on a host with the `no-services` property, or
-over a connection that says so (`\"no-services\"` in its attributes, as a hop
-into an unbooted system may set)."
-  (bool (or (.get _no-services)
-            (get-hostattr "no-services")
-            (.get (. (connection) _attrs) "no-services"))))
+over a connection that says so (`\"no-services\"` in the attributes of a hop
+of its chain, as the `:chroot` hop sets)."
+  (is-not (_no-services-where) None))
 
 (defn skip-for-no-services [what]
   "Say that WHAT is not done because services are not to be touched, and
 return `:no-change`."
-  (inform f"not {what}: services are not started here")
+  (inform f"not {what}: services are not started {(or (_no-services-where) "here")}")
   NO-CHANGE)
 
 (defn [contextlib.contextmanager] services-prevented []
