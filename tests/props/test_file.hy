@@ -229,3 +229,18 @@
   (setv p (str (/ tmp-path "blob")))
   (apply-twice [(hy.models.Keyword "python")] (file.has-content p b"\xff\x00\n"))
   (assert (= (slurp-bytes p) b"\xff\x00\n") (repr (slurp-bytes p))))
+
+(defn test-symlinked-compares-the-target-exactly [tmp-path]
+  ;; A link to b"t\xff" read back lossily would look like one to "t\ufffd".
+  (setv link (str (/ tmp-path "l")))
+  (os.symlink b"t\xff" (os.fsencode link))
+  (apply-twice LOCAL (file.symlinked :from link :to "t\ufffd"))
+  (assert (= (os.readlink (os.fsencode link)) (.encode "t\ufffd" "utf-8"))
+          (repr (os.readlink (os.fsencode link)))))
+
+(defn [pytest.mark.chroot] test-symlinked-compares-exactly-through-chroot-hop [debian-chroot chroot-chain]
+  (setv link (+ (str debian-chroot) "/tmp/l"))
+  (os.symlink b"t\xff\n" (os.fsencode link))
+  (apply-twice chroot-chain (file.symlinked :from "/tmp/l" :to "t\ufffd\n"))
+  (assert (= (os.readlink (os.fsencode link)) (.encode "t\ufffd\n" "utf-8"))
+          (repr (os.readlink (os.fsencode link)))))
