@@ -40,15 +40,30 @@ def rooted_in(root):
     return pids
 
 
-@pytest.fixture
-def chroot(fresh_chroot):
-    yield fresh_chroot
+def _kill_rooted(root):
     # Whatever a failing test left running in it must not outlive the test.
-    for pid in rooted_in(fresh_chroot):
+    for pid in rooted_in(root):
         try:
             os.kill(pid, 9)
         except ProcessLookupError:
             pass
+
+
+@pytest.fixture
+def chroot(debian_chroot):
+    """The module's chroot, as each test expects to find it: no policy-rc.d,
+    no demo service, nothing running."""
+    yield debian_chroot
+    _kill_rooted(debian_chroot)
+    for leftover in [POLICY, "etc/init.d/consfig-demo", "var/log/consfig-demo.log"]:
+        (debian_chroot / leftover).unlink(missing_ok=True)
+
+
+@pytest.fixture
+def own_chroot(fresh_chroot):
+    """A chroot for this test alone, for one that installs packages."""
+    yield fresh_chroot
+    _kill_rooted(fresh_chroot)
 
 
 def booted_like(root):
@@ -62,7 +77,8 @@ def booted_like(root):
         p.chmod(0o755)
 
 
-def test_installing_cron_leaves_no_daemon_running(chroot):
+def test_installing_cron_leaves_no_daemon_running(own_chroot):
+    chroot = own_chroot
     booted_like(chroot)
     deploy_propspec(chain(chroot), [this_os(), apt.installed("cron")])
     assert in_chroot(chroot, "command -v cron").returncode == 0, "cron installed"
@@ -138,7 +154,8 @@ def test_systemd_started_says_a_chroot_starts_no_services(chroot):
     assert "services are not started in a chroot" in said, said
 
 
-def test_a_python_started_in_a_chroot_starts_no_services(chroot):
+def test_a_python_started_in_a_chroot_starts_no_services(own_chroot):
+    chroot = own_chroot
     in_chroot(chroot, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-minimal")
     script = chroot / "etc/init.d/consfig-demo"
     script.write_text(INIT_SCRIPT)
