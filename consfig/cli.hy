@@ -22,7 +22,7 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
         consfig.engine [SinkFailed]
         consfig.errors [ConsfigError]
         consfig.host [find-host hosts preprocess-host]
-        consfig.propspec [eseqprops-of form->propspec propspec->string]
+        consfig.propspec [eseqprops-of form->propspec propspec->tree]
         consfig.report [JsonSink Reporter error]
         consfig.site [demo-consfig find-default-consfig load-consfig])
 
@@ -149,7 +149,9 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
   (print "  hostattrs:")
   (for [[k v] (.items prepared.hostattrs)]
     (print f"    :{k} {(hy.repr v)}"))
-  (print f"  propspec: {(propspec->string prepared.propspec)}"))
+  (print "  propspec:")
+  (for [line (.splitlines (propspec->tree prepared.propspec))]
+    (print (+ "    " line))))
 
 (defn read-propspecs [text namespace]
   "The propspec written on the command line: one form, or several applied

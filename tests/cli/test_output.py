@@ -78,3 +78,25 @@ def test_using_the_demo_when_no_consfig_is_found_is_said(tmp_path):
     result = consfig("hosts", cwd=tmp_path)
     assert "using the demo consfig" in result.stderr, result.stderr
     assert "demo.localhost" in result.stdout
+
+
+def test_dry_run_prints_the_propspec_one_propapp_per_line(tmp_path):
+    result = consfig("deploy", "--consfig", DEMO, "demo", "--dry-run", env_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    tree = lines[lines.index("  propspec:") + 1:]
+    assert len(tree) > 5 and all(line.lstrip().startswith("(") for line in tree), tree
+    assert not (tmp_path / "log").exists(), "nothing connected, nothing applied"
+
+
+def test_reload_consfig_rebinds_hosts_to_their_new_definition(tmp_path):
+    site = tmp_path / "box.hy"
+    body = ('(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n'
+            '(defhost box.test {:deploy :local} (file.has-content "%s" "%s\\n"))\n')
+    out = tmp_path / "out"
+    site.write_text(body % (out, "one"))
+    script = ('(box)\n'
+              f'(with [f (open "{site}" "w")] (.write f {json.dumps(body % (out, "two"))}))\n'
+              '(reload-consfig)\n(box)\n')
+    result = consfig("repl", site, stdin=script)
+    assert out.read_text() == "two\n", result.stdout + result.stderr
