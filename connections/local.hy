@@ -9,8 +9,9 @@ calls rather than by running `cat`."
         signal
         subprocess
         tempfile
-        consfig.connection [Connection Hop]
-        consfig.errors [CommandTimedOut])
+        consfig.errors [CommandTimedOut]
+        consfig.hop [Connection Hop]
+        consfig.util [bytes->text])
 
 (defn _kill-group [proc [grace 1]]
   ;; TERM first: sudo passes TERM on to the command it runs as root, but a
@@ -62,7 +63,7 @@ calls rather than by running `cat`."
   (setv python? True
         hop-name "local")
 
-  (defn _run-script [self script input timeout]
+  (defn run-script [self script input timeout]
     ;; subprocess.run would kill only the shell on a timeout, and then wait
     ;; forever for a grandchild (`sleep`, say) that still holds the pipes
     ;; open; a session of its own lets the whole group go at once.
@@ -77,8 +78,8 @@ calls rather than by running `cat`."
         (except [subprocess.TimeoutExpired]
           (_kill-group proc)
           (setv #(out err) (.communicate proc))
-          (raise (CommandTimedOut script timeout (.decode out "utf-8" "replace")
-                                  (.decode err "utf-8" "replace") self.where)))
+          (raise (CommandTimedOut script timeout (bytes->text out) (bytes->text err)
+                                  self.where)))
         (except [BaseException]
           (_kill-group proc)
           (raise))
@@ -117,14 +118,7 @@ calls rather than by running `cat`."
       (os.replace tmp path)
       (except [BaseException]
         (try (os.unlink tmp) (except [FileNotFoundError] None))
-        (raise))))
-
-  (defn mktemp [self [directory False]]
-    (if directory
-        (tempfile.mkdtemp :prefix "consfig-")
-        (do (setv #(fd path) (tempfile.mkstemp :prefix "consfig-"))
-            (os.close fd)
-            path))))
+        (raise)))))
 
 (defn _umask []
   ;; The only way to read the umask is to set it; put it straight back.
@@ -135,6 +129,6 @@ calls rather than by running `cat`."
 (defn establish [upstream]
   (LocalConnection))
 
-(setv HOP (Hop "local" [] establish))
+(setv HOP (Hop "local" {} establish))
 
 (export :objects [LocalConnection LocalProcess kill-running HOP])

@@ -11,7 +11,7 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
 (import argparse
         sys
         traceback
-        consfig.connection [chain->data parse-chain]
+        consfig.chain [chain->data parse-chain]
         consfig.deployment [deploy*]
         consfig.errors [ConsfigError]
         consfig.host [find-host hosts preprocess-host]

@@ -7,7 +7,7 @@ are announced under a description of their own or of the propapp they wrap."
 (require consfig.property [defprop])
 (import posixpath
         hy.models [Keyword]
-        consfig.connection [NO-CHANGE run remote-exists?]
+        consfig.actions [NO-CHANGE run remote-exists?]
         consfig.engine [apply-propapp unapply-propapp apply-sequence]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.host [preserving-hostattrs]

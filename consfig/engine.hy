@@ -12,14 +12,14 @@ S is \"ok\" (nothing to do), \"changed\", \"failed\" (with \"message\", and
 \"traceback\" for a property that raised something other than a failure) or
 \"skipped\" (not reached because an earlier property in an `eseqprops` failed)."
 
-(import contextlib
-        contextvars
+(import contextvars
         traceback
-        consfig.connection [NO-CHANGE current-connection]
+        consfig.context [applying]
         consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange]
-        consfig.host [current-host get-hostname parent-host]
+        consfig.host [get-hostname]
         consfig.property [Propapp call-subroutine find-property propapp-desc
-                          propapp-type python-propapps])
+                          propapp-type python-propapps]
+        consfig.result [NO-CHANGE])
 
 (defclass Run []
   "The state of one application: where events go and how deep we are."
@@ -183,19 +183,6 @@ over a connection (described by WHERE) that has no Python on the target."
                 f"({where}), not a Python on the target.\n"
                 "  Add a :python hop at the end of the chain, e.g. [[:ssh …] :sudo :python].")))))
 
-(defn [contextlib.contextmanager] applying [host connection * [parent None]]
-  "The context in which properties of HOST act through CONNECTION: what
-`get-hostattr`, `run` and `get-parent-hostattrs` refer to."
-  (setv tokens [(.set current-host host)
-                (.set current-connection connection)
-                (.set parent-host parent)])
-  (try
-    (yield)
-    (finally
-      (.reset parent-host (get tokens 2))
-      (.reset current-connection (get tokens 1))
-      (.reset current-host (get tokens 0)))))
-
 (defn apply-host [host connection sink [unapply False]]
   "Apply the preprocessed HOST's propspec through CONNECTION, sending events
 to SINK; return an `Outcome`."
@@ -217,6 +204,6 @@ to SINK; return an `Outcome`."
       outcome)
     (finally (.reset current-run token))))
 
-(export :objects [emit inform apply-propapp unapply-propapp apply-and-announce
-                  apply-sequence apply-host applying check-propspec-fits Outcome Run
+(export :objects [NO-CHANGE emit inform apply-propapp unapply-propapp apply-and-announce
+                  apply-sequence apply-host check-propspec-fits Outcome Run
                   current-run])

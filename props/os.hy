@@ -6,7 +6,7 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 
 (require consfig.property [defprop])
 (import hy.models [Keyword]
-        consfig.connection [NO-CHANGE]
+        consfig.actions [NO-CHANGE]
         consfig.engine [apply-propapp unapply-propapp]
         consfig.errors [PropspecError]
         consfig.host [push-hostattr get-hostattr get-hostname inapplicable]

@@ -16,7 +16,8 @@ from hy.models import Keyword as K
 import consfig.connections.sudo as sudo
 import consfig.deployment
 from consfig.combinators import eseqprops
-from consfig.connection import close_chain, establish_chain, establishing_for, parse_chain
+from consfig.chain import close_chain, establish_chain, parse_chain
+from consfig.context import establishing_for
 from consfig.errors import ChainError, CommandTimedOut, ConnectionFailed
 from consfig.host import make_host
 from consfig.props import cmd, file
@@ -184,8 +185,8 @@ def test_command_hanging_past_its_timeout(sshlab):
     conns = establish([ssh(sshlab.config), K("sudo")])
     try:
         with Within(5), pytest.raises(CommandTimedOut, match="timed out after 1 s"):
-            conns[-1].run("sleep 60", timeout=1)
-        assert conns[-1].run("echo still usable").stdout == "still usable\n"
+            conns[-1].run(["sleep", "60"], timeout=1)
+        assert conns[-1].run(["echo", "still usable"]).stdout == "still usable\n"
     finally:
         close_chain(conns)
 
@@ -203,7 +204,7 @@ def _second_server(sshlab, tmp_path):
 
 def _deploy_while(action, delay, chain):
     events = []
-    propspec = eseqprops(cmd.single("sleep 8"), file.has_content("/tmp/consfig-never", "x"))
+    propspec = eseqprops(cmd.single("sleep", "8"), file.has_content("/tmp/consfig-never", "x"))
     timer = threading.Timer(delay, action)
     timer.start()
     try:
