@@ -57,19 +57,26 @@ type, argument and argument type before anything connects.  A mistake is a
 (defn _parse-chain [chain]
   (when (or (isinstance chain Keyword) (isinstance chain str))
     (setv chain [chain]))
-  (when (and (isinstance chain #(list tuple))
-             chain
-             (isinstance (get chain 0) Keyword)
-             (> (len chain) 1)
-             (not (isinstance (get chain 1) Keyword))
-             (not (isinstance (get chain 1) #(list tuple))))
-    ;; `[:ssh :user \"x\"]` given alone is one hop with arguments.
+  (when (_one-hop? chain)
     (setv chain [chain]))
   (when (not (isinstance chain #(list tuple)))
     (raise (ChainError f"a connection chain is a list of hops, not {(hy.repr chain)}")))
   (when (not chain)
     (raise (ChainError "a connection chain needs at least one hop, e.g. :local or [:ssh :python]")))
   (lfor hop chain (_parse-hop hop)))
+
+(defn _one-hop? [chain]
+  ;; `[:ssh :user \"x\"]` given alone is one hop with arguments, where
+  ;; `[:ssh :python]` is two hops: the second item is a value, or a keyword
+  ;; naming an argument of the first hop.
+  (when (and (isinstance chain #(list tuple))
+             (> (len chain) 1)
+             (isinstance (get chain 0) Keyword))
+    (setv second (get chain 1))
+    (cond (isinstance second #(list tuple)) False
+          (not (isinstance second Keyword)) True
+          True (try (in second.name (. (hop-spec (. (get chain 0) name)) arguments))
+                    (except [ChainError] False)))))
 
 (defn _parse-hop [hop]
   (setv items (if (isinstance hop #(list tuple)) (list hop) [hop])

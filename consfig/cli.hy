@@ -66,11 +66,13 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
 
 (defn read-chain [text]
   "A connection chain written as Hy on the command line."
+  (when (not (.strip text))
+    (raise (ConsfigError "--via: the chain is empty; give at least one hop, e.g. --via :local")))
   (try
     (setv chain (form->propspec (hy.read text)))
     (except [e Exception]
       (raise (ConsfigError f"--via: cannot read {text !r} as a chain: {e}"))))
-  (parse-chain chain)
+  (parse-chain chain "--via")
   chain)
 
 (defn _combine [outcomes detailed]
@@ -78,7 +80,7 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
 
 (defn _deploy [args]
   (setv module (_load args)
-        chain (when args.via (read-chain args.via))
+        chain (when (is-not args.via None) (read-chain args.via))
         targets (lfor h args.hosts (find-host h)))
   (when args.dry-run
     (for [host targets]
@@ -99,7 +101,7 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
 
 (defn _deploy-these [args]
   (setv module (_load args)
-        chain (when args.via (read-chain args.via))
+        chain (when (is-not args.via None) (read-chain args.via))
         host (find-host args.host)
         propspec (read-propspec args.propspec (vars module)))
   (_combine [(deploy* chain host :propspec propspec :verbosity args.verbose)]
