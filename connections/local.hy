@@ -4,13 +4,16 @@ It is the first link of every chain, and the connection a target uses after a
 `:python` hop, so it is the hot path: files are read and written with system
 calls rather than by running `cat`."
 
-(import os
+(import glob
+        os
         os.path
         signal
+        stat
         subprocess
         tempfile
+        time
         consfig.errors [CommandTimedOut]
-        consfig.hop [Connection Hop]
+        consfig.hop [Connection Hop STALE-MINUTES]
         consfig.util [bytes->text])
 
 (defn _kill-group [proc [grace 1]]
@@ -100,6 +103,7 @@ calls rather than by running `cat`."
           old (try (os.stat path) (except [FileNotFoundError] None)))
     (when (not (os.path.isdir directory))
       (raise (FileNotFoundError f"cannot write {path}: directory {directory} does not exist")))
+    (_remove-stale-temporaries directory)
     (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-"))
     (try
       (with [f (os.fdopen fd "wb")]
@@ -119,6 +123,19 @@ calls rather than by running `cat`."
       (except [BaseException]
         (try (os.unlink tmp) (except [FileNotFoundError] None))
         (raise)))))
+
+(defn _remove-stale-temporaries [directory]
+  ;; What `Connection.write-script` does for a POSIX hop: a temporary of
+  ;; ours that nothing has written to for STALE-MINUTES was left by a write
+  ;; that was killed.
+  (setv limit (- (time.time) (* 60 STALE-MINUTES))
+        uid (os.getuid))
+  (for [path (glob.glob (os.path.join (glob.escape directory) ".consfig-????????"))]
+    (try
+      (setv st (os.lstat path))
+      (when (and (stat.S-ISREG st.st-mode) (= st.st-uid uid) (< st.st-mtime limit))
+        (os.unlink path))
+      (except [OSError] None))))
 
 (defn _umask []
   ;; The only way to read the umask is to set it; put it straight back.

@@ -11,7 +11,8 @@ are announced under a description of their own or of the propapp they wrap."
         consfig.engine [apply-propapp unapply-propapp apply-sequence]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.host [preserving-hostattrs]
-        consfig.property [propapp-desc propapp-hostattrs])
+        consfig.property [propapp-desc propapp-hostattrs]
+        consfig.util [keyword-name])
 
 (defprop eseqprops :posix [#* propapps]
   "Apply PROPAPPS in order, stopping at the first failure.  Unapplying
@@ -39,7 +40,7 @@ Failures are still reported."
                    "command-failed" CommandFailed})
 
 (defn _condition [c]
-  (setv name (if (isinstance c Keyword) c.name (str c)))
+  (setv name (or (keyword-name c) (str c)))
   (when (not-in name _CONDITIONS)
     (raise (PropspecError (+ f"eseqprops-until: unknown condition {(hy.repr c)}; use one of "
                              (.join " " (gfor k _CONDITIONS f":{k}"))))))

@@ -28,6 +28,10 @@ the function that establishes it."
 ;; established (is there sudo? may we su? is this a directory?).
 (setv PROBE-TIMEOUT 60)
 
+;; A temporary file of ours not modified for this many minutes was left by
+;; a write that was killed: a write under way keeps its own fresh.
+(setv STALE-MINUTES 10)
+
 ;; How much longer than a command's timeout the controller waits for the
 ;; target to stop it, before it gives up on the connection itself.
 (setv TIMEOUT-GRACE 10)
@@ -157,12 +161,33 @@ when it runs for longer than TIMEOUT seconds."
 file in the same directory is written, synced and renamed over PATH.  The
 existing file's mode and ownership are kept unless MODE, OWNER or GROUP say
 otherwise; a new file gets the mode the umask allows."
+    (self.run (Script (self.write-script path (len content) :mode mode :owner owner
+                                         :group group))
+              :input content)
+    None)
+
+  (defn write-script [self path size * [mode None] [owner None] [group None]]
+    "The shell script `write-file` runs to put SIZE bytes from its standard
+input at PATH.  Input that ends early (the controller or the connection
+died) leaves PATH as it was: the script counts what it received and renames
+only a complete file.  Its temporary is removed however it ends, but for a
+KILL; so, first, it removes temporaries of its own in the same directory
+that a killed write left (see `STALE-MINUTES`)."
     (setv q shlex.quote
           d (or (posixpath.dirname path) ".")
           lines ["set -e"
-                 f"tmp=$(mktemp {(q (posixpath.join d ".consfig-XXXXXXXX"))})"
+                 f"dir={(q d)}"
+                 f"find \"$dir\" -maxdepth 1 -type f -name '.consfig-????????' -user \"$(id -u)\" -mmin +{STALE-MINUTES} -exec rm -f -- {{}} + 2>/dev/null || true"
+                 "tmp=$(mktemp \"$dir/.consfig-XXXXXXXX\")"
                  "trap 'rm -f \"$tmp\"' EXIT"
+                 ;; A signal ends the script through its EXIT trap.
+                 "trap 'exit 129' HUP INT TERM PIPE"
                  "cat >\"$tmp\""
+                 "got=$(( $(wc -c <\"$tmp\") ))"
+                 f"if [ \"$got\" -ne {size} ]; then"
+                 f"  echo \"consfig: received $got of {size} bytes for \"{(q path)}\"; left it as it was\" >&2"
+                 "  exit 1"
+                 "fi"
                  f"if [ -e {(q path)} ]; then"
                  f"  chmod --reference={(q path)} \"$tmp\""
                  f"  chown --reference={(q path)} \"$tmp\" 2>/dev/null || true"
@@ -176,8 +201,7 @@ otherwise; a new file gets the mode the umask allows."
     (.extend lines ["sync -- \"$tmp\" 2>/dev/null || true"
                     f"mv -f -- \"$tmp\" {(q path)}"
                     "trap - EXIT"])
-    (self.run (Script (.join "\n" lines)) :input content)
-    None)
+    (.join "\n" lines))
 
   (defn exists? [self path]
     "Whether anything (even a dangling symlink) is at PATH."
@@ -275,4 +299,5 @@ establishes it on top of an upstream connection.  A hop that TAKES-REST
           self.takes-rest takes-rest)))
 
 (export :objects [Connection CommandResult Script Hop ArgType command->script one-of
-                  STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT])
+                  STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT
+                  STALE-MINUTES])

@@ -22,7 +22,8 @@ deployment: its properties are reported under the `os-bootstrapped` line."
                       preprocess-host inapplicable]
         consfig.props.mount [unmount-below]
         consfig.props.os [isa?]
-        consfig.props.service [without-starting-services])
+        consfig.props.service [without-starting-services]
+        consfig.util [keyword-name])
 
 (setv DEFAULT-MIRROR "http://deb.debian.org/debian")
 (setv BOOTSTRAP-TIMEOUT 3600)
@@ -43,7 +44,7 @@ with its own hostattrs, and the current host as its parent."
   os-value)
 
 (defn _option-name [k]
-  (if (isinstance k Keyword) k.name (.lstrip (str k) "-:")))
+  (.lstrip (or (keyword-name k) (str k)) "-"))
 
 (defn _options [options]
   (dfor [k v] (.items (or options {})) (_option-name k) v))

@@ -3,10 +3,10 @@
 (require consfig.property [defprop])
 (import posixpath
         re
-        hy.models [Keyword]
         consfig.actions [NO-CHANGE Script run run-script output remote-exists?]
         consfig.engine [apply-sequence]
-        consfig.errors [PropspecError])
+        consfig.errors [PropspecError]
+        consfig.util [keyword-name])
 
 (setv PERIODS {"hourly" 3600
                "daily" 86400
@@ -15,7 +15,7 @@
                "yearly" (round (* 365.25 86400))})
 
 (defn _period-name [period]
-  (if (isinstance period Keyword) period.name period))
+  (or (keyword-name period) period))
 
 (defn _check-period [period]
   (setv p (_period-name period))
