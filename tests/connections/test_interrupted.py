@@ -4,7 +4,6 @@ write cleans up what an earlier, killed one left."""
 
 import glob
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,9 @@ from consfig.combinators import eseqprops
 from consfig.context import establishing_for
 from consfig.errors import ConnectionFailed
 from consfig.host import make_host
+
+sys.path.insert(0, os.path.dirname(__file__))
+from labservers import second_server  # noqa: E402
 
 BIG = 50_000_000
 ORIGINAL = b"the original content\n"
@@ -51,15 +53,6 @@ def partly_written(directory, at_least=2_000_000):
                if os.path.exists(t))
 
 
-def second_server(sshlab, tmp_path):
-    server = sshlab.start_sshd()
-    config = sshlab.write_config(str(tmp_path / "config"), server.port,
-                                 known_hosts=str(tmp_path / "known_hosts"))
-    shutil.copy(sshlab.known_hosts, tmp_path / "known_hosts")
-    with open(tmp_path / "known_hosts", "a") as f:
-        key = open(sshlab.host_key + ".pub").read().split()
-        f.write(f"[127.0.0.1]:{server.port} {key[0]} {key[1]}\n")
-    return server, config
 
 
 def kill_sshd_only(server):
@@ -81,7 +74,7 @@ def assert_left_as_it_was(target):
 
 CONTROLLER = """
 import sys
-import hy
+import hy  # noqa: F401
 from hy.models import Keyword as K
 from consfig.chain import establish_chain, parse_chain
 from consfig.combinators import eseqprops
