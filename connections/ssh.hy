@@ -31,6 +31,11 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
       DEFAULT-ALIVE-INTERVAL 15
       DEFAULT-ALIVE-COUNT 3)
 
+;; The script runs in a child shell whose death by a signal its parent sees
+;; and turns into an exit code (128 + N): sshd would report it as an
+;; exit-signal, which paramiko ignores, leaving only "exit code -1".
+(setv _REPORT-SIGNAL "/bin/sh -c \"$1\"; exit $?")
+
 (defn _fingerprint [key]
   (+ "SHA256:" (.decode (.rstrip (base64.b64encode (.digest (hashlib.sha256 (.asbytes key))))
                                  b"=")
@@ -147,7 +152,8 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
           err []
           deadline (when timeout (+ (time.monotonic) timeout)))
     (try
-      (.exec-command chan (+ "exec /bin/sh -c " (shlex.quote script)))
+      (.exec-command chan (+ "exec /bin/sh -c " (shlex.quote _REPORT-SIGNAL) " sh "
+                             (shlex.quote script)))
       ;; Input goes in from a thread: a command that writes a lot before it
       ;; reads everything would otherwise block us both.
       (setv writer (threading.Thread :target _feed :args #(chan input) :daemon True))

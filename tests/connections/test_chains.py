@@ -242,3 +242,13 @@ def _files_holding(secret, since):
                     pass
     return found
 
+
+
+@pytest.mark.parametrize("chain_id", CHAIN_IDS)
+def test_a_killed_command_is_reported_by_its_signal(established, chain_id):
+    conn = established[chain_id][0][-1]
+    with pytest.raises(consfig.errors.CommandFailed) as e:
+        conn.run(Script("kill -KILL $$"))
+    assert "killed by signal KILL" in str(e.value), str(e.value)
+    assert "exit code -1" not in str(e.value)
+    assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
