@@ -13,7 +13,7 @@ calls rather than by running `cat`."
         tempfile
         time
         consfig.errors [CommandTimedOut]
-        consfig.hop [Connection Hop STALE-MINUTES]
+        consfig.hop [Connection Hop STALE-MINUTES check-path]
         consfig.util [bytes->text])
 
 (defn _kill-group [proc [grace 1]]
@@ -93,12 +93,15 @@ calls rather than by running `cat`."
     (LocalProcess argv))
 
   (defn read-file [self path]
+    (check-path path)
     (with [f (open path "rb")] (.read f)))
 
   (defn exists? [self path]
+    (check-path path)
     (os.path.lexists path))
 
   (defn write-file [self path content * [mode None] [owner None] [group None]]
+    (check-path path)
     (setv directory (or (os.path.dirname path) ".")
           old (try (os.stat path) (except [FileNotFoundError] None)))
     (when (not (os.path.isdir directory))

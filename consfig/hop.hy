@@ -21,7 +21,7 @@ the function that establishes it."
 (import posixpath
         shlex
         time
-        consfig.errors [CommandFailed CommandTimedOut ConnectionFailed]
+        consfig.errors [AbortedChange CommandFailed CommandTimedOut ConnectionFailed]
         consfig.util [bytes->text text->bytes])
 
 ;; How long a hop may take to answer a question asked while it is being
@@ -31,6 +31,12 @@ the function that establishes it."
 ;; A temporary file of ours not modified for this many minutes was left by
 ;; a write that was killed: a write under way keeps its own fresh.
 (setv STALE-MINUTES 10)
+
+;; The longest command consfig sends, in bytes.  Linux takes no single
+;; argument over 128 KiB, and each hop wrapping the script in its own command
+;; line (sudo, su, chroot) quotes it once more; past this, data belongs on
+;; standard input or in a file.
+(setv MAX-COMMAND 65536)
 
 ;; How much longer than a command's timeout the controller waits for the
 ;; target to stop it, before it gives up on the connection itself.
@@ -77,6 +83,27 @@ string is refused: whether it meant a program or shell code cannot be told."
   (defn [property] ok? [self] (= self.exit-code 0))
   (defn __repr__ [self]
     f"<CommandResult {self.exit-code} {self.command !r}>"))
+
+(defn check-sendable [script]
+  "Refuse, before it is sent, a command no hop can carry: one with a NUL
+byte (no argument can hold one; over SSH it would break the connection) or
+one longer than `MAX-COMMAND`.  The property fails; the connection lives on."
+  (when (in "\0" script)
+    (raise (AbortedChange f"a command cannot contain a NUL byte: {(_abridged script)}")))
+  (setv n (len (.encode script "utf-8" "surrogateescape")))
+  (when (> n MAX-COMMAND)
+    (raise (AbortedChange (+ f"command too long to send ({n} bytes; at most {MAX-COMMAND}): "
+                             (_abridged script)
+                             "\n  Pass large data on standard input (:input) or in a file.")))))
+
+(defn check-path [path]
+  "Refuse a path with a NUL byte, which no file name can hold."
+  (when (in "\0" (str path))
+    (raise (AbortedChange f"a path cannot contain a NUL byte: {(repr path)}"))))
+
+(defn _abridged [text [n 200]]
+  (setv r (repr text))
+  (if (> (len r) n) (+ (cut r n) f"… ({(len text)} characters)") r))
 
 (defn _with-timeout [script timeout]
   ;; The timeout is enforced where the script runs, innermost in the chain:
@@ -132,6 +159,7 @@ when it runs for longer than TIMEOUT seconds."
     (setv script (command->script cmd)
           full (_prefix-script script env cwd)
           started (time.monotonic))
+    (check-sendable full)
     (if (and timeout (not self.python?))
         (do (setv #(code out err) (self.run-script (_with-timeout full timeout)
                                                    (text->bytes input)
@@ -147,6 +175,7 @@ when it runs for longer than TIMEOUT seconds."
 
   (defn read-file [self path]
     "The bytes of the file at PATH; `FileNotFoundError` when there is none."
+    (check-path path)
     (setv #(code out err)
           (self.run-script (+ "test -f " (shlex.quote path)
                               " || exit 66; exec cat -- " (shlex.quote path))
@@ -161,6 +190,7 @@ when it runs for longer than TIMEOUT seconds."
 file in the same directory is written, synced and renamed over PATH.  The
 existing file's mode and ownership are kept unless MODE, OWNER or GROUP say
 otherwise; a new file gets the mode the umask allows."
+    (check-path path)
     (self.run (Script (self.write-script path (len content) :mode mode :owner owner
                                          :group group))
               :input content)
@@ -205,6 +235,7 @@ that a killed write left (see `STALE-MINUTES`)."
 
   (defn exists? [self path]
     "Whether anything (even a dangling symlink) is at PATH."
+    (check-path path)
     (= 0 (get (self.run-script (+ "test -e " (shlex.quote path) " || test -L "
                                   (shlex.quote path))
                                None None)
@@ -267,7 +298,8 @@ that returns the value normalised or raises `ValueError`."
         (and (isinstance v #(list tuple)) (all (gfor s v (and (isinstance s str) s)))) (list v)
         True (raise (ValueError))))
 
-(setv STRING (ArgType "a non-empty string" (_check (fn [v] (and (isinstance v str) v))))
+(setv STRING (ArgType "a non-empty string" (_check (fn [v] (and (isinstance v str) v
+                                                                (not-in "\0" v)))))
       STRINGS (ArgType "a string or a list of strings" _strings)
       PORT (ArgType "a port number (1-65535)" _port)
       SECONDS (ArgType "a positive number of seconds"
@@ -275,7 +307,8 @@ that returns the value normalised or raises `ValueError`."
                                             (> v 0)))))
       BOOLEAN (ArgType "true or false" (_check (fn [v] (isinstance v bool))))
       ABSOLUTE-PATH (ArgType "an absolute path"
-                             (fn [v] (if (and (isinstance v str) (posixpath.isabs v))
+                             (fn [v] (if (and (isinstance v str) (posixpath.isabs v)
+                                              (not-in "\0" v))
                                          (.rstrip (posixpath.normpath v) "/")
                                          (raise (ValueError))))))
 
@@ -300,4 +333,4 @@ establishes it on top of an upstream connection.  A hop that TAKES-REST
 
 (export :objects [Connection CommandResult Script Hop ArgType command->script one-of
                   STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT
-                  STALE-MINUTES])
+                  STALE-MINUTES MAX-COMMAND check-path check-sendable])

@@ -19,7 +19,7 @@ from hy.models import Keyword as K
 import consfig.deployment
 import consfig.errors
 import consfig.connections.sudo as sudo
-from consfig.combinators import eseqprops
+from consfig.combinators import eseqprops, seqprops
 from consfig.chain import close_chain, establish_chain, parse_chain
 from consfig.hop import Script
 from consfig.context import establishing_for
@@ -252,3 +252,33 @@ def test_a_killed_command_is_reported_by_its_signal(established, chain_id):
     assert "killed by signal KILL" in str(e.value), str(e.value)
     assert "exit code -1" not in str(e.value)
     assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
+
+
+@pytest.mark.parametrize("chain_id", ["local", "ssh", "ssh-sudo"])
+def test_a_nul_in_a_command_or_path_is_refused_and_the_connection_survives(established, chain_id):
+    conn = established[chain_id][0][-1]
+    for attempt in [lambda: conn.run(["printf", "%s", "a\0b"]),
+                    lambda: conn.write_file("/tmp/consfig-a\0b", b"x"),
+                    lambda: conn.read_file("/tmp/consfig-a\0b"),
+                    lambda: getattr(conn, hy.mangle("exists?"))("/tmp/consfig-a\0b")]:
+        with pytest.raises(consfig.errors.AbortedChange, match="NUL"):
+            attempt()
+    assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
+
+
+@pytest.mark.parametrize("chain_id", ["local", "ssh", "ssh-sudo"])
+def test_a_huge_command_line_is_refused_and_the_connection_survives(established, chain_id):
+    conn = established[chain_id][0][-1]
+    with pytest.raises(consfig.errors.AbortedChange, match="too long"):
+        conn.run(["printf", "%s", "x" * 400_000])
+    assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
+
+
+def test_a_nul_in_a_path_fails_that_property_only(established, tmp_path):
+    conn = established["ssh-sudo"][0][-1]
+    after = tmp_path / "after"
+    outcome, events = apply_through(conn, seqprops(file.has_content("/tmp/consfig-a\0b", "x"),
+                                                   file.has_content(str(after), "applied\n")))
+    failed = [e for e in events if e.get("status") == "failed" and "NUL" in e.get("message", "")]
+    assert len(failed) == 1, events
+    assert after.read_text() == "applied\n", "the connection carried on"
