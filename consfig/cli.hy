@@ -17,7 +17,7 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
         os
         sys
         traceback
-        consfig.connection [chain->data parse-chain]
+        consfig.chain [chain->data parse-chain]
         consfig.deployment [deploy*]
         consfig.engine [SinkFailed]
         consfig.errors [ConsfigError]
@@ -104,11 +104,13 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
 
 (defn read-chain [text]
   "A connection chain written as Hy on the command line."
+  (when (not (.strip text))
+    (raise (ConsfigError "--via: the chain is empty; give at least one hop, e.g. --via :local")))
   (try
     (setv chain (form->propspec (hy.read text)))
     (except [e Exception]
       (raise (ConsfigError f"--via: cannot read {text !r} as a chain: {e}"))))
-  (parse-chain chain)
+  (parse-chain chain "--via")
   chain)
 
 (defn _combine [outcomes detailed]
@@ -121,7 +123,7 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
 
 (defn _deploy-all [args targets [propspec None]]
   ;; One sink for all hosts, so that the end of the run can recap them.
-  (setv chain (when args.via (read-chain args.via))
+  (setv chain (when (is-not args.via None) (read-chain args.via))
         sink (_sink args))
   (try
     (setv outcomes (lfor host targets
@@ -135,7 +137,7 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
   (_load args)
   (setv targets (lfor h args.hosts (find-host h)))
   (when args.dry-run
-    (setv chain (when args.via (read-chain args.via)))
+    (setv chain (when (is-not args.via None) (read-chain args.via)))
     (for [host targets]
       (_dry-run host chain))
     (return 0))

@@ -11,11 +11,12 @@ answers from its flag file."
 (require consfig.property [defprop])
 (import posixpath
         hy.models [Keyword]
-        consfig.connection [NO-CHANGE run remote-exists?]
+        consfig.actions [NO-CHANGE run remote-exists?]
         consfig.engine [Drift apply-propapp unapply-propapp apply-sequence]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.host [preserving-hostattrs]
-        consfig.property [propapp-desc propapp-hostattrs])
+        consfig.property [propapp-desc propapp-hostattrs]
+        consfig.util [keyword-name])
 
 (defprop eseqprops :posix [#* propapps]
   "Apply PROPAPPS in order, stopping at the first failure.  Unapplying
@@ -46,7 +47,7 @@ Failures are still reported."
                    "command-failed" CommandFailed})
 
 (defn _condition [c]
-  (setv name (if (isinstance c Keyword) c.name (str c)))
+  (setv name (or (keyword-name c) (str c)))
   (when (not-in name _CONDITIONS)
     (raise (PropspecError (+ f"eseqprops-until: unknown condition {(hy.repr c)}; use one of "
                              (.join " " (gfor k _CONDITIONS f":{k}"))))))

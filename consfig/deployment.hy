@@ -6,15 +6,15 @@ and a bare hostname symbol."
 
 (require consfig.property [defprop])
 (import hy.models [Keyword String]
-        consfig.connection [parse-chain establish-chain close-chain chain->data
-                            establishing-for]
-        consfig.connection [NO-CHANGE connection current-connection]
-        consfig.engine [Reported announced-count apply-and-announce apply-host applying
+        consfig.chain [parse-chain establish-chain close-chain chain->data]
+        consfig.context [applying connection current-host establishing-for]
+        consfig.engine [Reported announced-count apply-and-announce apply-host
                         check-propspec-fits checking? current-run]
         consfig.errors [ConsfigError FailedChange]
-        consfig.host [Host current-host find-host preprocess-host]
+        consfig.host [Host find-host preprocess-host]
         consfig.property [find-property]
-        consfig.propspec [dotted->name eseqprops-of walk-body])
+        consfig.propspec [dotted->name eseqprops-of walk-body]
+        consfig.result [NO-CHANGE])
 
 (defn _chain-for [chain host]
   (when (is chain None)
@@ -58,7 +58,7 @@ propspec's arguments, every :hostattrs — is checked before connecting."
     (try
       (setv conns (establish-chain parsed)
             target (get conns -1))
-      (if (hasattr target "apply_remotely")
+      (if (.apply-remotely? target)
           (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity
                            :check check)
           (apply-host prepared target sink :unapply unapply :check check))
@@ -145,7 +145,7 @@ connection, as part of the current deployment; return its result."
     (try
       (setv conns (establish-chain parsed (connection))
             target (get conns -1))
-      (if (hasattr target "apply_remotely")
+      (if (.apply-remotely? target)
           (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply
                                              :check (checking?)))
               ;; Its failures were reported as they happened, nested here.

@@ -4,17 +4,17 @@ reporting every step as an event (see `consfig.events` for their kinds).
 Every failure is shown and counted exactly once, where the engine first
 catches it: see `apply-and-announce` and `Reported`."
 
-(import contextlib
-        contextvars
+(import contextvars
         traceback
-        consfig.connection [NO-CHANGE current-connection]
+        consfig.context [applying]
         consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange
                         site-location]
         consfig.events [start-event end-event output-event diff-event summary-event
                         first-report?]
-        consfig.host [current-host get-hostname parent-host]
+        consfig.host [get-hostname]
         consfig.property [Propapp call-subroutine find-property propapp-desc
-                          propapps-in propapp-type python-propapps])
+                          propapps-in propapp-type python-propapps]
+        consfig.result [NO-CHANGE])
 
 (defclass Reported [Exception]
   "A failure that has been shown and counted, on its way out through the
@@ -299,19 +299,6 @@ over a connection (described by WHERE) that has no Python on the target."
                 f"({where}), not a Python on the target.\n"
                 "  Add a :python hop at the end of the chain, e.g. [[:ssh …] :sudo :python].")))))
 
-(defn [contextlib.contextmanager] applying [host connection * [parent None]]
-  "The context in which properties of HOST act through CONNECTION: what
-`get-hostattr`, `run` and `get-parent-hostattrs` refer to."
-  (setv tokens [(.set current-host host)
-                (.set current-connection connection)
-                (.set parent-host parent)])
-  (try
-    (yield)
-    (finally
-      (.reset parent-host (get tokens 2))
-      (.reset current-connection (get tokens 1))
-      (.reset current-host (get tokens 0)))))
-
 (defn apply-host [host connection sink [unapply False] [check False]]
   "Apply the preprocessed HOST's propspec through CONNECTION, sending events
 to SINK; return an `Outcome`.  With CHECK, change nothing: report what holds
@@ -334,7 +321,7 @@ and what would change."
       outcome)
     (finally (.reset current-run token))))
 
-(export :objects [emit inform report-output checking? Drift WOULD-CHANGE CANNOT-CHECK
-                  announced-count apply-propapp unapply-propapp apply-and-announce
-                  apply-sequence apply-host applying check-propspec-fits Outcome Run
-                  Reported SinkFailed current-run])
+(export :objects [NO-CHANGE emit inform report-output checking? Drift WOULD-CHANGE
+                  CANNOT-CHECK announced-count apply-propapp unapply-propapp
+                  apply-and-announce apply-sequence apply-host check-propspec-fits
+                  Outcome Run Reported SinkFailed current-run])

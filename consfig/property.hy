@@ -14,7 +14,8 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         inspect
         keyword
         hy.models [Keyword]
-        consfig.errors [ConsfigError FailedChange PropspecError site-location])
+        consfig.errors [ConsfigError FailedChange PropspecError site-location]
+        consfig.util [keyword-name])
 
 (defclass Propapp []
   "One application of a property: its qualified name and its arguments."
@@ -125,7 +126,7 @@ against the parameters; return `#(args kwargs)`."
       name))
 
 (defn _type-name [t]
-  (setv name (if (isinstance t Keyword) t.name (str t)))
+  (setv name (or (keyword-name t) (str t)))
   (when (not-in name #("posix" "python"))
     (raise (PropspecError f"property type must be :posix or :python, not {(hy.repr t)}")))
   name)

@@ -447,7 +447,7 @@ nothing has happened for a while."
     (when (= (get m "op") "apply") (return m))))
 
 (defn _apply-here [host msg sink]
-  (import consfig.connection [establish-chain close-chain]
+  (import consfig.chain [establish-chain close-chain]
           consfig.connections.local [LocalConnection]
           consfig.engine [apply-host]
           consfig.propspec [data->propspec])

@@ -1,7 +1,8 @@
 "`consfig repl`: a Hy REPL with consfig's macros required, its functions
 imported, and optionally a site consfig loaded, so that `(athena)` deploys."
 
-(import sys
+(import os
+        sys
         types
         consfig.engine [Outcome]
         consfig.errors [ConsfigError]
@@ -45,7 +46,13 @@ It has `(reload-consfig)`, which loads FILE again and rebinds its names."
 number of hosts it defines."
   (when (not file)
     (raise (ConsfigError "no consfig was loaded in this REPL, so there is nothing to reload")))
-  (import consfig.host [hosts])
+  (import consfig.host [hosts]
+          importlib.util)
+  ;; Python trusts a cached compilation whose source has the same size and
+  ;; modification second: an edit made within the second of the last load
+  ;; (a script, a quick fix) would be missed.
+  (try (os.remove (importlib.util.cache-from-source (os.path.abspath file)))
+       (except [OSError] None))
   (setv fresh (load-consfig file))
   (.update module.__dict__ (dfor [k v] (.items (vars fresh))
                                  :if (not-in k #("__name__" "__loader__" "__spec__"))
