@@ -28,7 +28,6 @@ goes down the same pipe or SSH channel as everything else the process reads,
 and is consumed before anything the caller writes."
 
 (import getpass
-        os
         secrets
         shlex
         consfig.connection [Connection Hop deployment-cache]

@@ -8,13 +8,13 @@ and a bare hostname symbol."
 (import hy.models [Keyword String]
         consfig.connection [parse-chain establish-chain close-chain chain->data
                             establishing-for]
-        consfig.connection [NO-CHANGE connection current-connection]
+        consfig.connection [NO-CHANGE connection]
         consfig.engine [apply-and-announce apply-host applying check-propspec-fits
                         current-run]
         consfig.errors [ConsfigError FailedChange]
         consfig.host [Host current-host find-host preprocess-host]
         consfig.property [find-property]
-        consfig.propspec [dotted->name eseqprops-of walk-body])
+        consfig.propspec [dotted->name walk-body])
 
 (defn _chain-for [chain host]
   (when (is chain None)

@@ -11,10 +11,10 @@ changes it, so that a host with a hundred `apt.installed` properties runs
          consfig.propspec [defproplist])
 (import re
         consfig.connection [NO-CHANGE connection change-if-changes-file
-                            read-remote-file remote-exists? run run-ok?]
+                            remote-exists? run run-ok?]
         consfig.engine [inform]
         consfig.errors [CommandFailed FailedChange]
-        consfig.host [push-hostattr get-hostattr get-hostattrs]
+        consfig.host [push-hostattr get-hostattr]
         consfig.props.file [update-file]
         consfig.props.os [required isa?]
         consfig.props.service :as service)

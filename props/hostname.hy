@@ -2,7 +2,7 @@
 
 (require consfig.property [defprop])
 (import re
-        consfig.connection [NO-CHANGE run run-ok? output read-remote-file]
+        consfig.connection [NO-CHANGE run run-ok? output]
         consfig.host [push-hostattr get-hostattr]
         consfig.props.file [update-file map-file-lines])
 

@@ -5,7 +5,7 @@
         io
         pytest
         rich.console [Console])
-(use-props consfig.props [file os])
+(use-props consfig.props [os])
 
 (setv applied [])
 
