@@ -3,7 +3,7 @@
 (require consfig *)
 (import consfig *
         pytest)
-(use-props consfig.props [file os])
+(use-props consfig.props [os])
 
 (setv applied [])
 
