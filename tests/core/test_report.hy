@@ -113,3 +113,8 @@
   (assert (= (lfor p parsed (get p "event")) ["start" "summary"]) parsed)
   (assert (= (get (get parsed 0) "desc") "a\nb") parsed)
   (assert (in "time" (get parsed 1)) parsed))
+
+(defn test-commands-as-they-run-are-shown-at-vv-only []
+  (setv events [(ev "output" 1 :text "$ apt-get update" :stream "run")])
+  (assert (not-in "apt-get" (render events :verbosity 1)) "not at -v")
+  (assert (in "$ apt-get update" (render events :verbosity 2)) "at -vv"))
