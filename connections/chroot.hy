@@ -17,8 +17,8 @@ its root in the chroot is sent TERM, then KILL, before the unmounting."
 
 (import posixpath
         shlex
-        consfig.connection [Connection Hop]
         consfig.errors [ConnectionFailed CommandFailed]
+        consfig.hop [Connection Hop Script ABSOLUTE-PATH PROBE-TIMEOUT]
         consfig.noservices [POLICY-RC-D FORBID-ALL WHILE-CHROOTED])
 
 ;; Mounted in this order, unmounted in the reverse one.  /dev is a bind mount
@@ -30,11 +30,9 @@ its root in the chroot is sent TERM, then KILL, before the unmounting."
        ["dev" ["--bind" "/dev"]]
        ["dev/pts" ["--bind" "/dev/pts"]]])
 
-(setv MOUNT-TIMEOUT 60)
-
 (setv HOP-POLICY (.encode WHILE-CHROOTED))
 
-;; On the upstream machine: every process whose root is the chroot (or a
+;; On the upstream machine: every process whose root is the chroot $1 (or a
 ;; directory below it) gets TERM, then, if still there after 5 s, KILL.  The
 ;; link /proc/PID/root shows a process's root as the reader sees paths; one
 ;; find(1) reads them all (a readlink per process takes seconds on a busy
@@ -73,12 +71,12 @@ gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1
           self.mounted []
           self.policy-written False
           self.policy-backup None
-          (get self._attrs "no-services") "in a chroot"))
+          (get self.connattrs "no-services") "in a chroot"))
 
   (defn describe [self] f"chroot:{self.into}")
 
-  (defn _run-script [self script input timeout]
-    (._run-script self.upstream
+  (defn run-script [self script input timeout]
+    (.run-script self.upstream
                   (shlex.join ["exec" "chroot" self.into "/bin/sh" "-c" script])
                   input timeout))
 
@@ -89,15 +87,14 @@ gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1
   (defn _mount-all [self]
     (for [[target args] CHROOT-MOUNTS]
       (setv point (posixpath.join self.into target)
-            q (shlex.quote point)
             ;; A symlink in the chroot could point anywhere on the host: never
             ;; mount through one.  A missing directory means a chroot not made
             ;; for booting; it does without that filesystem.
             r (.run self.upstream
-                    (+ f"if [ -d {q} ] && [ ! -L {q} ] && ! mountpoint -q {q}; then "
-                       (shlex.join ["mount" #* args point])
-                       " && echo mounted; fi")
-                    :timeout MOUNT-TIMEOUT))
+                    (Script (+ "p=$1; shift; if [ -d \"$p\" ] && [ ! -L \"$p\" ] && "
+                               "! mountpoint -q \"$p\"; then mount \"$@\" \"$p\" && echo mounted; fi")
+                            point #* args)
+                    :timeout PROBE-TIMEOUT))
       (when (= (.strip r.stdout) "mounted")
         (.append self.mounted point))))
 
@@ -106,16 +103,17 @@ gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1
     ;; forbid-all already (the chroot's own `service.no-services`) is left
     ;; alone.  One that is the hop's was left by a deployment that was
     ;; killed: not the operator's, so not backed up.
-    (when (not (. (.run self "test -d /usr/sbin" :check False :timeout MOUNT-TIMEOUT) ok?))
+    (when (not (. (.run self ["test" "-d" "/usr/sbin"] :check False :timeout PROBE-TIMEOUT) ok?))
       (return))
     (setv existing (self._policy))
     (when (= existing (.encode FORBID-ALL))
       (return))
     (when (and (.exists? self POLICY-RC-D) (!= existing HOP-POLICY))
       (setv self.policy-backup
-            (.strip (. (.run self (+ "set -e; b=$(mktemp /usr/sbin/.policy-rc.d.consfig-XXXXXXXX); "
-                                     f"cp -a --remove-destination -- {POLICY-RC-D} \"$b\"; echo \"$b\"")
-                             :timeout MOUNT-TIMEOUT)
+            (.strip (. (.run self (Script (+ "set -e; b=$(mktemp /usr/sbin/.policy-rc.d.consfig-XXXXXXXX); "
+                                             "cp -a --remove-destination -- \"$1\" \"$b\"; echo \"$b\"")
+                                          POLICY-RC-D)
+                             :timeout PROBE-TIMEOUT)
                        stdout))))
     (.write-file self POLICY-RC-D HOP-POLICY :mode 0o755)
     (setv self.policy-written True))
@@ -131,13 +129,12 @@ gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1
             backup self.policy-backup
             self.policy-backup None)
       (cond (!= (self._policy) HOP-POLICY)
-            (when backup (.run self ["rm" "-f" "--" backup] :timeout MOUNT-TIMEOUT))
-            backup (.run self ["mv" "-f" "--" backup POLICY-RC-D] :timeout MOUNT-TIMEOUT)
-            True (.run self ["rm" "-f" "--" POLICY-RC-D] :timeout MOUNT-TIMEOUT))))
+            (when backup (.run self ["rm" "-f" "--" backup] :timeout PROBE-TIMEOUT))
+            backup (.run self ["mv" "-f" "--" backup POLICY-RC-D] :timeout PROBE-TIMEOUT)
+            True (.run self ["rm" "-f" "--" POLICY-RC-D] :timeout PROBE-TIMEOUT))))
 
   (defn _end-rooted-processes [self]
-    (.run self.upstream (+ f"set -- {(shlex.quote self.into)}\n" _END-ROOTED)
-          :timeout MOUNT-TIMEOUT))
+    (.run self.upstream (Script _END-ROOTED self.into) :timeout PROBE-TIMEOUT))
 
   (defn close [self]
     "Put back the policy-rc.d there was, end every process left with its
@@ -152,24 +149,19 @@ mount still busy is detached lazily rather than left."
              (.append failures (str e)))))
     (while self.mounted
       (setv point (.pop self.mounted)
-            q (shlex.quote point)
-            r (.run self.upstream f"umount -- {q} || umount -l -- {q}"
-                    :timeout MOUNT-TIMEOUT :check False))
+            r (.run self.upstream (Script "umount -- \"$1\" || umount -l -- \"$1\"" point)
+                    :timeout PROBE-TIMEOUT :check False))
       (when (not r.ok?)
         (.append failures f"could not unmount {point}: {(.strip r.stderr)}")))
     (when failures
       (raise (ConnectionFailed (.join "; " failures) self.where)))))
 
 (defn establish [upstream * into]
-  (when (not (and (isinstance into str) (posixpath.isabs into)))
-    (raise (ConnectionFailed f":chroot :into wants an absolute directory, not {(hy.repr into)}"
-                             upstream.where)))
-  (setv into (.rstrip (posixpath.normpath into) "/")
-        conn (ChrootConnection upstream into)
-        q (shlex.quote into)
-        probe (.run upstream (+ f"test -d {q} || {{ echo 'no such directory' >&2; exit 1; }}; "
-                                f"exec chroot {q} /bin/sh -c :")
-                    :check False :timeout MOUNT-TIMEOUT))
+  (setv conn (ChrootConnection upstream into)
+        probe (.run upstream (Script (+ "test -d \"$1\" || { echo 'no such directory' >&2; exit 1; }; "
+                                        "exec chroot \"$1\" /bin/sh -c :")
+                                     into)
+                    :check False :timeout PROBE-TIMEOUT))
   (when (not probe.ok?)
     (raise (ConnectionFailed (+ f"cannot chroot into {into}: "
                                 (or (.strip (+ probe.stderr probe.stdout))
@@ -189,6 +181,6 @@ mount still busy is detached lazily rather than left."
                                upstream.where) :from e)))
   conn)
 
-(setv HOP (Hop "chroot" ["into"] establish))
+(setv HOP (Hop "chroot" {"into" ABSOLUTE-PATH} establish :required ["into"]))
 
 (export :objects [ChrootConnection HOP])

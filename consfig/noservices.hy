@@ -2,7 +2,7 @@
 /usr/sbin/policy-rc.d files consfig writes on Debian and derivatives.
 
 A hop into a system that is not running (`:chroot`) puts a reason in its
-connection's attributes under \"no-services\"; every hop after it runs inside
+connection's connattr `no-services`; every hop after it runs inside
 that same system, so the whole chain is asked, and a `:python` hop passes
 the answer on to the Python it starts.
 
@@ -21,10 +21,10 @@ for its duration and removes when it closes."
                         "no service may be started.\nexit 101\n"))
 
 (defn no-services-reason [conn]
-  "Why no service may start over CONN (\"in a chroot\"), from the attributes
+  "Why no service may start over CONN (\"in a chroot\"), from the connattrs
 of it or of any hop it runs inside; None when nothing in its chain says so."
   (while (is-not conn None)
-    (setv why (.get conn._attrs "no-services"))
+    (setv why (.get conn.connattrs "no-services"))
     (when why (return (if (isinstance why str) why "here")))
     (setv conn conn.upstream))
   None)

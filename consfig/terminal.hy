@@ -32,8 +32,28 @@ as `\\u202e`, undecodable bytes carried as lone surrogates as `\\xff`.
     (printable \"\\x1b[2Jhi\\n\")  ; => \"␛[2Jhi\\n\""
   (.sub _UNSAFE _shown text))
 
-(defn printable-event [event]
-  "EVENT (a dict) with `printable` applied to each of its string values."
-  (dfor [k v] (.items event) k (if (isinstance v str) (printable v) v)))
+(defn collapse-carriage-returns [line]
+  "What a terminal would show of LINE: progress redrawn with carriage
+returns (`50%\\r100%`) collapses to its final state."
+  (setv parts (lfor p (.split (.rstrip line "\r") "\r") :if p p))
+  (if parts (get parts -1) ""))
 
-(export :objects [printable printable-event])
+;; The fields that carry a command's output, where a carriage return is a
+;; progress meter redrawing its line (apt, dpkg, wget): there the line shows
+;; as the terminal would leave it.  Anywhere else a carriage return is shown.
+(setv _REDRAWN {"output" #("text") "end" #("message")})
+
+(defn _redrawn [text]
+  (.join "\n" (map collapse-carriage-returns (.split text "\n"))))
+
+(defn printable-event [event]
+  "EVENT (a dict) with `printable` applied to each of its string values;
+the lines of a command's output (an output event's \"text\", a failure's
+\"message\") first collapsed as `collapse-carriage-returns` does."
+  (setv redrawn (.get _REDRAWN (.get event "event") #()))
+  (dfor [k v] (.items event)
+        k (cond (not (isinstance v str)) v
+                (in k redrawn) (printable (_redrawn v))
+                True (printable v))))
+
+(export :objects [printable printable-event collapse-carriage-returns])

@@ -15,8 +15,9 @@ unchanged, as is every line the property has no business with."
         posixpath
         re
         shlex
-        consfig.connection [NO-CHANGE connection run run-ok? output
-                            write-remote-file remote-exists?]
+        consfig.actions [NO-CHANGE Script run run-ok? run-script output
+                         write-remote-file remote-exists?]
+        consfig.context [connection]
         consfig.engine [emit]
         consfig.errors [FailedChange]
         consfig.host [inapplicable])
@@ -45,7 +46,7 @@ unchanged, as is every line the property has no business with."
   (when (= (get lines -1) "") (.pop lines))
   lines)
 
-(defn text->bytes [content]
+(defn content->bytes [content]
   "CONTENT as the bytes to write: `bytes` as they are, text as UTF-8 (a lone
 surrogate from `read-text` as the byte it stands for)."
   (if (isinstance content #(bytes bytearray))
@@ -59,7 +60,7 @@ surrogate from `read-text` as the byte it stands for)."
 
 (defn read-text [path]
   "The text of PATH on the target, or None when it does not exist.  Bytes
-that are not UTF-8 come back as lone surrogates, so that `text->bytes` gives
+that are not UTF-8 come back as lone surrogates, so that `content->bytes` gives
 the file back exactly."
   (setv b (read-bytes path))
   (when (is-not b None) (.decode b "utf-8" "surrogateescape")))
@@ -82,7 +83,7 @@ the file back exactly."
 setting MODE), and report a diff unless SECRET.  `:no-change` when it
 already has exactly those bytes."
   (setv old (read-bytes path)
-        new (text->bytes new))
+        new (content->bytes new))
   (when (= old new)
     (return (if (is mode None) NO-CHANGE (_ensure-mode path mode))))
   (write-remote-file path new :mode mode)
@@ -228,7 +229,7 @@ GROUP: names or numeric ids."
   ;; mistake to report, not something to delete.
   (for [d directories]
     (when (remote-exists? d)
-      (when (not (run-ok? (+ "test -d " (shlex.quote d) " && test ! -L " (shlex.quote d))))
+      (when (not (run-ok? (Script "test -d \"$1\" && test ! -L \"$1\"" d)))
         (raise (FailedChange f"{d} exists but is not a directory; not removing it")))
       (run "rm" "-rf" "--one-file-system" "--" d))))
 
@@ -256,9 +257,7 @@ is a failure if one of them is a file or a symlink."
   ;; Compared by the shell, byte for byte: read back through a decode, a
   ;; link to b"t\xff" would pass for one to "t\ufffd".  The "." keeps the
   ;; command substitution from dropping a target's trailing newlines.
-  (run-ok? (+ "[ \"$(readlink -n -- " (shlex.quote path) " && echo .)\" = "
-              (shlex.quote (+ target "."))
-              " ]")))
+  (run-ok? (Script "[ \"$(readlink -n -- \"$1\" && echo .)\" = \"$2.\" ]" path target)))
 
 (defprop symlinked :posix [* from_ to]
   "FROM is a symbolic link to TO.  A link pointing elsewhere is replaced;
@@ -277,17 +276,15 @@ anything else at FROM is a failure.  Unapplying removes the link."
 copied).  The copy is made beside DEST and renamed over it, keeping SOURCE's
 mode, ownership and times."
   (:desc f"{dest} is a copy of {source}")
-  (:check (run-ok? (+ "test -f " (shlex.quote dest) " && cmp -s -- "
-                      (shlex.quote dest) " " (shlex.quote source))))
+  (:check (run-ok? (Script "test -f \"$1\" && cmp -s -- \"$1\" \"$2\"" dest source)))
   (:apply
-    (setv q shlex.quote
-          template (q (posixpath.join (_parent dest) ".consfig-XXXXXXXX")))
-    (run (.join "\n" ["set -e"
-                      f"tmp=$(mktemp {template})"
-                      "trap 'rm -f \"$tmp\"' EXIT"
-                      f"cp -L --preserve=all -- {(q source)} \"$tmp\""
-                      f"mv -f -- \"$tmp\" {(q dest)}"
-                      "trap - EXIT"]))))
+    (run-script (.join "\n" ["set -e"
+                             "tmp=$(mktemp \"$3/.consfig-XXXXXXXX\")"
+                             "trap 'rm -f \"$tmp\"' EXIT"
+                             "cp -L --preserve=all -- \"$2\" \"$tmp\""
+                             "mv -f -- \"$tmp\" \"$1\""
+                             "trap - EXIT"])
+                dest source (_parent dest))))
 
 ;; Config files.  A line that sets a key is found by a regular expression
 ;; applied to the line with any leading comment characters removed, so that
@@ -462,6 +459,6 @@ section is appended.  A section of None means the keys before any section."
                   containing-directory-exists symlinked is-copy-of
                   contains-conf-space contains-conf-equals contains-conf-shell
                   contains-ini-settings update-file map-file-lines read-bytes read-text
-                  text->bytes add-lines conf-space-text conf-pairs
+                  content->bytes add-lines conf-space-text conf-pairs
                   describe-pairs
                   remove-lines])

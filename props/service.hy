@@ -10,8 +10,9 @@ packages installed meanwhile do not start theirs either."
 (require consfig.property [defprop])
 (import contextlib
         contextvars
-        consfig.connection [NO-CHANGE connection run run-ok? read-remote-file
-                            write-remote-file remote-exists?]
+        consfig.actions [NO-CHANGE run run-ok? read-remote-file write-remote-file
+                         remote-exists?]
+        consfig.context [connection]
         consfig.engine [apply-sequence inform]
         consfig.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
         consfig.host [push-hostattr get-hostattr])
@@ -30,8 +31,8 @@ packages installed meanwhile do not start theirs either."
 (defn no-services? []
   "Whether services must not be started, stopped or reloaded now: inside
 `without-starting-services`, on a host with the `no-services` property, or
-over a connection that says so (`\"no-services\"` in the attributes of a hop
-of its chain, as the `:chroot` hop sets)."
+over a connection that says so (the connattr `no-services` of a hop of its
+chain, as the `:chroot` hop sets)."
   (is-not (_no-services-where) None))
 
 (defn skip-for-no-services [what]

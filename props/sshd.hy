@@ -6,14 +6,12 @@ configuration fails the property and the file stays as it was."
 
 (require consfig.property [defprop]
          consfig.propspec [defproplist])
-(import posixpath
-        consfig.connection [NO-CHANGE write-remote-file run]
+(import consfig.actions [NO-CHANGE write-remote-file run run-script]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
-                            read-text text->bytes]
-        consfig.props.service :as service
-        consfig.engine [apply-propapp])
+                            read-text content->bytes]
+        consfig.props.service :as service)
 
 (setv CONFIG "/etc/ssh/sshd_config")
 
@@ -51,11 +49,12 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
     (setv new (conf-space-text old (conf-pairs pairs)))
     (if (= new old)
         NO-CHANGE
-        (do (validate (text->bytes new))
+        (do (validate (content->bytes new))
             (update-file CONFIG new)
             (when (not (service.no-services?))
-              (run "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; else invoke-rc.d ssh reload; fi"
-                   :check False :timeout 120))
+              (run-script (+ "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; "
+                             "else invoke-rc.d ssh reload; fi")
+                          :check False :timeout 120))
             None))))
 
 (defproplist no-passwords []

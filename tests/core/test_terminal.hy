@@ -44,6 +44,15 @@
   (setv e (printable-event {"event" "output" "host" "h\x1b" "depth" 1 "text" "\x1b]52;c;eA==\x07"}))
   (assert (= e {"event" "output" "host" "h␛" "depth" 1 "text" "␛]52;c;eA==␇"}) (repr e)))
 
+(defn test-printable-event-collapses-redrawn-output-lines-only []
+  (setv out (printable-event {"event" "output" "text" "5%\r100%\nnext\r\n"})
+        end (printable-event {"event" "end" "desc" "a\rb" "message" "x\ry"})
+        diff (printable-event {"event" "diff" "text" "+crlf\r\n"}))
+  (assert (= (get out "text") "100%\nnext\n") (repr out))
+  (assert (= (get end "message") "y") (repr end))
+  (assert (= (get end "desc") "a␍b") "a description's CR is shown")
+  (assert (= (get diff "text") "+crlf␍\n") "a diff shows a CRLF line ending"))
+
 (setv HOSTILE "\x1b]52;c;cm0gLXJmIC8K\x07\x1b[2J\x1b]0;pwned\x07\x9b31m [bold]loud[/bold]\rover")
 
 (defn _render [events [verbosity 1]]

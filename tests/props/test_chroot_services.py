@@ -5,7 +5,7 @@ and policy-rc.d is as it was."""
 
 import os
 import pathlib
-import time
+import subprocess
 
 import pytest
 
@@ -87,7 +87,7 @@ def test_installing_cron_leaves_no_daemon_running(own_chroot):
 
 
 def test_policy_forbids_starts_only_while_the_hop_lasts(chroot):
-    deploy_propspec(chain(chroot), [this_os(), cmd.single(
+    deploy_propspec(chain(chroot), [this_os(), cmd.script(
         "/usr/sbin/policy-rc.d cron start; test $? = 101")])
     assert not (chroot / POLICY).exists(), "policy-rc.d left behind"
 
@@ -96,7 +96,7 @@ def test_an_existing_policy_is_restored(chroot):
     mine = "#!/bin/sh\n# the operator's own\nexit 0\n"
     (chroot / POLICY).write_text(mine)
     (chroot / POLICY).chmod(0o750)
-    deploy_propspec(chain(chroot), [this_os(), cmd.single(
+    deploy_propspec(chain(chroot), [this_os(), cmd.script(
         "/usr/sbin/policy-rc.d cron start; test $? = 101")])
     assert (chroot / POLICY).read_text() == mine
     assert (chroot / POLICY).stat().st_mode & 0o777 == 0o750
@@ -111,7 +111,7 @@ def test_no_services_property_keeps_its_policy(chroot):
 
 def test_a_process_left_running_is_ended_when_the_hop_closes(chroot):
     # One that goes at TERM, one that ignores it and needs KILL.
-    deploy_propspec(chain(chroot), [this_os(), cmd.single(
+    deploy_propspec(chain(chroot), [this_os(), cmd.script(
         "setsid sleep 100000 </dev/null >/dev/null 2>&1 &\n"
         "setsid sh -c 'trap \"\" TERM; exec sleep 100001' </dev/null >/dev/null 2>&1 &\n"
         "sleep 0.2")])
@@ -119,7 +119,6 @@ def test_a_process_left_running_is_ended_when_the_hop_closes(chroot):
 
 
 def test_a_process_outside_the_chroot_is_left_alone(chroot, tmp_path):
-    import subprocess
     p = subprocess.Popen(["sleep", "100000"], cwd=str(chroot))
     try:
         deploy_propspec(chain(chroot), [this_os(), cmd.single("true")])
