@@ -114,8 +114,9 @@ PATH does not exist, unless CREATE."
 
 (defprop has-content :posix [path content * [mode None] [secret False]]
   "PATH has exactly CONTENT: a string (written as UTF-8), `bytes` (written
-as they are), or a list of lines (joined, with a final newline).  The file's mode and owner are kept, unless MODE is given.
-With SECRET, no diff of the content is ever reported."
+as they are), or a list of lines (joined, with a final newline).  The file's
+mode and owner are kept, unless MODE is given.  With SECRET, no diff of the
+content is ever reported."
   (:desc f"{path} has content")
   (:apply (update-file path (_text content) :mode mode :secret secret)))
 
