@@ -199,8 +199,9 @@ def _deploy_while(action, chain):
     """Deploy a long command over CHAIN, doing ACTION once the command runs;
     return the outcome and the messages of the end events."""
     events, errors = [], []
-    marker = f"sleep 8.{os.getpid()}"
-    propspec = eseqprops(cmd.single("sleep", f"8.{os.getpid()}"),
+    seconds = f"8.{os.getpid()}"
+    marker = f"sleep {seconds}"
+    propspec = eseqprops(cmd.single("sleep", seconds),
                          file.has_content("/tmp/consfig-never", "x"))
 
     def act():
