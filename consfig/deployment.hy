@@ -11,6 +11,7 @@ and a bare hostname symbol."
         consfig.engine [Reported apply-and-announce apply-host check-propspec-fits current-run]
         consfig.errors [ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
+        consfig.lock [holding-target-lock]
         consfig.property [find-property]
         consfig.propspec [dotted->name eseqprops-of walk-body]
         consfig.result [NO-CHANGE])
@@ -52,9 +53,10 @@ propspec's arguments, every :hostattrs — is checked before connecting."
     (try
       (setv conns (establish-chain parsed)
             target (get conns -1))
-      (if (.apply-remotely? target)
-          (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity)
-          (apply-host prepared target sink :unapply unapply))
+      (with [_ (holding-target-lock target prepared.hostname)]
+        (if (.apply-remotely? target)
+            (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity)
+            (apply-host prepared target sink :unapply unapply)))
       (finally
         (close-chain conns)
         (when reporter (.close reporter))))))
@@ -136,15 +138,16 @@ connection, as part of the current deployment; return its result."
     (try
       (setv conns (establish-chain parsed (connection))
             target (get conns -1))
-      (if (.apply-remotely? target)
-          (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply))
-              ;; Its failures were reported as they happened, nested here.
-              (when outcome.failures
-                (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
-              (if outcome.changes :changed NO-CHANGE))
-          (do (check-propspec-fits prepared.propspec target.python? target.where)
-              (with [(applying prepared target :parent parent)]
-                (apply-and-announce prepared.propspec unapply))))
+      (with [_ (holding-target-lock target prepared.hostname :within (connection))]
+        (if (.apply-remotely? target)
+            (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply))
+                ;; Its failures were reported as they happened, nested here.
+                (when outcome.failures
+                  (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
+                (if outcome.changes :changed NO-CHANGE))
+            (do (check-propspec-fits prepared.propspec target.python? target.where)
+                (with [(applying prepared target :parent parent)]
+                  (apply-and-announce prepared.propspec unapply)))))
       (finally
         (close-chain (cut conns 1 None))))))
 
