@@ -77,13 +77,14 @@ that a deployment costs one exchange of messages, not several."
 
   (defn apply-remotely? [self] True)
 
-  (defn apply-remotely [self host sink * [unapply False] [verbosity 0]]
+  (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]]
     "Apply the preprocessed HOST on the target, feeding its events to SINK;
 return the `Outcome`."
     (apply-remotely self.upstream host sink
                     :interpreter (self._interpreter)
                     :chain self.rest
                     :unapply unapply
+                    :check check
                     :verbosity verbosity
                     :timeout self.timeout
                     :modules self.modules

@@ -8,12 +8,13 @@ and a bare hostname symbol."
 (import hy.models [Keyword String]
         consfig.chain [parse-chain establish-chain close-chain chain->data]
         consfig.context [applying connection current-host establishing-for]
-        consfig.engine [Reported apply-and-announce apply-host check-propspec-fits current-run]
+        consfig.engine [Reported announced-count apply-and-announce apply-host
+                        check-propspec-fits checking? current-run]
         consfig.errors [ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
         consfig.lock [holding-target-lock]
         consfig.property [find-property]
-        consfig.propspec [dotted->name eseqprops-of walk-body]
+        consfig.propspec [dotted->name walk-body]
         consfig.result [NO-CHANGE])
 
 (defn _chain-for [chain host]
@@ -25,10 +26,13 @@ and a bare hostname symbol."
   (parse-chain chain))
 
 (defn deploy* [chain host * [propspec None] [additional None] [sink None]
-               [verbosity 0] [unapply False]]
+               [verbosity 0] [unapply False] [check False] [diff False]]
   "Deploy HOST (a Host or hostname) over CHAIN (its default chain when None)
 and return an `Outcome`.  PROPSPEC replaces the host's propspec; ADDITIONAL
-is applied after it.  Events go to SINK, by default a rich `Reporter`.
+is applied after it.  With CHECK, change nothing: connect, run every check
+and report what would change (DIFF: with the diffs of files).  Events go to
+SINK, by default a rich `Reporter`; a sink that has an `expect` method is
+told the hostname and how many announced properties are coming.
 
 Everything that can be checked on the controller — the chain, the
 propspec's arguments, every :hostattrs — is checked before connecting."
@@ -46,8 +50,10 @@ propspec's arguments, every :hostattrs — is checked before connecting."
                    ;; Imported here, not at the top: a target applying a host
                    ;; after a :python hop has no rich, and needs none.
                    (import consfig.report [Reporter])
-                   (Reporter :verbosity verbosity))
+                   (Reporter :verbosity verbosity :check check :diff diff))
         sink (or sink reporter))
+  (when (hasattr sink "expect")
+    (.expect sink prepared.hostname (announced-count prepared.propspec)))
   (setv conns [])
   (with [_ (establishing-for prepared)]
     (try
@@ -55,11 +61,14 @@ propspec's arguments, every :hostattrs — is checked before connecting."
             target (get conns -1))
       (with [_ (holding-target-lock target prepared.hostname)]
         (if (.apply-remotely? target)
-            (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity)
-            (apply-host prepared target sink :unapply unapply)))
+            (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity
+                             :check check)
+            (apply-host prepared target sink :unapply unapply :check check)))
       (finally
         (close-chain conns)
-        (when reporter (.close reporter))))))
+        (when reporter
+          (.finish reporter)
+          (.close reporter))))))
 
 (defn deploy-these* [chain host propspec #** kwargs]
   "Apply just PROPSPEC to HOST over CHAIN (with HOST's hostattrs)."
@@ -140,7 +149,8 @@ connection, as part of the current deployment; return its result."
             target (get conns -1))
       (with [_ (holding-target-lock target prepared.hostname :within (connection))]
         (if (.apply-remotely? target)
-            (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply))
+            (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply
+                                               :check (checking?)))
                 ;; Its failures were reported as they happened, nested here.
                 (when outcome.failures
                   (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
@@ -158,6 +168,7 @@ CHAIN starts where this host is applied, so `(deploys* [:ssh] db1.example.com
 dotted form takes ADDITIONAL as its trailing forms."
   (:desc f"Deployed {(_hostname host)}")
   (:opaque-type True)
+  (:simulates True)
   (:preprocess [chain (_host->data host None) additional])
   ;; Checks HOST's hostattrs (a veto stops this deployment before anything
   ;; connects) without letting them become this host's.
@@ -170,6 +181,7 @@ dotted form takes ADDITIONAL as its trailing forms."
 HOST's hostattrs).  The dotted form takes PROPSPEC as its trailing forms."
   (:desc f"Deployed {(_hostname host)}")
   (:opaque-type True)
+  (:simulates True)
   (:preprocess [chain (_host->data host propspec) None])
   (:hostattrs (_prepare-nested chain host None) None)
   (:apply (deploy-nested chain host None))

@@ -45,7 +45,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [propspec None] [announce True]
-                  [opaque-type False]]
+                  [opaque-type False] [simulates False]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -62,7 +62,10 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
           self.announce announce
           ;; A property that applies its propspec argument elsewhere (another
           ;; host) does not take that propspec's type.
-          self.opaque-type opaque-type)
+          self.opaque-type opaque-type
+          ;; Its :apply and :unapply change nothing in check mode (they ask
+          ;; `checking?`), so check mode runs them to learn what would change.
+          self.simulates simulates)
     (setv #(self._names self._takes-any-keyword) (_parameter-names self.signature)))
 
   (defn [property] short-name [self]
@@ -294,7 +297,7 @@ the last parameter receives the trailing forms as an unevaluated propspec."
       (raise (PropspecError f"defprop {name}: expected (:subroutine …) forms, got {(hy.repr form)}")))
     (setv k (. (get form 0) name))
     (cond (in k SUBROUTINES) (.append subs #(k form))
-          (in k #("announce" "opaque-type")) (.append options #(k (get form 1)))
+          (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
                                         "use :desc :preprocess :hostattrs :check :apply :unapply")))))
   #(doc subs options))
