@@ -13,7 +13,8 @@ A second deployment waits up to `LOCK-WAIT` seconds, then fails naming the
 holder (who, from where, since when), which the holder records beside the
 lock.  A deployment nested in another (a chroot, a host deployed from one)
 that reaches the same target through the same connection already holds the
-lock.  A target without flock(1) is deployed without a lock."
+lock.  A target without flock(1), or reached by a hop that cannot start a
+process, is deployed without a lock."
 
 (import contextlib
         getpass
@@ -21,7 +22,8 @@ lock.  A target without flock(1) is deployed without a lock."
         socket
         time
         consfig.context [deployment-cache]
-        consfig.errors [ConnectionFailed])
+        consfig.errors [ConnectionFailed]
+        consfig.hop [Connection])
 
 ;; How long a deployment waits for another one on the same target to end.
 (setv LOCK-WAIT 60)
@@ -80,7 +82,10 @@ which may be held by the controller, out of this process's sight."
     (setv connection connection.upstream))
   (setv held (.setdefault (deployment-cache) "target-locks" (set))
         key connection.where)
-  (if (or (in key held) (is connection within))
+  (if (or (in key held) (is connection within)
+          ;; A hop that cannot start a process (one of a site's own that
+          ;; implements only run-script) cannot hold a lock either.
+          (is (. (type connection) start-process) Connection.start-process))
       (yield)
       (do (setv process (_acquire connection hostname LOCK-WAIT))
           (.add held key)

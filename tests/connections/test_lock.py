@@ -126,3 +126,17 @@ def test_two_deployments_at_once_lose_no_update(sshlab, tmp_path, monkeypatch):
         t.join(180)
     assert [o.status for o in outcomes.values()] == ["changed", "changed"], outcomes
     assert len(open(path).read().splitlines()) == 80, "every line of both survives"
+
+
+def test_a_hop_that_cannot_start_a_process_deploys_unlocked():
+    from consfig.hop import Connection
+
+    class ScriptOnly(Connection):
+        hop_name = "script-only"
+
+        def run_script(self, script, input, timeout):
+            return 0, b"", b""
+
+    with establishing_for(make_host("lab", None, None, eseqprops())):
+        with consfig.lock.holding_target_lock(ScriptOnly(), "x.example"):
+            pass
