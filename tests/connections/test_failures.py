@@ -195,8 +195,6 @@ def test_command_hanging_past_its_timeout(sshlab):
         close_chain(conns)
 
 
-
-
 def _deploy_while(action, chain):
     """Deploy a long command over CHAIN, doing ACTION once the command runs;
     return the outcome and the messages of the end events."""
