@@ -41,13 +41,6 @@ def clear(root):
     in_chroot(root, "rm -f /var/log/consfig-demo.log /var/lib/consfig-demo.running")
 
 
-@pytest.mark.skip(reason="a chroot hop never starts services (see test_chroot_services.py), "
-                         "and tests never act on this machine's own services: starting, "
-                         "restarting and reloading need a booted system to act on")
-def test_running_restarted_reloaded_act_on_a_booted_system():
-    pass
-
-
 def test_service_actions_do_nothing_without_starting_services(chroot_chain, demo):
     clear(demo)
     events = apply_twice(
