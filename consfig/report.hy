@@ -151,11 +151,13 @@ hosts, the recap."
     (+ (get event "message")
        (if (.get event "where") f"\n(at {(get event "where")})" "")))
 
-  (defn _indented [self event text style]
+  (defn _indented [self event text style [extra 2]]
+    ;; Under the property's line: EXTRA levels deeper than the event (an end
+    ;; event is at its property's depth; an output event already one below).
     ;; Split on newlines only: splitlines would also split on the carriage
     ;; returns that redraw a progress line.
     (for [line (.split (.rstrip text "\n") "\n")]
-      (self._print (+ (self._prefix event (+ (get event "depth") 2))
+      (self._print (+ (self._prefix event (+ (get event "depth") extra))
                       (Text (collapse-carriage-returns line) :style style)))))
 
   (defn _output [self event]
@@ -164,7 +166,7 @@ hosts, the recap."
     ;; commands as they run at -vv.
     (when (>= self.verbosity (get OUTPUT-VERBOSITY (.get event "stream" "note")))
       (self._show-open event)
-      (self._indented event (get event "text") "dim")))
+      (self._indented event (get event "text") "dim" 1)))
 
   (defn _diff [self event]
     (when self.show-diffs

@@ -18,7 +18,8 @@ unchanged, as is every line the property has no business with."
         consfig.actions [NO-CHANGE Script run run-ok? run-script output
                          write-remote-file remote-exists?]
         consfig.context [connection]
-        consfig.engine [emit]
+        consfig.engine [Drift WOULD-CHANGE checking? emit inform]
+        consfig.events [diff-event]
         consfig.errors [FailedChange]
         consfig.host [inapplicable])
 
@@ -81,14 +82,22 @@ the file back exactly."
 (defn update-file [path new * [mode None] [secret False]]
   "Make PATH contain NEW, text or bytes (keeping its mode and owner, or
 setting MODE), and report a diff unless SECRET.  `:no-change` when it
-already has exactly those bytes."
+already has exactly those bytes.  In check mode, change nothing: report
+what would change and return `:would-change`."
   (setv old (read-bytes path)
         new (content->bytes new))
   (when (= old new)
     (return (if (is mode None) NO-CHANGE (_ensure-mode path mode))))
+  (when (checking?)
+    (inform (cond (is old None) f"{path} would be created"
+                  secret f"{path} would change (secret: no diff)"
+                  True f"{path} would change"))
+    (when (not secret)
+      (emit (diff-event path (_diff path old new))))
+    (return WOULD-CHANGE))
   (write-remote-file path new :mode mode)
   (when (not secret)
-    (emit {"event" "diff" "path" path "text" (_diff path old new)})))
+    (emit (diff-event path (_diff path old new)))))
 
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
@@ -103,9 +112,13 @@ PATH does not exist, unless CREATE."
   (int (.strip (output "stat" "-c" "%a" "--" path)) 8))
 
 (defn _ensure-mode [path mode]
-  (if (= (_mode-of path) mode)
-      NO-CHANGE
-      (run "chmod" (format mode "o") "--" path)))
+  (setv have (_mode-of path))
+  (cond (= have mode) NO-CHANGE
+        (checking?) (do (inform (_mode-change path have mode)) WOULD-CHANGE)
+        True (run "chmod" (format mode "o") "--" path)))
+
+(defn _mode-change [path have want]
+  f"{path}: mode {(format have "o")} → {(format want "o")}")
 
 (defn _plural [xs]
   (if (= (len xs) 1)
@@ -117,6 +130,7 @@ PATH does not exist, unless CREATE."
 as they are), or a list of lines (joined, with a final newline).  The file's
 mode and owner are kept, unless MODE is given.  With SECRET, no diff of the
 content is ever reported."
+  (:simulates True)
   (:desc f"{path} has content")
   (:apply (update-file path (_text content) :mode mode :secret secret)))
 
@@ -124,12 +138,13 @@ content is ever reported."
   "Like `has-content`, but unapplying deletes PATH rather than restoring what
 was there before: for files the deployment creates, not for files that came
 with the OS."
+  (:simulates True)
   (:desc f"{path} exists with content")
   (:apply (update-file path (_text content) :mode mode :secret secret))
   (:unapply
-    (if (remote-exists? path)
-        (run "rm" "-f" "--" path)
-        NO-CHANGE)))
+    (cond (not (remote-exists? path)) NO-CHANGE
+          (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
+          True (run "rm" "-f" "--" path))))
 
 (defn add-lines [path lines]
   "Append those of LINES that PATH lacks, creating PATH if need be."
@@ -148,6 +163,7 @@ with the OS."
 (defprop contains-lines :posix [path #* lines]
   "PATH contains each of LINES, appended at the end where missing.  Creates
 PATH if it does not exist.  Unapplying removes LINES."
+  (:simulates True)
   (:desc f"{path} contains {(.join " | " (_lines lines))}")
   (:apply (add-lines path lines))
   (:unapply (remove-lines path lines)))
@@ -155,6 +171,7 @@ PATH if it does not exist.  Unapplying removes LINES."
 (defprop lacks-lines :posix [path #* lines]
   "PATH has none of LINES.  Nothing to do if PATH does not exist.
 Unapplying appends LINES where missing, as `contains-lines` does."
+  (:simulates True)
   (:desc f"{path} lacks {(.join " | " (_lines lines))}")
   (:apply (remove-lines path lines))
   (:unapply (add-lines path lines)))
@@ -163,6 +180,7 @@ Unapplying appends LINES where missing, as `contains-lines` does."
   "PATH has no line matching any of the regular expressions PATTERNS
 (Python syntax, searched anywhere in the line).  Nothing to do if PATH does
 not exist."
+  (:simulates True)
   (:desc f"{path} lacks lines matching {(.join " | " patterns)}")
   (:apply
     (setv regexes (lfor p patterns (re.compile p)))
@@ -175,6 +193,7 @@ not exist."
 each line is replaced.  Python syntax: `\\1` or `\\g<name>` in REPLACEMENT
 refer to groups.  Nothing to do if PATH does not exist.  Idempotent as long
 as a replaced line no longer matches REGEX."
+  (:simulates True)
   (:desc f"{path} has s/{regex}/{replacement}/ applied")
   (:apply
     (setv r (re.compile regex))
@@ -183,7 +202,10 @@ as a replaced line no longer matches REGEX."
 (defprop has-mode :posix [path mode]
   "PATH has permission bits MODE (an integer, such as 0o644)."
   (:desc f"{path} has mode {(format mode "o")}")
-  (:check (= (_mode-of path) mode))
+  (:check (if (remote-exists? path)
+              (let [have (_mode-of path)]
+                (or (= have mode) (Drift (_mode-change path have mode))))
+              (Drift f"{path} does not exist")))
   (:apply (run "chmod" (format mode "o") "--" path)))
 
 (defn _owner-spec [user group]
@@ -195,7 +217,8 @@ as a replaced line no longer matches REGEX."
   (setv #(u g un gn) (.split (.strip (output "stat" "-c" "%u %g %U %G" "--" path))))
   (defn same? [want id name]
     (or (is want None) (in (str want) #(id name))))
-  (and (same? user u un) (same? group g gn)))
+  (or (and (same? user u un) (same? group g gn))
+      (Drift f"{path}: owner {un}:{gn} → {(or user un)}:{(or group gn)}")))
 
 (defprop has-ownership :posix [path * [user None] [group None]]
   "PATH (a symlink itself, not what it points to) is owned by USER and/or
@@ -215,13 +238,18 @@ GROUP: names or numeric ids."
 (defprop does-not-exist :posix [#* paths]
   "None of PATHS exists (files or symlinks; not directories)."
   (:desc (_plural paths))
-  (:check (not (any (map remote-exists? paths))))
+  (:check (_none-exist paths "removed"))
   (:apply (run "rm" "-f" "--" #* paths)))
+
+(defn _none-exist [paths what]
+  (setv there (lfor p paths :if (remote-exists? p) p))
+  (or (not there) (Drift (+ (.join ", " there) f" would be {what}"))))
 
 (defprop directory-exists :posix [directory]
   "DIRECTORY exists, with its parents."
   (:desc f"{directory} exists")
-  (:check (run-ok? "test" "-d" directory))
+  (:check (or (run-ok? "test" "-d" directory)
+              (Drift f"{directory} would be created")))
   (:apply (run "mkdir" "-p" "--" directory)))
 
 (defn _remove-directories [directories]
@@ -238,7 +266,7 @@ GROUP: names or numeric ids."
   "None of DIRECTORIES exists: each is removed with everything in it.  It
 is a failure if one of them is a file or a symlink."
   (:desc (_plural directories))
-  (:check (not (any (map remote-exists? directories))))
+  (:check (_none-exist directories "removed with everything in them"))
   (:apply (_remove-directories directories)))
 
 (defn _parent [path]
@@ -264,7 +292,11 @@ is a failure if one of them is a file or a symlink."
   "FROM is a symbolic link to TO.  A link pointing elsewhere is replaced;
 anything else at FROM is a failure.  Unapplying removes the link."
   (:desc f"{from_} is a symlink to {to}")
-  (:check (_links-to? from_ to))
+  (:check (or (_links-to? from_ to)
+              (Drift (let [now (_link-target from_)]
+                       (if (is now None)
+                           f"{from_} would link to {to}"
+                           f"{from_}: link {now} → {to}")))))
   (:apply
     (when (and (remote-exists? from_) (is (_link-target from_) None))
       (raise (FailedChange f"{from_} exists and is not a symbolic link; not replacing it")))
@@ -382,11 +414,13 @@ of PAIRS (alternating keys and values, or a dict) to its value.  The first
 line for a key is set — an uncommented one, else a commented-out one, which
 is uncommented — and any other line setting it is commented out; keys with
 no line are appended."
+  (:simulates True)
   (:desc f"{path} has {(describe-pairs pairs " ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) _SPACE-KV _space-kv _strip-eq)))
 
 (defprop contains-conf-equals :posix [path #* pairs]
   "Like `contains-conf-space`, for a config file of `key = value` lines."
+  (:simulates True)
   (:desc f"{path} has {(describe-pairs pairs " = ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$")
                                (fn [k v sep] (+ k (or sep " = ") v)) _strip-eq)))
@@ -399,6 +433,7 @@ no line are appended."
   "Like `contains-conf-space`, for a shell fragment of `KEY=value` lines
 such as those in /etc/default.  Values are quoted for the shell as needed; a
 line whose value already means the same (`KEY=\"x\"` for x) is left alone."
+  (:simulates True)
   (:desc f"{path} has {(describe-pairs pairs "=")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([A-Za-z_][A-Za-z0-9_]*)(=)(.*?)\s*$")
                                (fn [k v sep] f"{k}={(shlex.quote v)}") _shell-same?)))
@@ -449,6 +484,7 @@ line whose value already means the same (`KEY=\"x\"` for x) is left alone."
 uncommented one, else a commented-out one, uncommented) and others for it
 commented out.  A missing key goes at the end of its section; a missing
 section is appended.  A section of None means the keys before any section."
+  (:simulates True)
   (:desc (+ f"{path} has "
             (.join ", " (gfor [[s k] v] (.items (_ini-triples triples)) f"[{s}] {k}={v}"))))
   (:apply (map-file-lines path (fn [lines] (_ini-update lines (_ini-triples triples)))
