@@ -10,7 +10,8 @@ subroutines read on the target."
         copy
         re
         hy.models [Dict Keyword String Symbol]
-        consfig.errors [ConsfigError InapplicableProperty PropspecError])
+        consfig.errors [ConsfigError InapplicableProperty PropspecError]
+        consfig.property [note-definition])
 
 ;; Every host defined so far, by hostname.
 (setv hosts {})
@@ -51,12 +52,14 @@ Call it to deploy it with that default chain."
     (Host (get data "hostname") (data->propspec (get data "propspec"))
           :hostattrs (data->propspec (get data "hostattrs")))))
 
-(defn make-host [hostname options desc propspec]
-  "Make and register a host.  OPTIONS is the defhost options dict."
+(defn make-host [hostname options desc propspec [where None]]
+  "Make and register a host.  OPTIONS is the defhost options dict; WHERE,
+the file:line of its definition."
   (setv opts (dfor [k v] (.items (or options {})) (_key k) v)
         unknown (- (set opts) #{"deploy"}))
   (when unknown
     (raise (ConsfigError f"defhost {hostname}: unknown option(s) {(.join " " (gfor u (sorted unknown) f":{u}"))}; it takes :deploy")))
+  (note-definition f"host {hostname}" where)
   (setv host (Host hostname propspec :deploy (.get opts "deploy") :desc desc)
         (get hosts hostname) host)
   host)
@@ -109,7 +112,8 @@ property is tried even when an earlier one failed."
          (hy.I.consfig/host.make-host
            ~hostname ~options ~desc
            ((hy.I.consfig/property.find-property "consfig.combinators.seqprops")
-             #* (gfor p [~@walked] :if (is-not p None) p)))))
+             #* (gfor p [~@walked] :if (is-not p None) p))
+           ~(hy.I.consfig/property.definition-where _hy_compiler))))
 
 ;; The hostattrs API
 

@@ -2,6 +2,7 @@
 
 (require consfig *)
 (import consfig *
+        consfig.types [line list-of]
         json
         pytest
         hy.models [Keyword])
@@ -151,3 +152,41 @@
   (assert (= (. (propapp (os.debian-stable "trixie" arch)) args)
              #("trixie" (Keyword "arm64")))
           "arch from a variable"))
+
+(defproplist loops-a [] (loops-b))
+(defproplist loops-b [] (loops-a))
+(defpropspec loops-itself [] `(loops-itself))
+
+(defn preprocess [p]
+  (preprocess-host (Host "cycle.example" p)))
+
+(defn test-defproplist-including-itself-names-the-cycle []
+  (with [e (pytest.raises PropspecError)] (preprocess (loops-a)))
+  (assert (in "loops-a includes itself: loops-a -> loops-b -> loops-a" (str e.value)) (str e.value)))
+
+(defn test-self-recursive-defpropspec-names-the-cycle []
+  (with [e (pytest.raises PropspecError)] (preprocess (loops-itself)))
+  (assert (in "loops-itself includes itself: loops-itself -> loops-itself" (str e.value)) (str e.value)))
+
+(defproplist typed-list :posix [#^ (list-of line) lines]
+  (file.contains-lines "/tmp/x" #* lines))
+
+(defn test-defproplist-accepts-a-type-before-the-parameters []
+  (assert (preprocess (typed-list ["a"])) "a :posix proplist of :posix properties"))
+
+(defproplist python-inside :posix []
+  (python-prop))
+(defprop python-prop :python [] (:apply None))
+
+(defn test-declared-posix-proplist-with-a-python-property-is-refused []
+  (with [e (pytest.raises PropspecError)] (preprocess (python-inside)))
+  (assert (in "python-inside is declared :posix but contains :python properties: python-prop" (str e.value))
+          (str e.value)))
+
+(defpropspec typed-motd :posix [#^ (list-of line) lines]
+  `(eseqprops ~@(lfor l lines `(file.contains-lines "/tmp/motd" ~l))))
+
+(defn test-defpropspec-accepts-a-type-and-checks-its-parameters []
+  (assert (preprocess (typed-motd ["hi"])) "typed defpropspec expands")
+  (with [e (pytest.raises PropspecError)] (typed-motd ["two\nlines"]))
+  (assert (in "typed-motd: lines (element 0) must be one line of text" (str e.value)) (str e.value)))
