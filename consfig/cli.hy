@@ -115,8 +115,7 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
 
 (defn _repl [args]
   (import consfig.repl [run-repl])
-  (run-repl args.file)
-  0)
+  (run-repl args.file))
 
 (setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "repl" _repl})
 

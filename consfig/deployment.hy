@@ -9,8 +9,8 @@ and a bare hostname symbol."
         consfig.connection [parse-chain establish-chain close-chain chain->data
                             establishing-for]
         consfig.connection [NO-CHANGE connection current-connection]
-        consfig.engine [apply-and-announce apply-host applying check-propspec-fits
-                        current-run]
+        consfig.engine [Reported apply-and-announce apply-host applying
+                        check-propspec-fits current-run]
         consfig.errors [ConsfigError FailedChange]
         consfig.host [Host current-host find-host preprocess-host]
         consfig.property [find-property]
@@ -119,12 +119,13 @@ propspec's arguments, every :hostattrs — is checked before connecting."
 
 (defn _forwarding-sink []
   ;; Events of a deployment applied by another Python, nested under this
-  ;; property's line; its summary is this property's outcome.
+  ;; property's line and counted in this run; its summary is this
+  ;; property's outcome.
   (setv run (.get current-run) offset run.depth)
   (fn [event]
     (when (!= (get event "event") "summary")
       (setv (get event "depth") (+ offset (.get event "depth" 0)))
-      (run.sink event))))
+      (.record run event))))
 
 (defn deploy-nested [chain data additional [unapply False]]
   "Deploy the host DATA describes over CHAIN established from the current
@@ -140,9 +141,7 @@ connection, as part of the current deployment; return its result."
           (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply))
               ;; Its failures were reported as they happened, nested here.
               (when outcome.failures
-                (setv e (FailedChange f"deploying {prepared.hostname} failed")
-                      e.reported True)
-                (raise e))
+                (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
               (if outcome.changes :changed NO-CHANGE))
           (do (check-propspec-fits prepared.propspec target.python? target.where)
               (with [(applying prepared target :parent parent)]

@@ -1,62 +1,103 @@
 "The engine: apply (or unapply) a preprocessed propspec over a connection,
-reporting every step as an event.
+reporting every step as an event (see `consfig.events` for their kinds).
 
-Events are plain dicts, so they can be rendered on the controller as they are
-made or sent there from a target as they happen:
-
-  {\"event\" \"start\" \"host\" H \"desc\" D \"depth\" N}
-  {\"event\" \"end\" \"host\" H \"desc\" D \"depth\" N \"status\" S …}
-  {\"event\" \"output\" \"host\" H \"depth\" N \"text\" T}
-
-S is \"ok\" (nothing to do), \"changed\", \"failed\" (with \"message\", and
-\"traceback\" for a property that raised something other than a failure) or
-\"skipped\" (not reached because an earlier property in an `eseqprops` failed)."
+Every failure is shown and counted exactly once, where the engine first
+catches it: see `apply-and-announce` and `Reported`."
 
 (import contextlib
         contextvars
         traceback
         consfig.connection [NO-CHANGE current-connection]
-        consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange]
+        consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange
+                        site-location]
+        consfig.events [start-event end-event output-event summary-event first-report?]
         consfig.host [current-host get-hostname parent-host]
         consfig.property [Propapp call-subroutine find-property propapp-desc
                           propapp-type python-propapps])
 
+(defclass Reported [Exception]
+  "A failure that has been shown and counted, on its way out through the
+properties that enclose the one that failed: they end `failed` without
+repeating why, and a sequence decides from CAUSE whether to carry on.
+
+Whether a failure has been counted is a matter of type, not of a flag: the
+engine turns every other exception into a `Reported` exactly once, where it
+first catches it."
+  (defn __init__ [self cause]
+    (.__init__ (super) (str cause))
+    (setv self.cause cause))
+  (defn [property] lost? [self]
+    "Whether the connection broke, so that nothing more can be applied."
+    (isinstance self.cause #(ConnectionLost ConnectionFailed))))
+
 (defclass Run []
-  "The state of one application: where events go and how deep we are."
+  "The state of one application: where events go, how deep we are, and the
+tally of what happened, kept from the events themselves."
   (defn __init__ [self sink]
     (setv self.sink sink
           self.depth 0
           self.failures 0
-          self.changes 0)))
+          self.changes 0))
+
+  (defn record [self event]
+    "Count EVENT and pass it on to the sink.  Events of a deployment nested
+in this one (applied by another Python) come through here too, so that their
+failures and changes count."
+    (when (= (get event "event") "end")
+      (cond (first-report? event) (+= self.failures 1)
+            (= (get event "status") "changed") (+= self.changes 1)))
+    (self.sink event))
+
+  (defn start [self desc]
+    (emit (start-event desc))
+    (+= self.depth 1))
+
+  (defn finish [self desc status]
+    (-= self.depth 1)
+    (emit (end-event desc status)))
+
+  (defn fail [self desc propapp e]
+    "Show and count the failure E of PROPAPP, announced as DESC; return the
+`Reported` to raise in its place."
+    (emit (end-event desc "failed" #** (_failure-details propapp e)))
+    (Reported e)))
 
 (setv current-run (contextvars.ContextVar "consfig-run"))
 
 (defn emit [event]
-  "Send EVENT, stamped with the host and depth, to the current run's sink."
+  "Send EVENT, stamped with the host and depth, to the current run."
   (setv run (.get current-run None))
   (when run
     (.setdefault event "host" (get-hostname))
     (.setdefault event "depth" run.depth)
-    (run.sink event)))
+    (.record run event)))
 
 (defn inform [text]
   "Report TEXT as output of the property being applied."
-  (emit {"event" "output" "text" (str text)}))
+  (emit (output-event text)))
 
-(defn _call [prop which propapp]
-  ;; Anything a property raises that is not a failure is a bug or an
-  ;; unexpected state of the target: report it as a failure of that property,
-  ;; with its traceback for -v, rather than ending the deployment.
-  (try
-    (call-subroutine prop which propapp)
-    (except [FailedChange] (raise))
-    (except [e ConnectionFailed]
-      (raise (ConnectionLost (str e)) :from e))
-    (except [e Exception]
-      (setv failure (FailedChange (+ (if (isinstance e ConsfigError) "" f"{(. (type e) __name__)}: ")
-                                     (str e))))
-      (setv failure.traceback (traceback.format-exc))
-      (raise failure :from e))))
+(defn _failure-details [propapp e]
+  ;; A failure of the property itself (FailedChange) or a mistake
+  ;; (ConsfigError) is its message.  Anything else is a bug in the property
+  ;; or an unexpected state of the target: say what was raised, and where,
+  ;; when that is in site code, with the traceback for -v.
+  (setv expected (isinstance e #(FailedChange ConsfigError)))
+  {"property" (_short-name propapp)
+   "message" (if expected (str e) f"{(. (type e) __name__)}: {e}")
+   "where" (when (not expected) (site-location e))
+   "traceback" (when (not expected)
+                 (.join "" (traceback.format-exception (type e) e e.__traceback__)))})
+
+(defn _short-name [propapp]
+  (try (. (find-property propapp.name) short-name)
+       (except [Exception] propapp.name)))
+
+(defn _fallback-desc [propapp]
+  ;; What to call a property whose :desc itself failed, or one that is not
+  ;; announced: its name and its plain arguments, as the default :desc does.
+  (.join " " [(_short-name propapp)
+              #* (gfor a propapp.args :if (not (isinstance a Propapp))
+                       (if (isinstance a str) a (hy.repr a)))]))
 
 (defn _result [r]
   (if (= r NO-CHANGE) NO-CHANGE (if (is r None) :changed r)))
@@ -65,15 +106,15 @@ S is \"ok\" (nothing to do), \"changed\", \"failed\" (with \"message\", and
   "Apply PROPAPP (check first) without announcing it; return `:no-change`
 or a changed result."
   (setv prop (find-property propapp.name))
-  (cond (and prop.check (_call prop "check" propapp)) NO-CHANGE
-        prop.apply (_result (_call prop "apply" propapp))
+  (cond (and prop.check (call-subroutine prop "check" propapp)) NO-CHANGE
+        prop.apply (_result (call-subroutine prop "apply" propapp))
         True NO-CHANGE))
 
 (defn unapply-propapp [propapp]
   "Unapply PROPAPP: nothing to do when its check says it is not applied."
   (setv prop (find-property propapp.name))
-  (cond (and prop.check (not (_call prop "check" propapp))) NO-CHANGE
-        prop.unapply (_result (_call prop "unapply" propapp))
+  (cond (and prop.check (not (call-subroutine prop "check" propapp))) NO-CHANGE
+        prop.unapply (_result (call-subroutine prop "unapply" propapp))
         ;; A pure declaration (an OS, a mirror) has nothing to undo.
         (not prop.apply) NO-CHANGE
         True (raise (FailedChange f"{prop.short-name} cannot be unapplied: it has no :unapply"))))
@@ -83,51 +124,46 @@ or a changed result."
 
 (defn apply-and-announce [propapp [unapply False] [silent False]]
   "Apply (or unapply) PROPAPP, announcing it with start and end events if it
-is an announced property; return its result.  A failure is reported once, at
-the innermost announced property, and raised on."
-  (setv run (.get current-run None)
-        announce (and run (not silent) (announced? propapp))
-        desc (when announce (propapp-desc propapp)))
-  (when announce
-    (emit {"event" "start" "desc" desc})
-    (+= run.depth 1))
-  (try
-    (setv result (if unapply (unapply-propapp propapp) (apply-propapp propapp)))
-    (except [e FailedChange]
-      (when announce
-        (-= run.depth 1)
-        (emit (_failed-event desc e))
-        (when (not e.reported)
-          (setv e.reported True)
-          (+= run.failures 1)))
-      (raise))
-    (except [BaseException]
-      (when announce (-= run.depth 1))
-      (raise)))
-  (when announce
-    (-= run.depth 1)
-    (when (!= result NO-CHANGE) (+= run.changes 1))
-    (emit {"event" "end" "desc" desc
-           "status" (if (= result NO-CHANGE) "ok" "changed")}))
-  result)
+is an announced property; return its result.
 
-(defn _failed-event [desc e]
-  (setv event {"event" "end" "desc" desc "status" "failed"})
-  (when (not e.reported)
-    (setv (get event "message") (str e))
-    (when (hasattr e "traceback")
-      (setv (get event "traceback") e.traceback)))
-  event)
+Anything PROPAPP raises — in its :desc, :check, :apply or :unapply — is a
+failure of PROPAPP: it is shown and counted here, on a `failed` line of its
+own (under its name when it is not announced), and a `Reported` is raised
+in its place.  A `Reported` from inside it ends it `failed` without a message."
+  (setv run (.get current-run None))
+  (when (is run None)
+    (return (if unapply (unapply-propapp propapp) (apply-propapp propapp))))
+  (setv desc None
+        started False)
+  (try
+    (when (and (not silent) (announced? propapp))
+      (setv desc (propapp-desc propapp))
+      (.start run desc)
+      (setv started True))
+    (setv result (if unapply (unapply-propapp propapp) (apply-propapp propapp)))
+    (except [Reported]
+      (when started (.finish run desc "failed"))
+      (raise))
+    (except [e Exception]
+      (when started (-= run.depth 1))
+      (raise (.fail run (or desc (_fallback-desc propapp)) propapp e) :from e))
+    (except [BaseException]
+      (when started (-= run.depth 1))
+      (raise)))
+  (when started
+    (.finish run desc (if (= result NO-CHANGE) "ok" "changed")))
+  result)
 
 (defn apply-sequence [propapps * [unapply False] [stop-on-failure True]
                       [silent False] [until None]]
   "Apply PROPAPPS in order (unapply them in reverse order).  Return
 `:no-change` unless one of them made a change.
 
-With STOP-ON-FAILURE the first failure ends the sequence and is raised on;
-otherwise each failure is reported and skipped, and a failure summarising
-them is raised at the end.  A lost connection always ends the sequence.  A failure that is an instance of UNTIL ends the
-sequence without being raised on."
+With STOP-ON-FAILURE the first failure ends the sequence, the rest are
+reported `skipped` and the failure is raised on; otherwise each failure is
+counted and the sequence carries on, failing at the end.  A lost connection
+always ends the sequence.  A failure whose cause is an instance of UNTIL ends
+the sequence without failing it."
   (setv propapps (lfor p (if unapply (reversed propapps) propapps)
                        :if (is-not p None) p)
         result NO-CHANGE
@@ -136,24 +172,22 @@ sequence without being raised on."
     (try
       (when (!= (apply-and-announce p unapply silent) NO-CHANGE)
         (setv result :changed))
-      (except [e FailedChange]
-        (when (and until (isinstance e until) (not (isinstance e ConnectionLost)))
-          (break))
-        (when (or stop-on-failure (isinstance e ConnectionLost))
-          (_announce-skipped (cut propapps (+ i 1) None) silent)
-          (raise))
-        (+= failed 1))))
+      (except [r Reported]
+        (cond (and until (isinstance r.cause until) (not r.lost?)) (break)
+              (or stop-on-failure r.lost?)
+              (do (_announce-skipped (cut propapps (+ i 1) None) silent)
+                  (raise))
+              True (+= failed 1)))))
   (when failed
-    (setv e (FailedChange f"{failed} of {(len propapps)} properties failed")
-          e.reported True)
-    (raise e))
+    (raise (Reported (FailedChange f"{failed} of {(len propapps)} properties failed"))))
   result)
 
 (defn _announce-skipped [propapps silent]
   (when (not silent)
     (for [p propapps]
-      (when (announced? p)
-        (emit {"event" "end" "desc" (propapp-desc p) "status" "skipped"})))))
+      (when (try (announced? p) (except [Exception] False))
+        (setv desc (try (propapp-desc p) (except [Exception] (_fallback-desc p))))
+        (emit (end-event desc "skipped"))))))
 
 (defclass Outcome []
   "What applying a host's propspec came to."
@@ -206,17 +240,13 @@ to SINK; return an `Outcome`."
     (with [(applying host connection)]
       (try
         (apply-and-announce host.propspec unapply)
-        (except [e FailedChange]
-          (when (not e.reported)
-            (+= run.failures 1)
-            (emit {"event" "end" "desc" (propapp-desc host.propspec)
-                   "status" "failed" "message" (str e)}))))
+        ;; Shown and counted where it happened.
+        (except [Reported] None))
       (setv outcome (Outcome host.hostname run.changes run.failures))
-      (emit {"event" "summary" "status" outcome.status
-             "changes" run.changes "failures" run.failures})
+      (emit (summary-event outcome.status run.changes run.failures))
       outcome)
     (finally (.reset current-run token))))
 
 (export :objects [emit inform apply-propapp unapply-propapp apply-and-announce
                   apply-sequence apply-host applying check-propspec-fits Outcome Run
-                  current-run])
+                  Reported current-run])

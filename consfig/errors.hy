@@ -5,6 +5,10 @@ and the REPL print its message and nothing else (the traceback only at `-v`).
 Property outcomes are separate: `FailedChange` and its subclasses end one
 property, and the combinators decide what happens to the rest."
 
+(import importlib.util
+        os
+        traceback)
+
 (defclass ConsfigError [Exception]
   "A mistake in a consfig, a chain or a command line, reported without a traceback."
   (defn __init__ [self message [where None]]
@@ -31,10 +35,7 @@ The deployment stops before any connection is made.")
   "A property failed to apply; something may have changed on the way."
   (defn __init__ [self message]
     (.__init__ (super) message)
-    (setv self.message message
-          ;; Set once the engine has shown this failure, so that each
-          ;; enclosing property reports `failed` without repeating it.
-          self.reported False))
+    (setv self.message message))
   (defn __str__ [self] self.message))
 
 (defclass AbortedChange [FailedChange]
@@ -68,10 +69,34 @@ applied through it, so every sequence stops, `seqprops` included.")
                           f": {command}")
           self.args #(self.message))))
 
+(defn site-location [e]
+  "Where in site code (a consfig, or a site's own property module) the
+exception E was raised: `file.hy:LINE` of the innermost such frame of its
+traceback, or None when it arose in consfig or a library."
+  (setv found None)
+  (for [frame (traceback.extract-tb e.__traceback__)]
+    (when (_site-file? frame.filename)
+      (setv found f"{(os.path.basename frame.filename)}:{frame.lineno}")))
+  found)
+
+(defn _site-file? [filename]
+  ;; Site code is Hy that is neither consfig's own (its core, its property
+  ;; library, its connections) nor Hy's or hyrule's; the example sites
+  ;; shipped in consfig/hosts are site code too.
+  (setv path (os.path.realpath filename))
+  (and (.endswith path ".hy")
+       (not (any (gfor d _LIBRARY-DIRS (.startswith path d))))))
+
+(setv _LIBRARY-DIRS
+      (lfor m ["consfig" "consfig.props" "consfig.connections" "hy" "hyrule"]
+            :setv spec (importlib.util.find-spec m)
+            :if (and spec spec.submodule-search-locations)
+            d spec.submodule-search-locations
+            (+ (os.path.realpath d) os.sep)))
+
 (defn _indent [text [prefix "    "]]
   (.join "\n" (gfor line (.splitlines text) (+ prefix line))))
 
 (export :objects [ConsfigError PropspecError ChainError ConnectionFailed
                   InapplicableProperty FailedChange AbortedChange ConnectionLost
-                  CommandFailed
-                  CommandTimedOut])
+                  CommandFailed CommandTimedOut site-location])

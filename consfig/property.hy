@@ -16,7 +16,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         inspect
         keyword
         hy.models [Keyword]
-        consfig.errors [PropspecError]
+        consfig.errors [ConsfigError FailedChange PropspecError site-location]
         consfig.types [annotation-type show])
 
 (defclass Propapp []
@@ -326,9 +326,21 @@ CANDIDATES (by default every property defined), or \"\" when none is near."
   (if close f"; did you mean {(get close 0)}?" ""))
 
 (defn call-subroutine [prop which propapp]
-  "Call PROP's subroutine WHICH with PROPAPP's arguments."
+  "Call PROP's subroutine WHICH with PROPAPP's arguments.  What the
+controller-side subroutines (:preprocess, :hostattrs, a defpropspec's body)
+raise is a mistake in the consfig: a `PropspecError` naming the property."
   (setv #(args kwargs) (.bind prop propapp.args))
-  ((getattr prop which) #* args #** kwargs))
+  (try
+    ((getattr prop which) #* args #** kwargs)
+    (except [e Exception]
+      (when (or (not-in which #("preprocess" "hostattrs" "propspec"))
+                (isinstance e ConsfigError))
+        (raise))
+      (raise (PropspecError (+ f"{prop.short-name}: its :{which} failed: "
+                               (if (isinstance e FailedChange) "" f"{(. (type e) __name__)}: ")
+                               (str e))
+                            (site-location e))
+             :from e))))
 
 (defn propapps-in [args]
   "The propapps among ARGS, looking one level into lists."

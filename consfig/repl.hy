@@ -3,13 +3,23 @@ imported, and optionally a site consfig loaded, so that `(athena)` deploys."
 
 (import sys
         types
+        consfig.engine [Outcome]
         consfig.errors [ConsfigError]
         consfig.report [error]
         consfig.site [load-consfig])
 
 (defclass REPL [hy.REPL]
   "Hy's REPL, except that a user's mistake at the prompt (an unknown host, a
-broken chain, wrong arguments) gets its message, not a traceback."
+broken chain, wrong arguments) gets its message, not a traceback, and that it
+remembers whether a deployment made at the prompt failed (`failed?`)."
+  (defn __init__ [self #** kwargs]
+    (.__init__ (super) :output-fn self._show #** kwargs)
+    (setv self.failed? False))
+
+  (defn _show [self value]
+    (when (and (isinstance value Outcome) (= value.status "failed"))
+      (setv self.failed? True))
+    (hy.repr value))
   (defn showtraceback [self]
     (setv e (get (sys.exc-info) 1))
     (if (isinstance e ConsfigError)
@@ -27,8 +37,11 @@ broken chain, wrong arguments) gets its message, not a traceback."
   module)
 
 (defn run-repl [[file None]]
-  "Start an interactive REPL in `repl-module`."
-  (setv module (repl-module file))
-  (.run (REPL :locals module.__dict__)))
+  "Start an interactive REPL in `repl-module`; return its exit status: 1
+when a deployment made in it failed, else 0."
+  (setv module (repl-module file)
+        repl (REPL :locals module.__dict__))
+  (.run repl)
+  (if repl.failed? 1 0))
 
 (export :objects [REPL repl-module run-repl])

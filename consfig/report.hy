@@ -53,14 +53,19 @@ terminal, and a closing summary."
     (self._spin (get event "desc")))
 
   (defn _end [self event]
-    (when (and self.open (!= (get event "status") "skipped")
-               (= (get (get self.open -1) 0) (get event "depth")))
-      (.pop self.open))
+    (if (and self.open (!= (get event "status") "skipped")
+             (= (get (get self.open -1) 0) (get event "depth")))
+        (.pop self.open)
+        ;; The end of a property inside open ones (a failure, a skip, an
+        ;; unannounced property): their headings first.
+        (self._show-open event))
     (setv #(word style) (get STATUS-WORDS (get event "status")))
     (.print self.console (+ (self._prefix event) (Text (get event "desc")) " ... "
                             (Text word :style style)))
     (when (.get event "message")
-      (self._indented event (get event "message") "red"))
+      (self._indented event (+ (get event "message")
+                               (if (.get event "where") f"\n(at {(get event "where")})" ""))
+                      "red"))
     (when (and (.get event "traceback") (>= self.verbosity 1))
       (self._indented event (get event "traceback") "dim")))
 

@@ -4,23 +4,13 @@ import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, os.path.dirname(__file__))
+from clirun import REPO, consfig  # noqa: E402
+
 DEMO = REPO / "hosts" / "demo.hy"
-
-
-def consfig(*args, env_dir=None, stdin=None, cwd=None):
-    env = dict(os.environ)
-    # Let Hy cache bytecode between these many short-lived processes.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    if env_dir is not None:
-        env["CONSFIG_DEMO_DIR"] = str(env_dir)
-    return subprocess.run([sys.executable, "-m", "consfig", *map(str, args)],
-                          capture_output=True, text=True, env=env, input=stdin,
-                          cwd=cwd or REPO, timeout=120)
 
 
 def test_demo_deploys_then_second_run_reports_no_changes(tmp_path):

@@ -1,0 +1,56 @@
+"The events a deployment reports, and the constructors that build them.
+
+An event is a plain dict of JSON-compatible values, so that it can be rendered
+on the controller as it is made, or sent there from a target as it happens.
+Every event has an \"event\" kind, the \"host\" it concerns and the \"depth\" of
+nesting at which it happened (both stamped by the engine when it emits it).
+The five kinds:
+
+  start    an announced property begins.
+           \"desc\": its description.
+  end      a property's outcome.  \"desc\", and \"status\", one of
+           \"ok\" (nothing to do), \"changed\", \"failed\" or \"skipped\" (not
+           reached: an earlier property of an `eseqprops` failed).  A failed
+           end event that is the first report of a failure has a \"message\"
+           (what went wrong), and for a property that raised something other
+           than a failure also a \"traceback\" and, where the bug is in site
+           code, \"where\" (file:line in the consfig); the failed end events
+           of the properties enclosing it have no message.  A \"property\"
+           names the property (its short name) on failed events.
+  output   text a property reports (a command's output, a note).
+           \"text\".
+  diff     a unified diff of a change to a file.  \"path\", \"text\".
+  summary  the last event of a deployment.  \"status\": \"no-change\",
+           \"changed\" or \"failed\"; \"changes\" and \"failures\", counts."
+
+(defn start-event [desc]
+  "An announced property with description DESC begins."
+  {"event" "start" "desc" desc})
+
+(defn end-event [desc status #** details]
+  "The property described by DESC ended with STATUS (\"ok\", \"changed\",
+\"failed\", \"skipped\"); DETAILS add \"message\", \"traceback\", \"where\",
+\"property\" to a failure."
+  {"event" "end" "desc" desc "status" status
+   #** (dfor [k v] (.items details) :if (is-not v None) k v)})
+
+(defn output-event [text]
+  "TEXT reported by the property being applied."
+  {"event" "output" "text" (str text)})
+
+(defn diff-event [path text]
+  "A unified diff TEXT of a change to the file at PATH."
+  {"event" "diff" "path" path "text" text})
+
+(defn summary-event [status changes failures]
+  "The end of a deployment: its STATUS and counts."
+  {"event" "summary" "status" status "changes" changes "failures" failures})
+
+(defn first-report? [event]
+  "Whether EVENT is the first report of a failure (one to count)."
+  (and (= (get event "event") "end")
+       (= (get event "status") "failed")
+       (in "message" event)))
+
+(export :objects [start-event end-event output-event diff-event summary-event
+                  first-report?])
