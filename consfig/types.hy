@@ -89,6 +89,7 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
                  (fn [v] (and (isinstance v str) (not (re.search "[\n\r\x00]" v)))))
       non-empty-line (Type "non-empty-line" "a non-empty line of text (no newline, carriage return or NUL)"
                            (fn [v] (and (isinstance v str) v (not (re.search "[\n\r\x00]" v)))))
+      byte-string (Type "byte-string" "a byte string" (fn [v] (isinstance v bytes)))
       text (Type "text" "text (a string with no NUL)"
                  (fn [v] (and (isinstance v str) (not-in "\x00" v))))
       integer (Type "integer" "an integer" _int?)
@@ -220,7 +221,7 @@ name in Hy.)"
 
 (export :objects [Type ParameterTypeError named predicate matching show
                   anything string non-empty-string line non-empty-line text
-                  integer boolean keyword abs-path path file-mode name user-name
+                  byte-string integer boolean keyword abs-path path file-mode name user-name
                   group-name id-number package-name hostname url shell-identifier
                   regex propspec int-range enum one-of optional list-of
                   non-empty-list-of dict-of annotation-type]
