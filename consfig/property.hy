@@ -110,7 +110,7 @@ both places."
 `consfig.props.file.has-content`, just `web-base` for a site's
 `consfig_site_web.web-base` or a combinator."
     (setv parts (.split self.name "."))
-    (.join "." (cut parts (if (.startswith self.name "consfig.props.") -2 -1) None)))
+    (.join "." (map hy.unmangle (cut parts (if (.startswith self.name "consfig.props.") -2 -1) None))))
 
   (defn [property] lambda-list [self]
     (_render-lambda-list self.signature))

@@ -215,6 +215,18 @@ name in Hy.)"
   (setv t.explain explain)
   t)
 
+(defclass _Secret [Type]
+  (defn __init__ [self t]
+    (setv self.inner t)
+    (.__init__ (super) f"(secret {(repr t)})" t.phrase t.accepts t.render))
+  (defn explain [self value]
+    (when (not (.accepts self.inner value))
+      f"must be {self.phrase} (the value given is secret, so not shown)")))
+
+(defn secret [t]
+  "Type T, for a secret value: a refusal does not show the value."
+  (_Secret t))
+
 (defn annotation-type [annotation]
   "The `Type` of a parameter's ANNOTATION, or None when it has none."
   (if (isinstance annotation Type) annotation None))
@@ -224,5 +236,5 @@ name in Hy.)"
                   byte-string integer boolean keyword abs-path path file-mode name user-name
                   group-name id-number package-name hostname url shell-identifier
                   regex propspec int-range enum one-of optional list-of
-                  non-empty-list-of dict-of annotation-type]
+                  non-empty-list-of dict-of secret annotation-type]
         :macros [defparamtype])

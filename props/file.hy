@@ -18,13 +18,17 @@ unified diff event (shown at -v), except for content marked secret."
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
 ;; the file grow on every run.
-(setv lines (one-of line (list-of line))
-      content (one-of string byte-string (list-of line))
+(setv lines (named "lines" (one-of text (list-of text))
+                   "text (one or more lines) or a list of such texts")
+      content (named "content" (one-of string byte-string (list-of line))
+                     "a string, a byte string, or a list of lines")
       conf-key (matching "conf-key" "a config key (no whitespace, =, or leading #, ; or [)"
                          r"[^\s=#;\[\]][^\s=]*")
       conf-value (one-of line integer)
-      conf-pair (one-of conf-value (dict-of conf-key conf-value))
-      shell-pair (one-of conf-value (dict-of shell-identifier conf-value))
+      conf-pair (named "conf-pair" (one-of conf-value (dict-of conf-key conf-value))
+                       "a key or a value (one line each, or an integer), or a dict of them")
+      shell-pair (named "shell-pair" (one-of conf-value (dict-of shell-identifier conf-value))
+                        "a key or a value (one line each, or an integer), or a dict of them")
       ini-key (matching "ini-key" "an INI key (one line, no =, not starting with #, ; or [)"
                         r"[^\s=#;\[][^=\n\r\x00]*")
       ini-triple (predicate "ini-triple"

@@ -21,11 +21,11 @@
 
 (defn nested-hostile []
   (props eseqprops
-    (file.has-content (get hostile 0) (get hostile 1) :mode 0o600)
+    (file.has-content (+ "/" (get hostile 0)) (get hostile 1) :mode 0o600)
     (seqprops #* (gfor h hostile (file.contains-lines "/tmp/x" h)))
     (unapplied (os.debian-stable "bookworm" :amd64))
     (cmd.single "echo" "hi" :env {"A" "1" "B" (get hostile 4)} :input (get hostile 3))
-    (on-change (file.directory-exists (get hostile 5))
+    (on-change (file.directory-exists (+ "/" (get hostile 5)))
                (cmd.single (get hostile 6)))))
 
 (defn test-propspec-prints-as-hy-and-rereads-equal []
@@ -63,7 +63,7 @@
     (file.has-content "/only-a-path"))
   (setv msg (str e.value))
   (assert (in "file.has-content" msg) msg)
-  (assert (in "[path content * [mode None] [secret False]]" msg) msg))
+  (assert (in "#^ abs-path path #^ content content * #^ file-mode [mode None] #^ boolean [secret False]]" msg) msg))
 
 (defn test-walked-form-error-names-file-and-line []
   (with [e (pytest.raises PropspecError)]
@@ -102,8 +102,8 @@
           "props seqprops"))
 
 (defn test-ordinary-calls-inside-a-propspec-keep-keyword-arguments []
-  (setv p (propapp (file.has-content (.join "," ["a" "b"]) (str :object "x"))))
-  (assert (= p.args #("a,b" "x")) (propspec->string p)))
+  (setv p (propapp (file.has-content (.join "," ["/a" "b"]) (str :object "x"))))
+  (assert (= p.args #("/a,b" "x")) (propspec->string p)))
 
 (defproplist pair [a b]
   "Two directories."
