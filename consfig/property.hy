@@ -70,7 +70,7 @@ both places."
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
-          self.__doc__ doc
+          self.doc doc
           self.desc desc
           self.preprocess preprocess
           self.hostattrs hostattrs
@@ -102,8 +102,25 @@ both places."
           self._rest (next (gfor p (.values self.signature.parameters)
                                  :if (= p.kind inspect.Parameter.VAR_POSITIONAL) p)
                            None))
-    (when doc
-      (setv self.__doc__ f"{self.short-name} {self.lambda-list}\n\n{doc}")))
+    ;; What `(help …)` and `(doc …)` show: the typed lambda list first.
+    (setv self.__doc__ (+ f"({self.short-name} {self.lambda-list})"
+                          (.join "" (gfor q (self.parameters) :if (get q "type")
+                                          f"\n  {(get q "name")}: {(. (get q "type") phrase)}"))
+                          (if doc f"\n\n{doc}" ""))))
+
+  (defn parameters [self]
+    "Each parameter as a dict: its name as written in a call (`:mode` for a
+keyword parameter, `#* packages` for the rest), its type (or None), and its
+default rendered as Hy (or None when it has none)."
+    (setv P inspect.Parameter)
+    (lfor p (.values self.signature.parameters)
+          {"name" (+ (cond (= p.kind P.KEYWORD_ONLY) ":"
+                           (= p.kind P.VAR_POSITIONAL) "#* "
+                           (= p.kind P.VAR_KEYWORD) "#** "
+                           True "")
+                     (_keyword-for p.name))
+           "type" (annotation-type p.annotation)
+           "default" (if (is p.default P.empty) None (_render p p.default))}))
 
   (defn [property] short-name [self]
     "The name a user writes: `file.has-content` for the library's
@@ -451,13 +468,14 @@ the last parameter receives the trailing forms as an unevaluated propspec."
                    :invariants ~(_invariants-form params invariants)
                    ~@(sum (gfor [k form] subs [(hy.models.Keyword k) (_subroutine-form params form)]) [])
                    ~@(sum (gfor [k v] options [(hy.models.Keyword k) v]) [])))
-     ~(_dotted-macro-form name module)))
+     ~(_dotted-macro-form name module doc)))
 
-(defn definition-where [compiler]
-  "file:line of the form COMPILER is expanding, for messages."
+(defn definition-where [compiler [form None]]
+  "file:line of FORM (by default the form COMPILER is expanding), for
+messages; the file relative to the working directory when it is below it."
   (import os)
   (setv filename (or compiler.filename "<input>")
-        line (getattr compiler.this "start_line" None))
+        line (getattr (if (is form None) compiler.this form) "start_line" None))
   (when (and (os.path.isabs filename) (.startswith filename (+ (os.getcwd) os.sep)))
     (setv filename (os.path.relpath filename)))
   (if line f"{filename}:{line}" filename))
@@ -469,9 +487,12 @@ the last parameter receives the trailing forms as an unevaluated propspec."
                   (raise (PropspecError f"(:invariant CONDITION MESSAGE) takes two forms, got {(hy.repr form)}")))
                 `#((fn ~params ~(get form 1)) (fn ~params ~(get form 2)))))])
 
-(defn _dotted-macro-form [name module]
+(defn _dotted-macro-form [name module [doc None]]
   (setv star (hy.models.Symbol (+ (str name) "*")))
   `(defmacro ~star [_hy_compiler #* args]
+     ~(+ f"The dotted form of {name}: its last parameter takes the trailing forms
+as a propspec.  `(help {name})` shows its parameters and their types."
+         (if doc f"\n\n{doc}" ""))
      (hy.I.consfig/propspec.dotted-expansion _hy_compiler ~module ~(str name) args)))
 
 (defn _parse-defprop-body [name body]

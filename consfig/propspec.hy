@@ -18,10 +18,9 @@ property or a wrong argument is reported with the file and line of the form."
         hy.errors
         builtins
         inspect
-        os
         hy.models [Expression Keyword List Symbol String]
         consfig.errors [PropspecError]
-        consfig.property [Property Propapp find-property did-you-mean])
+        consfig.property [Property Propapp find-property did-you-mean definition-where])
 
 ;; Forms whose arguments may hold propapps and are otherwise ordinary code.
 (setv _WALK-INTO #{"if" "when" "unless" "cond" "do"})
@@ -57,12 +56,7 @@ that is not a plain (possibly dotted) name."
        (in (get form 0) [(Symbol "unpack-iterable") (Symbol "unpack-mapping")])))
 
 (defn _where [compiler form]
-  (setv filename (or compiler.filename "<input>")
-        line (getattr form "start_line" None))
-  (when (and (os.path.isabs filename)
-             (.startswith filename (+ (os.getcwd) os.sep)))
-    (setv filename (os.path.relpath filename)))
-  (if line f"{filename}:{line}" filename))
+  (definition-where compiler form))
 
 (defn walk-form [form compiler]
   "Code that builds what FORM, a form of an unevaluated propspec, stands for."
@@ -134,7 +128,7 @@ variable) stays a value either way."
         near (_near-name name head))
   (+ f"unknown property or function {name} ({e})"
      near
-     (if (and (not near) (isinstance e NameError) (in "." name))
+     (if (and (isinstance e NameError) (in "." name))
          (+ f"\n  did you forget (use-props consfig.props [{first-part}])"
             f" or (import … :as {first-part})?")
          "")))
@@ -358,7 +352,7 @@ tagged so that `data->propspec` restores them exactly."
                    :invariants ~(hy.I.consfig/property._invariants-form params invariants)
                    ~@(if desc [':desc `(fn ~params ~@(cut desc 1 None))] [])
                    :propspec (fn ~params ~(propspec-code forms))))
-     ~(hy.I.consfig/property._dotted-macro-form name module)))
+     ~(hy.I.consfig/property._dotted-macro-form name module doc)))
 
 (defmacro defproplist [_hy_compiler name #* args]
   "Define property NAME as a list of other properties, applied in order and

@@ -11,7 +11,7 @@ Types are written in a property's lambda list with Hy's annotation syntax,
 
 and checked on the controller when the propapp is built, and again when a
 propspec is read back from data.  Types compose (`(list-of package-name)`,
-`(one-of user-name uid)`), and a site defines its own with `defparamtype`:
+`(one-of user-name id-number)`), and a site defines its own with `defparamtype`:
 
   (defparamtype port (int-range 1 65535) \"a TCP port\")
 
@@ -37,7 +37,7 @@ which part is wrong."
 
   (defn explain [self value]
     "None when VALUE is accepted, otherwise what is wrong with it."
-    (if (self._check value) None f"must be {self.phrase}, not {(show value)}"))
+    (if (self._check value) None f"must be {self.phrase}, not {(self.render value)}"))
 
   (defn accepts [self value]
     "Whether VALUE is of this type."
@@ -140,8 +140,9 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
         (fn [v] (and (_int? v) (<= lo v hi)))))
 
 (defn enum [#* choices]
-  "One of the keywords named by CHOICES: `(enum \"daily\" \"weekly\")` accepts
-`:daily` and `:weekly`.  (Names, because a keyword in a call is an argument
+  "One of the keywords named by CHOICES.
+
+`(enum \"daily\" \"weekly\")` accepts `:daily` and `:weekly`.  (Names, because a keyword in a call is an argument
 name in Hy.)"
   (setv choices (tuple (gfor c choices (if (isinstance c Keyword) c (Keyword (str c))))))
   (Type (+ "(enum " (.join " " (map show choices)) ")")
@@ -176,7 +177,7 @@ name in Hy.)"
     (setv self.element t
           self.non-empty non-empty)
     (.__init__ (super) (+ (if non-empty "(non-empty-list-of " "(list-of ") (repr t) ")")
-               (+ (if non-empty "a non-empty list" "a list") f" of {t.phrase} each")
+               (+ (if non-empty "a non-empty list" "a list") f", each element {t.phrase}")
                None))
   (defn explain [self value]
     (cond (not (isinstance value #(list tuple)))

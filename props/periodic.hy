@@ -9,7 +9,8 @@
         consfig.types *)
 
 (setv period (one-of (enum "each-reboot" "hourly" "daily" "weekly" "monthly" "yearly")
-                     (int-range 1 (** 2 62))))
+                     (predicate "seconds" "a number of seconds (a positive integer)"
+                                (fn [v] (and (isinstance v int) (not (isinstance v bool)) (> v 0))))))
 
 (setv PERIODS {"hourly" 3600
                "daily" 86400

@@ -188,7 +188,7 @@ def line_of(text, start):
 # the defhost that a missing parenthesis leaves open), and what it must say.
 BROKEN = {
     "unknown-property": ('(file.has-contents "@ROOT@/x" "y")', "(file.has-contents", "file.has-contents"),
-    "wrong-arity": ('(file.has-content "@ROOT@/x")', '(file.has-content "@ROOT@/x")', "[path content"),
+    "wrong-arity": ('(file.has-content "@ROOT@/x")', '(file.has-content "@ROOT@/x")', "path #^ content content"),
     "syntax-error": ('(file.has-content "@ROOT@/x" "y"', "(defhost", "premature end of input"),
     "unknown-module": ('(filez.has-content "@ROOT@/x" "y")', "(filez", "use-props"),
 }

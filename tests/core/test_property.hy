@@ -102,6 +102,12 @@
   (assert (in "#^ file-mode [mode None]" typed-content.lambda-list) typed-content.lambda-list)
   (assert (in "#^ abs-path path" typed-content.__doc__) typed-content.__doc__))
 
+(defn test-help-shows-each-parameter-with-its-type []
+  (import pydoc)
+  (setv text (pydoc.render-doc typed-content :renderer pydoc.plaintext))
+  (assert (in ":mode: a file mode (an integer such as 0o640)" text) text)
+  (assert (in "path: an absolute path" text) text))
+
 (defn test-wrong-typed-propspec-from-data-is-refused []
   (setv data (json.loads (json.dumps (propspec->data (typed-content "/x" "y" :mode 0o640)))))
   (setv (get data "args" 3) "0640")
