@@ -104,11 +104,11 @@ try once more."
   ;; Indexes that are missing or stale (a package 404s after a point release)
   ;; are the usual reason an install fails: update them and try once more.
   (try
-    (apt-get "install" #* args #* packages)
+    (apt-get "install" #* args "--" #* packages)
     (except [e CommandFailed]
       (inform f"apt-get install failed; updating the package indexes and trying again")
       (run "apt-get" "-q" "update" :env ENV :timeout APT-TIMEOUT)
-      (apt-get "install" #* args #* packages))))
+      (apt-get "install" #* args "--" #* packages))))
 
 (defprop installed :posix [#^ packages #* packages]
   "Each of PACKAGES (names, or lists of names) is installed, with its
@@ -118,7 +118,7 @@ recommends."
   (:hostattrs (required "debian"))
   (:check (installed? #* packages))
   (:apply (install-packages [] packages))
-  (:unapply (apt-get "remove" #* packages)))
+  (:unapply (apt-get "remove" "--" #* packages)))
 
 (defprop installed-minimally :posix [#^ packages #* packages]
   "Each of PACKAGES is installed, without its recommends."
@@ -127,7 +127,7 @@ recommends."
   (:hostattrs (required "debian"))
   (:check (installed? #* packages))
   (:apply (install-packages ["--no-install-recommends"] packages))
-  (:unapply (apt-get "remove" #* packages)))
+  (:unapply (apt-get "remove" "--" #* packages)))
 
 (defprop removed :posix [#^ packages #* packages]
   "None of PACKAGES is installed (their configuration files may remain)."
@@ -135,7 +135,7 @@ recommends."
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
   (:check (none-installed? #* packages))
-  (:apply (apt-get "remove" #* packages)))
+  (:apply (apt-get "remove" "--" #* packages)))
 
 (defprop all-configured :posix []
   "No package's installation is left unfinished (`dpkg --configure --pending`)."

@@ -138,11 +138,6 @@
   (assert (in "property twice is defined twice: at" msg) msg)
   (assert (and (in "site.hy:4" msg) (in "site.hy:6" msg)) msg))
 
-(defn test-host-defined-twice-in-a-consfig-names-both-places [tmp-path]
-  (setv msg (consfig-error tmp-path "(defhost twice.example {})\n(defhost twice.example {})"))
-  (assert (in "host twice.example is defined twice: at" msg) msg)
-  (assert (and (in "site.hy:4" msg) (in "site.hy:5" msg)) msg))
-
 (defn test-redefining-outside-a-consfig-load-is-allowed []
   (defprop redefined :posix [] (:apply None))
   (defprop redefined :posix [] (:apply None))
