@@ -4,16 +4,17 @@ reporting every step as an event (see `consfig.events` for their kinds).
 Every failure is shown and counted exactly once, where the engine first
 catches it: see `apply-and-announce` and `Reported`."
 
-(import contextlib
-        contextvars
+(import contextvars
         traceback
-        consfig.connection [NO-CHANGE current-connection]
+        consfig.context [applying]
         consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange
                         site-location]
-        consfig.events [start-event end-event output-event summary-event first-report?]
-        consfig.host [current-host get-hostname parent-host]
+        consfig.events [start-event end-event output-event diff-event summary-event
+                        first-report?]
+        consfig.host [get-hostname]
         consfig.property [Propapp call-subroutine find-property propapp-desc
-                          propapp-type python-propapps])
+                          propapps-in propapp-type python-propapps]
+        consfig.result [NO-CHANGE])
 
 (defclass Reported [Exception]
   "A failure that has been shown and counted, on its way out through the
@@ -30,11 +31,36 @@ first catches it."
     "Whether the connection broke, so that nothing more can be applied."
     (isinstance self.cause #(ConnectionLost ConnectionFailed))))
 
+(setv WOULD-CHANGE (hy.models.Keyword "would-change")
+      CANNOT-CHECK (hy.models.Keyword "cannot-check"))
+
+(defclass Drift []
+  "What a `:check` found different from what its property wants.  It is
+false, as a check result, and says what differs (EXPLANATION, such as
+`mode 644 → 640`, and a unified DIFF of a file at PATH) so that check mode can
+report it: `(:check (if (= have want) True (Drift f\"mode {have} → {want}\")))`."
+  (defn __init__ [self [explanation None] * [diff None] [path None]]
+    (setv self.explanation explanation
+          self.diff diff
+          self.path path))
+  (defn __bool__ [self] False)
+  (defn __repr__ [self] f"<Drift {self.explanation !r}>"))
+
+(defclass SinkFailed [BaseException]
+  "The sink events go to failed (the reader of a pipe went away): nothing
+can be reported any more, so the deployment stops.  Not an `Exception`, so
+that no property is blamed for it."
+  (defn __init__ [self cause]
+    (.__init__ (super) (str cause))
+    (setv self.cause cause)))
+
 (defclass Run []
-  "The state of one application: where events go, how deep we are, and the
-tally of what happened, kept from the events themselves."
-  (defn __init__ [self sink]
+  "The state of one application: where events go, how deep we are, whether
+it is a CHECK (changing nothing), and the tally of what happened, kept from
+the events themselves."
+  (defn __init__ [self sink [check False]]
     (setv self.sink sink
+          self.check check
           self.depth 0
           self.failures 0
           self.changes 0))
@@ -45,8 +71,12 @@ in this one (applied by another Python) come through here too, so that their
 failures and changes count."
     (when (= (get event "event") "end")
       (cond (first-report? event) (+= self.failures 1)
-            (= (get event "status") "changed") (+= self.changes 1)))
-    (self.sink event))
+            (in (get event "status") #("changed" "would-change" "cannot-check"))
+            (+= self.changes 1)))
+    (try
+      (self.sink event)
+      (except [e Exception]
+        (raise (SinkFailed e) :from e))))
 
   (defn start [self desc]
     (emit (start-event desc))
@@ -73,8 +103,44 @@ failures and changes count."
     (.record run event)))
 
 (defn inform [text]
-  "Report TEXT as output of the property being applied."
+  "Report TEXT, a note for the operator, from the property being applied."
   (emit (output-event text)))
+
+(defn report-output [text]
+  "Report TEXT, a command's output, from the property being applied (shown
+at -v)."
+  (when text
+    (emit (output-event text "command"))))
+
+(defn checking? []
+  "Whether the current deployment is a check: nothing may be changed.  A
+property whose :apply is run in check mode (one defined with `(:simulates
+True)`) asks this before changing anything, and returns what it would do."
+  (setv run (.get current-run None))
+  (bool (and run run.check)))
+
+(defn _drifted [result]
+  ;; A check said no: in check mode, say what differs.
+  (when (isinstance result Drift)
+    (when result.explanation (inform result.explanation))
+    (when result.diff (emit (diff-event result.path result.diff))))
+  WOULD-CHANGE)
+
+(defn _checked [prop propapp unapply]
+  ;; Check mode: never an :apply or :unapply that changes things.  A
+  ;; property with a :check answers from it; one that simulates (the
+  ;; combinators, the file properties) is run, changing nothing; any other
+  ;; one cannot be checked.
+  (cond prop.check
+        (do (setv result (call-subroutine prop "check" propapp))
+            (cond (and (not unapply) result) NO-CHANGE
+                  (and unapply (not result)) NO-CHANGE
+                  unapply WOULD-CHANGE
+                  True (_drifted result)))
+        (not (if unapply (or prop.unapply prop.apply) prop.apply)) NO-CHANGE
+        prop.simulates
+        (_result (call-subroutine prop (if unapply "unapply" "apply") propapp))
+        True CANNOT-CHECK))
 
 (defn _failure-details [propapp e]
   ;; A failure of the property itself (FailedChange) or a mistake
@@ -106,6 +172,8 @@ failures and changes count."
   "Apply PROPAPP (check first) without announcing it; return `:no-change`
 or a changed result."
   (setv prop (find-property propapp.name))
+  (when (checking?)
+    (return (_checked prop propapp False)))
   (cond (and prop.check (call-subroutine prop "check" propapp)) NO-CHANGE
         prop.apply (_result (call-subroutine prop "apply" propapp))
         True NO-CHANGE))
@@ -113,6 +181,8 @@ or a changed result."
 (defn unapply-propapp [propapp]
   "Unapply PROPAPP: nothing to do when its check says it is not applied."
   (setv prop (find-property propapp.name))
+  (when (checking?)
+    (return (_checked prop propapp True)))
   (cond (and prop.check (not (call-subroutine prop "check" propapp))) NO-CHANGE
         prop.unapply (_result (call-subroutine prop "unapply" propapp))
         ;; A pure declaration (an OS, a mirror) has nothing to undo.
@@ -121,6 +191,12 @@ or a changed result."
 
 (defn announced? [propapp]
   (. (find-property propapp.name) announce))
+
+(defn announced-count [propspec]
+  "How many announced properties PROPSPEC holds (a deployment's progress
+counts them)."
+  (+ (if (announced? propspec) 1 0)
+     (sum (gfor p (propapps-in propspec.args) (announced-count p)))))
 
 (defn apply-and-announce [propapp [unapply False] [silent False]]
   "Apply (or unapply) PROPAPP, announcing it with start and end events if it
@@ -151,8 +227,14 @@ in its place.  A `Reported` from inside it ends it `failed` without a message."
       (when started (-= run.depth 1))
       (raise)))
   (when started
-    (.finish run desc (if (= result NO-CHANGE) "ok" "changed")))
+    (.finish run desc (_status result run.check)))
   result)
+
+(defn _status [result check]
+  (cond (= result NO-CHANGE) "ok"
+        (not check) "changed"
+        (= result CANNOT-CHECK) "cannot-check"
+        True "would-change"))
 
 (defn apply-sequence [propapps * [unapply False] [stop-on-failure True]
                       [silent False] [until None]]
@@ -217,36 +299,29 @@ over a connection (described by WHERE) that has no Python on the target."
                 f"({where}), not a Python on the target.\n"
                 "  Add a :python hop at the end of the chain, e.g. [[:ssh …] :sudo :python].")))))
 
-(defn [contextlib.contextmanager] applying [host connection * [parent None]]
-  "The context in which properties of HOST act through CONNECTION: what
-`get-hostattr`, `run` and `get-parent-hostattrs` refer to."
-  (setv tokens [(.set current-host host)
-                (.set current-connection connection)
-                (.set parent-host parent)])
-  (try
-    (yield)
-    (finally
-      (.reset parent-host (get tokens 2))
-      (.reset current-connection (get tokens 1))
-      (.reset current-host (get tokens 0)))))
-
-(defn apply-host [host connection sink [unapply False]]
+(defn apply-host [host connection sink [unapply False] [check False]]
   "Apply the preprocessed HOST's propspec through CONNECTION, sending events
-to SINK; return an `Outcome`."
+to SINK; return an `Outcome`.  With CHECK, change nothing: report what holds
+and what would change."
   (check-propspec-fits host.propspec connection.python? connection.where)
-  (setv run (Run sink)
+  (setv run (Run sink check)
         token (.set current-run run))
   (try
     (with [(applying host connection)]
       (try
-        (apply-and-announce host.propspec unapply)
+        (setv result (apply-and-announce host.propspec unapply))
+        ;; A change no announced property's line reported (an unannounced
+        ;; property's own) still makes the deployment one that changed.
+        (when (and (!= result NO-CHANGE) (not run.changes))
+          (setv run.changes 1))
         ;; Shown and counted where it happened.
         (except [Reported] None))
       (setv outcome (Outcome host.hostname run.changes run.failures))
-      (emit (summary-event outcome.status run.changes run.failures))
+      (emit (summary-event outcome.status run.changes run.failures check))
       outcome)
     (finally (.reset current-run token))))
 
-(export :objects [emit inform apply-propapp unapply-propapp apply-and-announce
-                  apply-sequence apply-host applying check-propspec-fits Outcome Run
-                  Reported current-run])
+(export :objects [NO-CHANGE emit inform report-output checking? Drift WOULD-CHANGE
+                  CANNOT-CHECK announced-count apply-propapp unapply-propapp
+                  apply-and-announce apply-sequence apply-host check-propspec-fits
+                  Outcome Run Reported SinkFailed current-run])

@@ -7,6 +7,7 @@ property, and the combinators decide what happens to the rest."
 
 (import importlib.util
         os
+        signal
         traceback)
 
 (defclass ConsfigError [Exception]
@@ -54,10 +55,23 @@ applied through it, so every sequence stops, `seqprops` included.")
           self.stderr stderr)
     (setv output (.strip (+ (or stdout "") (or stderr ""))))
     (.__init__ (super)
-      (+ f"command failed with exit code {exit-code}"
+      (+ "command " (_exit-text exit-code)
          (if where f" on {where}" "")
          f": {command}"
          (if output (+ "\n" (_indent output)) "")))))
+
+(defn _exit-text [code]
+  ;; A negative code is Python's for a process killed by a signal; a shell
+  ;; reports a child it saw killed as 128 + the signal.  (A program may exit
+  ;; 128 + N of its own accord, hence the code alongside.)
+  (setv sig (cond (not (isinstance code int)) None
+                  (< code 0) (- code)
+                  (< 128 code 193) (- code 128)))
+  (setv name (when sig
+               (try (cut (. (signal.Signals sig) name) 3 None)
+                    (except [ValueError] None))))
+  (cond name (+ f"killed by signal {name}" (if (> code 0) f" (exit code {code})" ""))
+        True f"failed with exit code {code}"))
 
 (defclass CommandTimedOut [CommandFailed]
   "A command ran past its timeout and was stopped."

@@ -17,7 +17,8 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         keyword
         hy.models [Keyword]
         consfig.errors [ConsfigError FailedChange PropspecError site-location]
-        consfig.types [annotation-type show])
+        consfig.types [annotation-type show]
+        consfig.util [keyword-name])
 
 (defclass Propapp []
   "One application of a property: its qualified name and its arguments."
@@ -66,7 +67,8 @@ both places."
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [propspec None] [announce True]
-                  [opaque-type False] [invariants #()] [where None] [declared-type None]]
+                  [opaque-type False] [simulates False] [invariants #()] [where None]
+                  [declared-type None]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -84,6 +86,9 @@ both places."
           ;; A property that applies its propspec argument elsewhere (another
           ;; host) does not take that propspec's type.
           self.opaque-type opaque-type
+          ;; Its :apply and :unapply change nothing in check mode (they ask
+          ;; `checking?`), so check mode runs them to learn what would change.
+          self.simulates simulates
           ;; Pairs of functions of the parameters: a condition across them,
           ;; and the message when it does not hold.
           self.invariants (tuple invariants)
@@ -280,7 +285,7 @@ type (modes in octal)."
       (show value)))
 
 (defn _type-name [t]
-  (setv name (if (isinstance t Keyword) t.name (str t)))
+  (setv name (or (keyword-name t) (str t)))
   (when (not-in name #("posix" "python"))
     (raise (PropspecError f"property type must be :posix or :python, not {(hy.repr t)}")))
   name)
@@ -510,7 +515,7 @@ as a propspec.  `(help {name})` shows its parameters and their types."
     (setv k (. (get form 0) name))
     (cond (in k SUBROUTINES) (.append subs #(k form))
           (= k "invariant") (.append invariants form)
-          (in k #("announce" "opaque-type")) (.append options #(k (get form 1)))
+          (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
                                         "use :desc :preprocess :hostattrs :check :apply :unapply :invariant")))))
   #(doc subs options invariants))

@@ -447,21 +447,22 @@ nothing has happened for a while."
     (when (= (get m "op") "apply") (return m))))
 
 (defn _apply-here [host msg sink]
-  (import consfig.connection [establish-chain close-chain]
+  (import consfig.chain [establish-chain close-chain]
           consfig.connections.local [LocalConnection]
           consfig.engine [apply-host]
           consfig.propspec [data->propspec])
   (setv unapply (.get msg "unapply" False)
+        check (.get msg "check" False)
         chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
   (when (not chain)
-    (return (apply-host host (LocalConnection) sink :unapply unapply)))
+    (return (apply-host host (LocalConnection) sink :unapply unapply :check check)))
   ;; Hops after :python (sudo, su, …) lead to a further Python, started
   ;; from this bundle as the hop's user sees it.
   (when (!= (get (get chain -1) 0) "python")
     (.append chain #("python" {"interpreter" sys.executable})))
   (setv conns (establish-chain chain))
   (try
-    (.apply-remotely (get conns -1) host sink :unapply unapply
+    (.apply-remotely (get conns -1) host sink :unapply unapply :check check
                      :verbosity (.get msg "verbosity" 0))
     (finally (close-chain conns))))
 
@@ -594,7 +595,7 @@ on threads of their own, so that every wait here has a timeout."
        "[:python :interpreter \"/path/to/python3\"], or use [:python :install True].")))
 
 (defn apply-remotely [upstream host sink * [interpreter "python3"] [chain #()]
-                      [unapply False] [verbosity 0] [timeout 60] [modules #()]
+                      [unapply False] [check False] [verbosity 0] [timeout 60] [modules #()]
                       [where None]]
   "Apply the preprocessed HOST in a Python started through UPSTREAM, passing
 each event to SINK as it arrives, and return an `Outcome`.  CHAIN (parsed
@@ -616,6 +617,7 @@ target may stay silent before the deployment is given up."
     (.send session {"op" "apply"
                     "host" (.->data host)
                     "unapply" unapply
+                    "check" check
                     "verbosity" verbosity
                     "chain" (lfor [n kw] chain [n (propspec->data kw)])})
     (setv hello (_receive session timeout name where "start"))

@@ -1,7 +1,8 @@
 "`consfig repl`: a Hy REPL with consfig's macros required, its functions
 imported, and optionally a site consfig loaded, so that `(athena)` deploys."
 
-(import sys
+(import os
+        sys
         types
         consfig.engine [Outcome]
         consfig.errors [ConsfigError]
@@ -28,13 +29,36 @@ remembers whether a deployment made at the prompt failed (`failed?`)."
         (.showtraceback (super)))))
 
 (defn repl-module [[file None]]
-  "The module the REPL evaluates in: the consfig FILE's, or a fresh one."
+  "The module the REPL evaluates in: the consfig FILE's, or a fresh one.
+It has `(reload-consfig)`, which loads FILE again and rebinds its names."
   (setv module (if file
                    (load-consfig file)
                    (setx m (types.ModuleType "consfig_repl"))))
   (setv (get sys.modules module.__name__) module)
   (hy.eval '(do (require consfig *) (import consfig *)) :module module)
+  (setv (get module.__dict__ (hy.mangle "reload-consfig"))
+        (fn [] (reload-consfig module file)))
   module)
+
+(defn reload-consfig [module file]
+  "Load the consfig FILE again and rebind the names it defines in MODULE
+(the REPL's), so that a host deploys as it is now written.  Return the
+number of hosts it defines."
+  (when (not file)
+    (raise (ConsfigError "no consfig was loaded in this REPL, so there is nothing to reload")))
+  (import consfig.host [hosts]
+          importlib.util)
+  ;; Python trusts a cached compilation whose source has the same size and
+  ;; modification second: an edit made within the second of the last load
+  ;; (a script, a quick fix) would be missed.
+  (try (os.remove (importlib.util.cache-from-source (os.path.abspath file)))
+       (except [OSError] None))
+  (setv fresh (load-consfig file))
+  (.update module.__dict__ (dfor [k v] (.items (vars fresh))
+                                 :if (not-in k #("__name__" "__loader__" "__spec__"))
+                                 k v))
+  (setv (get sys.modules module.__name__) module)
+  (len (lfor h (.values hosts) :if (in h (.values (vars fresh))) h)))
 
 (defn run-repl [[file None]]
   "Start an interactive REPL in `repl-module`; return its exit status: 1

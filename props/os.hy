@@ -6,10 +6,11 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 
 (require consfig.property [defprop])
 (import hy.models [Keyword]
-        consfig.connection [NO-CHANGE]
+        consfig.actions [NO-CHANGE]
         consfig.engine [apply-propapp unapply-propapp]
         consfig.host [push-hostattr get-hostattr get-hostname inapplicable]
         consfig.property [Propapp propapp-desc propapp-hostattrs]
+        consfig.util [keyword-name]
         consfig.types *)
 
 (setv arch (enum "amd64" "arm64" "armel" "armhf" "i386" "mips64el" "ppc64el" "riscv64" "s390x")
@@ -26,7 +27,7 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
                  "debian-unstable" "debian"})
 
 (defn _name [x]
-  (if (isinstance x Keyword) x.name (str x)))
+  (or (keyword-name x) (str x)))
 
 (defn isa? [os-value type]
   "Whether the OS described by OS-VALUE is of TYPE or a subtype of it."

@@ -3,8 +3,8 @@
 (require consfig.property [defprop])
 (import posixpath
         re
-        consfig.connection [run run-ok? read-remote-file write-remote-file
-                            remote-exists?]
+        consfig.actions [run run-ok? read-remote-file write-remote-file
+                         remote-exists?]
         consfig.errors [AbortedChange]
         consfig.host [push-hostattr]
         consfig.types *)

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from minichroot import make_minichroot  # noqa: E402
 
-from consfig.connection import establish_chain, close_chain, parse_chain  # noqa: E402
+from consfig.chain import establish_chain, close_chain, parse_chain  # noqa: E402
 from consfig.errors import ConnectionFailed  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
@@ -44,11 +44,11 @@ def test_chroot_runs_commands_inside_and_mounts_for_its_lifetime(chroot_dir):
     conns = establish_chain(chain(chroot_dir))
     try:
         c = conns[-1]
-        assert c.run("cat /marker").stdout == "inside\n"
+        assert c.run(["cat", "/marker"]).stdout == "inside\n"
         assert c.where == f"local > chroot:{chroot_dir}"
         assert sorted(mounts_under(chroot_dir)) == sorted(
             str(chroot_dir / d) for d in ["proc", "sys", "dev", "dev/pts"])
-        assert getattr(c.run("cat /proc/self/stat"), hy.mangle("ok?"))
+        assert getattr(c.run(["cat", "/proc/self/stat"]), hy.mangle("ok?"))
     finally:
         close_chain(conns)
     assert mounts_under(chroot_dir) == []

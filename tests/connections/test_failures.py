@@ -2,8 +2,8 @@
 time, against a real sshd (the `sshlab` fixture)."""
 
 import os
-import shutil
 import signal
+import sys
 import socket
 import threading
 import time
@@ -16,9 +16,13 @@ from hy.models import Keyword as K
 import consfig.connections.sudo as sudo
 import consfig.deployment
 from consfig.combinators import eseqprops
-from consfig.connection import close_chain, establish_chain, establishing_for, parse_chain
+from consfig.chain import close_chain, establish_chain, parse_chain
+from consfig.context import establishing_for
 from consfig.errors import ChainError, CommandTimedOut, ConnectionFailed
 from consfig.host import make_host
+
+sys.path.insert(0, os.path.dirname(__file__))
+from labservers import second_server  # noqa: E402
 from consfig.props import cmd, file
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
@@ -170,7 +174,7 @@ def test_password_is_asked_once_per_deployment(sshlab, monkeypatch):
 
 
 def test_failed_hop_closes_the_ones_before(sshlab, tmp_path):
-    server, config = _second_server(sshlab, tmp_path)
+    server, config = second_server(sshlab, tmp_path)
     try:
         with pytest.raises(ConnectionFailed):
             establish([ssh(config), [K("su"), K("to"), sshlab.pwuser]])
@@ -184,26 +188,17 @@ def test_command_hanging_past_its_timeout(sshlab):
     conns = establish([ssh(sshlab.config), K("sudo")])
     try:
         with Within(5), pytest.raises(CommandTimedOut, match="timed out after 1 s"):
-            conns[-1].run("sleep 60", timeout=1)
-        assert conns[-1].run("echo still usable").stdout == "still usable\n"
+            conns[-1].run(["sleep", "60"], timeout=1)
+        assert conns[-1].run(["echo", "still usable"]).stdout == "still usable\n"
     finally:
         close_chain(conns)
 
 
-def _second_server(sshlab, tmp_path):
-    server = sshlab.start_sshd()
-    config = sshlab.write_config(str(tmp_path / "config"), server.port,
-                                 known_hosts=str(tmp_path / "known_hosts"))
-    shutil.copy(sshlab.known_hosts, tmp_path / "known_hosts")
-    with open(tmp_path / "known_hosts", "a") as f:
-        key = open(sshlab.host_key + ".pub").read().split()
-        f.write(f"[127.0.0.1]:{server.port} {key[0]} {key[1]}\n")
-    return server, config
 
 
 def _deploy_while(action, delay, chain):
     events = []
-    propspec = eseqprops(cmd.single("sleep 8"), file.has_content("/tmp/consfig-never", "x"))
+    propspec = eseqprops(cmd.single("sleep", "8"), file.has_content("/tmp/consfig-never", "x"))
     timer = threading.Timer(delay, action)
     timer.start()
     try:
@@ -215,7 +210,7 @@ def _deploy_while(action, delay, chain):
 
 
 def test_sshd_killed_mid_deployment(sshlab, tmp_path):
-    server, config = _second_server(sshlab, tmp_path)
+    server, config = second_server(sshlab, tmp_path)
     with Within(5):
         outcome, messages = _deploy_while(server.kill, 1, [ssh(config), K("sudo")])
     assert outcome.status == "failed" and outcome.exit_code() == 1
@@ -228,7 +223,7 @@ def test_sshd_frozen_mid_deployment(sshlab, tmp_path):
     # A stopped server keeps the TCP connection open and answers nothing:
     # only the keepalive (ServerAliveInterval 1, CountMax 2 in the lab's
     # ssh_config) can tell.
-    server, config = _second_server(sshlab, tmp_path)
+    server, config = second_server(sshlab, tmp_path)
     try:
         with Within(7):
             outcome, messages = _deploy_while(lambda: server.kill(signal.SIGSTOP), 1,

@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import consfig.connections.sudo as sudo  # noqa: E402
 from consfig.combinators import eseqprops  # noqa: E402
-from consfig.connection import close_chain, establish_chain, establishing_for, parse_chain  # noqa: E402
+from consfig.chain import close_chain, establish_chain, parse_chain
+from consfig.context import establishing_for  # noqa: E402
 from consfig.host import make_host  # noqa: E402
 from minichroot import make_minichroot  # noqa: E402
 from sshlab import processes_seen  # noqa: E402

@@ -190,3 +190,10 @@
   (assert (preprocess (typed-motd ["hi"])) "typed defpropspec expands")
   (with [e (pytest.raises PropspecError)] (typed-motd ["two\nlines"]))
   (assert (in "typed-motd: lines (element 0) must be one line of text" (str e.value)) (str e.value)))
+(defn test-propspec-tree-puts-one-propapp-per-line-and-reads-back-equal []
+  (setv p (propapp (eseqprops (file.has-content "/a" "x\n")
+                              (desc "group" (file.directory-exists "/b"))))
+        tree (propspec->tree p))
+  (assert (= (len (.splitlines tree)) 4) tree)
+  (assert (.startswith (get (.splitlines tree) 3) "    (consfig.props.file.directory-exists") tree)
+  (assert (= (read-propspec tree) p) tree))

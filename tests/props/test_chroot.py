@@ -74,8 +74,8 @@ def test_bootstrap_command_from_the_chroots_os():
 def test_the_propspec_is_applied_inside_and_nested_in_the_report(debian_chroot):
     p = bootstrapped(debian_chroot,
                      file.has_content("/etc/consfig-inside", "inside\n"),
-                     cmd.single("test -x /usr/sbin/policy-rc.d", creates="/etc/consfig-policy"),
-                     cmd.single("touch /etc/consfig-policy", creates="/etc/consfig-policy"))
+                     cmd.single("test", "-x", "/usr/sbin/policy-rc.d", creates="/etc/consfig-policy"),
+                     cmd.single("touch", "/etc/consfig-policy", creates="/etc/consfig-policy"))
     events = apply_twice(LOCAL, [this_os(), p])
     assert (debian_chroot / "etc/consfig-inside").read_text() == "inside\n"
     assert not (debian_chroot / "usr/sbin/policy-rc.d").exists()
@@ -90,7 +90,7 @@ def test_the_propspec_is_applied_inside_and_nested_in_the_report(debian_chroot):
 
 @pytest.mark.chroot
 def test_a_failure_inside_fails_the_chroot_and_unmounts(debian_chroot):
-    p = bootstrapped(debian_chroot, cmd.single("exit 7"))
+    p = bootstrapped(debian_chroot, cmd.script("exit 7"))
     outcome, events = deploy_propspec(LOCAL, [this_os(), p], check=False)
     assert outcome.status == "failed"
     assert statuses(events) == {"Debian stable (%s, %s)" % (host_suite(), host_arch()): "ok",

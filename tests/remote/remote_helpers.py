@@ -23,6 +23,7 @@ seqprops = find_property("consfig.combinators.seqprops")
 has_content = find_property("consfig.props.file.has-content")
 directory_exists = find_property("consfig.props.file.directory-exists")
 single = find_property("consfig.props.cmd.single")
+script = find_property("consfig.props.cmd.script")
 
 
 def mixed_host(d, hostname="target.example"):
@@ -31,7 +32,7 @@ def mixed_host(d, hostname="target.example"):
         directory_exists(f"{d}/etc"),
         has_content(f"{d}/etc/motd", "hello\n"),
         rp.python_wrote(f"{d}/etc/py", "from Python\n"),
-        single(f"echo ran > {d}/etc/ran", creates=f"{d}/etc/ran")))
+        script('echo ran > "$1"', f"{d}/etc/ran", creates=f"{d}/etc/ran")))
 
 
 def shape(events, d):

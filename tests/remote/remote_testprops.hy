@@ -6,7 +6,7 @@ the hop ships it to the target by its file."
 (import os
         signal
         time
-        consfig.connection [NO-CHANGE])
+        consfig.actions [NO-CHANGE])
 
 (defprop python-wrote :python [path text]
   "PATH holds TEXT, written with open() by the Python on the target."

@@ -138,7 +138,7 @@ def test_a_dropped_controller_leaves_no_process_on_the_target(tmp_path):
     marker = f"sleep 8{os.getpid()}"
     host = Host("target.example", seqprops(
         rp.pid_recorded(f"{tmp_path}/pid"),
-        single(marker)))
+        single(*marker.split())))
 
     def sink(event):
         # The controller goes away while the target runs a long command.

@@ -98,7 +98,7 @@ def test_a_dropped_ssh_connection_fails_fast_and_leaves_nothing_on_the_target(ss
     server, config = own_sshd(sshlab, tmp_path)
     # A sleep long and odd enough to be told from any other.
     marker = f"sleep 7{os.getpid()}"
-    host = Host("lab.example", seqprops(single(marker)))
+    host = Host("lab.example", seqprops(single(*marker.split())))
 
     def sink(event):
         if event["event"] == "start":
@@ -137,7 +137,7 @@ def test_sshd_killed_during_a_root_python_apply_fails_fast_and_leaves_nothing(ss
     server, config = own_sshd(sshlab, tmp_path)
     marker = f"sleep 6{os.getpid()}"
     pid_file = tmp_path / "pid"
-    host = Host("lab.example", seqprops(rp.pid_recorded(str(pid_file)), single(marker)))
+    host = Host("lab.example", seqprops(rp.pid_recorded(str(pid_file)), single(*marker.split())))
 
     def sink(event):
         if event["event"] == "start" and "sleep" in event["desc"]:
