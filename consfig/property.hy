@@ -168,24 +168,25 @@ default rendered as Hy (or None when it has none)."
               (+= i 1))))
     #(pos kw stray))
 
+  (defn _bind [self raw]
+    ;; The positional and keyword arguments, the stray keywords, and the
+    ;; signature's binding of them; a `PropspecError` when they do not fit.
+    (setv #(pos kw stray) (self._split raw))
+    (try
+      #(pos kw stray (.bind self.signature #* pos #** kw))
+      (except [e TypeError]
+        (raise (self._bind-error e raw stray)))))
+
   (defn bind [self raw]
     "Split RAW arguments into positional and keyword ones and check them
 against the parameters (not their types); return `#(args kwargs)`."
-    (setv #(pos kw stray) (self._split raw))
-    (try
-      (.bind self.signature #* pos #** kw)
-      (except [e TypeError]
-        (raise (self._bind-error e raw stray))))
+    (setv #(pos kw _ _) (self._bind raw))
     #(pos kw))
 
   (defn check-args [self raw]
     "Check RAW arguments against the parameters, their types and the
 invariants; `PropspecError` naming the parameter, its type and the value."
-    (setv #(pos kw stray) (self._split raw))
-    (try
-      (setv bound (.bind self.signature #* pos #** kw))
-      (except [e TypeError]
-        (raise (self._bind-error e raw stray))))
+    (setv #(_ _ stray bound) (self._bind raw))
     (for [p self._typed]
       (when (in p.name bound.arguments)
         (setv value (get bound.arguments p.name)
