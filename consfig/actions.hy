@@ -12,7 +12,9 @@ code runs only when asked for by `run-script` or `Script`, and what comes
 from users goes in as its positional arguments, never into the code."
 
 (import consfig.context [connection]
-        consfig.hop [Script]
+        consfig.engine [emit]
+        consfig.events [output-event]
+        consfig.hop [Script command->script]
         consfig.result [NO-CHANGE]
         consfig.util [bytes->text text->bytes])
 
@@ -26,7 +28,10 @@ from users goes in as its positional arguments, never into the code."
   "Run a command on the current connection: the argv CMD (each argument
 quoted, whatever their number), or a single `Script`.  Return the
 `CommandResult`; a non-zero exit raises `CommandFailed` unless CHECK is false."
-  (.run (connection) (_command cmd)
+  (setv command (_command cmd))
+  ;; Shown at -vv: what runs, as a person would type it.
+  (emit (output-event (+ "$ " (command->script command)) "run"))
+  (.run (connection) command
         :input input :env env :cwd cwd :timeout timeout :check check))
 
 (defn run-script [code #* args #** kw]

@@ -13,7 +13,7 @@ and a bare hostname symbol."
         consfig.errors [ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
         consfig.property [find-property]
-        consfig.propspec [dotted->name eseqprops-of walk-body]
+        consfig.propspec [dotted->name walk-body]
         consfig.result [NO-CHANGE])
 
 (defn _chain-for [chain host]

@@ -58,7 +58,20 @@ applied through it, so every sequence stops, `seqprops` included.")
       (+ "command " (_exit-text exit-code)
          (if where f" on {where}" "")
          f": {command}"
-         (if output (+ "\n" (_indent output)) "")))))
+         (if output (+ "\n" (_indent (_last-lines output))) "")))))
+
+;; How much of a failed command's output its failure shows: the end, where
+;; the reason usually is.  The whole is in the exception (and, for commands
+;; that report their output, shown at -v).
+(setv FAILURE-OUTPUT-LINES 20)
+
+(defn _last-lines [text]
+  (setv lines (.splitlines text)
+        left-out (- (len lines) FAILURE-OUTPUT-LINES))
+  (if (> left-out 0)
+      (.join "\n" [f"… {left-out} earlier lines not shown"
+                   #* (cut lines (- FAILURE-OUTPUT-LINES) None)])
+      text))
 
 (defn _exit-text [code]
   ;; A negative code is Python's for a process killed by a signal; a shell

@@ -166,7 +166,7 @@ its hostattrs computed, on the controller, before any connection.  With
 PROPSPEC, the hostattrs of HOST's own propspec are computed first.  The host
 being preprocessed or applied when this is called (one deploying HOST, or
 building it as a chroot) is HOST's parent meanwhile."
-  (import consfig.property [preprocess-propapp propapp-hostattrs propapp-desc])
+  (import consfig.property [preprocess-propapp propapp-hostattrs])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
                   :hostattrs {"hostname" [host.hostname]}))
   (with [(applying new :parent (.get current-host None))]

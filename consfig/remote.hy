@@ -36,7 +36,7 @@ sent once and compiled once."
         threading
         time
         traceback
-        consfig.errors [ConnectionFailed ConsfigError PropspecError])
+        consfig.errors [ConnectionFailed ConsfigError])
 
 (setv PROTOCOL 1)
 

@@ -11,7 +11,7 @@ being applied and for how long.  What is shown grows with the verbosity:
       last lines)
   -v  the output of commands that succeeded, diffs, tracebacks of bugs, each
       property's duration and the five slowest
-  -vv more, from the layers that report at that level (commands as run)
+  -vv the commands as they are run
 
 `JsonSink` writes every event as one JSON object per line (see
 `consfig.events` and the README for the fields)."
@@ -40,6 +40,8 @@ being applied and for how long.  What is shown grows with the verbosity:
 
 ;; The order counts are given in, in a summary.
 (setv COUNTED ["ok" "changed" "would-change" "cannot-check" "failed" "skipped"])
+
+(setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "run" 2})
 
 (defn collapse-carriage-returns [line]
   "What a terminal would show of LINE: progress redrawn with carriage
@@ -160,8 +162,9 @@ hosts, the recap."
 
   (defn _output [self event]
     ;; Notes are always shown; a command's output only at -v (a failing
-    ;; command's last lines are part of its failure's reason).
-    (when (or (!= (.get event "stream") "command") (>= self.verbosity 1))
+    ;; command's last lines are part of its failure's reason), the
+    ;; commands as they run at -vv.
+    (when (>= self.verbosity (get OUTPUT-VERBOSITY (.get event "stream" "note")))
       (self._show-open event)
       (self._indented event (get event "text") "dim")))
 

@@ -14,7 +14,7 @@ changes it, so that a host with a hundred `apt.installed` properties runs
         consfig.context [forget-connattr get-connattr set-connattr]
         consfig.engine [inform]
         consfig.errors [CommandFailed]
-        consfig.host [push-hostattr get-hostattr get-hostattrs]
+        consfig.host [push-hostattr get-hostattr]
         consfig.props.file [update-file]
         consfig.props.os [required isa?]
         consfig.props.service :as service

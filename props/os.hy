@@ -8,7 +8,7 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 (import hy.models [Keyword]
         consfig.actions [NO-CHANGE]
         consfig.engine [apply-propapp unapply-propapp]
-        consfig.host [push-hostattr get-hostattr get-hostname inapplicable]
+        consfig.host [push-hostattr get-hostattr inapplicable]
         consfig.property [Propapp propapp-desc propapp-hostattrs]
         consfig.util [keyword-name]
         consfig.types *)

@@ -11,6 +11,7 @@
 ;; Keys and host names are lines of authorized_keys and known_hosts.
 (setv ssh-public-key (matching "ssh-public-key" "a public key line such as \"ssh-ed25519 AAAA… comment\""
                                r"[^\s#][^\n\r\x00]*")
+      ssh-key-type (matching "ssh-key-type" "an SSH key type: ed25519, rsa or ecdsa" r"ed25519|rsa|ecdsa")
       known-hosts (one-of (matching "known-host" "a host name or address (no spaces or commas)"
                                     r"[^\s,#][^\s,]*")
                           (non-empty-list-of (matching "known-host" "a host name or address (no spaces or commas)"
@@ -47,7 +48,7 @@ removes KEYS from it."
   (:apply (_user-file-lines username "authorized_keys" keys False))
   (:unapply (_user-file-lines username "authorized_keys" keys True)))
 
-(defprop has-user-key :posix [#^ user-name username * #^ (matching "ssh-key-type" "an SSH key type: ed25519, rsa, ecdsa" r"ed25519|rsa|ecdsa") [type "ed25519"]]
+(defprop has-user-key :posix [#^ user-name username * #^ ssh-key-type [type "ed25519"]]
   "USERNAME has an SSH key pair of TYPE, ~/.ssh/id_TYPE and its .pub,
 generated on the target if missing, so that the private key never leaves it.
 Needs ssh-keygen (openssh-client)."

@@ -6,14 +6,12 @@ configuration fails the property and the file stays as it was."
 
 (require consfig.property [defprop]
          consfig.propspec [defproplist])
-(import posixpath
-        consfig.actions [NO-CHANGE read-remote-file write-remote-file run run-script]
+(import consfig.actions [NO-CHANGE read-remote-file write-remote-file run run-script]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
                             pairs-problem conf-pair]
         consfig.props.service :as service
-        consfig.engine [apply-propapp]
         consfig.types *)
 
 ;; Keywords and values are lines of sshd_config: a newline would add

@@ -6,7 +6,6 @@ import os
 import pwd
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 
@@ -27,6 +26,7 @@ from consfig.engine import apply_host
 from consfig.host import make_host, preprocess_host
 from consfig.props import cmd, file
 from consfig.report import Reporter
+from harness import running, wait_until
 from sshlab import processes_seen
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
@@ -182,9 +182,7 @@ def test_command_past_its_timeout_is_stopped_where_it_runs(established, chain_id
     with pytest.raises(consfig.errors.CommandTimedOut, match="timed out after 1 s on .*sudo"):
         conn.run(["sleep", marker], timeout=1)
     assert time.monotonic() - start < 5
-    time.sleep(0.3)
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert f"sleep {marker}" not in ps
+    wait_until(lambda: not running(f"sleep {marker}"), 10, f"sleep {marker} to be stopped")
 
 
 def test_sudo_env_and_home_are_the_target_users(established, sshlab):

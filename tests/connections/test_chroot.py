@@ -11,13 +11,18 @@ from hy.models import Keyword
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from harness import unavailable  # noqa: E402
 from minichroot import make_minichroot  # noqa: E402
 
 from consfig.chain import establish_chain, close_chain, parse_chain  # noqa: E402
 from consfig.errors import ConnectionFailed  # noqa: E402
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
 
+
+@pytest.fixture(autouse=True)
+def _needs_root():
+    if os.geteuid() != 0:
+        unavailable("chroot needs root")
 
 def mounts_under(root):
     with open("/proc/self/mounts") as f:

@@ -24,6 +24,7 @@ from consfig.host import make_host
 sys.path.insert(0, os.path.dirname(__file__))
 from labservers import second_server  # noqa: E402
 from consfig.props import cmd, file
+from harness import running, wait_until
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
 
@@ -178,8 +179,8 @@ def test_failed_hop_closes_the_ones_before(sshlab, tmp_path):
     try:
         with pytest.raises(ConnectionFailed):
             establish([ssh(config), [K("su"), K("to"), sshlab.pwuser]])
-        time.sleep(0.3)
-        assert server.session_pids() == [], "an SSH connection was left open"
+        wait_until(lambda: server.session_pids() == [], 10,
+                   "the SSH connections of the failed chain to close")
     finally:
         server.stop()
 
@@ -194,25 +195,35 @@ def test_command_hanging_past_its_timeout(sshlab):
         close_chain(conns)
 
 
+def _deploy_while(action, chain):
+    """Deploy a long command over CHAIN, doing ACTION once the command runs;
+    return the outcome and the messages of the end events."""
+    events, errors = [], []
+    seconds = f"8.{os.getpid()}"
+    marker = f"sleep {seconds}"
+    propspec = eseqprops(cmd.single("sleep", seconds),
+                         file.has_content("/tmp/consfig-never", "x"))
 
+    def act():
+        try:
+            wait_until(lambda: running(marker), 10, f"{marker} to run on the target")
+            action()
+        except Exception as e:
+            errors.append(e)
 
-def _deploy_while(action, delay, chain):
-    events = []
-    propspec = eseqprops(cmd.single("sleep", "8"), file.has_content("/tmp/consfig-never", "x"))
-    timer = threading.Timer(delay, action)
-    timer.start()
-    try:
-        outcome = deploy(chain, make_host("lab", None, None, eseqprops()), propspec=propspec,
-                         sink=events.append)
-    finally:
-        timer.cancel()
+    actor = threading.Thread(target=act, daemon=True)
+    actor.start()
+    outcome = deploy(chain, make_host("lab", None, None, eseqprops()), propspec=propspec,
+                     sink=events.append)
+    actor.join(10)
+    assert not errors, errors
     return outcome, [e.get("message") or "" for e in events if e["event"] == "end"]
 
 
 def test_sshd_killed_mid_deployment(sshlab, tmp_path):
     server, config = second_server(sshlab, tmp_path)
     with Within(5):
-        outcome, messages = _deploy_while(server.kill, 1, [ssh(config), K("sudo")])
+        outcome, messages = _deploy_while(server.kill, [ssh(config), K("sudo")])
     assert outcome.status == "failed" and outcome.exit_code() == 1
     assert "the SSH connection was lost" in messages[0], messages
     assert not os.path.exists("/tmp/consfig-never")
@@ -226,7 +237,7 @@ def test_sshd_frozen_mid_deployment(sshlab, tmp_path):
     server, config = second_server(sshlab, tmp_path)
     try:
         with Within(7):
-            outcome, messages = _deploy_while(lambda: server.kill(signal.SIGSTOP), 1,
+            outcome, messages = _deploy_while(lambda: server.kill(signal.SIGSTOP),
                                               [ssh(config), K("sudo")])
     finally:
         server.stop()

@@ -22,6 +22,7 @@ from consfig.errors import ConnectionFailed
 from consfig.host import make_host
 
 sys.path.insert(0, os.path.dirname(__file__))
+from harness import wait_until  # noqa: E402
 from labservers import second_server  # noqa: E402
 
 BIG = 50_000_000
@@ -39,13 +40,6 @@ def establish(config):
 
 def temporaries(directory):
     return glob.glob(os.path.join(directory, ".consfig-*"))
-
-
-def wait_for(condition, seconds, what):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
-        time.sleep(0.01)
 
 
 def partly_written(directory, at_least=2_000_000):
@@ -68,7 +62,7 @@ def kill_sshd_only(server):
 
 
 def assert_left_as_it_was(target):
-    wait_for(lambda: not temporaries(str(target.parent)), 15, "the temporary is removed")
+    wait_until(lambda: not temporaries(str(target.parent)), 15, "the temporary to be removed")
     assert target.read_bytes() == ORIGINAL, "the original is intact"
 
 
@@ -95,7 +89,7 @@ def test_a_controller_killed_mid_upload_leaves_the_original(sshlab, tmp_path):
     controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, sshlab.config,
                                    str(target), str(BIG)])
     try:
-        wait_for(lambda: partly_written(str(target.parent)), 60, "the upload starts")
+        wait_until(lambda: partly_written(str(target.parent)), 60, "the upload to start")
     finally:
         controller.kill()
         controller.wait(10)
@@ -119,7 +113,7 @@ def test_an_ssh_session_killed_mid_upload_leaves_the_original(sshlab, tmp_path):
     writer = threading.Thread(target=upload, daemon=True)
     writer.start()
     try:
-        wait_for(lambda: partly_written(str(target.parent)), 60, "the upload starts")
+        wait_until(lambda: partly_written(str(target.parent)), 60, "the upload to start")
         kill_sshd_only(server)
         writer.join(30)
         assert failures, "the write failed"

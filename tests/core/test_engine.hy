@@ -7,7 +7,7 @@
 (import consfig *
         consfig.events [first-report?]
         pytest)
-(use-props consfig.props [file])
+(use-props consfig.props [cmd file])
 
 (setv applied [])
 
@@ -29,7 +29,7 @@
 
 (defprop buggy-desc :posix []
   "A site property with a bug in its :desc."
-  (:desc (no-such-function))
+  (:desc (no-such-function))  ; noqa: the bug
   (:apply (.append applied "buggy-desc")))
 
 (defprop unannounced-failing :posix []
@@ -39,7 +39,7 @@
 
 (defprop hostattrs-bug :posix []
   "A property with a bug in its :hostattrs."
-  (:hostattrs (push-hostattr "x" (undefined-helper)))
+  (:hostattrs (push-hostattr "x" (undefined-helper)))  ; noqa: the bug
   (:apply (.append applied "hostattrs-bug")))
 
 (defprop preprocess-fails :posix [x]
@@ -208,3 +208,17 @@
   (setv outcome (apply events (propapp (deploys :local nested-local.example))))
   (assert (= outcome.failures 1) (events.ends))
   (assert (= (messages events) ["apply broke"]) (messages events)))
+
+(defn test-a-failed-commands-reason-ends-with-its-last-lines [events]
+  (apply events (eseqprops (cmd.single "sh" "-c" "seq 1 100; exit 3")))
+  (setv [failure] (failures events)
+        lines (.splitlines (get failure "message")))
+  (assert (in "exit code 3" (get lines 0)) lines)
+  (assert (in "80 earlier lines not shown" (get lines 1)) lines)
+  (assert (= (.strip (get lines -1)) "100") lines)
+  (assert (< (len lines) 25) "not the whole output"))
+
+(defn test-commands-are-reported-as-they-run [events]
+  (apply events (eseqprops (cmd.single "echo" "it's here")))
+  (setv runs (lfor e events.events :if (= (.get e "stream") "run") (get e "text")))
+  (assert (= runs ["$ echo 'it'\"'\"'s here'"]) runs))

@@ -3,7 +3,7 @@
 (require consfig *)
 (import consfig *
         pytest)
-(use-props consfig.props [file os])
+(use-props consfig.props [os])
 
 (setv applied [])
 
@@ -105,5 +105,5 @@
 
 (defn test-host-redefined-outside-a-consfig-load-replaces-the-first []
   (defhost again.example {})
-  (defhost again.example {} (file.directory-exists "/tmp"))
+  (defhost again.example {} (pushes "k" "v"))
   (assert (= (len (. (find-host "again.example") propspec args)) 1) "second definition kept"))

@@ -10,7 +10,6 @@
         json
         typing
         pytest)
-(use-props consfig.props [file])
 
 (defprop typed-content :posix [#^ abs-path path #^ string content
                                * #^ file-mode [mode None] #^ boolean [secret False]]

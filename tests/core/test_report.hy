@@ -113,3 +113,20 @@
   (assert (= (lfor p parsed (get p "event")) ["start" "summary"]) parsed)
   (assert (= (get (get parsed 0) "desc") "a\nb") parsed)
   (assert (in "time" (get parsed 1)) parsed))
+
+(defn test-commands-as-they-run-are-shown-at-vv-only []
+  (setv events [(ev "output" 1 :text "$ apt-get update" :stream "run")])
+  (assert (not-in "apt-get" (render events :verbosity 1)) "not at -v")
+  (assert (in "$ apt-get update" (render events :verbosity 2)) "at -vv"))
+
+(defn test-the-live-line-shows-host-progress-current-property-and-elapsed-time []
+  (setv out (io.StringIO)
+        reporter (Reporter :console (Console :file out :width 200 :force-terminal True)))
+  (.expect reporter "h" 3)
+  (reporter (ev "start" 0 :desc "a"))
+  (reporter (ev "end" 0 :desc "a" :status "ok"))
+  (reporter (ev "start" 0 :desc "b is slow"))
+  (setv line (str (.__rich__ (hy.I.consfig/report._Progress reporter))))
+  (.close reporter)
+  (assert (.startswith line "h: 1/3 done; applying b is slow (") line)
+  (assert (.endswith line " s)") line))

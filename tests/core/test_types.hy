@@ -2,8 +2,7 @@
 ;; refuses the rest with a phrase a sysadmin can act on.
 
 (require consfig.types [defparamtype])
-(import consfig.types *
-        hy.models [Keyword])
+(import consfig.types *)
 
 (defn accepts [t #* values]
   (for [v values] (assert (.accepts t v) f"{t} should accept {(hy.repr v)}")))

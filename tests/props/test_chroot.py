@@ -17,8 +17,9 @@ from consfig.combinators import eseqprops
 from consfig.errors import ConsfigError
 from consfig.host import make_host, preprocess_host
 from consfig.property import propapp_type
-from consfig.props import apt, chroot, cmd, file, os as os_, service, timezone
+from consfig.props import apt, chroot, cmd, file, os as os_, timezone
 
+from harness import unavailable
 from proptest import (apply_twice, cache_dir, deploy_propspec, host_arch, host_mirror,
                       host_suite, in_chroot, statuses, this_os, unapply)
 
@@ -112,9 +113,9 @@ def test_a_directory_that_is_not_a_system_is_left_alone(tmp_path):
 @pytest.mark.chroot
 def test_os_bootstrapped_debootstraps_applies_and_unapply_removes(tmp_path_factory):
     if os.geteuid() != 0 or not host_suite():
-        pytest.skip("bootstrapping needs root on a Debian machine")
+        unavailable("bootstrapping needs root on a Debian machine")
     if not (os.path.exists("/usr/sbin/debootstrap") or os.path.exists("/usr/bin/mmdebstrap")):
-        pytest.skip("debootstrap is not installed (apt-get install debootstrap)")
+        unavailable("debootstrap is not installed (apt-get install debootstrap)")
     # debootstrap keeps the .debs it fetched in --cache-dir, so only the
     # first run on a machine downloads them; the bootstrap itself is real.
     debs = cache_dir() / f"debootstrap-{host_suite()}-{host_arch()}-debs"

@@ -1,9 +1,8 @@
 ;; cmd.single
 
 (require consfig *)
-(import consfig *
-        os
-        proptest [LOCAL apply-twice deploy-propspec in-chroot])
+(import os
+        proptest [LOCAL apply-twice deploy-propspec])
 (use-props consfig.props [cmd])
 
 (defn slurp [p] (with [f (open p)] (.read f)))

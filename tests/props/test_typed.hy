@@ -1,7 +1,6 @@
 ;; Every parameter of every library property has a type.
 
 (import importlib
-        inspect
         pathlib [Path]
         consfig.property [properties]
         consfig.types [annotation-type])

@@ -1,10 +1,8 @@
-"""What the :python hop's tests share: the properties they deploy and ways to
-compare event streams and look for leftover processes."""
+"""What the :python hop's tests share: the properties they deploy and a way to
+compare event streams."""
 
 import os
-import subprocess
 import sys
-import time
 
 import hy
 
@@ -39,15 +37,4 @@ def shape(events, d):
     """EVENTS with the directory D written as D, to compare runs in different places."""
     return [{k: (v.replace(str(d), "D") if isinstance(v, str) else v) for k, v in e.items()}
             for e in events]
-
-
-def no_leftover(marker, within=10):
-    """Whether no process whose command line has MARKER is left, waiting up
-    to WITHIN seconds for those being killed to go."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode != 0:
-            return True
-        time.sleep(0.1)
-    return False
 
