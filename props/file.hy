@@ -11,6 +11,7 @@ back as lone surrogates (Python's \"surrogateescape\") and are written back
 unchanged, as is every line the property has no business with."
 
 (require consfig.property [defprop])
+(import consfig.types *)
 (import difflib
         posixpath
         re
@@ -20,8 +21,41 @@ unchanged, as is every line the property has no business with."
         consfig.context [connection]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
-        consfig.errors [FailedChange]
-        consfig.host [inapplicable])
+        consfig.errors [FailedChange])
+
+;; Values that end up in a line-oriented file are single lines: a newline in
+;; a key or value would add lines (sections, settings) of its own, and make
+;; the file grow on every run.
+(setv lines (named "lines" (one-of text (list-of text))
+                   "text (one or more lines) or a list of such texts")
+      content (named "content" (one-of string byte-string (list-of line))
+                     "a string, a byte string, or a list of lines")
+      conf-key (matching "conf-key" "a config key (no whitespace, =, or leading #, ; or [)"
+                         r"[^\s=#;\[\]][^\s=]*")
+      conf-value (one-of line integer)
+      conf-pair (named "conf-pair" (one-of conf-value (dict-of conf-key conf-value))
+                       "a key or a value (one line each, or an integer), or a dict of them")
+      shell-pair (named "shell-pair" (one-of conf-value (dict-of shell-identifier conf-value))
+                        "a key or a value (one line each, or an integer), or a dict of them")
+      ini-key (matching "ini-key" "an INI key (one line, no =, not starting with #, ; or [)"
+                        r"[^\s=#;\[][^=\n\r\x00]*")
+      ini-triple (predicate "ini-triple"
+                            "a [section key value] triple (section a line or None, key an INI key, value a line)"
+                            (fn [t] (and (isinstance t #(list tuple)) (= (len t) 3)
+                                         (.accepts (optional (matching "section" "" r"[^\]\n\r\x00]+"))
+                                                   (get t 0))
+                                         (.accepts ini-key (get t 1))
+                                         (.accepts conf-value (get t 2))))))
+
+(defn pairs-problem [pairs key-type]
+  "What is wrong with PAIRS as alternating keys (of KEY-TYPE) and values, or
+one dict; None when nothing is."
+  (cond (and (= (len pairs) 1) (isinstance (get pairs 0) dict)) None
+        (% (len pairs) 2) f"expected alternating keys and values, got {(show (list pairs))}"
+        True (for [k (cut pairs 0 None 2)]
+               (when (not (.accepts key-type k))
+                 (return (+ "each key " (.explain key-type k))))))
+  None)
 
 (defn _lines [xs]
   "Lines given as strings (possibly several lines each) or lists of them."
@@ -125,7 +159,8 @@ PATH does not exist, unless CREATE."
       f"{(get xs 0)} does not exist"
       f"{(.join ", " xs)} do not exist"))
 
-(defprop has-content :posix [path content * [mode None] [secret False]]
+(defprop has-content :posix [#^ abs-path path #^ content content
+                              * #^ file-mode [mode None] #^ boolean [secret False]]
   "PATH has exactly CONTENT: a string (written as UTF-8), `bytes` (written
 as they are), or a list of lines (joined, with a final newline).  The file's
 mode and owner are kept, unless MODE is given.  With SECRET, no diff of the
@@ -134,7 +169,8 @@ content is ever reported."
   (:desc f"{path} has content")
   (:apply (update-file path (_text content) :mode mode :secret secret)))
 
-(defprop exists-with-content :posix [path content * [mode None] [secret False]]
+(defprop exists-with-content :posix [#^ abs-path path #^ content content
+                                      * #^ file-mode [mode None] #^ boolean [secret False]]
   "Like `has-content`, but unapplying deletes PATH rather than restoring what
 was there before: for files the deployment creates, not for files that came
 with the OS."
@@ -160,7 +196,7 @@ with the OS."
   (setv unwanted (set (_lines lines)))
   (map-file-lines path (fn [have] (lfor l have :if (not-in l unwanted) l))))
 
-(defprop contains-lines :posix [path #* lines]
+(defprop contains-lines :posix [#^ abs-path path #^ lines #* lines]
   "PATH contains each of LINES, appended at the end where missing.  Creates
 PATH if it does not exist.  Unapplying removes LINES."
   (:simulates True)
@@ -168,7 +204,7 @@ PATH if it does not exist.  Unapplying removes LINES."
   (:apply (add-lines path lines))
   (:unapply (remove-lines path lines)))
 
-(defprop lacks-lines :posix [path #* lines]
+(defprop lacks-lines :posix [#^ abs-path path #^ lines #* lines]
   "PATH has none of LINES.  Nothing to do if PATH does not exist.
 Unapplying appends LINES where missing, as `contains-lines` does."
   (:simulates True)
@@ -176,7 +212,7 @@ Unapplying appends LINES where missing, as `contains-lines` does."
   (:apply (remove-lines path lines))
   (:unapply (add-lines path lines)))
 
-(defprop lacks-lines-matching :posix [path #* patterns]
+(defprop lacks-lines-matching :posix [#^ abs-path path #^ regex #* patterns]
   "PATH has no line matching any of the regular expressions PATTERNS
 (Python syntax, searched anywhere in the line).  Nothing to do if PATH does
 not exist."
@@ -188,7 +224,7 @@ not exist."
                     (fn [have]
                       (lfor l have :if (not (any (gfor r regexes (.search r l)))) l)))))
 
-(defprop regex-replaced-lines :posix [path regex replacement]
+(defprop regex-replaced-lines :posix [#^ abs-path path #^ regex regex #^ line replacement]
   "Like `s/REGEX/REPLACEMENT/` on each line of PATH: the first match in
 each line is replaced.  Python syntax: `\\1` or `\\g<name>` in REPLACEMENT
 refer to groups.  Nothing to do if PATH does not exist.  Idempotent as long
@@ -199,7 +235,7 @@ as a replaced line no longer matches REGEX."
     (setv r (re.compile regex))
     (map-file-lines path (fn [have] (lfor l have (.sub r replacement l :count 1))))))
 
-(defprop has-mode :posix [path mode]
+(defprop has-mode :posix [#^ abs-path path #^ file-mode mode]
   "PATH has permission bits MODE (an integer, such as 0o644)."
   (:desc f"{path} has mode {(format mode "o")}")
   (:check (if (remote-exists? path)
@@ -220,22 +256,21 @@ as a replaced line no longer matches REGEX."
   (or (and (same? user u un) (same? group g gn))
       (Drift f"{path}: owner {un}:{gn} → {(or user un)}:{(or group gn)}")))
 
-(defprop has-ownership :posix [path * [user None] [group None]]
+(defprop has-ownership :posix [#^ abs-path path * #^ (one-of user-name id-number) [user None]
+                               #^ (one-of group-name id-number) [group None]]
   "PATH (a symlink itself, not what it points to) is owned by USER and/or
 GROUP: names or numeric ids."
   (:desc (+ f"{path} has"
             (if (is user None) "" f" owner {user}")
             (if (is group None) "" f" group {group}")))
-  (:hostattrs
-    (when (and (is user None) (is group None))
-      (inapplicable "file.has-ownership needs :user or :group")))
+  (:invariant (not (and (is user None) (is group None))) "needs :user or :group")
   (:check (_has-ownership? path user group))
   (:apply
     (if (is user None)
         (run "chgrp" "-h" "--" (str group) path)
         (run "chown" "-h" "--" (_owner-spec user group) path))))
 
-(defprop does-not-exist :posix [#* paths]
+(defprop does-not-exist :posix [#^ abs-path #* paths]
   "None of PATHS exists (files or symlinks; not directories)."
   (:desc (_plural paths))
   (:check (_none-exist paths "removed"))
@@ -245,7 +280,7 @@ GROUP: names or numeric ids."
   (setv there (lfor p paths :if (remote-exists? p) p))
   (or (not there) (Drift (+ (.join ", " there) f" would be {what}"))))
 
-(defprop directory-exists :posix [directory]
+(defprop directory-exists :posix [#^ abs-path directory]
   "DIRECTORY exists, with its parents."
   (:desc f"{directory} exists")
   (:check (or (run-ok? "test" "-d" directory)
@@ -262,7 +297,7 @@ GROUP: names or numeric ids."
         (raise (FailedChange f"{d} exists but is not a directory; not removing it")))
       (run "rm" "-rf" "--one-file-system" "--" d))))
 
-(defprop directory-does-not-exist :posix [#* directories]
+(defprop directory-does-not-exist :posix [#^ abs-path #* directories]
   "None of DIRECTORIES exists: each is removed with everything in it.  It
 is a failure if one of them is a file or a symlink."
   (:desc (_plural directories))
@@ -272,7 +307,7 @@ is a failure if one of them is a file or a symlink."
 (defn _parent [path]
   (or (posixpath.dirname (.rstrip path "/")) "."))
 
-(defprop containing-directory-exists :posix [path]
+(defprop containing-directory-exists :posix [#^ abs-path path]
   "The directory PATH is in exists, with its parents."
   (:desc f"Directory containing {path} exists")
   (:check (run-ok? "test" "-d" (_parent path)))
@@ -288,7 +323,7 @@ is a failure if one of them is a file or a symlink."
   ;; command substitution from dropping a target's trailing newlines.
   (run-ok? (Script "[ \"$(readlink -n -- \"$1\" && echo .)\" = \"$2.\" ]" path target)))
 
-(defprop symlinked :posix [* from_ to]
+(defprop symlinked :posix [* #^ abs-path from_ #^ path to]
   "FROM is a symbolic link to TO.  A link pointing elsewhere is replaced;
 anything else at FROM is a failure.  Unapplying removes the link."
   (:desc f"{from_} is a symlink to {to}")
@@ -304,7 +339,7 @@ anything else at FROM is a failure.  Unapplying removes the link."
     (run "ln" "-sfT" "--" to from_))
   (:unapply (run "rm" "-f" "--" from_)))
 
-(defprop is-copy-of :posix [dest source]
+(defprop is-copy-of :posix [#^ abs-path dest #^ abs-path source]
   "DEST is a copy of SOURCE, a file on the target (a symlink's target is
 copied).  The copy is made beside DEST and renamed over it, keeping SOURCE's
 mode, ownership and times."
@@ -408,19 +443,21 @@ lines and the pairs no line took."
 `(None, key) → value`) set as `contains-conf-space` sets them."
   (_simple-conf-text old wanted _SPACE-KV _space-kv _strip-eq))
 
-(defprop contains-conf-space :posix [path #* pairs]
+(defprop contains-conf-space :posix [#^ abs-path path #^ conf-pair #* pairs]
   "PATH, a config file of `key value` lines without sections, sets each key
 of PAIRS (alternating keys and values, or a dict) to its value.  The first
 line for a key is set — an uncommented one, else a commented-out one, which
 is uncommented — and any other line setting it is commented out; keys with
 no line are appended."
   (:simulates True)
+  (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
   (:desc f"{path} has {(describe-pairs pairs " ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) _SPACE-KV _space-kv _strip-eq)))
 
-(defprop contains-conf-equals :posix [path #* pairs]
+(defprop contains-conf-equals :posix [#^ abs-path path #^ conf-pair #* pairs]
   "Like `contains-conf-space`, for a config file of `key = value` lines."
   (:simulates True)
+  (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
   (:desc f"{path} has {(describe-pairs pairs " = ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$")
                                (fn [k v sep] (+ k (or sep " = ") v)) _strip-eq)))
@@ -429,11 +466,12 @@ no line are appended."
   (try (= (shlex.split raw :comments True) [v])
        (except [ValueError] False)))
 
-(defprop contains-conf-shell :posix [path #* pairs]
+(defprop contains-conf-shell :posix [#^ abs-path path #^ shell-pair #* pairs]
   "Like `contains-conf-space`, for a shell fragment of `KEY=value` lines
 such as those in /etc/default.  Values are quoted for the shell as needed; a
 line whose value already means the same (`KEY=\"x\"` for x) is left alone."
   (:simulates True)
+  (:invariant (not (pairs-problem pairs shell-identifier)) (pairs-problem pairs shell-identifier))
   (:desc f"{path} has {(describe-pairs pairs "=")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([A-Za-z_][A-Za-z0-9_]*)(=)(.*?)\s*$")
                                (fn [k v sep] f"{k}={(shlex.quote v)}") _shell-same?)))
@@ -478,7 +516,7 @@ line whose value already means the same (`KEY=\"x\"` for x) is left alone."
             (setv (cut out end end) new))))
   out)
 
-(defprop contains-ini-settings :posix [path #* triples]
+(defprop contains-ini-settings :posix [#^ abs-path path #^ ini-triple #* triples]
   "PATH, an INI file, sets each `[section key value]` of TRIPLES.  As with
 `contains-conf-space`, the first line for the key in its section is set (an
 uncommented one, else a commented-out one, uncommented) and others for it
@@ -497,5 +535,5 @@ section is appended.  A section of None means the keys before any section."
                   contains-conf-space contains-conf-equals contains-conf-shell
                   contains-ini-settings update-file map-file-lines read-bytes read-text
                   content->bytes add-lines conf-space-text conf-pairs
-                  describe-pairs
+                  describe-pairs pairs-problem conf-key conf-value conf-pair
                   remove-lines])

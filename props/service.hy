@@ -15,7 +15,12 @@ packages installed meanwhile do not start theirs either."
         consfig.context [connection]
         consfig.engine [apply-sequence inform]
         consfig.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
-        consfig.host [push-hostattr get-hostattr])
+        consfig.host [push-hostattr get-hostattr]
+        consfig.types *)
+
+(setv service-name (matching "service-name"
+                             "a service name (letters, digits, _ . @ : and -, not starting with -)"
+                             r"[A-Za-z0-9_][A-Za-z0-9_.@:-]*"))
 
 (setv POLICY-RC-D-CONTENT FORBID-ALL)
 
@@ -65,7 +70,7 @@ failed — unless something inside replaced ours with a file of its own."
           (when backup
             (run "rm" "-f" "--" backup))))))
 
-(defprop without-starting-services :posix [#* propapps]
+(defprop without-starting-services :posix [#^ propspec #* propapps]
   "Apply PROPAPPS (in order, stopping at the first failure) without starting
 any service: for chroots and images.  Service properties do nothing inside,
 and /usr/sbin/policy-rc.d forbids package scripts to start daemons for the
@@ -87,7 +92,7 @@ or an image that is never booted as it is.  This owns policy-rc.d outright."
 (defn _service [name action]
   (run "service" name action :timeout 300))
 
-(defprop running :posix [service]
+(defprop running :posix [#^ service-name service]
   "SERVICE is running, as service(8) sees it: started unless its status
 says it is running already."
   (:desc f"Service {service} running")
@@ -98,7 +103,7 @@ says it is running already."
         (skip-for-no-services f"starting {service}")
         (_service service "start"))))
 
-(defprop restarted :posix [service]
+(defprop restarted :posix [#^ service-name service]
   "Restart SERVICE with service(8); always a change (use it after `on-change`)."
   (:desc f"Service {service} restarted")
   (:apply
@@ -106,7 +111,7 @@ says it is running already."
         (skip-for-no-services f"restarting {service}")
         (_service service "restart"))))
 
-(defprop reloaded :posix [service]
+(defprop reloaded :posix [#^ service-name service]
   "Reload SERVICE's configuration with service(8); always a change."
   (:desc f"Service {service} reloaded")
   (:apply

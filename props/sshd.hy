@@ -10,12 +10,18 @@ configuration fails the property and the file stays as it was."
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
-                            read-text content->bytes]
-        consfig.props.service :as service)
+                            read-text content->bytes pairs-problem conf-pair]
+        consfig.props.service :as service
+        consfig.types *)
+
+;; Keywords and values are lines of sshd_config: a newline would add
+;; settings of its own (`PermitRootLogin yes`), which `sshd -t` accepts.
+(setv sshd-keyword (matching "sshd-keyword" "an sshd_config keyword (letters and digits)"
+                             r"[A-Za-z][A-Za-z0-9]*"))
 
 (setv CONFIG "/etc/ssh/sshd_config")
 
-(defproplist installed []
+(defproplist installed :posix []
   "The OpenSSH server is installed."
   (:desc "OpenSSH server installed")
   (apt.installed "openssh-server"))
@@ -35,12 +41,13 @@ complaint when it is not valid."
                               (.strip (+ r.stdout r.stderr))))))
     (finally (run "rm" "-f" "--" tmp))))
 
-(defprop configured :posix [#* pairs]
+(defprop configured :posix [#^ conf-pair #* pairs]
   "sshd_config sets each keyword of PAIRS (alternating keywords and values,
 or a dict) to its value, as `file.contains-conf-space` does.  The new file is
 validated with `sshd -t` before it replaces the old, and sshd reloads it
 afterwards (where services run).  sshd takes the first value it reads for a
 keyword, so a file in sshd_config.d that sets the same one overrides this."
+  (:invariant (not (pairs-problem pairs sshd-keyword)) (pairs-problem pairs sshd-keyword))
   (:desc f"sshd configured: {(describe-pairs pairs " ")}")
   (:apply
     (setv old (read-text CONFIG))
@@ -57,7 +64,7 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
                           :check False :timeout 120))
             None))))
 
-(defproplist no-passwords []
+(defproplist no-passwords :posix []
   "sshd accepts no passwords: keys only."
   (:desc "sshd accepts no passwords")
   (configured "PasswordAuthentication" "no" "KbdInteractiveAuthentication" "no"))
