@@ -6,7 +6,7 @@ code it needs (once: the target caches it) and the preprocessed host, and
 feeds the events the target streams back to the controller's sink.  Hops
 after it (`[:ssh :python :sudo]`) are established on the target, which
 starts a further Python through them.  See `consfig.remote` for the
-protocol and docs/python-hop.md for the whole story.
+controller's side of the protocol and docs/python-hop.md for the whole story.
 
   :interpreter   the Python to run, a name looked up in PATH or a path
                  (default \"python3\"); it must be 3.9 or later
@@ -49,8 +49,8 @@ fi")
 
 (defclass PythonConnection [Connection]
   "The end of a chain whose target runs a Python of consfig's own.  Nothing
-starts until `apply-remotely`: the host is sent along with the start, so
-that a deployment costs one exchange of messages, not several."
+starts until `apply-host`: the host is sent along with the start, so that a
+deployment costs one exchange of messages, not several."
   (setv python? True
         hop-name "python")
 
@@ -75,7 +75,7 @@ that a deployment costs one exchange of messages, not several."
   (defn describe [self]
     (if self.interpreter f"python({self.interpreter})" "python"))
 
-  (defn apply-remotely [self host sink * [unapply False] [verbosity 0]]
+  (defn apply-host [self host sink * [unapply False] [verbosity 0]]
     "Apply the preprocessed HOST on the target, feeding its events to SINK;
 return the `Outcome`."
     (apply-remotely self.upstream host sink

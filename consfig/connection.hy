@@ -190,6 +190,13 @@ where a shell will read it; a missing program shows as exit code 127."
              (+ f"hop :{self.hop-name} cannot start a streaming process ({self.where}), "
                 "which a :python hop after it needs"))))
 
+  (defn apply-host [self host sink * [unapply False] [verbosity 0]]
+    "Apply the preprocessed HOST at the far end of this connection, feeding
+its events to SINK, and return the `Outcome`; or return None, as here, to
+have the deployment apply it in this process through this connection.  A
+`:python` hop's connection overrides this: its target applies the host."
+    None)
+
   (defn close [self]
     "Tear the hop down.  Closing an upstream is its owner's business."
     None))

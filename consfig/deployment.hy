@@ -53,8 +53,7 @@ propspec's arguments, every :hostattrs — is checked before connecting."
     (try
       (setv conns (establish-chain parsed)
             target (get conns -1))
-      (if (hasattr target "apply_remotely")
-          (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity)
+      (or (.apply-host target prepared sink :unapply unapply :verbosity verbosity)
           (apply-host prepared target sink :unapply unapply))
       (finally
         (close-chain conns)
@@ -136,9 +135,9 @@ connection, as part of the current deployment; return its result."
     (try
       (setv conns (establish-chain parsed (connection))
             target (get conns -1))
-      (if (hasattr target "apply_remotely")
-          (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply))
-              ;; Its failures were reported as they happened, nested here.
+      (setv outcome (.apply-host target prepared (_forwarding-sink) :unapply unapply))
+      (if outcome
+          (do ;; Its failures were reported as they happened, nested here.
               (when outcome.failures
                 (setv e (FailedChange f"deploying {prepared.hostname} failed")
                       e.reported True)

@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from remote_helpers import (deploy, has_content, mixed_host, no_leftover,  # noqa: E402
                             rp, seqprops, shape, single)
 
+import consfig.bundle as bundle  # noqa: E402
 import consfig.remote as remote  # noqa: E402
 from consfig.errors import ConnectionFailed, ConsfigError  # noqa: E402
 from consfig.host import Host  # noqa: E402
@@ -100,7 +101,7 @@ def test_old_bundles_are_pruned(tmp_path):
         d = tmp_path / f"b{i}"
         d.mkdir()
         os.utime(d, (time.time() - age, time.time() - age))
-    remote.prune_bundles(str(tmp_path), str(tmp_path / "b4"))
+    bundle.prune_bundles(str(tmp_path), str(tmp_path / "b4"))
     assert sorted(os.listdir(tmp_path)) == ["b0", "b1", "b4"]
 
 

@@ -1,0 +1,161 @@
+"The target's side of a `:python` hop: the serve loop.
+
+The bootstrap (`consfig/boot.py`) calls `serve` once the bundle is on
+`sys.path`.  It waits for the `apply` message, applies the host over a
+`LocalConnection` (or over the hops after `:python`, ending in a further
+Python), and streams the engine's events back in frames from a writer
+thread that also sends a tick while nothing else happens.  If the
+controller goes away (end of input), everything started here is killed and
+the process exits at once.
+
+Nothing here imports fabric, paramiko or rich: none of them is on a target."
+
+(import os
+        queue
+        signal
+        sys
+        threading
+        traceback
+        consfig.boot [write-manifest file-sizes MANIFEST]
+        consfig.bundle [prune-bundles running-from]
+        consfig.errors [ConsfigError]
+        consfig.frames [frame read-frame])
+
+(setv HEARTBEAT 5)
+(setv _finished (threading.Event))
+
+(defn _die [[code 1]]
+  ;; The controller is gone: whatever we started must go too, now.
+  (when (not (.is-set _finished))
+    (import consfig.connections.local [kill-running])
+    (kill-running)
+    (os._exit code)))
+
+(defclass _Writer []
+  "Sends frames to the controller from a thread of its own, so that the
+engine never waits on the connection, events go out in batches when they
+come fast and at once when they come slowly, and a tick goes out when
+nothing has happened for a while."
+  (defn __init__ [self stream]
+    (setv self.stream stream
+          self.queue (queue.SimpleQueue)
+          self.thread (threading.Thread :target self._loop :daemon True :name "consfig-writer"))
+    (.start self.thread))
+
+  (defn event [self event] (.put self.queue event))
+  (defn message [self msg] (.put self.queue #(msg)))
+
+  (defn close [self]
+    (.put self.queue None)
+    (.join self.thread 60))
+
+  (defn _next-items [self]
+    ;; Whatever is ready, or a tick after HEARTBEAT seconds of nothing.
+    (try (setv items [(.get self.queue :timeout HEARTBEAT)])
+         (except [queue.Empty] (setv items [#({"op" "tick"})])))
+    (try (while True (.append items (.get-nowait self.queue)))
+         (except [queue.Empty] None))
+    items)
+
+  (defn _loop [self]
+    (while True
+      (setv events [] out [] end False)
+      (for [i (self._next-items)]
+        (cond (is i None) (setv end True)
+              (isinstance i tuple)
+              (do (when events (.append out (frame {"op" "events" "events" events})))
+                  (setv events [])
+                  (.append out (frame (get i 0))))
+              True (.append events i)))
+      (when events (.append out (frame {"op" "events" "events" events})))
+      (try
+        (.write self.stream (.join b"" out))
+        (.flush self.stream)
+        (except [OSError] (_die)))
+      (when end (return)))))
+
+(defn _watch-controller [stream]
+  ;; The controller says nothing more once it has sent what to apply; end of
+  ;; file on stdin means it, or the connection, has gone away.
+  (while (is-not (read-frame stream) None))
+  (_die))
+
+(defn _next-apply [stream pending]
+  (for [m pending]
+    (when (= (get m "op") "apply") (return m)))
+  (while True
+    (setv m (read-frame stream))
+    (when (is m None) (_die 3))
+    (when (= (get m "op") "apply") (return m))))
+
+(defn _apply-here [host msg sink]
+  (import consfig.connection [establish-chain close-chain]
+          consfig.connections.local [LocalConnection]
+          consfig.engine [apply-host]
+          consfig.propspec [data->propspec])
+  (setv unapply (.get msg "unapply" False)
+        chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
+  (when (not chain)
+    (return (apply-host host (LocalConnection) sink :unapply unapply)))
+  ;; Hops after :python (sudo, su, …) lead to a further Python, started
+  ;; from this bundle as the hop's user sees it.
+  (when (!= (get (get chain -1) 0) "python")
+    (.append chain #("python" {"interpreter" sys.executable})))
+  (setv conns (establish-chain chain))
+  (try
+    (.apply-host (get conns -1) host sink :unapply unapply
+                 :verbosity (.get msg "verbosity" 0))
+    (finally (close-chain conns))))
+
+(defn _error-message [e]
+  {"op" "error"
+   "type" (. (type e) __name__)
+   "message" (if (isinstance e ConsfigError) (str e) f"{(. (type e) __name__)}: {e}")
+   "traceback" (traceback.format-exc)})
+
+(defn _tidy-cache [bundle-dir new]
+  ;; Bytecode made during this run joins the manifest, so that it too is
+  ;; checked next time; a new bundle makes the older ones candidates for
+  ;; pruning.
+  (try
+    (import json)
+    (with [f (open (os.path.join bundle-dir MANIFEST))]
+      (setv known (json.load f)))
+    (when (!= known (file-sizes bundle-dir))
+      (write-manifest bundle-dir))
+    (when new
+      (prune-bundles (os.path.dirname bundle-dir) bundle-dir))
+    (except [#(OSError ValueError)] None)))
+
+(defn serve [in out pending bundle-dir new]
+  "The target's main loop, called by the bootstrap once the bundle is in
+BUNDLE-DIR (NEW if it was just unpacked): apply the host the controller
+sends, reading frames from IN (PENDING: those the bootstrap read already),
+and stream the events back to OUT."
+  (running-from bundle-dir)
+  ;; After the bundle, so that nothing installed on the target shadows it,
+  ;; but there for :python properties that use the target's own libraries.
+  (import site)
+  (.extend sys.path (gfor p (.getsitepackages site) :if (os.path.isdir p) p))
+  (setv msg (_next-apply in pending)
+        writer (_Writer out))
+  (for [s [signal.SIGTERM signal.SIGHUP]]
+    (signal.signal s (fn [#* _] (_die))))
+  (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
+                            :name "consfig-watcher"))
+  (import consfig.host [Host])
+  (try
+    (setv host (Host.<-data (get msg "host"))
+          outcome (_apply-here host msg writer.event))
+    (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
+    (except [e Exception]
+      (.message writer (_error-message e))))
+  (.set _finished)
+  (.close writer)
+  (_tidy-cache bundle-dir new)
+  ;; Not a normal exit: that would wait for the thread still reading stdin
+  ;; (and then fail to take its lock), which is both slow and noisy.
+  (.flush sys.stderr)
+  (os._exit 0))
+
+(export :objects [serve HEARTBEAT])
