@@ -158,7 +158,7 @@ has exited or WAIT seconds have passed."
   (+= (get stats "sessions") 1)
   (Session process))
 
-(defn _send-host [session bundle host chain unapply verbosity]
+(defn _send-host [session bundle host chain unapply verbosity command-timeout]
   ;; All at once: the target reads the apply message once it is ready.
   (import consfig.propspec [propspec->data])
   (.send session {"op" "hello" "protocol" PROTOCOL "bundle" bundle.hash})
@@ -166,6 +166,7 @@ has exited or WAIT seconds have passed."
                   "host" (.->data host)
                   "unapply" unapply
                   "verbosity" verbosity
+                  "command-timeout" command-timeout
                   "chain" (lfor [n kw] chain [n (propspec->data kw)])}))
 
 (defn _check-hello [hello session interpreter name where]
@@ -238,17 +239,19 @@ has exited or WAIT seconds have passed."
 
 (defn apply-remotely [upstream host sink * [interpreter "python3"] [chain #()]
                       [unapply False] [verbosity 0] [timeout 60] [modules #()]
-                      [where None]]
+                      [command-timeout None] [where None]]
   "Apply the preprocessed HOST in a Python started through UPSTREAM, passing
 each event to SINK as it arrives, and return an `Outcome`.  CHAIN (parsed
 hops) is established on the target first.  TIMEOUT is how many seconds the
-target may stay silent before the deployment is given up."
+target may stay silent before the deployment is given up; COMMAND-TIMEOUT,
+the seconds after which a command the target runs is stopped, when the
+command gives none."
   (setv where (or where upstream.where)
         name host.hostname
         bundle (bundle-for host.propspec modules)
         session (_start upstream interpreter name where))
   (try
-    (_send-host session bundle host chain unapply verbosity)
+    (_send-host session bundle host chain unapply verbosity command-timeout)
     (setv hello (_receive session timeout name where "start"))
     (_check-hello hello session interpreter name where)
     (_converse session bundle hello sink name where timeout verbosity)

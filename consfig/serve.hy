@@ -18,6 +18,7 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         traceback
         consfig.boot [write-manifest file-sizes MANIFEST]
         consfig.bundle [prune-bundles running-from]
+        consfig.connections.local [LocalConnection kill-running]
         consfig.errors [ConsfigError]
         consfig.frames [frame read-frame])
 
@@ -27,7 +28,6 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
 (defn _die [[code 1]]
   ;; The controller is gone: whatever we started must go too, now.
   (when (not (.is-set _finished))
-    (import consfig.connections.local [kill-running])
     (kill-running)
     (os._exit code)))
 
@@ -88,20 +88,31 @@ nothing has happened for a while."
     (when (is m None) (_die 3))
     (when (= (get m "op") "apply") (return m))))
 
+(defclass _TargetConnection [LocalConnection]
+  "The target's own connection: a `LocalConnection` whose commands are
+stopped after COMMAND-TIMEOUT seconds (the chain's :command-timeout) when
+they give no timeout of their own."
+  (defn __init__ [self command-timeout]
+    (.__init__ (super))
+    (setv self.command-timeout command-timeout))
+
+  (defn _run-script [self script input timeout]
+    (._run-script (super) script input (or timeout self.command-timeout))))
+
 (defn _apply-here [host msg sink]
   (import consfig.connection [establish-chain close-chain]
-          consfig.connections.local [LocalConnection]
           consfig.engine [apply-host]
           consfig.propspec [data->propspec])
   (setv unapply (.get msg "unapply" False)
+        here (_TargetConnection (.get msg "command-timeout"))
         chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
   (when (not chain)
-    (return (apply-host host (LocalConnection) sink :unapply unapply)))
+    (return (apply-host host here sink :unapply unapply)))
   ;; Hops after :python (sudo, su, …) lead to a further Python, started
   ;; from this bundle as the hop's user sees it.
   (when (!= (get (get chain -1) 0) "python")
     (.append chain #("python" {"interpreter" sys.executable})))
-  (setv conns (establish-chain chain))
+  (setv conns (establish-chain chain here))
   (try
     (.apply-host (get conns -1) host sink :unapply unapply
                  :verbosity (.get msg "verbosity" 0))
