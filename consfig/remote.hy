@@ -54,6 +54,10 @@ bundle is made by `consfig.bundle`."
       (setv _bootstrap (_minify (.read f)))))
   _bootstrap)
 
+;; The target's frames are a few MiB at most (events are bounded there);
+;; anything much larger is not a frame of ours.
+(setv FRAME-LIMIT (* 64 1024 1024))
+
 ;; Counters, for tests and the benchmark: what this controller sent.
 (setv stats {"sessions" 0 "bundles-sent" 0 "bundle-bytes" 0 "bytes-sent" 0})
 
@@ -62,6 +66,7 @@ bundle is made by `consfig.bundle`."
 on threads of their own, so that every wait here has a timeout."
   (defn __init__ [self process]
     (setv self.process process
+          self.last-heard (time.monotonic)
           self.inbox (queue.SimpleQueue)
           self.outbox (queue.SimpleQueue)
           self.stderr-tail (bytearray))
@@ -71,10 +76,14 @@ on threads of their own, so that every wait here has a timeout."
                                                :name f"consfig-{name}")))
     (for [t self.threads] (.start t)))
 
+  (defn _heard [self]
+    (setv self.last-heard (time.monotonic)))
+
   (defn _read [self]
     (try
       (while True
-        (setv m (read-frame self.process.stdout))
+        (setv m (read-frame self.process.stdout :progress self._heard :limit FRAME-LIMIT))
+        (self._heard)
         (.put self.inbox m)
         (when (is m None) (return)))
       (except [Exception]
@@ -108,8 +117,15 @@ on threads of their own, so that every wait here has a timeout."
     (.put self.outbox (frame msg payload)))
 
   (defn receive [self timeout]
-    "The next message; None at end of file; `queue.Empty` after TIMEOUT s."
-    (.get self.inbox :timeout timeout))
+    "The next message; None at end of file; `queue.Empty` once nothing at
+all, not even part of a message, has come for TIMEOUT s."
+    (self._heard)
+    (while True
+      (try (return (.get self.inbox :timeout (max 0.01 (- (+ self.last-heard timeout)
+                                                          (time.monotonic)))))
+           (except [queue.Empty]
+             (when (>= (- (time.monotonic) self.last-heard) timeout)
+               (raise))))))
 
   (defn stderr-text [self [wait 1]]
     "What the target wrote on its standard error (the last 16 KiB), once it

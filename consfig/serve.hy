@@ -20,9 +20,10 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         consfig.bundle [prune-bundles running-from]
         consfig.connections.local [LocalConnection kill-running]
         consfig.errors [ConsfigError]
-        consfig.frames [frame read-frame])
+        consfig.frames [bounded frame read-frame])
 
 (setv HEARTBEAT 5)
+(setv FRAME-BUDGET (* 1024 1024))
 (setv _finished (threading.Event))
 
 (defn _die [[code 1]]
@@ -57,22 +58,37 @@ nothing has happened for a while."
          (except [queue.Empty] None))
     items)
 
+  (defn _frames [self items]
+    ;; Events in order, as few frames as will each stay under FRAME-BUDGET
+    ;; bytes; a message other than events in a frame of its own.  Each
+    ;; event's text is bounded first, so that a command that printed 100 MB
+    ;; costs the controller no more than one that printed 64 KiB.
+    (setv events [] size 0)
+    (for [i items]
+      (cond (is i None) None
+            (isinstance i tuple)
+            (do (when events (yield (frame {"op" "events" "events" events})))
+                (setv events [] size 0)
+                (yield (frame (get i 0))))
+            True
+            (do (setv event (dfor [k v] (.items i) k (if (isinstance v str) (bounded v) v))
+                      n (sum (gfor v (.values event) :if (isinstance v str) (len v))))
+                (when (and events (> (+ size n) FRAME-BUDGET))
+                  (yield (frame {"op" "events" "events" events}))
+                  (setv events [] size 0))
+                (.append events event)
+                (+= size n))))
+    (when events (yield (frame {"op" "events" "events" events}))))
+
   (defn _loop [self]
     (while True
-      (setv events [] out [] end False)
-      (for [i (self._next-items)]
-        (cond (is i None) (setv end True)
-              (isinstance i tuple)
-              (do (when events (.append out (frame {"op" "events" "events" events})))
-                  (setv events [])
-                  (.append out (frame (get i 0))))
-              True (.append events i)))
-      (when events (.append out (frame {"op" "events" "events" events})))
+      (setv items (self._next-items))
       (try
-        (.write self.stream (.join b"" out))
+        (for [f (self._frames items)]
+          (.write self.stream f))
         (.flush self.stream)
         (except [OSError] (_die)))
-      (when end (return)))))
+      (when (in None items) (return)))))
 
 (defn _watch-controller [stream]
   ;; The controller says nothing more once it has sent what to apply; end of
