@@ -119,17 +119,17 @@ def measure_python(chain, n, runs):
 
 def count_round_trips(chain, n):
     calls = [0]
-    original = SSHConnection._run_script
+    original = SSHConnection.run_script
 
     def counting(self, *args):
         calls[0] += 1
         return original(self, *args)
 
-    SSHConnection._run_script = counting
+    SSHConnection.run_script = counting
     try:
         timed(chain, w1(n), "no-change")
     finally:
-        SSHConnection._run_script = original
+        SSHConnection.run_script = original
     return calls[0]
 
 

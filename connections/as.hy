@@ -6,10 +6,10 @@ the script runs with USER's HOME, as `sudo -H` would.  The connection it
 makes is the sudo or su hop's own, so scripts and streaming processes (for a
 `:python` hop after it) run exactly as they would there."
 
-(import consfig.connection [Hop]
-        consfig.connections.sudo [SudoConnection sudo-without-password?]
+(import consfig.connections.sudo [SudoConnection sudo-without-password?]
         consfig.connections.su [SuConnection su-probe]
-        consfig.errors [ConnectionFailed])
+        consfig.errors [ConnectionFailed]
+        consfig.hop [Hop STRING])
 
 (defn establish [upstream * user]
   (cond
@@ -20,6 +20,6 @@ makes is the sudo or su hop's own, so scripts and streaming processes (for a
                      "  Use [:sudo :user … :from \"user@host\"] to give sudo a password.")
                   upstream.where))))
 
-(setv HOP (Hop "as" ["user"] establish))
+(setv HOP (Hop "as" {"user" STRING} establish :required ["user"]))
 
 (export :objects [HOP])

@@ -9,8 +9,8 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
 
 (import posixpath
         shlex
-        consfig.connection [Connection Hop]
-        consfig.errors [ConnectionFailed CommandFailed])
+        consfig.errors [ConnectionFailed CommandFailed]
+        consfig.hop [Connection Hop Script ABSOLUTE-PATH PROBE-TIMEOUT])
 
 ;; Mounted in this order, unmounted in the reverse one.  /dev is a bind mount
 ;; rather than a fresh devtmpfs so that it works inside containers, whose /dev
@@ -20,8 +20,6 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
        ["sys" ["-t" "sysfs" "-o" "nosuid,noexec,nodev,ro" "sysfs"]]
        ["dev" ["--bind" "/dev"]]
        ["dev/pts" ["--bind" "/dev/pts"]]])
-
-(setv MOUNT-TIMEOUT 60)
 
 (defclass ChrootConnection [Connection]
   "Scripts run by `chroot INTO /bin/sh -c` on the upstream connection."
@@ -34,8 +32,8 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
 
   (defn describe [self] f"chroot:{self.into}")
 
-  (defn _run-script [self script input timeout]
-    (._run-script self.upstream
+  (defn run-script [self script input timeout]
+    (.run-script self.upstream
                   (shlex.join ["exec" "chroot" self.into "/bin/sh" "-c" script])
                   input timeout))
 
@@ -46,15 +44,14 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
   (defn _mount-all [self]
     (for [[target args] CHROOT-MOUNTS]
       (setv point (posixpath.join self.into target)
-            q (shlex.quote point)
             ;; A symlink in the chroot could point anywhere on the host: never
             ;; mount through one.  A missing directory means a chroot not made
             ;; for booting; it does without that filesystem.
             r (.run self.upstream
-                    (+ f"if [ -d {q} ] && [ ! -L {q} ] && ! mountpoint -q {q}; then "
-                       (shlex.join ["mount" #* args point])
-                       " && echo mounted; fi")
-                    :timeout MOUNT-TIMEOUT))
+                    (Script (+ "p=$1; shift; if [ -d \"$p\" ] && [ ! -L \"$p\" ] && "
+                               "! mountpoint -q \"$p\"; then mount \"$@\" \"$p\" && echo mounted; fi")
+                            point #* args)
+                    :timeout PROBE-TIMEOUT))
       (when (= (.strip r.stdout) "mounted")
         (.append self.mounted point))))
 
@@ -64,9 +61,8 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
     (setv failures [])
     (while self.mounted
       (setv point (.pop self.mounted)
-            q (shlex.quote point)
-            r (.run self.upstream f"umount -- {q} || umount -l -- {q}"
-                    :timeout MOUNT-TIMEOUT :check False))
+            r (.run self.upstream (Script "umount -- \"$1\" || umount -l -- \"$1\"" point)
+                    :timeout PROBE-TIMEOUT :check False))
       (when (not r.ok?)
         (.append failures f"{point}: {(.strip r.stderr)}")))
     (when failures
@@ -74,15 +70,11 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
                                self.where)))))
 
 (defn establish [upstream * into]
-  (when (not (and (isinstance into str) (posixpath.isabs into)))
-    (raise (ConnectionFailed f":chroot :into wants an absolute directory, not {(hy.repr into)}"
-                             upstream.where)))
-  (setv into (.rstrip (posixpath.normpath into) "/")
-        conn (ChrootConnection upstream into)
-        q (shlex.quote into)
-        probe (.run upstream (+ f"test -d {q} || {{ echo 'no such directory' >&2; exit 1; }}; "
-                                f"exec chroot {q} /bin/sh -c :")
-                    :check False :timeout MOUNT-TIMEOUT))
+  (setv conn (ChrootConnection upstream into)
+        probe (.run upstream (Script (+ "test -d \"$1\" || { echo 'no such directory' >&2; exit 1; }; "
+                                        "exec chroot \"$1\" /bin/sh -c :")
+                                     into)
+                    :check False :timeout PROBE-TIMEOUT))
   (when (not probe.ok?)
     (raise (ConnectionFailed (+ f"cannot chroot into {into}: "
                                 (or (.strip (+ probe.stderr probe.stdout))
@@ -96,6 +88,6 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
                                upstream.where) :from e)))
   conn)
 
-(setv HOP (Hop "chroot" ["into"] establish))
+(setv HOP (Hop "chroot" {"into" ABSOLUTE-PATH} establish :required ["into"]))
 
 (export :objects [ChrootConnection HOP])

@@ -4,13 +4,17 @@ It is the first link of every chain, and the connection a target uses after a
 `:python` hop, so it is the hot path: files are read and written with system
 calls rather than by running `cat`."
 
-(import os
+(import glob
+        os
         os.path
         signal
+        stat
         subprocess
         tempfile
-        consfig.connection [Connection Hop]
-        consfig.errors [CommandTimedOut])
+        time
+        consfig.errors [CommandTimedOut]
+        consfig.hop [Connection Hop STALE-MINUTES check-path]
+        consfig.util [bytes->text])
 
 (defn _kill-group [proc [grace 1]]
   ;; TERM first: sudo passes TERM on to the command it runs as root, but a
@@ -62,7 +66,7 @@ calls rather than by running `cat`."
   (setv python? True
         hop-name "local")
 
-  (defn _run-script [self script input timeout]
+  (defn run-script [self script input timeout]
     ;; subprocess.run would kill only the shell on a timeout, and then wait
     ;; forever for a grandchild (`sleep`, say) that still holds the pipes
     ;; open; a session of its own lets the whole group go at once.
@@ -77,8 +81,8 @@ calls rather than by running `cat`."
         (except [subprocess.TimeoutExpired]
           (_kill-group proc)
           (setv #(out err) (.communicate proc))
-          (raise (CommandTimedOut script timeout (.decode out "utf-8" "replace")
-                                  (.decode err "utf-8" "replace") self.where)))
+          (raise (CommandTimedOut script timeout (bytes->text out) (bytes->text err)
+                                  self.where)))
         (except [BaseException]
           (_kill-group proc)
           (raise))
@@ -89,16 +93,20 @@ calls rather than by running `cat`."
     (LocalProcess argv))
 
   (defn read-file [self path]
+    (check-path path)
     (with [f (open path "rb")] (.read f)))
 
   (defn exists? [self path]
+    (check-path path)
     (os.path.lexists path))
 
   (defn write-file [self path content * [mode None] [owner None] [group None]]
+    (check-path path)
     (setv directory (or (os.path.dirname path) ".")
           old (try (os.stat path) (except [FileNotFoundError] None)))
     (when (not (os.path.isdir directory))
       (raise (FileNotFoundError f"cannot write {path}: directory {directory} does not exist")))
+    (_remove-stale-temporaries directory)
     (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-"))
     (try
       (with [f (os.fdopen fd "wb")]
@@ -117,14 +125,20 @@ calls rather than by running `cat`."
       (os.replace tmp path)
       (except [BaseException]
         (try (os.unlink tmp) (except [FileNotFoundError] None))
-        (raise))))
+        (raise)))))
 
-  (defn mktemp [self [directory False]]
-    (if directory
-        (tempfile.mkdtemp :prefix "consfig-")
-        (do (setv #(fd path) (tempfile.mkstemp :prefix "consfig-"))
-            (os.close fd)
-            path))))
+(defn _remove-stale-temporaries [directory]
+  ;; What `Connection.write-script` does for a POSIX hop: a temporary of
+  ;; ours that nothing has written to for STALE-MINUTES was left by a write
+  ;; that was killed.
+  (setv limit (- (time.time) (* 60 STALE-MINUTES))
+        uid (os.getuid))
+  (for [path (glob.glob (os.path.join (glob.escape directory) ".consfig-????????"))]
+    (try
+      (setv st (os.lstat path))
+      (when (and (stat.S-ISREG st.st-mode) (= st.st-uid uid) (< st.st-mtime limit))
+        (os.unlink path))
+      (except [OSError] None))))
 
 (defn _umask []
   ;; The only way to read the umask is to set it; put it straight back.
@@ -135,6 +149,6 @@ calls rather than by running `cat`."
 (defn establish [upstream]
   (LocalConnection))
 
-(setv HOP (Hop "local" [] establish))
+(setv HOP (Hop "local" {} establish))
 
 (export :objects [LocalConnection LocalProcess kill-running HOP])

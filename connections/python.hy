@@ -17,9 +17,9 @@ controller's side of the protocol and docs/python-hop.md for the whole story.
   :modules       more modules to ship, besides those defining the properties"
 
 (import sys
-        consfig.connection [Connection Hop]
         consfig.connections.local [LocalConnection]
-        consfig.errors [ChainError CommandFailed ConnectionFailed]
+        consfig.errors [CommandFailed ConnectionFailed]
+        consfig.hop [Connection Hop Script BOOLEAN SECONDS STRING STRINGS]
         consfig.remote [apply-remotely])
 
 ;; Tried in order; the first package manager present installs Python.
@@ -40,7 +40,7 @@ fi")
   "Install python3 over the POSIX connection UPSTREAM unless INTERPRETER is there."
   (when (not (. (.run upstream ["command" "-v" interpreter] :check False) ok?))
     (try
-      (.run upstream _INSTALL-SCRIPT :timeout 1800)
+      (.run upstream (Script _INSTALL-SCRIPT) :timeout 1800)
       (except [e CommandFailed]
         (raise (ConnectionFailed
                  (+ f"could not install python3 on the target ({upstream.where}) for the :python hop\n"
@@ -58,8 +58,8 @@ fi")
 
 (defclass PythonConnection [Connection]
   "The end of a chain whose target runs a Python of consfig's own.  Nothing
-starts until `apply-host`: the host is sent along with the start, so that a
-deployment costs one exchange of messages, not several."
+starts until `apply-remotely`: the host is sent along with the start, so
+that a deployment costs one exchange of messages, not several."
   (setv python? True
         hop-name "python")
 
@@ -84,13 +84,16 @@ deployment costs one exchange of messages, not several."
   (defn describe [self]
     (if self.interpreter f"python({self.interpreter})" "python"))
 
-  (defn apply-host [self host sink * [unapply False] [verbosity 0]]
+  (defn apply-remotely? [self] True)
+
+  (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]]
     "Apply the preprocessed HOST on the target, feeding its events to SINK;
 return the `Outcome`."
     (apply-remotely self.upstream host sink
                     :interpreter (self._interpreter)
                     :chain self.rest
                     :unapply unapply
+                    :check check
                     :verbosity verbosity
                     :timeout self.timeout
                     :command-timeout (_command-timeout self.upstream)
@@ -99,26 +102,21 @@ return the `Outcome`."
 
   ;; A property applied through this connection directly (not by the
   ;; target) acts through the chain before it.
-  (defn _run-script [self script input timeout]
-    (._run-script self.upstream script input timeout))
+  (defn run-script [self script input timeout]
+    (.run-script self.upstream script input timeout))
 
   (defn start-process [self argv]
     (.start-process self.upstream argv)))
 
 (defn establish [upstream rest * [interpreter None] [install False]
                  [timeout 60] [modules None]]
-  (when (not (or (is interpreter None) (and (isinstance interpreter str) interpreter)))
-    (raise (ChainError f"hop :python: :interpreter is a program name or path, not {(hy.repr interpreter)}")))
-  (when (not (and (isinstance timeout #(int float)) (> timeout 0)))
-    (raise (ChainError f"hop :python: :timeout is a number of seconds, not {(hy.repr timeout)}")))
-  (when (isinstance modules str)
-    (setv modules [modules]))
   (when install
     (install-python upstream (or interpreter "python3")))
   (PythonConnection upstream rest :interpreter interpreter :timeout timeout
                     :modules (or modules #())))
 
-(setv HOP (Hop "python" ["interpreter" "install" "timeout" "modules"] establish
-               :takes-rest True))
+(setv HOP (Hop "python" {"interpreter" STRING "install" BOOLEAN "timeout" SECONDS
+                         "modules" STRINGS}
+               establish :takes-rest True))
 
 (export :objects [PythonConnection install-python HOP])

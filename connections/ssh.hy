@@ -22,16 +22,19 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
         time
         fabric
         paramiko
-        consfig.connection [Connection Hop]
         consfig.errors [ChainError CommandTimedOut ConnectionFailed]
-        consfig.host [get-hostname])
+        consfig.hop [Connection Hop PORT SECONDS STRING STRINGS one-of]
+        consfig.host [get-hostname]
+        consfig.util [bytes->text])
 
 (setv DEFAULT-CONNECT-TIMEOUT 30
       DEFAULT-ALIVE-INTERVAL 15
-      DEFAULT-ALIVE-COUNT 3
-      ;; The remote end stops a command at its timeout (see `Connection.run`);
-      ;; this much later the controller gives up waiting for it too.
-      TIMEOUT-GRACE 10)
+      DEFAULT-ALIVE-COUNT 3)
+
+;; The script runs in a child shell whose death by a signal its parent sees
+;; and turns into an exit code (128 + N): sshd would report it as an
+;; exit-signal, which paramiko ignores, leaving only "exit code -1".
+(setv _REPORT-SIGNAL "/bin/sh -c \"$1\"; exit $?")
 
 (defn _fingerprint [key]
   (+ "SHA256:" (.decode (.rstrip (base64.b64encode (.digest (hashlib.sha256 (.asbytes key))))
@@ -142,14 +145,15 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
       (.start self._probe))
     (<= (- now self._last-alive) (* self.alive-interval (+ 1 self.alive-count))))
 
-  (defn _run-script [self script input timeout]
+  (defn run-script [self script input timeout]
     (when (is timeout None) (setv timeout self.command-timeout))
     (setv chan (self._open-channel)
           out []
           err []
           deadline (when timeout (+ (time.monotonic) timeout)))
     (try
-      (.exec-command chan (+ "exec /bin/sh -c " (shlex.quote script)))
+      (.exec-command chan (+ "exec /bin/sh -c " (shlex.quote _REPORT-SIGNAL) " sh "
+                             (shlex.quote script)))
       ;; Input goes in from a thread: a command that writes a lot before it
       ;; reads everything would otherwise block us both.
       (setv writer (threading.Thread :target _feed :args #(chan input) :daemon True))
@@ -165,10 +169,8 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
         (when (not (.is-active self.transport))
           (raise (self._lost)))
         (when (and deadline (> (time.monotonic) deadline))
-          (raise (CommandTimedOut script timeout
-                                  (.decode (.join b"" out) "utf-8" "replace")
-                                  (.decode (.join b"" err) "utf-8" "replace")
-                                  self.where)))
+          (raise (CommandTimedOut script timeout (bytes->text (.join b"" out))
+                                  (bytes->text (.join b"" err)) self.where)))
         (when (not (self._alive?))
           (.close self.transport)
           (raise (self._lost f"no answer from the server for {(* self.alive-interval (+ 1 self.alive-count))} s")))
@@ -300,84 +302,111 @@ this one; closing the channel gives whatever is left end of file."
     (except [e OSError]
       (raise (ConnectionFailed f"cannot read SSH config {config}: {e.strerror}") :from e))))
 
-(defn connect [upstream * [host None] [user None] [port None] [config None] [identity None]
-               [timeout None] [strict-host-key-checking None] [command-timeout None]]
-  "Open an SSH connection to HOST and return the `SSHConnection`."
-  (setv alias (or host (get-hostname)))
+(defn _check-upstream [upstream alias]
   (when (not alias)
     (raise (ChainError ":ssh needs :host when no host is being deployed")))
   (when (not (or (= upstream.hop-name "local") (isinstance upstream SSHConnection)))
     (raise (ChainError (+ f":ssh can follow :local or another :ssh hop, not {upstream.where}; "
-                          "put the :ssh hops first in the chain"))))
-  (setv cfg (_fabric-config config)
-        fc (fabric.Connection alias :user user :port (and port (int port)) :config cfg
-                              :gateway False
-                              :connect-timeout (int (or timeout DEFAULT-CONNECT-TIMEOUT)))
-        ssh-config fc.ssh-config
-        connect-timeout fc.connect-timeout
-        #(user-kh global-kh) (_known-hosts-files ssh-config)
-        client fc.client
-        jumps [])
-  (for [f global-kh]
-    (when (os.path.exists f) (.load-system-host-keys client f)))
-  (for [f user-kh]
+                          "put the :ssh hops first in the chain")))))
+
+(defn _fabric-connection [alias user port config timeout]
+  (fabric.Connection alias :user user :port port :config (_fabric-config config)
+                     :gateway False
+                     :connect-timeout (int (or timeout DEFAULT-CONNECT-TIMEOUT))))
+
+(defn _trust-host-keys [fc strict-host-key-checking]
+  "Load known_hosts into FC's client and set the policy for unknown keys;
+return the user's known_hosts files (the first is where keys are added)."
+  (setv #(user-kh global-kh) (_known-hosts-files fc.ssh-config)
+        client fc.client)
+  (for [f [#* global-kh #* user-kh]]
     (when (os.path.exists f) (.load-system-host-keys client f)))
   (.set-missing-host-key-policy
-    client (_HostKeyPolicy (_strictness strict-host-key-checking ssh-config)
+    client (_HostKeyPolicy (_strictness strict-host-key-checking fc.ssh-config)
                            (when user-kh (get user-kh 0))))
-  (.update fc.connect-kwargs {"banner_timeout" connect-timeout
-                              "auth_timeout" connect-timeout})
+  user-kh)
+
+(defn _set-authentication [fc identity]
+  (.update fc.connect-kwargs {"banner_timeout" fc.connect-timeout
+                              "auth_timeout" fc.connect-timeout})
   (when identity
     (setv (get fc.connect-kwargs "key_filename")
           (lfor i (if (isinstance identity str) [identity] identity) (os.path.expanduser i))))
-  (when (= (.lower (.get ssh-config "identitiesonly" "no")) "yes")
+  (when (= (.lower (.get fc.ssh-config "identitiesonly" "no")) "yes")
     (setv (get fc.connect-kwargs "allow_agent") False
-          (get fc.connect-kwargs "look_for_keys") False))
+          (get fc.connect-kwargs "look_for_keys") False)))
+
+(defn _configured? [ssh-config key]
+  (and (in key ssh-config) (!= (.lower (get ssh-config key)) "none")))
+
+(defn _open-jumps [fc upstream jumps config timeout strict-host-key-checking]
+  "The `SSHConnection` to tunnel through: the upstream :ssh hop, or the last
+of the ProxyJump hosts, connected one through the other and appended to
+JUMPS; None to connect directly."
+  (cond
+    (isinstance upstream SSHConnection) upstream
+    (_configured? fc.ssh-config "proxyjump")
+    (do (for [j (.split (get fc.ssh-config "proxyjump") ",")]
+          (setv #(jh ju jp) (_parse-jump (.strip j)))
+          (.append jumps (connect (if jumps (get jumps -1) upstream)
+                                  :host jh :user ju :port jp :config config
+                                  :timeout timeout
+                                  :strict-host-key-checking strict-host-key-checking)))
+        (get jumps -1))
+    True None))
+
+(defn _set-socket [fc via]
+  (cond
+    via
+    (setv (get fc.connect-kwargs "sock")
+          (.open-channel via.transport "direct-tcpip" #(fc.host fc.port) #("" 0)
+                         :timeout fc.connect-timeout))
+    (_configured? fc.ssh-config "proxycommand")
+    (setv (get fc.connect-kwargs "sock") (paramiko.ProxyCommand (get fc.ssh-config "proxycommand")))))
+
+(defn _tune-transport [fc]
+  "Set TCP_NODELAY and the keepalive; return the keepalive interval."
+  ;; Every command is a few small round trips; without TCP_NODELAY, Nagle's
+  ;; algorithm and delayed ACKs add 40 ms to each.
+  (when (isinstance fc.transport.sock socket.socket)
+    (.setsockopt fc.transport.sock socket.IPPROTO_TCP socket.TCP_NODELAY 1))
+  (setv interval (or (int (.get fc.ssh-config "serveraliveinterval" 0)) DEFAULT-ALIVE-INTERVAL))
+  (.set-keepalive fc.transport interval)
+  interval)
+
+(defn connect [upstream * [host None] [user None] [port None] [config None] [identity None]
+               [timeout None] [strict-host-key-checking None] [command-timeout None]]
+  "Open an SSH connection to HOST and return the `SSHConnection`."
+  (setv alias (or host (get-hostname)))
+  (_check-upstream upstream alias)
+  (setv fc (_fabric-connection alias user port config timeout)
+        user-kh (_trust-host-keys fc strict-host-key-checking)
+        jumps [])
+  (_set-authentication fc identity)
   (try
-    (setv via (cond
-                (isinstance upstream SSHConnection) upstream
-                (and (in "proxyjump" ssh-config)
-                     (!= (.lower (get ssh-config "proxyjump")) "none"))
-                (do (for [j (.split (get ssh-config "proxyjump") ",")]
-                      (setv #(jh ju jp) (_parse-jump (.strip j)))
-                      (.append jumps (connect (if jumps (get jumps -1) upstream)
-                                              :host jh :user ju :port jp :config config
-                                              :timeout timeout
-                                              :strict-host-key-checking strict-host-key-checking)))
-                    (get jumps -1))
-                True None))
-    (cond
-      via
-      (setv (get fc.connect-kwargs "sock")
-            (.open-channel via.transport "direct-tcpip" #(fc.host fc.port) #("" 0)
-                           :timeout connect-timeout))
-      (and (in "proxycommand" ssh-config)
-           (!= (.lower (get ssh-config "proxycommand")) "none"))
-      (setv (get fc.connect-kwargs "sock") (paramiko.ProxyCommand (get ssh-config "proxycommand"))))
+    (_set-socket fc (_open-jumps fc upstream jumps config timeout strict-host-key-checking))
     (.open fc)
     (except [e Exception]
       (.close fc)
       (for [j (reversed jumps)] (.close j))
       (when (isinstance e #(ConnectionFailed ChainError)) (raise))
       (raise (ConnectionFailed (+ f"ssh {alias}: "
-                                  (_connect-error e alias fc.host fc.port fc.user connect-timeout user-kh))
+                                  (_connect-error e alias fc.host fc.port fc.user
+                                                  fc.connect-timeout user-kh))
                                upstream.where)
              :from e)))
-  ;; Every command is a few small round trips; without this, Nagle's
-  ;; algorithm and delayed ACKs add 40 ms to each.
-  (when (isinstance fc.transport.sock socket.socket)
-    (.setsockopt fc.transport.sock socket.IPPROTO_TCP socket.TCP_NODELAY 1))
-  (setv interval (int (.get ssh-config "serveraliveinterval" 0)))
-  (.set-keepalive fc.transport (or interval DEFAULT-ALIVE-INTERVAL))
+  (setv interval (_tune-transport fc))
   (SSHConnection upstream fc alias
                  :jumps jumps
                  :command-timeout command-timeout
-                 :alive-interval (or interval DEFAULT-ALIVE-INTERVAL)
-                 :alive-count (int (.get ssh-config "serveralivecountmax" DEFAULT-ALIVE-COUNT))
-                 :channel-timeout connect-timeout))
+                 :alive-interval interval
+                 :alive-count (int (.get fc.ssh-config "serveralivecountmax" DEFAULT-ALIVE-COUNT))
+                 :channel-timeout fc.connect-timeout))
 
-(setv HOP (Hop "ssh" ["host" "user" "port" "config" "identity" "timeout"
-                      "strict-host-key-checking" "command-timeout"]
+(setv HOP (Hop "ssh" {"host" STRING "user" STRING "port" PORT "config" STRING
+                      "identity" STRINGS "timeout" SECONDS
+                      "strict-host-key-checking" (one-of "yes" "no" "accept-new" "ask" "off")
+                      "command-timeout" SECONDS}
                connect))
 
 (export :objects [SSHConnection SSHProcess HOP connect])

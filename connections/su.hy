@@ -8,10 +8,8 @@ wherever PAM lets su through without a password); for a password, use
 the target user's and the working directory is unchanged."
 
 (import shlex
-        consfig.connection [Connection Hop]
-        consfig.errors [ConnectionFailed])
-
-(setv PROBE-TIMEOUT 60)
+        consfig.errors [ConnectionFailed]
+        consfig.hop [Connection Hop STRING PROBE-TIMEOUT])
 
 (defn _su-argv [user script]
   ["su" "-s" "/bin/sh" "-c" script "--" user])
@@ -26,8 +24,8 @@ the target user's and the working directory is unchanged."
 
   (defn describe [self] f"su:{self.user}")
 
-  (defn _run-script [self script input timeout]
-    (._run-script self.upstream (shlex.join (_su-argv self.user script)) input timeout))
+  (defn run-script [self script input timeout]
+    (.run-script self.upstream (shlex.join (_su-argv self.user script)) input timeout))
 
   (defn start-process [self argv]
     ;; su hands its -c string to the shell; `exec` leaves no shell between
@@ -37,7 +35,7 @@ the target user's and the working directory is unchanged."
 (defn su-probe [upstream user]
   "The result of su'ing to USER to do nothing.  su gets an empty standard
 input, so that a password prompt fails at once instead of waiting."
-  (.run upstream (shlex.join (_su-argv user ":")) :check False :timeout PROBE-TIMEOUT))
+  (.run upstream (_su-argv user ":") :check False :timeout PROBE-TIMEOUT))
 
 (defn establish [upstream * [to "root"]]
   (setv r (su-probe upstream to))
@@ -49,6 +47,6 @@ input, so that a password prompt fails at once instead of waiting."
              upstream.where)))
   (SuConnection upstream to))
 
-(setv HOP (Hop "su" ["to"] establish))
+(setv HOP (Hop "su" {"to" STRING} establish))
 
 (export :objects [SuConnection HOP su-probe])

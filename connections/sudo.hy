@@ -28,13 +28,11 @@ goes down the same pipe or SSH channel as everything else the process reads,
 and is consumed before anything the caller writes."
 
 (import getpass
-        os
         secrets
         shlex
-        consfig.connection [Connection Hop deployment-cache]
-        consfig.errors [ConnectionFailed])
-
-(setv PROBE-TIMEOUT 60)
+        consfig.context [deployment-cache]
+        consfig.errors [ConnectionFailed]
+        consfig.hop [Connection Hop STRING PROBE-TIMEOUT])
 
 ;; Each is called with the `:from` designator (\"user@host\") and returns the
 ;; password, or None when it does not know it.
@@ -101,13 +99,13 @@ asked for on the terminal; once per deployment."
 
   (defn __repr__ [self] f"<SudoConnection {self.where}>")
 
-  (defn _run-script [self script input timeout]
+  (defn run-script [self script input timeout]
     (if (is self._password None)
-        (._run-script self.upstream
+        (.run-script self.upstream
                       (shlex.join ["sudo" "-n" "-H" "-u" self.user "--" "/bin/sh" "-c" script])
                       input timeout)
         (do (setv marker (+ "consfig-" (secrets.token-hex 16)))
-            (._run-script self.upstream
+            (.run-script self.upstream
                           (shlex.join ["sudo" "-S" "-p" "" "-H" "-u" self.user "--"
                                        "/bin/sh" "-c" _SKIP-TO-MARKER "sh" marker script])
                           (+ (.encode f"{self._password}\n{marker}\n") (or input b""))
@@ -130,7 +128,7 @@ asked for on the terminal; once per deployment."
             process))))
 
 (defn _probe [upstream argv [input None]]
-  (.run upstream (shlex.join argv) :input input :check False :timeout PROBE-TIMEOUT))
+  (.run upstream argv :input input :check False :timeout PROBE-TIMEOUT))
 
 (defn sudo-without-password? [upstream user]
   "Whether the upstream user may sudo to USER with no password at all.
@@ -150,7 +148,7 @@ asked for on the terminal; once per deployment."
              upstream.where))))
 
 (defn establish [upstream * [user "root"] [from_ None]]
-  (when (not (. (_probe upstream ["sh" "-c" "command -v sudo"]) ok?))
+  (when (not (. (_probe upstream ["command" "-v" "sudo"]) ok?))
     (raise (ConnectionFailed "there is no sudo here" upstream.where)))
   (cond
     (sudo-without-password? upstream user) (SudoConnection upstream user)
@@ -165,7 +163,7 @@ asked for on the terminal; once per deployment."
                          "[:sudo :from \"deploy@db1\"], or allow NOPASSWD in sudoers.")
                       upstream.where)))))
 
-(setv HOP (Hop "sudo" ["user" "from"] establish))
+(setv HOP (Hop "sudo" {"user" STRING "from" STRING} establish))
 
 (export :objects [SudoConnection HOP password-sources sudo-password
                   forget-sudo-password sudo-without-password?])

@@ -7,11 +7,11 @@ defpropspec, defhost, deploy, deploy-these, props, propapp, use-props);
 
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
-from consfig import (combinators, connection, deployment, engine, errors,
-                     host, property, propspec)
+from consfig import (actions, chain, combinators, context, deployment, engine,
+                     errors, hop, host, property, propspec, result)
 
-_MODULES = (property, propspec, host, deployment, combinators, connection,
-            engine, errors)
+_MODULES = (property, propspec, host, deployment, combinators, result, actions,
+            context, chain, hop, engine, errors)
 
 __all__ = []
 _hy_macros = {}

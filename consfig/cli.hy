@@ -1,30 +1,53 @@
 "The `consfig` command.
 
-  consfig deploy [--consfig FILE] HOST… [--via CHAIN] [--dry-run] [-v] [--detailed-exitcode]
-  consfig deploy-these [--consfig FILE] HOST PROPSPEC [--via CHAIN] [-v] [--detailed-exitcode]
+  consfig deploy [--consfig FILE] HOST… [--via CHAIN] [--check [--diff]] [--dry-run]
+                 [-v…] [--json] [--detailed-exitcode]
+  consfig deploy-these [--consfig FILE] HOST PROPSPEC [--via CHAIN] [--check [--diff]]
+                 [-v…] [--json] [--detailed-exitcode]
   consfig hosts [--consfig FILE]
   consfig repl [FILE]
+  consfig --version
 
 Exit status: 0 success (with or without changes), 1 failures or an error;
-with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
+with --detailed-exitcode: 0 no changes, 2 changes made (or, with --check,
+changes that would be made), 1 failures or an error.  A usage error exits 64."
 
 (import argparse
+        importlib.metadata
+        os
         sys
         traceback
-        consfig.connection [chain->data parse-chain]
+        consfig.chain [chain->data parse-chain]
         consfig.deployment [deploy*]
+        consfig.engine [SinkFailed]
         consfig.errors [ConsfigError]
         consfig.host [find-host hosts preprocess-host]
-        consfig.propspec [form->propspec propspec->string read-propspec]
-        consfig.report [error]
-        consfig.site [find-default-consfig load-consfig])
+        consfig.propspec [eseqprops-of form->propspec propspec->tree]
+        consfig.report [JsonSink Reporter error]
+        consfig.site [demo-consfig find-default-consfig load-consfig])
+
+(setv EX-USAGE 64)
+
+(defclass _Parser [argparse.ArgumentParser]
+  ;; argparse exits 2 on a usage error, which --detailed-exitcode means as
+  ;; "changes made": use sysexits' EX_USAGE instead, after the usage of the
+  ;; subcommand that was mistyped.
+  (defn error [self message]
+    (.print-usage self sys.stderr)
+    (.exit self EX-USAGE f"{self.prog}: error: {message}\n")))
+
+(defn _version []
+  (try (importlib.metadata.version "consfig")
+       (except [importlib.metadata.PackageNotFoundError] "unknown")))
 
 (defn _parser []
-  (setv p (argparse.ArgumentParser
+  (setv p (_Parser
             :prog "consfig"
             :description "Declarative configuration management and deployment in Hy."
             :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
-                       "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures.")))
+                       "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
+                       "64 a usage error.")))
+  (.add-argument p "--version" :action "version" :version f"consfig {(_version)}")
   (setv sub (.add-subparsers p :dest "command" :metavar "COMMAND"))
   (setv sub.required True)
 
@@ -36,7 +59,13 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
     (.add-argument sp "--via" :metavar "CHAIN"
                    :help "connection chain as Hy data, e.g. ':local' or '[[:ssh :user \"root\"] :python]' (default: the host's :deploy)")
     (.add-argument sp "-v" "--verbose" :action "count" :default 0
-                   :help "show diffs and tracebacks (repeat for more)")
+                   :help "-v: commands' output, diffs, tracebacks, durations; -vv, -vvv: more")
+    (.add-argument sp "--check" :action "store_true"
+                   :help "connect and report what holds and what would change; change nothing")
+    (.add-argument sp "--diff" :action "store_true"
+                   :help "show the diffs of files that change (or would, with --check)")
+    (.add-argument sp "--json" :action "store_true"
+                   :help "write the events as JSON lines instead of a report")
     (.add-argument sp "--detailed-exitcode" :action "store_true"
                    :help "exit 0 for no changes, 2 for changes, 1 for failures"))
 
@@ -61,31 +90,58 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
   p)
 
+(defn _consfig-path [given]
+  ;; The consfig named, else the default one; say so when that is the demo,
+  ;; so that nobody wonders where their hosts went.
+  (setv path (or given (find-default-consfig)))
+  (when (and (not given) (= path (demo-consfig)))
+    (print "consfig: no --consfig, $CONSFIG or ./consfig.hy here: using the demo consfig"
+           :file sys.stderr))
+  path)
+
 (defn _load [args]
-  (load-consfig (or args.consfig (find-default-consfig))))
+  (load-consfig (_consfig-path args.consfig)))
 
 (defn read-chain [text]
   "A connection chain written as Hy on the command line."
+  (when (not (.strip text))
+    (raise (ConsfigError "--via: the chain is empty; give at least one hop, e.g. --via :local")))
   (try
     (setv chain (form->propspec (hy.read text)))
     (except [e Exception]
       (raise (ConsfigError f"--via: cannot read {text !r} as a chain: {e}"))))
-  (parse-chain chain)
+  (parse-chain chain "--via")
   chain)
 
 (defn _combine [outcomes detailed]
   (max (gfor o outcomes (.exit-code o detailed)) :default 0))
 
+(defn _sink [args]
+  (if args.json
+      (JsonSink)
+      (Reporter :verbosity args.verbose :check args.check :diff args.diff)))
+
+(defn _deploy-all [args targets [propspec None]]
+  ;; One sink for all hosts, so that the end of the run can recap them.
+  (setv chain (when (is-not args.via None) (read-chain args.via))
+        sink (_sink args))
+  (try
+    (setv outcomes (lfor host targets
+                         (deploy* chain host :propspec propspec :sink sink
+                                  :verbosity args.verbose :check args.check)))
+    (.finish sink)
+    (finally (.close sink)))
+  (_combine outcomes args.detailed-exitcode))
+
 (defn _deploy [args]
-  (setv module (_load args)
-        chain (when args.via (read-chain args.via))
-        targets (lfor h args.hosts (find-host h)))
+  (_load args)
+  (setv targets (lfor h args.hosts (find-host h)))
   (when args.dry-run
+    (setv chain (when (is-not args.via None) (read-chain args.via)))
     (for [host targets]
       (_dry-run host chain))
     (return 0))
-  (_combine (lfor host targets (deploy* chain host :verbosity args.verbose))
-            args.detailed-exitcode))
+  (_deploy-all args targets))
 
 (defn _dry-run [host chain]
   (setv prepared (preprocess-host host)
@@ -95,28 +151,46 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
   (print "  hostattrs:")
   (for [[k v] (.items prepared.hostattrs)]
     (print f"    :{k} {(hy.repr v)}"))
-  (print f"  propspec: {(propspec->string prepared.propspec)}"))
+  (print "  propspec:")
+  (for [line (.splitlines (propspec->tree prepared.propspec))]
+    (print (+ "    " line))))
+
+(defn read-propspecs [text namespace]
+  "The propspec written on the command line: one form, or several applied
+in order (an implicit `eseqprops`)."
+  (try
+    (setv forms (list (hy.read-many text)))
+    (except [e Exception]
+      (raise (ConsfigError f"cannot read the propspec {text !r}: {e}"))))
+  (when (not forms)
+    (raise (ConsfigError "the propspec is empty: give one or more propapps")))
+  (setv propapps (lfor f forms (form->propspec f namespace)))
+  (if (= (len propapps) 1)
+      (get propapps 0)
+      (eseqprops-of propapps)))
 
 (defn _deploy-these [args]
   (setv module (_load args)
-        chain (when args.via (read-chain args.via))
-        host (find-host args.host)
-        propspec (read-propspec args.propspec (vars module)))
-  (_combine [(deploy* chain host :propspec propspec :verbosity args.verbose)]
-            args.detailed-exitcode))
+        host (find-host args.host))
+  (_deploy-all args [host] (read-propspecs args.propspec (vars module))))
 
 (defn _hosts [args]
   (_load args)
-  (for [name (sorted hosts)]
-    (setv host (get hosts name)
-          chain (if host.deploy (hy.repr (chain->data (parse-chain host.deploy))) "-"))
-    (print f"{name}\t{chain}\t{(or host.desc "")}"))
+  (setv rows (lfor name (sorted hosts)
+                   :setv host (get hosts name)
+                   [name
+                    (if host.deploy (hy.repr (chain->data (parse-chain host.deploy))) "-")
+                    (or (.join "," (getattr host "groups" [])) "-")
+                    (or host.desc "")])
+        widths (lfor i (range 3) (max (gfor r rows (len (get r i))) :default 0)))
+  (for [r rows]
+    (print (.rstrip (.join "  " (+ (lfor [i w] (enumerate widths) (.ljust (get r i) w))
+                                   [(get r 3)])))))
   0)
 
 (defn _repl [args]
   (import consfig.repl [run-repl])
-  (run-repl args.file)
-  0)
+  (run-repl (_consfig-path args.file)))
 
 (setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "repl" _repl})
 
@@ -135,6 +209,17 @@ with --detailed-exitcode: 0 no changes, 2 changes made, 1 failures or an error."
       130)))
 
 (defn run []
-  (sys.exit (main)))
+  "The console script: exit with `main`'s status."
+  (try
+    (setv status (main))
+    (.flush sys.stdout)
+    (except [e #(BrokenPipeError SinkFailed)]
+      (when (and (isinstance e SinkFailed) (not (isinstance e.cause BrokenPipeError)))
+        (raise))
+      ;; The reader went away (`consfig hosts | head`): stop quietly, and
+      ;; keep Python from complaining again when it flushes stdout at exit.
+      (os.dup2 (os.open os.devnull os.O_WRONLY) (.fileno sys.stdout))
+      (setv status 141)))
+  (sys.exit status))
 
-(export :objects [main run read-chain])
+(export :objects [main run read-chain read-propspecs])

@@ -2,20 +2,26 @@
 
 They follow Consfigurator's semantics.  The sequencing ones (`eseqprops`,
 `seqprops`, …) are not announced themselves — their elements are; the others
-are announced under a description of their own or of the propapp they wrap."
+are announced under a description of their own or of the propapp they wrap.
+
+In check mode they are run as they are (they are `:simulates`): each applies
+the propapps it holds in check mode, so nothing changes.  `with-flagfile`
+answers from its flag file."
 
 (require consfig.property [defprop])
 (import posixpath
         hy.models [Keyword]
-        consfig.connection [NO-CHANGE run remote-exists?]
-        consfig.engine [apply-propapp unapply-propapp apply-sequence]
+        consfig.actions [NO-CHANGE run remote-exists?]
+        consfig.engine [Drift apply-propapp unapply-propapp apply-sequence]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.host [preserving-hostattrs]
-        consfig.property [propapp-desc propapp-hostattrs])
+        consfig.property [propapp-desc propapp-hostattrs]
+        consfig.util [keyword-name])
 
 (defprop eseqprops :posix [#* propapps]
   "Apply PROPAPPS in order, stopping at the first failure.  Unapplying
 unapplies them in reverse order."
+  (:simulates True)
   (:announce False)
   (:apply (apply-sequence propapps))
   (:unapply (apply-sequence propapps :unapply True)))
@@ -23,6 +29,7 @@ unapplies them in reverse order."
 (defprop seqprops :posix [#* propapps]
   "Apply PROPAPPS in order; a failure is reported and skipped, and the
 sequence carries on.  The sequence fails if any element failed."
+  (:simulates True)
   (:announce False)
   (:apply (apply-sequence propapps :stop-on-failure False))
   (:unapply (apply-sequence propapps :unapply True :stop-on-failure False)))
@@ -30,6 +37,7 @@ sequence carries on.  The sequence fails if any element failed."
 (defprop silent-seqprops :posix [#* propapps]
   "Like `seqprops`, but the elements are not announced one by one.
 Failures are still reported."
+  (:simulates True)
   (:announce False)
   (:apply (apply-sequence propapps :stop-on-failure False :silent True))
   (:unapply (apply-sequence propapps :unapply True :stop-on-failure False :silent True)))
@@ -39,7 +47,7 @@ Failures are still reported."
                    "command-failed" CommandFailed})
 
 (defn _condition [c]
-  (setv name (if (isinstance c Keyword) c.name (str c)))
+  (setv name (or (keyword-name c) (str c)))
   (when (not-in name _CONDITIONS)
     (raise (PropspecError (+ f"eseqprops-until: unknown condition {(hy.repr c)}; use one of "
                              (.join " " (gfor k _CONDITIONS f":{k}"))))))
@@ -50,6 +58,7 @@ Failures are still reported."
 `:aborted-change` or `:command-failed`) just ends the sequence, without
 failing it (the failed property is still reported, and counts in the
 deployment's summary)."
+  (:simulates True)
   (:announce False)
   (:preprocess (do (_condition condition) [condition #* propapps]))
   (:apply (apply-sequence propapps :until (_condition condition)))
@@ -58,6 +67,7 @@ deployment's summary)."
 (defprop unapplied :posix [propapp]
   "Unapply PROPAPP when applied, and apply it when unapplied: its check is
 negated and its :apply and :unapply are swapped."
+  (:simulates True)
   (:desc (+ "Unapplied: " (propapp-desc propapp)))
   ;; Hostattrs of an unapplied property only check compatibility: the host
   ;; does not get what the property would declare.
@@ -68,6 +78,7 @@ negated and its :apply and :unapply are swapped."
 (defprop reapplied :posix [#* propapps]
   "Unapply PROPAPPS (in reverse order), then apply them again: for when a
 fresh application is wanted even though the check says there is nothing to do."
+  (:simulates True)
   (:desc (+ "Reapplied: " (.join "; " (map propapp-desc propapps))))
   (:apply
     (apply-sequence propapps :unapply True :silent True)
@@ -85,6 +96,7 @@ fresh application is wanted even though the check says there is nothing to do."
   "Like `eseqprops`; but if `:unapply` appears among PROPAPPS, unapplying
 applies the propapps after it instead of unapplying those before it.  A way to
 give a list of properties an :unapply made of other properties."
+  (:simulates True)
   (:announce False)
   (:hostattrs
     (setv #(on-apply on-unapply) (_split-unapply (list propapps)))
@@ -101,12 +113,14 @@ give a list of properties an :unapply made of other properties."
 (defprop on-change :posix [propapp #* on-change]
   "Apply PROPAPP; if applying or unapplying it made a change, apply each of
 ON-CHANGE in order (restart a daemon after its configuration changed)."
+  (:simulates True)
   (:desc (propapp-desc propapp))
   (:apply (_then-if-changed (apply-propapp propapp) on-change))
   (:unapply (_then-if-changed (unapply-propapp propapp) on-change)))
 
 (defprop on-apply-change :posix [propapp #* on-change]
   "Like `on-change`, but only applying PROPAPP triggers ON-CHANGE."
+  (:simulates True)
   (:desc (propapp-desc propapp))
   (:apply (_then-if-changed (apply-propapp propapp) on-change))
   (:unapply (unapply-propapp propapp)))
@@ -118,6 +132,7 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
 
 (defprop desc :posix [desc propapp]
   "Apply PROPAPP, announcing it as DESC."
+  (:simulates True)
   (:desc desc)
   (:apply (apply-propapp propapp))
   (:unapply (unapply-propapp propapp)))
@@ -126,7 +141,8 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
   "Apply PROPAPPS unless FLAGFILE exists on the target, then create it; so
 PROPAPPS are applied once.  Unapplying unapplies them and removes FLAGFILE."
   (:announce False)
-  (:check (remote-exists? flagfile))
+  (:check (or (remote-exists? flagfile)
+              (Drift f"{flagfile} does not exist: what it guards would be applied")))
   (:apply
     (apply-sequence propapps)
     (run "mkdir" "-p" "--" (or (posixpath.dirname flagfile) "."))
@@ -140,6 +156,7 @@ PROPAPPS are applied once.  Unapplying unapplies them and removes FLAGFILE."
 (defprop with-requirements :posix [propapp #* requirements]
   "Apply PROPAPP after REQUIREMENTS.  Each requirement depends on the one
 after it, so they are applied last to first."
+  (:simulates True)
   (:announce False)
   (:apply (apply-sequence [#* (reversed requirements) propapp]))
   (:unapply (apply-sequence [#* (reversed requirements) propapp] :unapply True)))

@@ -6,15 +6,15 @@ and a bare hostname symbol."
 
 (require consfig.property [defprop])
 (import hy.models [Keyword String]
-        consfig.connection [parse-chain establish-chain close-chain chain->data
-                            establishing-for]
-        consfig.connection [NO-CHANGE connection current-connection]
-        consfig.engine [apply-and-announce apply-host applying check-propspec-fits
-                        current-run]
+        consfig.chain [parse-chain establish-chain close-chain chain->data]
+        consfig.context [applying connection current-host establishing-for]
+        consfig.engine [Reported announced-count apply-and-announce apply-host
+                        check-propspec-fits checking? current-run]
         consfig.errors [ConsfigError FailedChange]
-        consfig.host [Host current-host find-host preprocess-host]
+        consfig.host [Host find-host preprocess-host]
         consfig.property [find-property]
-        consfig.propspec [dotted->name eseqprops-of walk-body])
+        consfig.propspec [dotted->name walk-body]
+        consfig.result [NO-CHANGE])
 
 (defn _chain-for [chain host]
   (when (is chain None)
@@ -25,10 +25,13 @@ and a bare hostname symbol."
   (parse-chain chain))
 
 (defn deploy* [chain host * [propspec None] [additional None] [sink None]
-               [verbosity 0] [unapply False]]
+               [verbosity 0] [unapply False] [check False] [diff False]]
   "Deploy HOST (a Host or hostname) over CHAIN (its default chain when None)
 and return an `Outcome`.  PROPSPEC replaces the host's propspec; ADDITIONAL
-is applied after it.  Events go to SINK, by default a rich `Reporter`.
+is applied after it.  With CHECK, change nothing: connect, run every check
+and report what would change (DIFF: with the diffs of files).  Events go to
+SINK, by default a rich `Reporter`; a sink that has an `expect` method is
+told the hostname and how many announced properties are coming.
 
 Everything that can be checked on the controller — the chain, the
 propspec's arguments, every :hostattrs — is checked before connecting."
@@ -46,18 +49,24 @@ propspec's arguments, every :hostattrs — is checked before connecting."
                    ;; Imported here, not at the top: a target applying a host
                    ;; after a :python hop has no rich, and needs none.
                    (import consfig.report [Reporter])
-                   (Reporter :verbosity verbosity))
+                   (Reporter :verbosity verbosity :check check :diff diff))
         sink (or sink reporter))
+  (when (hasattr sink "expect")
+    (.expect sink prepared.hostname (announced-count prepared.propspec)))
   (setv conns [])
   (with [_ (establishing-for prepared)]
     (try
       (setv conns (establish-chain parsed)
             target (get conns -1))
-      (or (.apply-host target prepared sink :unapply unapply :verbosity verbosity)
-          (apply-host prepared target sink :unapply unapply))
+      (if (.apply-remotely? target)
+          (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity
+                           :check check)
+          (apply-host prepared target sink :unapply unapply :check check))
       (finally
         (close-chain conns)
-        (when reporter (.close reporter))))))
+        (when reporter
+          (.finish reporter)
+          (.close reporter))))))
 
 (defn deploy-these* [chain host propspec #** kwargs]
   "Apply just PROPSPEC to HOST over CHAIN (with HOST's hostattrs)."
@@ -118,12 +127,13 @@ propspec's arguments, every :hostattrs — is checked before connecting."
 
 (defn _forwarding-sink []
   ;; Events of a deployment applied by another Python, nested under this
-  ;; property's line; its summary is this property's outcome.
+  ;; property's line and counted in this run; its summary is this
+  ;; property's outcome.
   (setv run (.get current-run) offset run.depth)
   (fn [event]
     (when (!= (get event "event") "summary")
       (setv (get event "depth") (+ offset (.get event "depth" 0)))
-      (run.sink event))))
+      (.record run event))))
 
 (defn deploy-nested [chain data additional [unapply False]]
   "Deploy the host DATA describes over CHAIN established from the current
@@ -135,13 +145,12 @@ connection, as part of the current deployment; return its result."
     (try
       (setv conns (establish-chain parsed (connection))
             target (get conns -1))
-      (setv outcome (.apply-host target prepared (_forwarding-sink) :unapply unapply))
-      (if outcome
-          (do ;; Its failures were reported as they happened, nested here.
+      (if (.apply-remotely? target)
+          (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply
+                                             :check (checking?)))
+              ;; Its failures were reported as they happened, nested here.
               (when outcome.failures
-                (setv e (FailedChange f"deploying {prepared.hostname} failed")
-                      e.reported True)
-                (raise e))
+                (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
               (if outcome.changes :changed NO-CHANGE))
           (do (check-propspec-fits prepared.propspec target.python? target.where)
               (with [(applying prepared target :parent parent)]
@@ -156,6 +165,7 @@ CHAIN starts where this host is applied, so `(deploys* [:ssh] db1.example.com
 dotted form takes ADDITIONAL as its trailing forms."
   (:desc f"Deployed {(_hostname host)}")
   (:opaque-type True)
+  (:simulates True)
   (:preprocess [chain (_host->data host None) additional])
   ;; Checks HOST's hostattrs (a veto stops this deployment before anything
   ;; connects) without letting them become this host's.
@@ -168,6 +178,7 @@ dotted form takes ADDITIONAL as its trailing forms."
 HOST's hostattrs).  The dotted form takes PROPSPEC as its trailing forms."
   (:desc f"Deployed {(_hostname host)}")
   (:opaque-type True)
+  (:simulates True)
   (:preprocess [chain (_host->data host propspec) None])
   (:hostattrs (_prepare-nested chain host None) None)
   (:apply (deploy-nested chain host None))

@@ -1,62 +1,169 @@
 "The engine: apply (or unapply) a preprocessed propspec over a connection,
-reporting every step as an event.
+reporting every step as an event (see `consfig.events` for their kinds).
 
-Events are plain dicts, so they can be rendered on the controller as they are
-made or sent there from a target as they happen:
+Every failure is shown and counted exactly once, where the engine first
+catches it: see `apply-and-announce` and `Reported`."
 
-  {\"event\" \"start\" \"host\" H \"desc\" D \"depth\" N}
-  {\"event\" \"end\" \"host\" H \"desc\" D \"depth\" N \"status\" S …}
-  {\"event\" \"output\" \"host\" H \"depth\" N \"text\" T}
-
-S is \"ok\" (nothing to do), \"changed\", \"failed\" (with \"message\", and
-\"traceback\" for a property that raised something other than a failure) or
-\"skipped\" (not reached because an earlier property in an `eseqprops` failed)."
-
-(import contextlib
-        contextvars
+(import contextvars
         traceback
-        consfig.connection [NO-CHANGE current-connection]
-        consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange]
-        consfig.host [current-host get-hostname parent-host]
+        consfig.context [applying]
+        consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange
+                        site-location]
+        consfig.events [start-event end-event output-event diff-event summary-event
+                        first-report?]
+        consfig.host [get-hostname]
         consfig.property [Propapp call-subroutine find-property propapp-desc
-                          propapp-type python-propapps])
+                          propapps-in propapp-type python-propapps]
+        consfig.result [NO-CHANGE])
+
+(defclass Reported [Exception]
+  "A failure that has been shown and counted, on its way out through the
+properties that enclose the one that failed: they end `failed` without
+repeating why, and a sequence decides from CAUSE whether to carry on.
+
+Whether a failure has been counted is a matter of type, not of a flag: the
+engine turns every other exception into a `Reported` exactly once, where it
+first catches it."
+  (defn __init__ [self cause]
+    (.__init__ (super) (str cause))
+    (setv self.cause cause))
+  (defn [property] lost? [self]
+    "Whether the connection broke, so that nothing more can be applied."
+    (isinstance self.cause #(ConnectionLost ConnectionFailed))))
+
+(setv WOULD-CHANGE (hy.models.Keyword "would-change")
+      CANNOT-CHECK (hy.models.Keyword "cannot-check"))
+
+(defclass Drift []
+  "What a `:check` found different from what its property wants.  It is
+false, as a check result, and says what differs (EXPLANATION, such as
+`mode 644 → 640`, and a unified DIFF of a file at PATH) so that check mode can
+report it: `(:check (if (= have want) True (Drift f\"mode {have} → {want}\")))`."
+  (defn __init__ [self [explanation None] * [diff None] [path None]]
+    (setv self.explanation explanation
+          self.diff diff
+          self.path path))
+  (defn __bool__ [self] False)
+  (defn __repr__ [self] f"<Drift {self.explanation !r}>"))
+
+(defclass SinkFailed [BaseException]
+  "The sink events go to failed (the reader of a pipe went away): nothing
+can be reported any more, so the deployment stops.  Not an `Exception`, so
+that no property is blamed for it."
+  (defn __init__ [self cause]
+    (.__init__ (super) (str cause))
+    (setv self.cause cause)))
 
 (defclass Run []
-  "The state of one application: where events go and how deep we are."
-  (defn __init__ [self sink]
+  "The state of one application: where events go, how deep we are, whether
+it is a CHECK (changing nothing), and the tally of what happened, kept from
+the events themselves."
+  (defn __init__ [self sink [check False]]
     (setv self.sink sink
+          self.check check
           self.depth 0
           self.failures 0
-          self.changes 0)))
+          self.changes 0))
+
+  (defn record [self event]
+    "Count EVENT and pass it on to the sink.  Events of a deployment nested
+in this one (applied by another Python) come through here too, so that their
+failures and changes count."
+    (when (= (get event "event") "end")
+      (cond (first-report? event) (+= self.failures 1)
+            (in (get event "status") #("changed" "would-change" "cannot-check"))
+            (+= self.changes 1)))
+    (try
+      (self.sink event)
+      (except [e Exception]
+        (raise (SinkFailed e) :from e))))
+
+  (defn start [self desc]
+    (emit (start-event desc))
+    (+= self.depth 1))
+
+  (defn finish [self desc status]
+    (-= self.depth 1)
+    (emit (end-event desc status)))
+
+  (defn fail [self desc propapp e]
+    "Show and count the failure E of PROPAPP, announced as DESC; return the
+`Reported` to raise in its place."
+    (emit (end-event desc "failed" #** (_failure-details propapp e)))
+    (Reported e)))
 
 (setv current-run (contextvars.ContextVar "consfig-run"))
 
 (defn emit [event]
-  "Send EVENT, stamped with the host and depth, to the current run's sink."
+  "Send EVENT, stamped with the host and depth, to the current run."
   (setv run (.get current-run None))
   (when run
     (.setdefault event "host" (get-hostname))
     (.setdefault event "depth" run.depth)
-    (run.sink event)))
+    (.record run event)))
 
 (defn inform [text]
-  "Report TEXT as output of the property being applied."
-  (emit {"event" "output" "text" (str text)}))
+  "Report TEXT, a note for the operator, from the property being applied."
+  (emit (output-event text)))
 
-(defn _call [prop which propapp]
-  ;; Anything a property raises that is not a failure is a bug or an
-  ;; unexpected state of the target: report it as a failure of that property,
-  ;; with its traceback for -v, rather than ending the deployment.
-  (try
-    (call-subroutine prop which propapp)
-    (except [FailedChange] (raise))
-    (except [e ConnectionFailed]
-      (raise (ConnectionLost (str e)) :from e))
-    (except [e Exception]
-      (setv failure (FailedChange (+ (if (isinstance e ConsfigError) "" f"{(. (type e) __name__)}: ")
-                                     (str e))))
-      (setv failure.traceback (traceback.format-exc))
-      (raise failure :from e))))
+(defn report-output [text]
+  "Report TEXT, a command's output, from the property being applied (shown
+at -v)."
+  (when text
+    (emit (output-event text "command"))))
+
+(defn checking? []
+  "Whether the current deployment is a check: nothing may be changed.  A
+property whose :apply is run in check mode (one defined with `(:simulates
+True)`) asks this before changing anything, and returns what it would do."
+  (setv run (.get current-run None))
+  (bool (and run run.check)))
+
+(defn _drifted [result]
+  ;; A check said no: in check mode, say what differs.
+  (when (isinstance result Drift)
+    (when result.explanation (inform result.explanation))
+    (when result.diff (emit (diff-event result.path result.diff))))
+  WOULD-CHANGE)
+
+(defn _checked [prop propapp unapply]
+  ;; Check mode: never an :apply or :unapply that changes things.  A
+  ;; property with a :check answers from it; one that simulates (the
+  ;; combinators, the file properties) is run, changing nothing; any other
+  ;; one cannot be checked.
+  (cond prop.check
+        (do (setv result (call-subroutine prop "check" propapp))
+            (cond (and (not unapply) result) NO-CHANGE
+                  (and unapply (not result)) NO-CHANGE
+                  unapply WOULD-CHANGE
+                  True (_drifted result)))
+        (not (if unapply (or prop.unapply prop.apply) prop.apply)) NO-CHANGE
+        prop.simulates
+        (_result (call-subroutine prop (if unapply "unapply" "apply") propapp))
+        True CANNOT-CHECK))
+
+(defn _failure-details [propapp e]
+  ;; A failure of the property itself (FailedChange) or a mistake
+  ;; (ConsfigError) is its message.  Anything else is a bug in the property
+  ;; or an unexpected state of the target: say what was raised, and where,
+  ;; when that is in site code, with the traceback for -v.
+  (setv expected (isinstance e #(FailedChange ConsfigError)))
+  {"property" (_short-name propapp)
+   "message" (if expected (str e) f"{(. (type e) __name__)}: {e}")
+   "where" (when (not expected) (site-location e))
+   "traceback" (when (not expected)
+                 (.join "" (traceback.format-exception (type e) e e.__traceback__)))})
+
+(defn _short-name [propapp]
+  (try (. (find-property propapp.name) short-name)
+       (except [Exception] propapp.name)))
+
+(defn _fallback-desc [propapp]
+  ;; What to call a property whose :desc itself failed, or one that is not
+  ;; announced: its name and its plain arguments, as the default :desc does.
+  (.join " " [(_short-name propapp)
+              #* (gfor a propapp.args :if (not (isinstance a Propapp))
+                       (if (isinstance a str) a (hy.repr a)))]))
 
 (defn _result [r]
   (if (= r NO-CHANGE) NO-CHANGE (if (is r None) :changed r)))
@@ -65,15 +172,19 @@ S is \"ok\" (nothing to do), \"changed\", \"failed\" (with \"message\", and
   "Apply PROPAPP (check first) without announcing it; return `:no-change`
 or a changed result."
   (setv prop (find-property propapp.name))
-  (cond (and prop.check (_call prop "check" propapp)) NO-CHANGE
-        prop.apply (_result (_call prop "apply" propapp))
+  (when (checking?)
+    (return (_checked prop propapp False)))
+  (cond (and prop.check (call-subroutine prop "check" propapp)) NO-CHANGE
+        prop.apply (_result (call-subroutine prop "apply" propapp))
         True NO-CHANGE))
 
 (defn unapply-propapp [propapp]
   "Unapply PROPAPP: nothing to do when its check says it is not applied."
   (setv prop (find-property propapp.name))
-  (cond (and prop.check (not (_call prop "check" propapp))) NO-CHANGE
-        prop.unapply (_result (_call prop "unapply" propapp))
+  (when (checking?)
+    (return (_checked prop propapp True)))
+  (cond (and prop.check (not (call-subroutine prop "check" propapp))) NO-CHANGE
+        prop.unapply (_result (call-subroutine prop "unapply" propapp))
         ;; A pure declaration (an OS, a mirror) has nothing to undo.
         (not prop.apply) NO-CHANGE
         True (raise (FailedChange f"{prop.short-name} cannot be unapplied: it has no :unapply"))))
@@ -81,53 +192,60 @@ or a changed result."
 (defn announced? [propapp]
   (. (find-property propapp.name) announce))
 
+(defn announced-count [propspec]
+  "How many announced properties PROPSPEC holds (a deployment's progress
+counts them)."
+  (+ (if (announced? propspec) 1 0)
+     (sum (gfor p (propapps-in propspec.args) (announced-count p)))))
+
 (defn apply-and-announce [propapp [unapply False] [silent False]]
   "Apply (or unapply) PROPAPP, announcing it with start and end events if it
-is an announced property; return its result.  A failure is reported once, at
-the innermost announced property, and raised on."
-  (setv run (.get current-run None)
-        announce (and run (not silent) (announced? propapp))
-        desc (when announce (propapp-desc propapp)))
-  (when announce
-    (emit {"event" "start" "desc" desc})
-    (+= run.depth 1))
+is an announced property; return its result.
+
+Anything PROPAPP raises — in its :desc, :check, :apply or :unapply — is a
+failure of PROPAPP: it is shown and counted here, on a `failed` line of its
+own (under its name when it is not announced), and a `Reported` is raised
+in its place.  A `Reported` from inside it ends it `failed` without a message."
+  (setv run (.get current-run None))
+  (when (is run None)
+    (return (if unapply (unapply-propapp propapp) (apply-propapp propapp))))
+  (setv desc None
+        started False)
   (try
+    (when (and (not silent) (announced? propapp))
+      (setv desc (propapp-desc propapp))
+      (.start run desc)
+      (setv started True))
     (setv result (if unapply (unapply-propapp propapp) (apply-propapp propapp)))
-    (except [e FailedChange]
-      (when announce
-        (-= run.depth 1)
-        (emit (_failed-event desc e))
-        (when (not e.reported)
-          (setv e.reported True)
-          (+= run.failures 1)))
+    (except [Reported]
+      (when started (.finish run desc "failed"))
       (raise))
+    (except [e Exception]
+      (when started (-= run.depth 1))
+      (raise (.fail run (or desc (_fallback-desc propapp)) propapp e) :from e))
     (except [BaseException]
-      (when announce (-= run.depth 1))
+      (when started (-= run.depth 1))
       (raise)))
-  (when announce
-    (-= run.depth 1)
-    (when (!= result NO-CHANGE) (+= run.changes 1))
-    (emit {"event" "end" "desc" desc
-           "status" (if (= result NO-CHANGE) "ok" "changed")}))
+  (when started
+    (.finish run desc (_status result run.check)))
   result)
 
-(defn _failed-event [desc e]
-  (setv event {"event" "end" "desc" desc "status" "failed"})
-  (when (not e.reported)
-    (setv (get event "message") (str e))
-    (when (hasattr e "traceback")
-      (setv (get event "traceback") e.traceback)))
-  event)
+(defn _status [result check]
+  (cond (= result NO-CHANGE) "ok"
+        (not check) "changed"
+        (= result CANNOT-CHECK) "cannot-check"
+        True "would-change"))
 
 (defn apply-sequence [propapps * [unapply False] [stop-on-failure True]
                       [silent False] [until None]]
   "Apply PROPAPPS in order (unapply them in reverse order).  Return
 `:no-change` unless one of them made a change.
 
-With STOP-ON-FAILURE the first failure ends the sequence and is raised on;
-otherwise each failure is reported and skipped, and a failure summarising
-them is raised at the end.  A lost connection always ends the sequence.  A failure that is an instance of UNTIL ends the
-sequence without being raised on."
+With STOP-ON-FAILURE the first failure ends the sequence, the rest are
+reported `skipped` and the failure is raised on; otherwise each failure is
+counted and the sequence carries on, failing at the end.  A lost connection
+always ends the sequence.  A failure whose cause is an instance of UNTIL ends
+the sequence without failing it."
   (setv propapps (lfor p (if unapply (reversed propapps) propapps)
                        :if (is-not p None) p)
         result NO-CHANGE
@@ -136,24 +254,22 @@ sequence without being raised on."
     (try
       (when (!= (apply-and-announce p unapply silent) NO-CHANGE)
         (setv result :changed))
-      (except [e FailedChange]
-        (when (and until (isinstance e until) (not (isinstance e ConnectionLost)))
-          (break))
-        (when (or stop-on-failure (isinstance e ConnectionLost))
-          (_announce-skipped (cut propapps (+ i 1) None) silent)
-          (raise))
-        (+= failed 1))))
+      (except [r Reported]
+        (cond (and until (isinstance r.cause until) (not r.lost?)) (break)
+              (or stop-on-failure r.lost?)
+              (do (_announce-skipped (cut propapps (+ i 1) None) silent)
+                  (raise))
+              True (+= failed 1)))))
   (when failed
-    (setv e (FailedChange f"{failed} of {(len propapps)} properties failed")
-          e.reported True)
-    (raise e))
+    (raise (Reported (FailedChange f"{failed} of {(len propapps)} properties failed"))))
   result)
 
 (defn _announce-skipped [propapps silent]
   (when (not silent)
     (for [p propapps]
-      (when (announced? p)
-        (emit {"event" "end" "desc" (propapp-desc p) "status" "skipped"})))))
+      (when (try (announced? p) (except [Exception] False))
+        (setv desc (try (propapp-desc p) (except [Exception] (_fallback-desc p))))
+        (emit (end-event desc "skipped"))))))
 
 (defclass Outcome []
   "What applying a host's propspec came to."
@@ -183,40 +299,29 @@ over a connection (described by WHERE) that has no Python on the target."
                 f"({where}), not a Python on the target.\n"
                 "  Add a :python hop at the end of the chain, e.g. [[:ssh …] :sudo :python].")))))
 
-(defn [contextlib.contextmanager] applying [host connection * [parent None]]
-  "The context in which properties of HOST act through CONNECTION: what
-`get-hostattr`, `run` and `get-parent-hostattrs` refer to."
-  (setv tokens [(.set current-host host)
-                (.set current-connection connection)
-                (.set parent-host parent)])
-  (try
-    (yield)
-    (finally
-      (.reset parent-host (get tokens 2))
-      (.reset current-connection (get tokens 1))
-      (.reset current-host (get tokens 0)))))
-
-(defn apply-host [host connection sink [unapply False]]
+(defn apply-host [host connection sink [unapply False] [check False]]
   "Apply the preprocessed HOST's propspec through CONNECTION, sending events
-to SINK; return an `Outcome`."
+to SINK; return an `Outcome`.  With CHECK, change nothing: report what holds
+and what would change."
   (check-propspec-fits host.propspec connection.python? connection.where)
-  (setv run (Run sink)
+  (setv run (Run sink check)
         token (.set current-run run))
   (try
     (with [(applying host connection)]
       (try
-        (apply-and-announce host.propspec unapply)
-        (except [e FailedChange]
-          (when (not e.reported)
-            (+= run.failures 1)
-            (emit {"event" "end" "desc" (propapp-desc host.propspec)
-                   "status" "failed" "message" (str e)}))))
+        (setv result (apply-and-announce host.propspec unapply))
+        ;; A change no announced property's line reported (an unannounced
+        ;; property's own) still makes the deployment one that changed.
+        (when (and (!= result NO-CHANGE) (not run.changes))
+          (setv run.changes 1))
+        ;; Shown and counted where it happened.
+        (except [Reported] None))
       (setv outcome (Outcome host.hostname run.changes run.failures))
-      (emit {"event" "summary" "status" outcome.status
-             "changes" run.changes "failures" run.failures})
+      (emit (summary-event outcome.status run.changes run.failures check))
       outcome)
     (finally (.reset current-run token))))
 
-(export :objects [emit inform apply-propapp unapply-propapp apply-and-announce
-                  apply-sequence apply-host applying check-propspec-fits Outcome Run
-                  current-run])
+(export :objects [NO-CHANGE emit inform report-output checking? Drift WOULD-CHANGE
+                  CANNOT-CHECK announced-count apply-propapp unapply-propapp
+                  apply-and-announce apply-sequence apply-host check-propspec-fits
+                  Outcome Run Reported SinkFailed current-run])

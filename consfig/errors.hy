@@ -5,6 +5,11 @@ and the REPL print its message and nothing else (the traceback only at `-v`).
 Property outcomes are separate: `FailedChange` and its subclasses end one
 property, and the combinators decide what happens to the rest."
 
+(import importlib.util
+        os
+        signal
+        traceback)
+
 (defclass ConsfigError [Exception]
   "A mistake in a consfig, a chain or a command line, reported without a traceback."
   (defn __init__ [self message [where None]]
@@ -31,10 +36,7 @@ The deployment stops before any connection is made.")
   "A property failed to apply; something may have changed on the way."
   (defn __init__ [self message]
     (.__init__ (super) message)
-    (setv self.message message
-          ;; Set once the engine has shown this failure, so that each
-          ;; enclosing property reports `failed` without repeating it.
-          self.reported False))
+    (setv self.message message))
   (defn __str__ [self] self.message))
 
 (defclass AbortedChange [FailedChange]
@@ -53,10 +55,36 @@ applied through it, so every sequence stops, `seqprops` included.")
           self.stderr stderr)
     (setv output (.strip (+ (or stdout "") (or stderr ""))))
     (.__init__ (super)
-      (+ f"command failed with exit code {exit-code}"
+      (+ "command " (_exit-text exit-code)
          (if where f" on {where}" "")
          f": {command}"
-         (if output (+ "\n" (_indent output)) "")))))
+         (if output (+ "\n" (_indent (_last-lines output))) "")))))
+
+;; How much of a failed command's output its failure shows: the end, where
+;; the reason usually is.  The whole is in the exception (and, for commands
+;; that report their output, shown at -v).
+(setv FAILURE-OUTPUT-LINES 20)
+
+(defn _last-lines [text]
+  (setv lines (.splitlines text)
+        left-out (- (len lines) FAILURE-OUTPUT-LINES))
+  (if (> left-out 0)
+      (.join "\n" [f"… {left-out} earlier lines not shown"
+                   #* (cut lines (- FAILURE-OUTPUT-LINES) None)])
+      text))
+
+(defn _exit-text [code]
+  ;; A negative code is Python's for a process killed by a signal; a shell
+  ;; reports a child it saw killed as 128 + the signal.  (A program may exit
+  ;; 128 + N of its own accord, hence the code alongside.)
+  (setv sig (cond (not (isinstance code int)) None
+                  (< code 0) (- code)
+                  (< 128 code 193) (- code 128)))
+  (setv name (when sig
+               (try (cut (. (signal.Signals sig) name) 3 None)
+                    (except [ValueError] None))))
+  (cond name (+ f"killed by signal {name}" (if (> code 0) f" (exit code {code})" ""))
+        True f"failed with exit code {code}"))
 
 (defclass CommandTimedOut [CommandFailed]
   "A command ran past its timeout and was stopped."
@@ -68,10 +96,34 @@ applied through it, so every sequence stops, `seqprops` included.")
                           f": {command}")
           self.args #(self.message))))
 
+(defn site-location [e]
+  "Where in site code (a consfig, or a site's own property module) the
+exception E was raised: `file.hy:LINE` of the innermost such frame of its
+traceback, or None when it arose in consfig or a library."
+  (setv found None)
+  (for [frame (traceback.extract-tb e.__traceback__)]
+    (when (_site-file? frame.filename)
+      (setv found f"{(os.path.basename frame.filename)}:{frame.lineno}")))
+  found)
+
+(defn _site-file? [filename]
+  ;; Site code is Hy that is neither consfig's own (its core, its property
+  ;; library, its connections) nor Hy's or hyrule's; the example sites
+  ;; shipped in consfig/hosts are site code too.
+  (setv path (os.path.realpath filename))
+  (and (.endswith path ".hy")
+       (not (any (gfor d _LIBRARY-DIRS (.startswith path d))))))
+
+(setv _LIBRARY-DIRS
+      (lfor m ["consfig" "consfig.props" "consfig.connections" "hy" "hyrule"]
+            :setv spec (importlib.util.find-spec m)
+            :if (and spec spec.submodule-search-locations)
+            d spec.submodule-search-locations
+            (+ (os.path.realpath d) os.sep)))
+
 (defn _indent [text [prefix "    "]]
   (.join "\n" (gfor line (.splitlines text) (+ prefix line))))
 
 (export :objects [ConsfigError PropspecError ChainError ConnectionFailed
                   InapplicableProperty FailedChange AbortedChange ConnectionLost
-                  CommandFailed
-                  CommandTimedOut])
+                  CommandFailed CommandTimedOut site-location])

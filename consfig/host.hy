@@ -6,22 +6,20 @@ host; the hostattrs API (`push-hostattr`, `get-hostattr`, …) is what
 `:hostattrs` subroutines use on the controller, and what `:check`/`:apply`
 subroutines read on the target."
 
-(import contextvars
-        copy
+(import copy
         re
-        hy.models [Dict Keyword String Symbol]
-        consfig.errors [ConsfigError InapplicableProperty PropspecError])
+        hy.models [Dict String Symbol]
+        consfig.context [applying current-host parent-host]
+        consfig.errors [ConsfigError InapplicableProperty PropspecError]
+        consfig.util [keyword-name])
 
 ;; Every host defined so far, by hostname.
 (setv hosts {})
 
-(setv current-host (contextvars.ContextVar "consfig-host"))
-(setv parent-host (contextvars.ContextVar "consfig-parent-host" :default None))
 
 (defn _key [k]
-  (cond (isinstance k Keyword) k.name
-        (isinstance k str) (.lstrip k ":")
-        True (raise (ConsfigError f"a hostattr is named by a keyword, not {(hy.repr k)}"))))
+  (or (keyword-name k)
+      (raise (ConsfigError f"a hostattr is named by a keyword, not {(hy.repr k)}"))))
 
 (defclass Host []
   "A host: hostname, propspec, hostattrs, and how to deploy it by default.
@@ -51,12 +49,16 @@ Call it to deploy it with that default chain."
     (Host (get data "hostname") (data->propspec (get data "propspec"))
           :hostattrs (data->propspec (get data "hostattrs")))))
 
-(defn make-host [hostname options desc propspec]
-  "Make and register a host.  OPTIONS is the defhost options dict."
+(defn make-host [hostname options desc propspec [where None]]
+  "Make and register a host.  OPTIONS is the defhost options dict; WHERE
+(file:line of the defhost) places a mistake in it."
   (setv opts (dfor [k v] (.items (or options {})) (_key k) v)
         unknown (- (set opts) #{"deploy"}))
   (when unknown
     (raise (ConsfigError f"defhost {hostname}: unknown option(s) {(.join " " (gfor u (sorted unknown) f":{u}"))}; it takes :deploy")))
+  (when (is-not (.get opts "deploy") None)
+    (import consfig.chain [parse-chain])
+    (parse-chain (get opts "deploy") (+ (if where f"{where}: " "") f"defhost {hostname}: :deploy")))
   (setv host (Host hostname propspec :deploy (.get opts "deploy") :desc desc)
         (get hosts hostname) host)
   host)
@@ -109,7 +111,16 @@ property is tried even when an earlier one failed."
          (hy.I.consfig/host.make-host
            ~hostname ~options ~desc
            ((hy.I.consfig/property.find-property "consfig.combinators.seqprops")
-             #* (gfor p [~@walked] :if (is-not p None) p)))))
+             #* (gfor p [~@walked] :if (is-not p None) p))
+           ~(_where _hy_compiler name))))
+
+(defn _where [compiler form]
+  ;; file:line of FORM, for messages about a defhost.
+  (setv line (getattr form "start_line" None)
+        file (getattr compiler "filename" None))
+  (cond (and file line) f"{file}:{line}"
+        file file
+        True None))
 
 ;; The hostattrs API
 
@@ -161,26 +172,21 @@ its hostattrs computed, on the controller, before any connection.  With
 PROPSPEC, the hostattrs of HOST's own propspec are computed first.  The host
 being preprocessed or applied when this is called (one deploying HOST, or
 building it as a chroot) is HOST's parent meanwhile."
-  (import consfig.property [preprocess-propapp propapp-hostattrs propapp-desc])
+  (import consfig.property [preprocess-propapp propapp-hostattrs])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
-                  :hostattrs {"hostname" [host.hostname]})
-        parent-token (.set parent-host (.get current-host None))
-        token (.set current-host new))
-  (try
-    (when (and propspec host.propspec)
-      ;; deploy-these: the host keeps the hostattrs its own propspec declares.
-      (propapp-hostattrs (preprocess-propapp host.propspec)))
-    (setv new.propspec (preprocess-propapp (or propspec host.propspec)))
-    (propapp-hostattrs new.propspec)
-    (except [e PropspecError]
-      (raise (PropspecError f"{host.hostname}: {e}")))
-    (finally
-      (.reset current-host token)
-      (.reset parent-host parent-token)))
+                  :hostattrs {"hostname" [host.hostname]}))
+  (with [(applying new :parent (.get current-host None))]
+    (try
+      (when (and propspec host.propspec)
+        ;; deploy-these: the host keeps the hostattrs its own propspec declares.
+        (propapp-hostattrs (preprocess-propapp host.propspec)))
+      (setv new.propspec (preprocess-propapp (or propspec host.propspec)))
+      (propapp-hostattrs new.propspec)
+      (except [e PropspecError]
+        (raise (PropspecError f"{host.hostname}: {e}")))))
   new)
 
 (export :objects [Host hosts make-host find-host binding-name push-hostattr
                   get-hostattrs get-hostattr get-hostname get-parent-hostattrs
-                  preserving-hostattrs inapplicable preprocess-host current-host
-                  parent-host]
+                  preserving-hostattrs inapplicable preprocess-host]
         :macros [defhost])

@@ -14,7 +14,8 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         inspect
         keyword
         hy.models [Keyword]
-        consfig.errors [PropspecError])
+        consfig.errors [ConsfigError FailedChange PropspecError site-location]
+        consfig.util [keyword-name])
 
 (defclass Propapp []
   "One application of a property: its qualified name and its arguments."
@@ -44,7 +45,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [propspec None] [announce True]
-                  [opaque-type False]]
+                  [opaque-type False] [simulates False]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -61,7 +62,10 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
           self.announce announce
           ;; A property that applies its propspec argument elsewhere (another
           ;; host) does not take that propspec's type.
-          self.opaque-type opaque-type)
+          self.opaque-type opaque-type
+          ;; Its :apply and :unapply change nothing in check mode (they ask
+          ;; `checking?`), so check mode runs them to learn what would change.
+          self.simulates simulates)
     (setv #(self._names self._takes-any-keyword) (_parameter-names self.signature)))
 
   (defn [property] short-name [self]
@@ -122,7 +126,7 @@ against the parameters; return `#(args kwargs)`."
       name))
 
 (defn _type-name [t]
-  (setv name (if (isinstance t Keyword) t.name (str t)))
+  (setv name (or (keyword-name t) (str t)))
   (when (not-in name #("posix" "python"))
     (raise (PropspecError f"property type must be :posix or :python, not {(hy.repr t)}")))
   name)
@@ -172,9 +176,21 @@ need be; `PropspecError` when there is none."
   (get properties name))
 
 (defn call-subroutine [prop which propapp]
-  "Call PROP's subroutine WHICH with PROPAPP's arguments."
+  "Call PROP's subroutine WHICH with PROPAPP's arguments.  What the
+controller-side subroutines (:preprocess, :hostattrs, a defpropspec's body)
+raise is a mistake in the consfig: a `PropspecError` naming the property."
   (setv #(args kwargs) (.bind prop propapp.args))
-  ((getattr prop which) #* args #** kwargs))
+  (try
+    ((getattr prop which) #* args #** kwargs)
+    (except [e Exception]
+      (when (or (not-in which #("preprocess" "hostattrs" "propspec"))
+                (isinstance e ConsfigError))
+        (raise))
+      (raise (PropspecError (+ f"{prop.short-name}: its :{which} failed: "
+                               (if (isinstance e FailedChange) "" f"{(. (type e) __name__)}: ")
+                               (str e))
+                            (site-location e))
+             :from e))))
 
 (defn propapps-in [args]
   "The propapps among ARGS, looking one level into lists."
@@ -281,7 +297,7 @@ the last parameter receives the trailing forms as an unevaluated propspec."
       (raise (PropspecError f"defprop {name}: expected (:subroutine …) forms, got {(hy.repr form)}")))
     (setv k (. (get form 0) name))
     (cond (in k SUBROUTINES) (.append subs #(k form))
-          (in k #("announce" "opaque-type")) (.append options #(k (get form 1)))
+          (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
                                         "use :desc :preprocess :hostattrs :check :apply :unapply")))))
   #(doc subs options))

@@ -189,6 +189,27 @@ of the arguments from there on."
   "PROPSPEC printed as Hy; `read-propspec` reads it back to an equal value."
   (hy.repr propspec))
 
+(defn propspec->tree [propspec [indent "  "]]
+  "PROPSPEC printed as Hy for people: one propapp per line, the propapps
+inside another indented under it.  It reads back equal, as
+`propspec->string`'s one line does."
+  (.join "\n" (_tree-lines propspec "" indent)))
+
+(defn _tree-lines [propapp pad indent]
+  ;; The head line holds the name and the plain arguments before the first
+  ;; propapp; each later argument gets a line (or a subtree) of its own.
+  (setv args (list propapp.args)
+        first (next (gfor [i a] (enumerate args) :if (isinstance a Propapp) i) None))
+  (when (is first None)
+    (return [(+ pad (hy.repr propapp))]))
+  (setv lines [(+ pad "(" (.join " " [propapp.name #* (map hy.repr (cut args first))]))])
+  (for [a (cut args first None)]
+    (.extend lines (if (isinstance a Propapp)
+                       (_tree-lines a (+ pad indent) indent)
+                       [(+ pad indent (hy.repr a))])))
+  (setv (get lines -1) (+ (get lines -1) ")"))
+  lines)
+
 (defn _resolve [name namespace]
   ;; A name as a user writes it: `file.has-content`, `eseqprops`,
   ;; `mysite.web-base`, or fully qualified.
@@ -366,6 +387,6 @@ macro `file.has-content*` available."
                     (require ~(hy.read (+ package "." (str n))) :as ~n)))))
 
 (export :objects [dotted->name walk-form walk-body apply-form dotted-expansion dotted-propapp
-                  eseqprops-of propspec->string read-propspec form->propspec
+                  eseqprops-of propspec->string propspec->tree read-propspec form->propspec
                   ->propspec propspec->data data->propspec]
         :macros [defproplist defpropspec props propapp use-props])

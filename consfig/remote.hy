@@ -174,13 +174,14 @@ has exited or WAIT seconds have passed."
   (+= (get stats "sessions") 1)
   (Session process))
 
-(defn _send-host [session bundle host chain unapply verbosity command-timeout]
+(defn _send-host [session bundle host chain unapply check verbosity command-timeout]
   ;; All at once: the target reads the apply message once it is ready.
   (import consfig.propspec [propspec->data])
   (.send session {"op" "hello" "protocol" PROTOCOL "bundle" bundle.hash})
   (.send session {"op" "apply"
                   "host" (.->data host)
                   "unapply" unapply
+                  "check" check
                   "verbosity" verbosity
                   "command-timeout" command-timeout
                   "chain" (lfor [n kw] chain [n (propspec->data kw)])}))
@@ -254,11 +255,12 @@ has exited or WAIT seconds have passed."
                       "")))))))
 
 (defn apply-remotely [upstream host sink * [interpreter "python3"] [chain #()]
-                      [unapply False] [verbosity 0] [timeout 60] [modules #()]
-                      [command-timeout None] [where None]]
+                      [unapply False] [check False] [verbosity 0] [timeout 60]
+                      [modules #()] [command-timeout None] [where None]]
   "Apply the preprocessed HOST in a Python started through UPSTREAM, passing
-each event to SINK as it arrives, and return an `Outcome`.  CHAIN (parsed
-hops) is established on the target first.  TIMEOUT is how many seconds the
+each event to SINK as it arrives, and return an `Outcome`; with CHECK,
+change nothing and report what would change.  CHAIN (parsed hops) is
+established on the target first.  TIMEOUT is how many seconds the
 target may stay silent before the deployment is given up; COMMAND-TIMEOUT,
 the seconds after which a command the target runs is stopped, when the
 command gives none."
@@ -267,7 +269,7 @@ command gives none."
         bundle (bundle-for host.propspec modules)
         session (_start upstream interpreter name where))
   (try
-    (_send-host session bundle host chain unapply verbosity command-timeout)
+    (_send-host session bundle host chain unapply check verbosity command-timeout)
     (setv hello (_receive session timeout name where "start"))
     (_check-hello hello session interpreter name where)
     (_converse session bundle hello sink name where timeout verbosity)

@@ -112,26 +112,27 @@ they give no timeout of their own."
     (.__init__ (super))
     (setv self.command-timeout command-timeout))
 
-  (defn _run-script [self script input timeout]
-    (._run-script (super) script input (or timeout self.command-timeout))))
+  (defn run-script [self script input timeout]
+    (.run-script (super) script input (or timeout self.command-timeout))))
 
 (defn _apply-here [host msg sink]
-  (import consfig.connection [establish-chain close-chain]
+  (import consfig.chain [establish-chain close-chain]
           consfig.engine [apply-host]
           consfig.propspec [data->propspec])
   (setv unapply (.get msg "unapply" False)
+        check (.get msg "check" False)
         here (_TargetConnection (.get msg "command-timeout"))
         chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
   (when (not chain)
-    (return (apply-host host here sink :unapply unapply)))
+    (return (apply-host host here sink :unapply unapply :check check)))
   ;; Hops after :python (sudo, su, …) lead to a further Python, started
   ;; from this bundle as the hop's user sees it.
   (when (!= (get (get chain -1) 0) "python")
     (.append chain #("python" {"interpreter" sys.executable})))
   (setv conns (establish-chain chain here))
   (try
-    (.apply-host (get conns -1) host sink :unapply unapply
-                 :verbosity (.get msg "verbosity" 0))
+    (.apply-remotely (get conns -1) host sink :unapply unapply :check check
+                     :verbosity (.get msg "verbosity" 0))
     (finally (close-chain conns))))
 
 (defn _error-message [e]

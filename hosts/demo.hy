@@ -32,7 +32,7 @@
   (on-change (file.has-content f"{root}/etc/demo.conf"
                                ["listen = 8080" "workers = 4"]
                                :mode 0o640)
-    (cmd.single "sh" "-c" "date >> \"$1\"" "sh" f"{root}/restarts.log"))
+    (cmd.script "date >> \"$1\"" f"{root}/restarts.log"))
   (file.contains-lines f"{root}/etc/hosts.allow" "sshd: 10.0.0.0/8" "sshd: 127.0.0.1")
   (file.symlinked :from f"{root}/current" :to f"{root}/www/example.org")
   ;; Dotted form: the trailing propapps become desc's last argument.

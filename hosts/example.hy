@@ -8,8 +8,8 @@
 
 (require consfig *)
 (import consfig *)
-(use-props consfig.props [apt chroot cmd cron file hostname os periodic
-                          service ssh sshd systemd timezone user])
+(use-props consfig.props [apt chroot cron file hostname os periodic
+                          service ssh sshd timezone user])
 
 (setv admin-keys
       ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBvJ0FTE7GkVxvOiLh4C8PvbxhvYbpG8xAr5Hq1d2ruo alice@laptop"

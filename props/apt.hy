@@ -10,11 +10,11 @@ changes it, so that a host with a hundred `apt.installed` properties runs
 (require consfig.property [defprop]
          consfig.propspec [defproplist])
 (import re
-        consfig.connection [NO-CHANGE connection change-if-changes-file
-                            read-remote-file remote-exists? run run-ok?]
+        consfig.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script]
+        consfig.context [forget-connattr get-connattr set-connattr]
         consfig.engine [inform]
         consfig.errors [CommandFailed FailedChange]
-        consfig.host [push-hostattr get-hostattr get-hostattrs]
+        consfig.host [push-hostattr get-hostattr]
         consfig.props.file [update-file]
         consfig.props.os [required isa?]
         consfig.props.service :as service)
@@ -45,8 +45,7 @@ changes it, so that a host with a hundred `apt.installed` properties runs
 (defn installed-packages []
   "The names of the packages installed on the target (with and without
 `:arch`), asked of dpkg once per connection."
-  (setv attrs (. (connection) _attrs))
-  (when (not-in "apt.installed" attrs)
+  (when (is (get-connattr "apt-installed") None)
     (setv out (. (run "dpkg-query" "-W" "-f" "${Package} ${binary:Package} ${db:Status-Abbrev}\\n"
                       :timeout 300)
                  stdout)
@@ -56,13 +55,13 @@ changes it, so that a host with a hundred `apt.installed` properties runs
       ;; Status-Abbrev: wanted, then state ("i" installed), then error flag.
       (when (and (= (len fields) 3) (= (cut (get fields 2) 1 2) "i"))
         (.update names (cut fields 0 2))))
-    (setv (get attrs "apt.installed") names))
-  (get attrs "apt.installed"))
+    (set-connattr "apt-installed" names))
+  (get-connattr "apt-installed"))
 
 (defn forget-installed-packages []
   "Forget what dpkg said was installed: call this after installing or
 removing packages other than through these properties."
-  (.pop (. (connection) _attrs) "apt.installed" None))
+  (forget-connattr "apt-installed"))
 
 (defn _name [package]
   ;; "foo=1.2", "foo/bookworm-backports" and "foo:i386" install a "foo".
@@ -136,8 +135,8 @@ recommends."
       (finally (forget-installed-packages)))))
 
 (defn _lists-state []
-  (. (run "cd /var/lib/apt/lists 2>/dev/null && md5sum -- *Release 2>/dev/null; true"
-          :timeout 60)
+  (. (run-script "cd /var/lib/apt/lists 2>/dev/null && md5sum -- *Release 2>/dev/null; true"
+                 :timeout 60)
      stdout))
 
 (defn _update []
@@ -303,10 +302,11 @@ are updated when it changes.  Unapplying removes the file (and updates)."
   "apt's cache of downloaded packages is empty (`apt-get clean`)."
   (:desc "apt cache cleaned")
   (:hostattrs (required "debian"))
-  (:check (not (run-ok? (+ "for f in /var/cache/apt/archives/*.deb "
-                           "/var/cache/apt/archives/partial/* /var/cache/apt/*.bin; "
-                           "do [ -e \"$f\" ] && exit 0; done; exit 1")
-                        :timeout 60)))
+  (:check (not (. (run-script (+ "for f in /var/cache/apt/archives/*.deb "
+                                 "/var/cache/apt/archives/partial/* /var/cache/apt/*.bin; "
+                                 "do [ -e \"$f\" ] && exit 0; done; exit 1")
+                              :check False :timeout 60)
+                  ok?)))
   (:apply (run "apt-get" "clean" :env ENV :timeout 300)))
 
 (export :objects [installed installed-minimally removed updated upgraded

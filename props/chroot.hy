@@ -14,7 +14,7 @@ deployment: its properties are reported under the `os-bootstrapped` line."
 (require consfig.property [defprop])
 (import posixpath
         hy.models [Keyword]
-        consfig.connection [NO-CHANGE run run-ok? remote-exists?]
+        consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]
         consfig.deployment [deploy-nested]
         consfig.engine [inform]
         consfig.errors [AbortedChange FailedChange InapplicableProperty PropspecError]
@@ -22,7 +22,8 @@ deployment: its properties are reported under the `os-bootstrapped` line."
                       preprocess-host inapplicable]
         consfig.props.mount [unmount-below]
         consfig.props.os [isa?]
-        consfig.props.service [without-starting-services])
+        consfig.props.service [without-starting-services]
+        consfig.util [keyword-name])
 
 (setv DEFAULT-MIRROR "http://deb.debian.org/debian")
 (setv BOOTSTRAP-TIMEOUT 3600)
@@ -43,7 +44,7 @@ with its own hostattrs, and the current host as its parent."
   os-value)
 
 (defn _option-name [k]
-  (if (isinstance k Keyword) k.name (.lstrip (str k) "-:")))
+  (.lstrip (or (keyword-name k) (str k)) "-"))
 
 (defn _options [options]
   (dfor [k v] (.items (or options {})) (_option-name k) v))
@@ -79,7 +80,7 @@ with its own hostattrs, and the current host as its parent."
 
 (defn _sh? [script #* args]
   ;; SCRIPT with ARGS as its $1…, so that nothing is interpolated.
-  (run-ok? "sh" "-c" script "sh" #* args))
+  (run-ok? (Script script #* args)))
 
 (defn bootstrapped? [root]
   "Whether ROOT holds a completely bootstrapped system.  debootstrap
@@ -96,10 +97,10 @@ crossing into another filesystem."
   (.join "\n" (cut (.splitlines text) (- n) None)))
 
 (defn _bootstrap [root host options]
-  (when (not (run-ok? "command -v debootstrap >/dev/null || command -v mmdebstrap >/dev/null"))
+  (when (not (_sh? "command -v debootstrap >/dev/null || command -v mmdebstrap >/dev/null"))
     (raise (AbortedChange "neither debootstrap nor mmdebstrap is installed on the host (apt-get install debootstrap)")))
   (setv os-value (_os-of host)
-        tool (if (run-ok? "command -v mmdebstrap >/dev/null") "mmdebstrap" "debootstrap")
+        tool (if (run-ok? "command" "-v" "mmdebstrap") "mmdebstrap" "debootstrap")
         #(mirror proxy) (_mirror-and-proxy host options))
   (cond (_sh? "test -e \"$1/debootstrap\"" root)
         (do (inform f"removing the remains of an unfinished bootstrap of {root}")

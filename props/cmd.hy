@@ -2,22 +2,35 @@
 
 (require consfig.property [defprop])
 (import posixpath
-        consfig.connection [run remote-exists? command->script])
+        consfig.actions [Script run remote-exists?]
+        consfig.hop [command->script])
 
 (defn _created [creates cwd]
   (if (and cwd (not (posixpath.isabs creates)))
       (posixpath.join cwd creates)
       creates))
 
+(defn _ran [cmd env input cwd]
+  (run cmd :env env :input input :cwd cwd)
+  :changed)
+
 (defprop single :posix [#* cmd [env None] [input None] [cwd None] [creates None]]
-  "Run CMD (one string: a shell script; several: an argv, each quoted) with
-ENV, INPUT on standard input and CWD.  It always counts as a change, unless
-CREATES is given: then it runs only while the path CREATES (relative to CWD,
-if CWD is given) does not exist."
+  "Run the argv CMD — each argument one word, quoted, however many there are:
+`(cmd.single \"systemctl\" \"reload\" \"nginx\")`, `(cmd.single path)` — with
+ENV, INPUT on standard input and CWD.  For shell code, use `cmd.script`.  It
+always counts as a change, unless CREATES is given: then it runs only while
+the path CREATES (relative to CWD, if CWD is given) does not exist."
   (:desc (+ "Ran " (command->script cmd)))
   (:check (and creates (remote-exists? (_created creates cwd))))
-  (:apply
-    (run #* cmd :env env :input input :cwd cwd)
-    :changed))
+  (:apply (_ran (list cmd) env input cwd)))
 
-(export :objects [single])
+(defprop script :posix [code #* args [env None] [input None] [cwd None] [creates None]]
+  "Run the shell code CODE with ARGS as its positional parameters (`$1`…),
+as `sh -c CODE sh ARG…`: `(cmd.script \"date >> \\\"$1\\\"\" log-path)`.  Put
+values in ARGS, never into CODE.  ENV, INPUT, CWD and CREATES as for
+`cmd.single`."
+  (:desc (+ "Ran " (command->script (Script code #* args))))
+  (:check (and creates (remote-exists? (_created creates cwd))))
+  (:apply (_ran (Script code #* args) env input cwd)))
+
+(export :objects [single script])

@@ -7,7 +7,7 @@
         shlex
         hy.models [Keyword]
         consfig.combinators [with-unapply unapplied]
-        consfig.connection [run]
+        consfig.actions [run]
         consfig.errors [PropspecError]
         consfig.props [file package service])
 

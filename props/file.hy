@@ -9,8 +9,8 @@ unified diff event (shown at -v), except for content marked secret."
         posixpath
         re
         shlex
-        consfig.connection [NO-CHANGE run run-ok? output read-remote-file
-                            write-remote-file remote-exists?]
+        consfig.actions [NO-CHANGE Script run run-ok? run-script output
+                         read-remote-file write-remote-file remote-exists?]
         consfig.engine [emit]
         consfig.errors [FailedChange]
         consfig.host [inapplicable])
@@ -185,7 +185,7 @@ GROUP: names or numeric ids."
   ;; mistake to report, not something to delete.
   (for [d directories]
     (when (remote-exists? d)
-      (when (not (run-ok? (+ "test -d " (shlex.quote d) " && test ! -L " (shlex.quote d))))
+      (when (not (run-ok? (Script "test -d \"$1\" && test ! -L \"$1\"" d)))
         (raise (FailedChange f"{d} exists but is not a directory; not removing it")))
       (run "rm" "-rf" "--one-file-system" "--" d))))
 
@@ -226,17 +226,15 @@ anything else at FROM is a failure.  Unapplying removes the link."
 copied).  The copy is made beside DEST and renamed over it, keeping SOURCE's
 mode, ownership and times."
   (:desc f"{dest} is a copy of {source}")
-  (:check (run-ok? (+ "test -f " (shlex.quote dest) " && cmp -s -- "
-                      (shlex.quote dest) " " (shlex.quote source))))
+  (:check (run-ok? (Script "test -f \"$1\" && cmp -s -- \"$1\" \"$2\"" dest source)))
   (:apply
-    (setv q shlex.quote
-          template (q (posixpath.join (_parent dest) ".consfig-XXXXXXXX")))
-    (run (.join "\n" ["set -e"
-                      f"tmp=$(mktemp {template})"
-                      "trap 'rm -f \"$tmp\"' EXIT"
-                      f"cp -L --preserve=all -- {(q source)} \"$tmp\""
-                      f"mv -f -- \"$tmp\" {(q dest)}"
-                      "trap - EXIT"]))))
+    (run-script (.join "\n" ["set -e"
+                             "tmp=$(mktemp \"$3/.consfig-XXXXXXXX\")"
+                             "trap 'rm -f \"$tmp\"' EXIT"
+                             "cp -L --preserve=all -- \"$2\" \"$tmp\""
+                             "mv -f -- \"$tmp\" \"$1\""
+                             "trap - EXIT"])
+                dest source (_parent dest))))
 
 ;; Config files.  A line that sets a key is found by a regular expression
 ;; applied to the line with any leading comment characters removed, so that

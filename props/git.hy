@@ -4,7 +4,7 @@
          consfig.propspec [defproplist])
 (import posixpath
         consfig.combinators [with-unapply unapplied]
-        consfig.connection [NO-CHANGE run run-ok? remote-exists?]
+        consfig.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.errors [AbortedChange]
         consfig.props [package])
 

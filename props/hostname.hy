@@ -2,7 +2,7 @@
 
 (require consfig.property [defprop])
 (import re
-        consfig.connection [NO-CHANGE run run-ok? output read-remote-file]
+        consfig.actions [NO-CHANGE Script run run-ok? output]
         consfig.host [push-hostattr get-hostattr]
         consfig.props.file [update-file map-file-lines])
 
@@ -30,7 +30,7 @@ chroots and containers, whose deployment names them after their parent."
   ;; Setting the running hostname from a chroot would rename the machine
   ;; the chroot is on.  Where / is not init's root (or /proc is not there
   ;; to tell), leave it alone.
-  (not (run-ok? "[ \"$(stat -c %d:%i /)\" = \"$(stat -Lc %d:%i /proc/1/root/ 2>/dev/null)\" ]"
+  (not (run-ok? (Script "[ \"$(stat -c %d:%i /)\" = \"$(stat -Lc %d:%i /proc/1/root/ 2>/dev/null)\" ]")
                 :timeout 30)))
 
 (defprop configured :posix [* [hostname None]]

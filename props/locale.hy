@@ -6,7 +6,7 @@
 (import re
         shlex
         consfig.combinators [with-unapply unapplied]
-        consfig.connection [run output read-remote-file change-if-changes-file]
+        consfig.actions [run output read-remote-file change-if-changes-file]
         consfig.errors [FailedChange]
         consfig.props [package]
         consfig.props.file [map-file-lines])

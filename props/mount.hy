@@ -2,7 +2,7 @@
 
 (require consfig.property [defprop])
 (import posixpath
-        consfig.connection [NO-CHANGE run run-ok? output]
+        consfig.actions [NO-CHANGE run run-ok? output]
         consfig.props.os [required])
 
 (defn _unescape [s]

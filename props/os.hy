@@ -6,11 +6,12 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 
 (require consfig.property [defprop])
 (import hy.models [Keyword]
-        consfig.connection [NO-CHANGE]
+        consfig.actions [NO-CHANGE]
         consfig.engine [apply-propapp unapply-propapp]
         consfig.errors [PropspecError]
-        consfig.host [push-hostattr get-hostattr get-hostname inapplicable]
-        consfig.property [Propapp propapp-desc propapp-hostattrs])
+        consfig.host [push-hostattr get-hostattr inapplicable]
+        consfig.property [Propapp propapp-desc propapp-hostattrs]
+        consfig.util [keyword-name])
 
 (setv HIERARCHY {"linux" None
                  "debian" "linux"
@@ -19,7 +20,7 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
                  "debian-unstable" "debian"})
 
 (defn _name [x]
-  (if (isinstance x Keyword) x.name (str x)))
+  (or (keyword-name x) (str x)))
 
 (defn isa? [os-value type]
   "Whether the OS described by OS-VALUE is of TYPE or a subtype of it."

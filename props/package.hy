@@ -1,7 +1,8 @@
 "Packages, through whichever package manager the target has."
 
 (require consfig.property [defprop])
-(import consfig.connection [connection run run-ok?]
+(import consfig.actions [run run-ok?]
+        consfig.context [get-connattr set-connattr]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt)
 
@@ -18,12 +19,11 @@
 (defn package-manager []
   "The first package manager of `MANAGERS` present on the target (asked once
 per connection)."
-  (setv attrs (. (connection) _attrs))
-  (when (not-in "package.manager" attrs)
-    (setv (get attrs "package.manager")
-          (next (gfor m MANAGERS :if (run-ok? "command" "-v" (get m 0) :timeout 60) m)
-                None)))
-  (or (get attrs "package.manager")
+  (when (is (get-connattr "package-manager") None)
+    (set-connattr "package-manager"
+                  (next (gfor m MANAGERS :if (run-ok? "command" "-v" (get m 0) :timeout 60) m)
+                        False)))
+  (or (get-connattr "package-manager")
       (raise (FailedChange (+ "no package manager found on the target (looked for "
                               (.join ", " (gfor m MANAGERS (get m 0))) ")")))))
 

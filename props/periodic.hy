@@ -3,10 +3,10 @@
 (require consfig.property [defprop])
 (import posixpath
         re
-        hy.models [Keyword]
-        consfig.connection [NO-CHANGE run output remote-exists?]
+        consfig.actions [NO-CHANGE Script run run-script output remote-exists?]
         consfig.engine [apply-sequence]
-        consfig.errors [PropspecError])
+        consfig.errors [PropspecError]
+        consfig.util [keyword-name])
 
 (setv PERIODS {"hourly" 3600
                "daily" 86400
@@ -15,7 +15,7 @@
                "yearly" (round (* 365.25 86400))})
 
 (defn _period-name [period]
-  (if (isinstance period Keyword) period.name period))
+  (or (keyword-name period) period))
 
 (defn _check-period [period]
   (setv p (_period-name period))
@@ -29,7 +29,7 @@
   "The flag file that records when the propapps described by DESC were last
 applied, in the connecting user's cache on the target."
   (setv name (re.sub r"[^A-Za-z0-9_.-]" "_" desc))
-  (+ (.rstrip (output "printf '%s' \"${XDG_CACHE_HOME:-$HOME/.cache}\"") "/")
+  (+ (.rstrip (output (Script "printf '%s' \"${XDG_CACHE_HOME:-$HOME/.cache}\"")) "/")
      "/consfig/at-most/" name))
 
 (defn fresh? [period desc]
@@ -42,10 +42,10 @@ applied, in the connecting user's cache on the target."
         True (< now (+ mtime (if (isinstance p int) p (get PERIODS p))))))
 
 (defn _times-of [flag]
-  (setv r (run ["sh" "-c" (+ "stat -c %Y -- \"$1\" 2>/dev/null || echo none; date +%s; "
-                             "sed -n 's/^btime //p' /proc/stat 2>/dev/null")
-                "sh" flag]
-               :check False)
+  (setv r (run-script (+ "stat -c %Y -- \"$1\" 2>/dev/null || echo none; date +%s; "
+                         "sed -n 's/^btime //p' /proc/stat 2>/dev/null")
+                      flag
+                      :check False)
         fields (+ (.split r.stdout) ["0" "0"]))
   #((if (= (get fields 0) "none") None (int (get fields 0)))
     (int (get fields 1))

@@ -10,8 +10,9 @@ packages installed meanwhile do not start theirs either."
 (require consfig.property [defprop])
 (import contextlib
         contextvars
-        consfig.connection [NO-CHANGE connection run run-ok? read-remote-file
-                            write-remote-file remote-exists?]
+        consfig.actions [NO-CHANGE run run-ok? read-remote-file write-remote-file
+                         remote-exists?]
+        consfig.context [get-connattr]
         consfig.engine [apply-sequence inform]
         consfig.host [push-hostattr get-hostattr])
 
@@ -23,11 +24,11 @@ packages installed meanwhile do not start theirs either."
 (defn no-services? []
   "Whether services must not be started, stopped or reloaded now: inside
 `without-starting-services`, on a host with the `no-services` property, or
-over a connection that says so (`\"no-services\"` in its attributes, as a hop
-into an unbooted system may set)."
+over a connection that says so (its connattr `no-services`, as a hop into
+an unbooted system may set)."
   (bool (or (.get _no-services)
             (get-hostattr "no-services")
-            (.get (. (connection) _attrs) "no-services"))))
+            (get-connattr "no-services"))))
 
 (defn skip-for-no-services [what]
   "Say that WHAT is not done because services are not to be touched, and

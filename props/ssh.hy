@@ -2,8 +2,7 @@
 
 (require consfig.property [defprop])
 (import posixpath
-        shlex
-        consfig.connection [NO-CHANGE run run-ok? remote-exists?]
+        consfig.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines remove-lines]
         consfig.props.user [home-directory])
@@ -21,8 +20,8 @@
 (defn _owned-private [path username]
   ;; A file sshd reads for a user must be the user's and not writable by
   ;; others, or sshd ignores it.
-  (run (+ f"chown {(shlex.quote username)}: -- {(shlex.quote path)} && "
-          f"chmod go-w -- {(shlex.quote path)}")))
+  (run "chown" f"{username}:" "--" path)
+  (run "chmod" "go-w" "--" path))
 
 (defn _user-file-lines [username name lines remove]
   (setv path (posixpath.join (_ssh-dir username) name)
@@ -46,7 +45,7 @@ Needs ssh-keygen (openssh-client)."
   (:desc f"{username} has an {type} SSH key")
   (:check (remote-exists? (posixpath.join (home-directory username) ".ssh" f"id_{type}")))
   (:apply
-    (when (not (run-ok? "command -v ssh-keygen"))
+    (when (not (run-ok? "command" "-v" "ssh-keygen"))
       (raise (FailedChange "ssh-keygen is not installed; add (apt.installed \"openssh-client\") first")))
     (setv key (posixpath.join (_ssh-dir username) f"id_{type}"))
     (run "ssh-keygen" "-q" "-t" type "-N" "" "-C" username "-f" key :timeout 120)

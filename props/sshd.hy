@@ -6,13 +6,11 @@ configuration fails the property and the file stays as it was."
 
 (require consfig.property [defprop]
          consfig.propspec [defproplist])
-(import posixpath
-        consfig.connection [NO-CHANGE read-remote-file write-remote-file run]
+(import consfig.actions [NO-CHANGE read-remote-file write-remote-file run run-script]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs]
-        consfig.props.service :as service
-        consfig.engine [apply-propapp])
+        consfig.props.service :as service)
 
 (setv CONFIG "/etc/ssh/sshd_config")
 
@@ -53,8 +51,9 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
         (do (validate new)
             (update-file CONFIG new)
             (when (not (service.no-services?))
-              (run "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; else invoke-rc.d ssh reload; fi"
-                   :check False :timeout 120))
+              (run-script (+ "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; "
+                             "else invoke-rc.d ssh reload; fi")
+                          :check False :timeout 120))
             None))))
 
 (defproplist no-passwords []

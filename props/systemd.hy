@@ -11,27 +11,28 @@ With `:user-instance True` a property acts on the user's own service manager
 (`systemctl --user`) of the user the connection runs as."
 
 (require consfig.property [defprop])
-(import shlex
-        consfig.connection [NO-CHANGE run run-ok?]
+(import consfig.actions [NO-CHANGE Script run run-ok?]
         consfig.engine [inform]
         consfig.props.service [no-services? skip-for-no-services])
 
 (setv _USER-RUNTIME "XDG_RUNTIME_DIR=\"${XDG_RUNTIME_DIR:-/run/user/$(id -u)}\"")
 
-(defn _script [user-instance args]
+(defn _systemctl [user-instance args]
+  ;; The user's instance is found through XDG_RUNTIME_DIR, which a
+  ;; non-login shell may not have.
   (if user-instance
-      (+ _USER-RUNTIME " exec " (shlex.join ["systemctl" "--user" #* args]))
-      (shlex.join ["systemctl" #* args])))
+      (Script (+ _USER-RUNTIME " exec systemctl --user \"$@\"") #* args)
+      ["systemctl" #* args]))
 
 (defn systemctl [user-instance #* args [check True]]
   "Run systemctl with ARGS, for the user's instance when USER-INSTANCE."
-  (run (_script user-instance args) :check check :timeout 300))
+  (run (_systemctl user-instance args) :check check :timeout 300))
 
 (defn manager-running? [[user-instance False]]
   "Whether a systemd service manager runs for the target (the user's own
 one when USER-INSTANCE), as sd_booted(3) tells."
   (if user-instance
-      (run-ok? (+ _USER-RUNTIME "; test -S \"$XDG_RUNTIME_DIR/systemd/private\""))
+      (run-ok? (Script (+ _USER-RUNTIME "; test -S \"$XDG_RUNTIME_DIR/systemd/private\"")))
       (run-ok? "test" "-d" "/run/systemd/system")))
 
 (defn _runtime-action [user-instance what #* args]
@@ -93,7 +94,7 @@ one runs)."
   "The unit SERVICE is enabled: it starts at boot (or when the user's
 manager starts).  Works without a running systemd.  Unapplying disables it."
   (:desc f"systemd service {service} enabled")
-  (:check (run-ok? (_script user-instance ["is-enabled" "--quiet" "--" service])))
+  (:check (run-ok? (_systemctl user-instance ["is-enabled" "--quiet" "--" service])))
   (:apply (systemctl user-instance "enable" "--" service))
   (:unapply (systemctl user-instance "disable" "--" service)))
 

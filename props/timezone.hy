@@ -2,8 +2,8 @@
 
 (require consfig.property [defprop])
 (import posixpath
-        consfig.connection [run run-ok? read-remote-file write-remote-file
-                            remote-exists?]
+        consfig.actions [run run-ok? read-remote-file write-remote-file
+                         remote-exists?]
         consfig.errors [AbortedChange]
         consfig.host [push-hostattr])
 

@@ -1,7 +1,7 @@
 "Users and groups, through the shadow utilities (useradd, usermod, …)."
 
 (require consfig.property [defprop])
-(import consfig.connection [NO-CHANGE run run-ok? output]
+(import consfig.actions [run run-ok? output]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines])
 

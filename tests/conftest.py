@@ -7,6 +7,13 @@ import hy  # noqa: F401  -- registers the .hy importer
 import pytest
 from _pytest.assertion import rewrite as _rewrite
 
+# Helper modules here (harness, sshlab) are imported by their names
+# (pytest runs with --import-mode=importlib, which does not put test
+# directories on sys.path).
+sys.path.insert(0, os.path.dirname(__file__))
+
+from sshlab import sshlab  # noqa: E402,F401  -- the SSH test lab, a fixture
+
 
 # pytest rewrites the assertions of any file named on its command line, and
 # would parse a .hy file as Python; Hy tests give `assert` a message instead.
@@ -47,7 +54,3 @@ class EventLog:
 def events():
     return EventLog()
 
-
-# The SSH test lab (a real sshd on loopback), for tests of connection chains.
-sys.path.insert(0, os.path.dirname(__file__))
-from sshlab import sshlab  # noqa: E402,F401

@@ -11,14 +11,19 @@ passwordless sudo, ``lab.pwuser`` needs ``lab.password`` for sudo — and an
 
 and whose known_hosts holds the server's key.  ``lab.start_sshd()`` starts
 another server with the same keys (for tests that kill one).  Users, their
-homes and sudoers.d files are removed at the end of the session.  The
-fixture skips, saying why, only when sshd cannot run here (not root, no
-sshd, no sudo).
+homes and sudoers.d files are removed at the end of the session, and what
+a killed session left behind is removed when the next one starts: all of
+it is named by the pid of the session that made it.  When sshd cannot run
+here (not root, no sshd, no sudo) the fixture says why: a skip, but an
+error in CI.  CONSFIG_TEST_SSHD names the sshd to run (default
+/usr/sbin/sshd).
 """
 
 import contextlib
+import glob
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -29,7 +34,12 @@ import time
 
 import pytest
 
-SSHD = "/usr/sbin/sshd"
+from harness import unavailable, wait_until
+
+SSHD = os.environ.get("CONSFIG_TEST_SSHD") or "/usr/sbin/sshd"
+USER_PREFIX = "cfglab"
+ROOT_PREFIX = "consfig-sshlab-"
+SUDOERS_PREFIX = "/etc/sudoers.d/consfig-lab-"
 
 
 def free_port():
@@ -43,17 +53,19 @@ def _run(*argv, **kw):
 
 
 def _wait_listening(port, proc, log, deadline=10):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
+    def listening():
         if proc.poll() is not None:
             raise RuntimeError(f"sshd exited with {proc.returncode}: {open(log).read()}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                if s.recv(4).startswith(b"SSH-"):
-                    return
+                return s.recv(4).startswith(b"SSH-")
         except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"sshd did not listen on {port}: {open(log).read()}")
+            return False
+
+    try:
+        wait_until(listening, deadline, f"sshd to listen on {port}")
+    except AssertionError as e:
+        raise RuntimeError(f"{e}: {open(log).read()}") from None
 
 
 class Sshd:
@@ -99,9 +111,8 @@ class Sshd:
 class Lab:
     def __init__(self, root):
         self.root = root
-        tag = f"{os.getpid() % 100000}"
-        self.user = f"cfglab{tag}a"
-        self.pwuser = f"cfglab{tag}b"
+        self.user = f"{USER_PREFIX}{os.getpid()}a"
+        self.pwuser = f"{USER_PREFIX}{os.getpid()}b"
         self.password = f"pw-{os.urandom(6).hex()}-secret"
         self.users = []
         self.sudoers = []
@@ -181,7 +192,7 @@ Host lab lab-*
         return server
 
     def _sudoers(self, name, text):
-        path = f"/etc/sudoers.d/consfig-lab-{name}"
+        path = f"{SUDOERS_PREFIX}{name}"
         with open(path, "w") as f:
             f.write(text)
         os.chmod(path, 0o440)
@@ -205,13 +216,18 @@ Host lab lab-*
 
 
 def _kill_processes_of(uid):
-    """Kill, by pid, what the tests left running as a lab user."""
+    """Kill, by pid, what the tests left running as a lab user: processes
+    with UID as their real, effective or saved user id.  (A sudo started by
+    the user runs with the user's real id and root's effective one, and
+    while it lives userdel refuses to remove the user.)"""
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                if os.stat(f"/proc/{pid}").st_uid == uid:
+                with open(f"/proc/{pid}/status") as f:
+                    ids = next(line for line in f if line.startswith("Uid:")).split()[1:]
+                if str(uid) in ids:
                     os.kill(int(pid), signal.SIGKILL)
-            except (FileNotFoundError, ProcessLookupError):
+            except (FileNotFoundError, ProcessLookupError, StopIteration):
                 pass
 
 
@@ -242,6 +258,48 @@ def processes_seen():
         sampler.join()
 
 
+def _alive(pid):
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _stale(name, pattern):
+    """Whether NAME, matching PATTERN whose first group is a pid, belongs to
+    a lab whose session no longer runs."""
+    m = re.fullmatch(pattern, name)
+    return bool(m) and not _alive(int(m.group(1)))
+
+
+def remove_stale_labs():
+    """Remove what the labs of sessions that no longer run (killed, so their
+    teardown never ran) left behind: their sshd, working directory, sudoers
+    files, users and homes.  Left there, a stale sudoers rule would keep
+    granting root to a user nobody watches."""
+    for root in glob.glob(os.path.join(tempfile.gettempdir(), ROOT_PREFIX + "*")):
+        if _stale(os.path.basename(root), re.escape(ROOT_PREFIX) + r"(\d+)-\w+"):
+            _kill_processes_naming(os.path.join(root, "sshd_config"))
+            shutil.rmtree(root, ignore_errors=True)
+    for path in glob.glob(SUDOERS_PREFIX + USER_PREFIX + "*"):
+        if _stale(path, re.escape(SUDOERS_PREFIX + USER_PREFIX) + r"(\d+)[ab]"):
+            os.unlink(path)
+    for entry in pwd.getpwall():
+        if _stale(entry.pw_name, re.escape(USER_PREFIX) + r"(\d+)[ab]"):
+            _kill_processes_of(entry.pw_uid)
+            subprocess.run(["userdel", "--remove", entry.pw_name], capture_output=True,
+                           timeout=60)
+
+
+def _kill_processes_naming(word):
+    """Kill, by pid, the processes whose command line has WORD."""
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if word.encode() in f.read():
+                        os.kill(int(pid), signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+
+
 def _why_no_lab():
     if os.geteuid() != 0:
         return "the SSH lab needs root (to add users and sudoers rules)"
@@ -255,16 +313,17 @@ def _why_no_lab():
 def sshlab():
     why = _why_no_lab()
     if why:
-        pytest.skip(why)
+        unavailable(why)
+    remove_stale_labs()
     # Not under pytest's private temporary directory: sshd reads a user's
     # authorized keys as that user, who must be able to reach them.
-    root = tempfile.mkdtemp(prefix="consfig-sshlab-")
+    root = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-")
     os.chmod(root, 0o755)
     lab = Lab(root)
     try:
         lab.setup()
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
         lab.teardown()
-        pytest.skip(f"sshd cannot run here: {e}")
+        unavailable(f"sshd cannot run here: {e}")
     yield lab
     lab.teardown()

@@ -4,23 +4,13 @@ import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, os.path.dirname(__file__))
+from clirun import REPO, consfig  # noqa: E402
+
 DEMO = REPO / "hosts" / "demo.hy"
-
-
-def consfig(*args, env_dir=None, stdin=None, cwd=None):
-    env = dict(os.environ)
-    # Let Hy cache bytecode between these many short-lived processes.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    if env_dir is not None:
-        env["CONSFIG_DEMO_DIR"] = str(env_dir)
-    return subprocess.run([sys.executable, "-m", "consfig", *map(str, args)],
-                          capture_output=True, text=True, env=env, input=stdin,
-                          cwd=cwd or REPO, timeout=120)
 
 
 def test_demo_deploys_then_second_run_reports_no_changes(tmp_path):
@@ -66,10 +56,10 @@ def test_repl_reports_a_mistake_without_a_traceback(tmp_path):
     assert "=> 42" in result.stdout, "the REPL carries on"
 
 
-def test_hosts_lists_hostname_chain_and_description():
+def test_hosts_lists_hostname_chain_groups_and_description():
     result = consfig("hosts", "--consfig", DEMO)
     assert result.returncode == 0
-    assert result.stdout.split("\t")[:2] == ["demo.localhost", "[:local]"]
+    assert result.stdout.split()[:4] == ["demo.localhost", "[:local]", "-", "This"]
 
 
 SITE = r'''
@@ -153,6 +143,41 @@ def test_via_overrides_the_chain_and_a_bad_chain_is_an_error(tmp_path):
     assert "unknown hop type :teleport" in bad.stderr
 
 
+# Each malformed --via, and what its one line must say.
+BAD_VIA = {
+    "port-not-a-number": ('[[:ssh :port "abc"]]', 'hop :ssh: :port wants a port number (1-65535), not "abc"'),
+    "host-not-a-string": ("[[:ssh :host 5]]", "hop :ssh: :host wants a non-empty string, not 5"),
+    "chroot-without-into": ("[[:chroot]]", "hop :chroot needs :into"),
+    "a-number": ("5", "a connection chain is a list of hops, not 5"),
+    "a-dict": ("{:a 1}", "a connection chain is a list of hops"),
+    "timeout-not-a-number": ('[:ssh :timeout "abc"]', ':timeout wants a positive number of seconds, not "abc"'),
+    "misspelt-hop": ("[:shh]", "unknown hop type :shh; did you mean :ssh?"),
+    "misspelt-argument": ("[[:ssh :prot 22]]", "hop :ssh has no argument :prot; did you mean :port?"),
+    "empty": ("", "--via"),
+    "empty-list": ("[]", "needs at least one hop"),
+    "unreadable": ("[:ssh", "--via"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VIA))
+def test_a_malformed_via_is_one_clear_line(tmp_path, case):
+    via, message = BAD_VIA[case]
+    path, root = write_site(tmp_path)
+    result = consfig("deploy", "--consfig", path, "site", "--via", via)
+    assert_clean_error(result, message)
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert list(root.iterdir()) == [], "nothing was applied"
+
+
+def test_a_bad_deploy_chain_in_defhost_names_file_line_and_host(tmp_path):
+    text = SITE.replace("{:deploy :local}", '{:deploy [[:ssh :port "x"]]}')
+    path, root = write_site(tmp_path, text)
+    result = consfig("hosts", "--consfig", path)
+    line = line_of(path.read_text(), "(defhost")
+    assert_clean_error(result, f"site.hy:{line}: defhost site.example: :deploy: hop :ssh: :port wants")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def assert_clean_error(result, *fragments):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "consfig: error:" in result.stderr
@@ -203,10 +228,10 @@ def test_error_at_top_level_of_consfig_names_the_line(tmp_path):
     assert_clean_error(result, "ZeroDivisionError", f"site.hy:{line_of(path.read_text(), '(/ 1 0)')}:")
 
 
-def test_wrong_command_line_arguments_exit_with_usage():
+def test_wrong_command_line_arguments_exit_64_with_the_subcommands_usage():
     result = consfig("deploy")
-    assert result.returncode == 2
-    assert "usage:" in result.stderr
+    assert result.returncode == 64, "not 2, which --detailed-exitcode means as changes made"
+    assert "usage: consfig deploy" in result.stderr
 
 
 def test_wheel_contains_every_hy_file(tmp_path):

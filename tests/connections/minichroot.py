@@ -8,7 +8,7 @@ import subprocess
 
 COMMANDS = ["sh", "cat", "mktemp", "chmod", "chown", "mv", "rm", "sync", "ls",
             "mkdir", "stat", "readlink", "ln", "id", "sleep", "timeout", "env",
-            "printf", "test", "touch", "grep"]
+            "printf", "test", "touch", "grep", "wc", "find"]
 
 
 def _libraries(binary):

@@ -6,7 +6,6 @@ import os
 import pwd
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 
@@ -19,12 +18,15 @@ from hy.models import Keyword as K
 import consfig.deployment
 import consfig.errors
 import consfig.connections.sudo as sudo
-from consfig.combinators import eseqprops
-from consfig.connection import close_chain, establish_chain, establishing_for, parse_chain
+from consfig.combinators import eseqprops, seqprops
+from consfig.chain import close_chain, establish_chain, parse_chain
+from consfig.hop import Script
+from consfig.context import establishing_for
 from consfig.engine import apply_host
 from consfig.host import make_host, preprocess_host
 from consfig.props import cmd, file
 from consfig.report import Reporter
+from harness import running, wait_until
 from sshlab import processes_seen
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
@@ -168,7 +170,7 @@ def test_hostile_file_names_through_every_chain(sshlab, established, name):
 def test_binary_input_and_output_survive_every_chain(established):
     data = bytes(range(256)) * 4096 + b"\n\x00end"
     for chain_id, (conns, _) in established.items():
-        code, out, err = conns[-1]._run_script("cat", data, 30)
+        code, out, err = conns[-1].run_script("cat", data, 30)
         assert (code, out == data, err) == (0, True, b""), chain_id
 
 
@@ -178,19 +180,17 @@ def test_command_past_its_timeout_is_stopped_where_it_runs(established, chain_id
     marker = f"{time.time_ns() % 10**6}.5"
     start = time.monotonic()
     with pytest.raises(consfig.errors.CommandTimedOut, match="timed out after 1 s on .*sudo"):
-        conn.run(f"sleep {marker}", timeout=1)
+        conn.run(["sleep", marker], timeout=1)
     assert time.monotonic() - start < 5
-    time.sleep(0.3)
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert f"sleep {marker}" not in ps
+    wait_until(lambda: not running(f"sleep {marker}"), 10, f"sleep {marker} to be stopped")
 
 
 def test_sudo_env_and_home_are_the_target_users(established, sshlab):
     conn = established["ssh-sudo-user"][0][-1]
-    out = conn.run('echo "$HOME $USER $(id -un)"', env={"FOO": "bar baz"}).stdout.split()
+    out = conn.run(Script('echo "$HOME $USER $(id -un)"'), env={"FOO": "bar baz"}).stdout.split()
     assert out == [sshlab.home(sshlab.pwuser), sshlab.pwuser, sshlab.pwuser]
-    assert conn.run('printf %s "$FOO"', env={"FOO": "bar $(baz)"}).stdout == "bar $(baz)"
-    assert conn.run("pwd", cwd="/var/tmp").stdout == "/var/tmp\n"
+    assert conn.run(Script('printf %s "$FOO"'), env={"FOO": "bar $(baz)"}).stdout == "bar $(baz)"
+    assert conn.run(["pwd"], cwd="/var/tmp").stdout == "/var/tmp\n"
 
 
 def test_sudo_password_never_shows(lab, tmp_path):
@@ -207,9 +207,9 @@ def test_sudo_password_never_shows(lab, tmp_path):
     with processes_seen() as seen:
         outcome = deploy(chains(lab)["ssh-sudo-password"][0], make_host("lab", None, None, eseqprops()),
                          propspec=eseqprops(
-                             cmd.single("sleep 0.5; cat /etc/hostname >/dev/null"),
+                             cmd.script("sleep 0.5; cat /etc/hostname >/dev/null"),
                              file.has_content(str(tmp_path / "f"), "x\n"),
-                             cmd.single("echo to stderr >&2; exit 3")),
+                             cmd.script("echo to stderr >&2; exit 3")),
                          sink=sink, verbosity=3)
     assert outcome.status == "failed"
     assert len(seen) > 10
@@ -240,3 +240,43 @@ def _files_holding(secret, since):
                     pass
     return found
 
+
+
+@pytest.mark.parametrize("chain_id", CHAIN_IDS)
+def test_a_killed_command_is_reported_by_its_signal(established, chain_id):
+    conn = established[chain_id][0][-1]
+    with pytest.raises(consfig.errors.CommandFailed) as e:
+        conn.run(Script("kill -KILL $$"))
+    assert "killed by signal KILL" in str(e.value), str(e.value)
+    assert "exit code -1" not in str(e.value)
+    assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
+
+
+@pytest.mark.parametrize("chain_id", ["local", "ssh", "ssh-sudo"])
+def test_a_nul_in_a_command_or_path_is_refused_and_the_connection_survives(established, chain_id):
+    conn = established[chain_id][0][-1]
+    for attempt in [lambda: conn.run(["printf", "%s", "a\0b"]),
+                    lambda: conn.write_file("/tmp/consfig-a\0b", b"x"),
+                    lambda: conn.read_file("/tmp/consfig-a\0b"),
+                    lambda: getattr(conn, hy.mangle("exists?"))("/tmp/consfig-a\0b")]:
+        with pytest.raises(consfig.errors.AbortedChange, match="NUL"):
+            attempt()
+    assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
+
+
+@pytest.mark.parametrize("chain_id", ["local", "ssh", "ssh-sudo"])
+def test_a_huge_command_line_is_refused_and_the_connection_survives(established, chain_id):
+    conn = established[chain_id][0][-1]
+    with pytest.raises(consfig.errors.AbortedChange, match="too long"):
+        conn.run(["printf", "%s", "x" * 400_000])
+    assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
+
+
+def test_a_nul_in_a_path_fails_that_property_only(established, tmp_path):
+    conn = established["ssh-sudo"][0][-1]
+    after = tmp_path / "after"
+    outcome, events = apply_through(conn, seqprops(file.has_content("/tmp/consfig-a\0b", "x"),
+                                                   file.has_content(str(after), "applied\n")))
+    failed = [e for e in events if e.get("status") == "failed" and "NUL" in e.get("message", "")]
+    assert len(failed) == 1, events
+    assert after.read_text() == "applied\n", "the connection carried on"

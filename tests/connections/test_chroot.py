@@ -11,13 +11,18 @@ from hy.models import Keyword
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from harness import unavailable  # noqa: E402
 from minichroot import make_minichroot  # noqa: E402
 
-from consfig.connection import establish_chain, close_chain, parse_chain  # noqa: E402
+from consfig.chain import establish_chain, close_chain, parse_chain  # noqa: E402
 from consfig.errors import ConnectionFailed  # noqa: E402
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
 
+
+@pytest.fixture(autouse=True)
+def _needs_root():
+    if os.geteuid() != 0:
+        unavailable("chroot needs root")
 
 def mounts_under(root):
     with open("/proc/self/mounts") as f:
@@ -44,11 +49,11 @@ def test_chroot_runs_commands_inside_and_mounts_for_its_lifetime(chroot_dir):
     conns = establish_chain(chain(chroot_dir))
     try:
         c = conns[-1]
-        assert c.run("cat /marker").stdout == "inside\n"
+        assert c.run(["cat", "/marker"]).stdout == "inside\n"
         assert c.where == f"local > chroot:{chroot_dir}"
         assert sorted(mounts_under(chroot_dir)) == sorted(
             str(chroot_dir / d) for d in ["proc", "sys", "dev", "dev/pts"])
-        assert getattr(c.run("cat /proc/self/stat"), hy.mangle("ok?"))
+        assert getattr(c.run(["cat", "/proc/self/stat"]), hy.mangle("ok?"))
     finally:
         close_chain(conns)
     assert mounts_under(chroot_dir) == []

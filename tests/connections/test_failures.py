@@ -2,8 +2,8 @@
 time, against a real sshd (the `sshlab` fixture)."""
 
 import os
-import shutil
 import signal
+import sys
 import socket
 import threading
 import time
@@ -16,10 +16,15 @@ from hy.models import Keyword as K
 import consfig.connections.sudo as sudo
 import consfig.deployment
 from consfig.combinators import eseqprops
-from consfig.connection import close_chain, establish_chain, establishing_for, parse_chain
+from consfig.chain import close_chain, establish_chain, parse_chain
+from consfig.context import establishing_for
 from consfig.errors import ChainError, CommandTimedOut, ConnectionFailed
 from consfig.host import make_host
+
+sys.path.insert(0, os.path.dirname(__file__))
+from labservers import second_server  # noqa: E402
 from consfig.props import cmd, file
+from harness import running, wait_until
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
 
@@ -170,12 +175,12 @@ def test_password_is_asked_once_per_deployment(sshlab, monkeypatch):
 
 
 def test_failed_hop_closes_the_ones_before(sshlab, tmp_path):
-    server, config = _second_server(sshlab, tmp_path)
+    server, config = second_server(sshlab, tmp_path)
     try:
         with pytest.raises(ConnectionFailed):
             establish([ssh(config), [K("su"), K("to"), sshlab.pwuser]])
-        time.sleep(0.3)
-        assert server.session_pids() == [], "an SSH connection was left open"
+        wait_until(lambda: server.session_pids() == [], 10,
+                   "the SSH connections of the failed chain to close")
     finally:
         server.stop()
 
@@ -184,40 +189,41 @@ def test_command_hanging_past_its_timeout(sshlab):
     conns = establish([ssh(sshlab.config), K("sudo")])
     try:
         with Within(5), pytest.raises(CommandTimedOut, match="timed out after 1 s"):
-            conns[-1].run("sleep 60", timeout=1)
-        assert conns[-1].run("echo still usable").stdout == "still usable\n"
+            conns[-1].run(["sleep", "60"], timeout=1)
+        assert conns[-1].run(["echo", "still usable"]).stdout == "still usable\n"
     finally:
         close_chain(conns)
 
 
-def _second_server(sshlab, tmp_path):
-    server = sshlab.start_sshd()
-    config = sshlab.write_config(str(tmp_path / "config"), server.port,
-                                 known_hosts=str(tmp_path / "known_hosts"))
-    shutil.copy(sshlab.known_hosts, tmp_path / "known_hosts")
-    with open(tmp_path / "known_hosts", "a") as f:
-        key = open(sshlab.host_key + ".pub").read().split()
-        f.write(f"[127.0.0.1]:{server.port} {key[0]} {key[1]}\n")
-    return server, config
+def _deploy_while(action, chain):
+    """Deploy a long command over CHAIN, doing ACTION once the command runs;
+    return the outcome and the messages of the end events."""
+    events, errors = [], []
+    seconds = f"8.{os.getpid()}"
+    marker = f"sleep {seconds}"
+    propspec = eseqprops(cmd.single("sleep", seconds),
+                         file.has_content("/tmp/consfig-never", "x"))
 
+    def act():
+        try:
+            wait_until(lambda: running(marker), 10, f"{marker} to run on the target")
+            action()
+        except Exception as e:
+            errors.append(e)
 
-def _deploy_while(action, delay, chain):
-    events = []
-    propspec = eseqprops(cmd.single("sleep 8"), file.has_content("/tmp/consfig-never", "x"))
-    timer = threading.Timer(delay, action)
-    timer.start()
-    try:
-        outcome = deploy(chain, make_host("lab", None, None, eseqprops()), propspec=propspec,
-                         sink=events.append)
-    finally:
-        timer.cancel()
+    actor = threading.Thread(target=act, daemon=True)
+    actor.start()
+    outcome = deploy(chain, make_host("lab", None, None, eseqprops()), propspec=propspec,
+                     sink=events.append)
+    actor.join(10)
+    assert not errors, errors
     return outcome, [e.get("message") or "" for e in events if e["event"] == "end"]
 
 
 def test_sshd_killed_mid_deployment(sshlab, tmp_path):
-    server, config = _second_server(sshlab, tmp_path)
+    server, config = second_server(sshlab, tmp_path)
     with Within(5):
-        outcome, messages = _deploy_while(server.kill, 1, [ssh(config), K("sudo")])
+        outcome, messages = _deploy_while(server.kill, [ssh(config), K("sudo")])
     assert outcome.status == "failed" and outcome.exit_code() == 1
     assert "the SSH connection was lost" in messages[0], messages
     assert not os.path.exists("/tmp/consfig-never")
@@ -228,10 +234,10 @@ def test_sshd_frozen_mid_deployment(sshlab, tmp_path):
     # A stopped server keeps the TCP connection open and answers nothing:
     # only the keepalive (ServerAliveInterval 1, CountMax 2 in the lab's
     # ssh_config) can tell.
-    server, config = _second_server(sshlab, tmp_path)
+    server, config = second_server(sshlab, tmp_path)
     try:
         with Within(7):
-            outcome, messages = _deploy_while(lambda: server.kill(signal.SIGSTOP), 1,
+            outcome, messages = _deploy_while(lambda: server.kill(signal.SIGSTOP),
                                               [ssh(config), K("sudo")])
     finally:
         server.stop()

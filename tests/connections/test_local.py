@@ -9,6 +9,8 @@ import pytest
 
 from consfig.connections.local import LocalConnection
 from consfig.errors import CommandFailed, CommandTimedOut
+from consfig.hop import Script
+from harness import wait_until
 
 
 @pytest.fixture
@@ -17,7 +19,7 @@ def conn():
 
 
 def test_run_passes_input_env_and_cwd(conn, tmp_path):
-    result = conn.run("cat; printf '%s' \"$GREETING\"; pwd", input="from stdin\n",
+    result = conn.run(Script("cat; printf '%s' \"$GREETING\"; pwd"), input="from stdin\n",
                       env={"GREETING": "hé $(x)"}, cwd=str(tmp_path))
     assert result.stdout == f"from stdin\nhé $(x){tmp_path}\n"
 
@@ -31,23 +33,22 @@ def test_run_argv_quotes_every_element(conn, tmp_path):
 
 def test_failing_command_carries_command_exit_code_and_output(conn):
     with pytest.raises(CommandFailed) as e:
-        conn.run("echo out; echo err >&2; exit 3")
+        conn.run(Script("echo out; echo err >&2; exit 3"))
     assert e.value.exit_code == 3
     assert "exit 3" in e.value.command
     assert "out" in str(e.value) and "err" in str(e.value)
-    assert conn.run("exit 4", check=False).exit_code == 4
+    assert conn.run(Script("exit 4"), check=False).exit_code == 4
 
 
 def test_timeout_kills_the_whole_process_group_promptly(conn, tmp_path):
     pidfile = tmp_path / "pid"
     started = time.monotonic()
     with pytest.raises(CommandTimedOut) as e:
-        conn.run(f"sleep 60 & echo $! > {pidfile}; wait", timeout=0.5)
+        conn.run(Script(f"sleep 60 & echo $! > {pidfile}; wait"), timeout=0.5)
     assert time.monotonic() - started < 5
     assert "timed out after 0.5 s" in str(e.value)
     pid = int(pidfile.read_text())
-    time.sleep(0.1)
-    assert process_state(pid) in (None, "Z"), "the background sleep was killed too"
+    wait_until(lambda: process_state(pid) in (None, "Z"), 5, "the background sleep to be killed too")
 
 
 def process_state(pid):

@@ -4,7 +4,6 @@ without leaving anything behind on the target, says 127 for a missing
 program, and never shows a sudo password."""
 
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -18,9 +17,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import consfig.connections.sudo as sudo  # noqa: E402
 from consfig.combinators import eseqprops  # noqa: E402
-from consfig.connection import close_chain, establish_chain, establishing_for, parse_chain  # noqa: E402
+from consfig.chain import close_chain, establish_chain, parse_chain
+from consfig.context import establishing_for  # noqa: E402
 from consfig.host import make_host  # noqa: E402
 from minichroot import make_minichroot  # noqa: E402
+from harness import running, wait_until  # noqa: E402
 from sshlab import processes_seen  # noqa: E402
 
 
@@ -64,19 +65,6 @@ def established(sshlab, tmp_path_factory):
             close_chain(conns)
 
 
-def running(marker):
-    return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
-
-
-def no_leftover(marker, within=10):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not running(marker):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 @pytest.mark.parametrize("chain_id", CHAIN_IDS)
 def test_closing_stdin_gives_the_process_end_of_file(established, chain_id):
     data = bytes(range(256)) * 1024 + b"\n\x00end"
@@ -101,14 +89,11 @@ def test_kill_leaves_no_process_on_the_target(established, chain_id):
     # A sleep that ignores its stdin, long and odd enough to be told from any other.
     marker = f"{time.time_ns() % 10**7}.3"
     p = established[chain_id].start_process(["sleep", marker])
-    deadline = time.monotonic() + 10
-    while not running(f"sleep {marker}") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert running(f"sleep {marker}"), f"{chain_id}: the process never started"
+    wait_until(lambda: running(f"sleep {marker}"), 10, f"{chain_id}: sleep {marker} to start")
     started = time.monotonic()
     p.kill()
     assert time.monotonic() - started < 5, f"{chain_id}: kill took too long"
-    assert no_leftover(f"sleep {marker}"), f"{chain_id}: sleep {marker} is still running"
+    wait_until(lambda: not running(f"sleep {marker}"), 10, f"{chain_id}: sleep {marker} to end")
     assert p.wait(10) is not None, chain_id
 
 

@@ -1,11 +1,9 @@
-;; Hosts, hostattrs and the reporter.
+;; Hosts and hostattrs.
 
 (require consfig *)
 (import consfig *
-        io
-        pytest
-        rich.console [Console])
-(use-props consfig.props [file os])
+        pytest)
+(use-props consfig.props [os])
 
 (setv applied [])
 
@@ -88,36 +86,6 @@
         back (Host.<-data (json.loads (json.dumps (.->data h)))))
   (assert (= back.propspec h.propspec) "propspec")
   (assert (= back.hostattrs h.hostattrs) "hostattrs"))
-
-(defn render [events]
-  (setv out (io.StringIO)
-        reporter (hy.I.consfig/report.Reporter
-                   :console (Console :file out :width 200 :highlight False)))
-  (for [e events] (reporter e))
-  (.getvalue out))
-
-(defn test-reporter-prints-nested-lines-and-summary []
-  (setv text (render [{"event" "start" "host" "h" "depth" 0 "desc" "site"}
-                      {"event" "start" "host" "h" "depth" 1 "desc" "leaf"}
-                      {"event" "end" "host" "h" "depth" 1 "desc" "leaf" "status" "changed"}
-                      {"event" "end" "host" "h" "depth" 0 "desc" "site" "status" "changed"}
-                      {"event" "summary" "host" "h" "depth" 0 "status" "changed"}]))
-  (assert (= text (+ "h :: site\n"
-                     "h ::   leaf ... done\n"
-                     "h :: site ... done\n"
-                     "h :: Changes were made.\n"))
-          text))
-
-(defn test-reporter-shows-failure-message-under-the-line []
-  (setv text (render [{"event" "start" "host" "h" "depth" 0 "desc" "x"}
-                      {"event" "end" "host" "h" "depth" 0 "desc" "x" "status" "failed"
-                       "message" "command failed\n  output"}
-                      {"event" "summary" "host" "h" "depth" 0 "status" "failed"}]))
-  (assert (= text (+ "h :: x ... failed\n"
-                     "h ::     command failed\n"
-                     "h ::       output\n"
-                     "h :: There were failures.\n"))
-          text))
 
 (defn test-every-os-declaration-declares-its-type []
   (for [[p expected] [[(propapp (os.debian-testing :amd64)) {"type" "debian-testing" "arch" "amd64" "suite" "testing"}]

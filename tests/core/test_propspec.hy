@@ -151,3 +151,11 @@
   (assert (= (. (propapp (os.debian-stable "trixie" arch)) args)
              #("trixie" (Keyword "arm64")))
           "arch from a variable"))
+
+(defn test-propspec-tree-puts-one-propapp-per-line-and-reads-back-equal []
+  (setv p (propapp (eseqprops (file.has-content "/a" "x\n")
+                              (desc "group" (file.directory-exists "/b"))))
+        tree (propspec->tree p))
+  (assert (= (len (.splitlines tree)) 4) tree)
+  (assert (.startswith (get (.splitlines tree) 3) "    (consfig.props.file.directory-exists") tree)
+  (assert (= (read-propspec tree) p) tree))

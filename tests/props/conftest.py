@@ -14,7 +14,8 @@ Contract (for anyone writing tests under tests/props/):
     holds a lock, so parallel test runs share one build.  A tarball older than
     ``CONSFIG_TEST_MAX_AGE_DAYS`` (default 14) is rebuilt, so its apt lists
     do not go too stale for the mirror.  Tests are skipped (with the reason)
-    when we are not root, debootstrap is missing or the build fails.
+    when we are not root, debootstrap is missing or the build fails — errors
+    in CI, where a suite that never ran must not pass.
 
 ``debian_chroot`` (module scope)
     A ``pathlib.Path`` to a fresh copy of that chroot, private to one test
@@ -31,14 +32,14 @@ Contract (for anyone writing tests under tests/props/):
     ``[[:chroot :into "<debian_chroot>"]]``, the chain to deploy into it.
 
 Mark tests that use these with ``@pytest.mark.chroot`` (``-m "not chroot"``
-runs the rest); the fixtures themselves skip when no chroot can be had.
+runs the rest); the fixtures themselves skip when no chroot can be had
+(and are errors in CI).
 
 Helpers for driving properties and checking their results are in
 ``proptest.py`` next to this file (``from proptest import …``).
 """
 
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -51,6 +52,7 @@ from hy.models import Keyword
 # --import-mode=importlib, which does not put test directories on sys.path).
 sys.path.insert(0, os.path.dirname(__file__))
 
+from harness import unavailable  # noqa: E402
 from proptest import ensure_tarball, keep_debs, remove_tree, unpack  # noqa: E402
 
 
@@ -62,11 +64,11 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def debian_chroot_tarball():
     if os.geteuid() != 0:
-        pytest.skip("chroot tests need root")
+        unavailable("chroot tests need root")
     try:
         return ensure_tarball()
     except (RuntimeError, subprocess.SubprocessError, OSError) as e:
-        pytest.skip(f"no Debian chroot for tests: {e}")
+        unavailable(f"no Debian chroot for tests: {e}")
 
 
 def _chroot_copy(tarball, tmp_path_factory):
@@ -90,10 +92,10 @@ def fresh_chroot(debian_chroot_tarball, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chroot_chain(debian_chroot):
-    from consfig.connection import hop_spec
+    from consfig.chain import hop_spec
     from consfig.errors import ChainError
     try:
         hop_spec("chroot")
     except ChainError:
-        pytest.skip("the :chroot hop (connections/chroot.hy) is not there yet")
+        unavailable("the :chroot hop (connections/chroot.hy) is not there yet")
     return [[Keyword("chroot"), Keyword("into"), str(debian_chroot)]]

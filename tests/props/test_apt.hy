@@ -2,8 +2,7 @@
 ;; cache of .debs).
 
 (require consfig *)
-(import consfig *
-        pytest
+(import pytest
         consfig.props.apt [standard-sources]
         proptest [apply-twice deploy-propspec unapply in-chroot this-os])
 (use-props consfig.props [apt])

@@ -17,8 +17,9 @@ from consfig.combinators import eseqprops
 from consfig.errors import ConsfigError
 from consfig.host import make_host, preprocess_host
 from consfig.property import propapp_type
-from consfig.props import apt, chroot, cmd, file, os as os_, service, timezone
+from consfig.props import apt, chroot, cmd, file, os as os_, timezone
 
+from harness import unavailable
 from proptest import (apply_twice, cache_dir, deploy_propspec, host_arch, host_mirror,
                       host_suite, in_chroot, statuses, this_os, unapply)
 
@@ -74,8 +75,8 @@ def test_bootstrap_command_from_the_chroots_os():
 def test_the_propspec_is_applied_inside_and_nested_in_the_report(debian_chroot):
     p = bootstrapped(debian_chroot,
                      file.has_content("/etc/consfig-inside", "inside\n"),
-                     cmd.single("test -x /usr/sbin/policy-rc.d", creates="/etc/consfig-policy"),
-                     cmd.single("touch /etc/consfig-policy", creates="/etc/consfig-policy"))
+                     cmd.single("test", "-x", "/usr/sbin/policy-rc.d", creates="/etc/consfig-policy"),
+                     cmd.single("touch", "/etc/consfig-policy", creates="/etc/consfig-policy"))
     events = apply_twice(LOCAL, [this_os(), p])
     assert (debian_chroot / "etc/consfig-inside").read_text() == "inside\n"
     assert not (debian_chroot / "usr/sbin/policy-rc.d").exists()
@@ -90,7 +91,7 @@ def test_the_propspec_is_applied_inside_and_nested_in_the_report(debian_chroot):
 
 @pytest.mark.chroot
 def test_a_failure_inside_fails_the_chroot_and_unmounts(debian_chroot):
-    p = bootstrapped(debian_chroot, cmd.single("exit 7"))
+    p = bootstrapped(debian_chroot, cmd.script("exit 7"))
     outcome, events = deploy_propspec(LOCAL, [this_os(), p], check=False)
     assert outcome.status == "failed"
     assert statuses(events) == {"Debian stable (%s, %s)" % (host_suite(), host_arch()): "ok",
@@ -112,9 +113,9 @@ def test_a_directory_that_is_not_a_system_is_left_alone(tmp_path):
 @pytest.mark.chroot
 def test_os_bootstrapped_debootstraps_applies_and_unapply_removes(tmp_path_factory):
     if os.geteuid() != 0 or not host_suite():
-        pytest.skip("bootstrapping needs root on a Debian machine")
+        unavailable("bootstrapping needs root on a Debian machine")
     if not (os.path.exists("/usr/sbin/debootstrap") or os.path.exists("/usr/bin/mmdebstrap")):
-        pytest.skip("debootstrap is not installed (apt-get install debootstrap)")
+        unavailable("debootstrap is not installed (apt-get install debootstrap)")
     # debootstrap keeps the .debs it fetched in --cache-dir, so only the
     # first run on a machine downloads them; the bootstrap itself is real.
     debs = cache_dir() / f"debootstrap-{host_suite()}-{host_arch()}-debs"

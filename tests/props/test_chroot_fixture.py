@@ -5,7 +5,7 @@ import pytest
 import hy  # noqa: F401
 from consfig.props import file
 
-from proptest import apply_twice, host_suite, in_chroot, this_os, unapply
+from proptest import apply_twice, host_suite, in_chroot, this_os
 
 pytestmark = pytest.mark.chroot
 

@@ -1,9 +1,8 @@
 ;; cmd.single
 
 (require consfig *)
-(import consfig *
-        os
-        proptest [LOCAL apply-twice deploy-propspec in-chroot])
+(import os
+        proptest [LOCAL apply-twice deploy-propspec])
 (use-props consfig.props [cmd])
 
 (defn slurp [p] (with [f (open p)] (.read f)))
@@ -18,7 +17,7 @@
 (defn test-single-env-input-cwd [tmp-path]
   (setv d (/ tmp-path "dir with space"))
   (os.mkdir d)
-  (deploy-propspec LOCAL (cmd.single "cat > \"$NAME\"" :env {"NAME" "it's $(here)"}
+  (deploy-propspec LOCAL (cmd.script "cat > \"$NAME\"" :env {"NAME" "it's $(here)"}
                                      :input "from stdin\n" :cwd (str d)))
   (assert (= (slurp (/ d "it's $(here)")) "from stdin\n") "env, input and cwd"))
 
@@ -28,10 +27,31 @@
   (assert (os.path.exists marker) "created"))
 
 (defn test-single-creates-relative-to-cwd [tmp-path]
-  (apply-twice LOCAL (cmd.single "touch made" :cwd (str tmp-path) :creates "made"))
+  (apply-twice LOCAL (cmd.single "touch" "made" :cwd (str tmp-path) :creates "made"))
   (assert (os.path.exists (/ tmp-path "made")) "relative to cwd"))
 
 (defn test-single-failure-is-reported [tmp-path]
-  (setv #(o events) (deploy-propspec LOCAL (cmd.single "echo oops >&2; exit 3") :check False))
+  (setv #(o events) (deploy-propspec LOCAL (cmd.script "echo oops >&2; exit 3") :check False))
   (assert (= o.status "failed") "failed")
   (assert (any (gfor e events (in "oops" (.get e "message" "")))) "with its output"))
+
+(defn test-single-runs-one-argument-as-a-program-not-a-script [tmp-path]
+  (setv prog (/ tmp-path "a file; echo pwned")
+        #(o events) (deploy-propspec LOCAL (cmd.single (str prog)) :check False))
+  (assert (= o.status "failed") "there is no such program")
+  (assert (not (any (gfor e events (in "pwned" (.get e "text" ""))))) "echo did not run")
+  (assert (any (gfor e events (in "not found" (.get e "message" "")))) "the whole path was the program"))
+
+(defn test-single-runs-a-lone-path-that-exists [tmp-path]
+  (setv prog (/ tmp-path "it's a $(prog)")
+        out (/ tmp-path "out"))
+  (with [f (open prog "w")] (.write f f"#!/bin/sh\necho ran > '{out}'\n"))
+  (os.chmod prog 0o755)
+  (deploy-propspec LOCAL (cmd.single (str prog)))
+  (assert (= (slurp out) "ran\n") "the lone argument is the program run"))
+
+(defn test-script-takes-values-as-positional-arguments [tmp-path]
+  (setv out (str (/ tmp-path "$(touch pwned); x")))
+  (deploy-propspec LOCAL (cmd.script "printf '%s\\n' \"$2\" > \"$1\"" out "a b; $(c)"))
+  (assert (= (slurp out) "a b; $(c)\n") "arguments arrive as they are")
+  (assert (not (os.path.exists "pwned")) "nothing in them ran"))

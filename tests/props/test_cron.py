@@ -3,7 +3,6 @@ installed under `service.without-starting-services` so that no cron daemon
 starts on this machine.  The jobs' scripts are run by hand to see what cron
 would get."""
 
-import os
 
 import pytest
 

@@ -2,10 +2,9 @@
 ;; Debian chroot for what needs other users.
 
 (require consfig *)
-(import consfig *
-        os
+(import os
         pytest
-        proptest [LOCAL apply-twice deploy-propspec diffs unapply in-chroot this-os])
+        proptest [LOCAL apply-twice deploy-propspec diffs unapply in-chroot])
 (use-props consfig.props [file])
 
 (setv HOSTILE ["plain" "with space" "quo'te\"s" "new\nline" "$(touch pwned)"

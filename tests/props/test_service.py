@@ -75,8 +75,8 @@ def test_service_actions_do_nothing_without_starting_services(chroot_chain, demo
 def test_policy_forbids_starts_for_the_duration_and_goes_away(chroot_chain, demo):
     clear(demo)
     deploy_propspec(chroot_chain, [this_os(), service.without_starting_services(
-        cmd.single("/usr/sbin/policy-rc.d consfig-demo start; test $? = 101"),
-        cmd.single("invoke-rc.d consfig-demo start 2>&1 | grep -q 'denied execution'"))])
+        cmd.script("/usr/sbin/policy-rc.d consfig-demo start; test $? = 101"),
+        cmd.script("invoke-rc.d consfig-demo start 2>&1 | grep -q 'denied execution'"))])
     assert log(demo) == [], "invoke-rc.d ran the init script despite policy-rc.d"
     assert not (demo / "usr/sbin/policy-rc.d").exists()
 
@@ -87,8 +87,8 @@ def test_an_existing_policy_comes_back_even_after_a_failure(chroot_chain, demo):
     policy.chmod(0o700)
     try:
         outcome, events = deploy_propspec(chroot_chain, [this_os(), service.without_starting_services(
-            cmd.single("grep -q consfig /usr/sbin/policy-rc.d"),
-            cmd.single("exit 3"))], check=False)
+            cmd.single("grep", "-q", "consfig", "/usr/sbin/policy-rc.d"),
+            cmd.script("exit 3"))], check=False)
         assert outcome.status == "failed"
         assert statuses(events)["Ran grep -q consfig /usr/sbin/policy-rc.d"] == "changed"
         assert statuses(events)["Ran exit 3"] == "failed"

@@ -1,8 +1,7 @@
 ;; ssh and sshd, in the Debian chroot.  sshd is never started here.
 
 (require consfig *)
-(import consfig *
-        pytest
+(import pytest
         proptest [apply-twice deploy-propspec unapply in-chroot this-os])
 (use-props consfig.props [ssh sshd user apt service])
 

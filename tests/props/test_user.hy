@@ -1,9 +1,8 @@
 ;; user, package and hostname, in the Debian chroot.
 
 (require consfig *)
-(import consfig *
-        pytest
-        proptest [apply-twice deploy-propspec unapply in-chroot this-os])
+(import pytest
+        proptest [apply-twice deploy-propspec unapply in-chroot])
 (use-props consfig.props [user package hostname])
 
 (setv pytestmark pytest.mark.chroot)

@@ -1,10 +1,8 @@
-"""What the :python hop's tests share: the properties they deploy and ways to
-compare event streams and look for leftover processes."""
+"""What the :python hop's tests share: the properties they deploy and a way to
+compare event streams."""
 
 import os
-import subprocess
 import sys
-import time
 
 import hy
 
@@ -23,6 +21,7 @@ seqprops = find_property("consfig.combinators.seqprops")
 has_content = find_property("consfig.props.file.has-content")
 directory_exists = find_property("consfig.props.file.directory-exists")
 single = find_property("consfig.props.cmd.single")
+script = find_property("consfig.props.cmd.script")
 
 
 def mixed_host(d, hostname="target.example"):
@@ -31,22 +30,11 @@ def mixed_host(d, hostname="target.example"):
         directory_exists(f"{d}/etc"),
         has_content(f"{d}/etc/motd", "hello\n"),
         rp.python_wrote(f"{d}/etc/py", "from Python\n"),
-        single(f"echo ran > {d}/etc/ran", creates=f"{d}/etc/ran")))
+        script('echo ran > "$1"', f"{d}/etc/ran", creates=f"{d}/etc/ran")))
 
 
 def shape(events, d):
     """EVENTS with the directory D written as D, to compare runs in different places."""
     return [{k: (v.replace(str(d), "D") if isinstance(v, str) else v) for k, v in e.items()}
             for e in events]
-
-
-def no_leftover(marker, within=10):
-    """Whether no process whose command line has MARKER is left, waiting up
-    to WITHIN seconds for those being killed to go."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode != 0:
-            return True
-        time.sleep(0.1)
-    return False
 

@@ -6,7 +6,7 @@ the hop ships it to the target by its file."
 (import os
         signal
         time
-        consfig.connection [NO-CHANGE run])
+        consfig.actions [NO-CHANGE run-script])
 
 (defprop python-wrote :python [path text]
   "PATH holds TEXT, written with open() by the Python on the target."
@@ -36,6 +36,6 @@ the hop ships it to the target by its file."
   (:apply (os.kill (os.getpid) signal.SIGKILL)))
 
 (defprop ran-for-at-most :posix [script seconds]
-  "SCRIPT ran, and was stopped if it took more than SECONDS."
+  "The shell code SCRIPT ran, and was stopped if it took more than SECONDS."
   (:desc f"ran {script} for at most {seconds} s")
-  (:apply (run script :timeout seconds)))
+  (:apply (run-script script :timeout seconds)))

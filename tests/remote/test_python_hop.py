@@ -15,7 +15,8 @@ from hy.models import Keyword
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from remote_helpers import (deploy, has_content, mixed_host, no_leftover,  # noqa: E402
+from harness import running, unavailable, wait_until  # noqa: E402
+from remote_helpers import (deploy, has_content, mixed_host,  # noqa: E402
                             rp, seqprops, shape, single)
 
 import consfig.bundle as bundle  # noqa: E402
@@ -139,18 +140,18 @@ def test_a_dropped_controller_leaves_no_process_on_the_target(tmp_path):
     marker = f"sleep 8{os.getpid()}"
     host = Host("target.example", seqprops(
         rp.pid_recorded(f"{tmp_path}/pid"),
-        single(marker)))
+        single(*marker.split())))
 
     def sink(event):
         # The controller goes away while the target runs a long command.
         if event["event"] == "start" and "sleep" in event["desc"]:
-            time.sleep(0.5)
+            wait_until(lambda: running(marker), 10, f"{marker} to run on the target")
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         deploy(LOCAL_PYTHON, host, sink=sink)
     pid = int((tmp_path / "pid").read_text().split()[0])
-    assert no_leftover(marker), "the target's command is still running"
+    wait_until(lambda: not running(marker), 10, "the target's command to end")
     assert not os.path.exists(f"/proc/{pid}"), "the target Python is still running"
 
 
@@ -198,10 +199,13 @@ def test_a_silent_target_is_given_up_after_the_timeout(tmp_path):
     assert "no word from the Python on the target" in str(e.value), str(e.value)
 
 
-needs_sudo = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to sudo without a password")
+@pytest.fixture
+def needs_sudo():
+    if os.geteuid() != 0:
+        unavailable("needs root, to sudo without a password")
 
 
-@needs_sudo
+@pytest.mark.usefixtures("needs_sudo")
 def test_sudo_python_gives_the_same_results_as_a_local_run(tmp_path, events):
     first = deploy([K("sudo"), K("python")], mixed_host(tmp_path), sink=events)
     assert first.status == "changed", events.ends()
@@ -210,7 +214,7 @@ def test_sudo_python_gives_the_same_results_as_a_local_run(tmp_path, events):
     assert again.status == "no-change", events.ends()
 
 
-@needs_sudo
+@pytest.mark.usefixtures("needs_sudo")
 def test_hops_after_python_start_a_further_python_on_the_target(tmp_path, events):
     host = Host("target.example", seqprops(rp.pid_recorded(f"{tmp_path}/pid")))
     outcome = deploy([K("local"), K("python"), K("sudo")], host, sink=events)

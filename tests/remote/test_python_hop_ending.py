@@ -14,24 +14,12 @@ from hy.models import Keyword
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from remote_helpers import HERE, deploy, no_leftover, rp, seqprops, single  # noqa: E402
+from harness import running, wait_until  # noqa: E402
+from remote_helpers import HERE, deploy, rp, seqprops  # noqa: E402
 
 from consfig.host import Host  # noqa: E402
 
 LOCAL_PYTHON = [Keyword("local"), Keyword("python")]
-
-
-def wait_for(predicate, within=30):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def running(marker):
-    return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
 
 
 def test_a_command_timeout_stops_the_command_on_the_target(tmp_path, events):
@@ -43,7 +31,7 @@ def test_a_command_timeout_stops_the_command_on_the_target(tmp_path, events):
     assert outcome.status == "failed", events.ends()
     [failed] = [e for e in events.events if e["event"] == "end" and e["status"] == "failed"]
     assert "timed out after 1 s" in failed["message"], failed
-    assert no_leftover(marker), "the command is still running on the target"
+    wait_until(lambda: not running(marker), 10, "the command on the target to end")
 
 
 CONTROLLER = """
@@ -54,7 +42,7 @@ from remote_helpers import deploy, rp, seqprops, single
 from consfig.host import Host
 # The command is put together here, so that this command line does not match it.
 deploy([Keyword("local"), Keyword("python")],
-       Host("target.example", seqprops(rp.pid_recorded(sys.argv[1]), single("sleep " + sys.argv[2]))),
+       Host("target.example", seqprops(rp.pid_recorded(sys.argv[1]), single("sleep", sys.argv[2]))),
        sink=lambda e: None)
 """
 
@@ -68,13 +56,13 @@ def test_a_controller_ended_by_a_signal_leaves_nothing_on_the_target(how, tmp_pa
                                    str(pid_file), number],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        assert wait_for(lambda: running(marker)), "the command never started"
+        wait_until(lambda: running(marker), 30, f"{marker} to run on the target")
         controller.send_signal(how)
         controller.wait(30)
     finally:
         controller.kill()
         controller.wait()
-    assert no_leftover(marker), f"the command survived the controller's {how.name}"
+    wait_until(lambda: not running(marker), 10,
+               f"the command on the target to end after the controller's {how.name}")
     target = int(pid_file.read_text().split()[0])
-    assert wait_for(lambda: not os.path.exists(f"/proc/{target}"), 10), \
-        "the target's Python survived"
+    wait_until(lambda: not os.path.exists(f"/proc/{target}"), 10, "the target's Python to end")

@@ -20,11 +20,13 @@ CONTROLLER = """
 import json, resource, sys
 sys.path.insert(0, {here!r})
 from hy.models import Keyword
-from remote_helpers import deploy, seqprops, single
+from remote_helpers import deploy, seqprops
 from consfig.host import Host
+from consfig.property import find_property
+script = find_property("consfig.props.cmd.script")
 ends = []
 outcome = deploy([Keyword("local"), Keyword("python")],
-                 Host("target.example", seqprops(single(sys.argv[1]))),
+                 Host("target.example", seqprops(script(sys.argv[1]))),
                  sink=lambda e: ends.append(e) if e["event"] == "end" else None)
 print(json.dumps({{"status": outcome.status, "message": ends[-1].get("message", ""),
                   "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))

@@ -12,7 +12,8 @@ from hy.models import Keyword as K
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from remote_helpers import (deploy, mixed_host, no_leftover, rp,  # noqa: E402
+from harness import running, wait_until  # noqa: E402
+from remote_helpers import (deploy, mixed_host, rp,  # noqa: E402
                             seqprops, shape, single)
 
 import consfig.connections.sudo as sudo  # noqa: E402
@@ -98,11 +99,11 @@ def test_a_dropped_ssh_connection_fails_fast_and_leaves_nothing_on_the_target(ss
     server, config = own_sshd(sshlab, tmp_path)
     # A sleep long and odd enough to be told from any other.
     marker = f"sleep 7{os.getpid()}"
-    host = Host("lab.example", seqprops(single(marker)))
+    host = Host("lab.example", seqprops(single(*marker.split())))
 
     def sink(event):
         if event["event"] == "start":
-            time.sleep(0.5)
+            wait_until(lambda: running(marker), 10, f"{marker} to run on the target")
             server.kill()
 
     started = time.monotonic()
@@ -110,7 +111,7 @@ def test_a_dropped_ssh_connection_fails_fast_and_leaves_nothing_on_the_target(ss
         deploy([ssh(config), K("python")], host, sink=sink)
     assert time.monotonic() - started < 30, "the drop was noticed only after a long wait"
     assert "lab.example" in str(e.value), str(e.value)
-    assert no_leftover(marker), "the command is still running on the target"
+    wait_until(lambda: not running(marker), 10, "the command on the target to end")
 
 
 def test_ssh_sudo_python_with_a_sudo_password(sshlab, tmp_path, events):
@@ -137,11 +138,11 @@ def test_sshd_killed_during_a_root_python_apply_fails_fast_and_leaves_nothing(ss
     server, config = own_sshd(sshlab, tmp_path)
     marker = f"sleep 6{os.getpid()}"
     pid_file = tmp_path / "pid"
-    host = Host("lab.example", seqprops(rp.pid_recorded(str(pid_file)), single(marker)))
+    host = Host("lab.example", seqprops(rp.pid_recorded(str(pid_file)), single(*marker.split())))
 
     def sink(event):
         if event["event"] == "start" and "sleep" in event["desc"]:
-            time.sleep(0.5)
+            wait_until(lambda: running(marker), 10, f"{marker} to run on the target")
             server.kill()
 
     started = time.monotonic()
@@ -150,12 +151,10 @@ def test_sshd_killed_during_a_root_python_apply_fails_fast_and_leaves_nothing(ss
     assert time.monotonic() - started < 30, "the drop was noticed only after a long wait"
     msg = str(e.value)
     assert "lab.example" in msg and "SSH connection was lost" in msg, msg
-    assert no_leftover(marker), "the command is still running on the target"
+    wait_until(lambda: not running(marker), 10, "the command on the target to end")
     pid = int(pid_file.read_text().split()[0])
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not os.path.exists(f"/proc/{pid}"), "the target's root Python is still running"
+    wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10,
+               "the target's root Python to end")
 
 
 @pytest.mark.parametrize("after", [[K("python")], [K("sudo"), K("python")],
@@ -163,11 +162,11 @@ def test_sshd_killed_during_a_root_python_apply_fails_fast_and_leaves_nothing(ss
                          ids=["python", "sudo-python", "python-sudo"])
 def test_the_ssh_hops_command_timeout_holds_after_python(sshlab, tmp_path, events, after):
     marker = f"sleep 3{os.getpid()}{len(after)}{len(after[0].name)}"
-    host = Host("lab.example", seqprops(single(marker)))
+    host = Host("lab.example", seqprops(single(*marker.split())))
     started = time.monotonic()
     outcome = deploy([ssh(sshlab.config, **{"command-timeout": 2}), *after], host, sink=events)
     assert time.monotonic() - started < 30, "the command ran past the hop's :command-timeout"
     assert outcome.status == "failed", events.ends()
     [failed] = [e for e in events.events if e["event"] == "end" and e["status"] == "failed"]
     assert "timed out after 2 s" in failed["message"], failed
-    assert no_leftover(marker), "the command is still running on the target"
+    wait_until(lambda: not running(marker), 10, "the command on the target to end")

@@ -1,0 +1,67 @@
+"The events a deployment reports, and the constructors that build them.
+
+An event is a plain dict of JSON-compatible values, so that it can be rendered
+on the controller as it is made, or sent there from a target as it happens.
+Every event has an \"event\" kind, the \"host\" it concerns and the \"depth\" of
+nesting at which it happened (both stamped by the engine when it emits it).
+The five kinds:
+
+  start    an announced property begins.
+           \"desc\": its description.
+  end      a property's outcome.  \"desc\", and \"status\", one of
+           \"ok\" (nothing to do), \"changed\", \"failed\" or \"skipped\" (not
+           reached: an earlier property of an `eseqprops` failed); in check
+           mode also \"would-change\" and \"cannot-check\" (no :check, and its
+           :apply would run).  A failed
+           end event that is the first report of a failure has a \"message\"
+           (what went wrong), and for a property that raised something other
+           than a failure also a \"traceback\" and, where the bug is in site
+           code, \"where\" (file:line in the consfig); the failed end events
+           of the properties enclosing it have no message.  A \"property\"
+           names the property (its short name) on failed events.
+  output   text a property reports: \"text\", and \"stream\": \"note\" (something
+           the operator should read; always shown), \"command\" (a
+           command's output; shown at -v) or \"run\" (a command about to
+           run, as a person would type it; shown at -vv).
+  diff     a unified diff of a change to a file.  \"path\", \"text\".
+  summary  the last event of a deployment.  \"status\": \"no-change\",
+           \"changed\" or \"failed\"; \"changes\" and \"failures\", counts
+           (in check mode, changes are the properties that would change);
+           \"check\": whether it was a check.
+
+`consfig deploy --json` writes these events, one JSON object per line, each
+stamped with \"time\" (seconds since the epoch)."
+
+(defn start-event [desc]
+  "An announced property with description DESC begins."
+  {"event" "start" "desc" desc})
+
+(defn end-event [desc status #** details]
+  "The property described by DESC ended with STATUS (\"ok\", \"changed\",
+\"failed\", \"skipped\"); DETAILS add \"message\", \"traceback\", \"where\",
+\"property\" to a failure."
+  {"event" "end" "desc" desc "status" status
+   #** (dfor [k v] (.items details) :if (is-not v None) k v)})
+
+(defn output-event [text [stream "note"]]
+  "TEXT reported by the property being applied: a \"note\" for the operator
+or a \"command\"'s output."
+  {"event" "output" "text" (str text) "stream" stream})
+
+(defn diff-event [path text]
+  "A unified diff TEXT of a change to the file at PATH."
+  {"event" "diff" "path" path "text" text})
+
+(defn summary-event [status changes failures [check False]]
+  "The end of a deployment (a CHECK, or not): its STATUS and counts."
+  {"event" "summary" "status" status "changes" changes "failures" failures
+   "check" check})
+
+(defn first-report? [event]
+  "Whether EVENT is the first report of a failure (one to count)."
+  (and (= (get event "event") "end")
+       (= (get event "status") "failed")
+       (in "message" event)))
+
+(export :objects [start-event end-event output-event diff-event summary-event
+                  first-report?])

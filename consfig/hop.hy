@@ -1,0 +1,336 @@
+"The hop protocol: what every connection in a chain implements.
+
+A hop is a connection built on the one before it (the controller itself for
+the first hop).  A POSIX hop only has to say how to run a shell script, given
+as a string, with bytes on standard input: `(.run-script conn script input
+timeout)` returning `#(exit-code stdout-bytes stderr-bytes)`.  Running
+commands, reading, writing and testing files are built on that here, once,
+so that every hop — ssh, sudo, su, chroot, and any chain of them — does them
+the same way.  A connection that runs in a Python process on the target
+(`:local`, and everything after a `:python` hop) overrides the file
+operations with direct system calls.
+
+A command is either an argv — a list whose every element is quoted, however
+many there are — or a `Script`, shell code run on purpose, with its own
+positional arguments.  A plain string is neither, and is refused.
+
+A hop type is described by a `Hop`: its name, the arguments it takes and
+their types (checked when a chain is parsed, before anything connects), and
+the function that establishes it."
+
+(import posixpath
+        shlex
+        time
+        consfig.errors [AbortedChange CommandFailed CommandTimedOut ConnectionFailed]
+        consfig.util [bytes->text text->bytes])
+
+;; How long a hop may take to answer a question asked while it is being
+;; established (is there sudo? may we su? is this a directory?).
+(setv PROBE-TIMEOUT 60)
+
+;; A temporary file of ours not modified for this many minutes was left by
+;; a write that was killed: a write under way keeps its own fresh.
+(setv STALE-MINUTES 10)
+
+;; The longest command consfig sends, in bytes.  Linux takes no single
+;; argument over 128 KiB, and each hop wrapping the script in its own command
+;; line (sudo, su, chroot) quotes it once more; past this, data belongs on
+;; standard input or in a file.
+(setv MAX-COMMAND 65536)
+
+;; How much longer than a command's timeout the controller waits for the
+;; target to stop it, before it gives up on the connection itself.
+(setv TIMEOUT-GRACE 10)
+
+(defclass Script []
+  "Shell code to run as written, with ARGS as its positional parameters:
+`(Script \"cat -- \\\"$1\\\" | wc -l\" path)`.  The arguments are quoted; the
+code is not, so it must never be built from user data — pass that as ARGS."
+  (defn __init__ [self code #* args]
+    (when (not (isinstance code str))
+      (raise (TypeError f"a Script's code is a string, not {(hy.repr code)}")))
+    (setv self.code code
+          self.args (lfor a args (str a))))
+
+  (defn shell [self]
+    "The script as one shell script: `sh -c CODE sh ARG…` when it has ARGS."
+    (if self.args
+        (shlex.join ["exec" "/bin/sh" "-c" self.code "sh" #* self.args])
+        self.code))
+
+  (defn __eq__ [self other]
+    (and (isinstance other Script) (= #(self.code self.args) #(other.code other.args))))
+
+  (defn __repr__ [self]
+    f"<Script {(self.shell) !r}>"))
+
+(defn command->script [cmd]
+  "The shell script that runs CMD: an argv (list or tuple) quoted element by
+element, whatever its length, or a `Script`'s code with its arguments.  A
+string is refused: whether it meant a program or shell code cannot be told."
+  (cond (isinstance cmd Script) (.shell cmd)
+        (and (isinstance cmd #(list tuple)) cmd) (shlex.join (lfor c cmd (str c)))
+        True (raise (TypeError (+ "a command is an argv (a non-empty list of strings) or a "
+                                  f"Script, not {(hy.repr cmd)}")))))
+
+(defclass CommandResult []
+  "What a command did: its exit code and output (decoded as UTF-8)."
+  (defn __init__ [self command exit-code stdout stderr]
+    (setv self.command command
+          self.exit-code exit-code
+          self.stdout stdout
+          self.stderr stderr))
+  (defn [property] ok? [self] (= self.exit-code 0))
+  (defn __repr__ [self]
+    f"<CommandResult {self.exit-code} {self.command !r}>"))
+
+(defn check-sendable [script]
+  "Refuse, before it is sent, a command no hop can carry: one with a NUL
+byte (no argument can hold one; over SSH it would break the connection) or
+one longer than `MAX-COMMAND`.  The property fails; the connection lives on."
+  (when (in "\0" script)
+    (raise (AbortedChange f"a command cannot contain a NUL byte: {(_abridged script)}")))
+  (setv n (len (.encode script "utf-8" "surrogateescape")))
+  (when (> n MAX-COMMAND)
+    (raise (AbortedChange (+ f"command too long to send ({n} bytes; at most {MAX-COMMAND}): "
+                             (_abridged script)
+                             "\n  Pass large data on standard input (:input) or in a file.")))))
+
+(defn check-path [path]
+  "Refuse a path with a NUL byte, which no file name can hold."
+  (when (in "\0" (str path))
+    (raise (AbortedChange f"a path cannot contain a NUL byte: {(repr path)}"))))
+
+(defn _abridged [text [n 200]]
+  (setv r (repr text))
+  (if (> (len r) n) (+ (cut r n) f"… ({(len text)} characters)") r))
+
+(defn _with-timeout [script timeout]
+  ;; The timeout is enforced where the script runs, innermost in the chain:
+  ;; only there can the whole process group be killed, even when it runs as
+  ;; another user (a sudo hop) or in a chroot.  timeout(1) puts the script
+  ;; in a process group of its own and kills all of it; where there is no
+  ;; timeout(1), the controller's wait still ends after the grace period.
+  (setv t (format timeout "g"))
+  (+ "if command -v timeout >/dev/null 2>&1; then "
+     f"exec timeout -k 2 {t} /bin/sh -c {(shlex.quote script)}; fi\n"
+     script))
+
+(defn _prefix-script [script env cwd]
+  (setv parts [])
+  (when cwd (.append parts f"cd -- {(shlex.quote (str cwd))} || exit 1"))
+  (for [[k v] (.items (or env {}))]
+    (.append parts f"{k}={(shlex.quote (str v))}; export {k}"))
+  (if parts (.join "\n" [#* parts script]) script))
+
+(defclass Connection []
+  "One established hop.  `upstream` is the connection it runs inside
+(None for a hop that runs on the controller).  `connattrs` is state that
+lives as long as the connection, for properties (see `consfig.context`)."
+
+  (setv python? False
+        hop-name "connection")
+
+  (defn __init__ [self [upstream None]]
+    (setv self.upstream upstream
+          self.connattrs {}))
+
+  (defn [property] where [self]
+    "Where this connection's commands run, for messages: `ssh:root@db1 > sudo`."
+    (if self.upstream
+        f"{self.upstream.where} > {(self.describe)}"
+        (self.describe)))
+
+  (defn describe [self] self.hop-name)
+
+  (defn run-script [self script input timeout]
+    "Run the shell script SCRIPT (a string) where this connection's commands
+run, with the bytes INPUT (or nothing) on standard input, giving up after
+TIMEOUT seconds (None: never).  Return `#(exit-code stdout stderr)`, the
+outputs as bytes.  The one method a POSIX hop must implement."
+    (raise (NotImplementedError
+             f"{(. (type self) __name__)} does not implement run-script")))
+
+  (defn run [self cmd * [input None] [env None] [cwd None] [timeout None]
+             [check True]]
+    "Run CMD (an argv list, or a `Script`) and return a `CommandResult`.
+Raise `CommandFailed` on a non-zero exit when CHECK, and `CommandTimedOut`
+when it runs for longer than TIMEOUT seconds."
+    (setv script (command->script cmd)
+          full (_prefix-script script env cwd)
+          started (time.monotonic))
+    (check-sendable full)
+    (if (and timeout (not self.python?))
+        (do (setv #(code out err) (self.run-script (_with-timeout full timeout)
+                                                   (text->bytes input)
+                                                   (+ timeout TIMEOUT-GRACE)))
+            (when (and (in code #(124 137)) (>= (- (time.monotonic) started) timeout))
+              (raise (CommandTimedOut script timeout (bytes->text out) (bytes->text err)
+                                      self.where))))
+        (setv #(code out err) (self.run-script full (text->bytes input) timeout)))
+    (setv result (CommandResult script code (bytes->text out) (bytes->text err)))
+    (when (and check (!= code 0))
+      (raise (CommandFailed script code result.stdout result.stderr self.where)))
+    result)
+
+  (defn read-file [self path]
+    "The bytes of the file at PATH; `FileNotFoundError` when there is none."
+    (check-path path)
+    (setv #(code out err)
+          (self.run-script (+ "test -f " (shlex.quote path)
+                              " || exit 66; exec cat -- " (shlex.quote path))
+                           None None))
+    (cond (= code 66) (raise (FileNotFoundError path))
+          (!= code 0) (raise (CommandFailed f"cat -- {(shlex.quote path)}"
+                                            code "" (bytes->text err) self.where)))
+    out)
+
+  (defn write-file [self path content * [mode None] [owner None] [group None]]
+    "Replace the file at PATH with CONTENT (bytes) atomically: a temporary
+file in the same directory is written, synced and renamed over PATH.  The
+existing file's mode and ownership are kept unless MODE, OWNER or GROUP say
+otherwise; a new file gets the mode the umask allows."
+    (check-path path)
+    (self.run (Script (self.write-script path (len content) :mode mode :owner owner
+                                         :group group))
+              :input content)
+    None)
+
+  (defn write-script [self path size * [mode None] [owner None] [group None]]
+    "The shell script `write-file` runs to put SIZE bytes from its standard
+input at PATH.  Input that ends early (the controller or the connection
+died) leaves PATH as it was: the script counts what it received and renames
+only a complete file.  Its temporary is removed however it ends, but for a
+KILL; so, first, it removes temporaries of its own in the same directory
+that a killed write left (see `STALE-MINUTES`)."
+    (setv q shlex.quote
+          d (or (posixpath.dirname path) ".")
+          lines ["set -e"
+                 f"dir={(q d)}"
+                 f"find \"$dir\" -maxdepth 1 -type f -name '.consfig-????????' -user \"$(id -u)\" -mmin +{STALE-MINUTES} -exec rm -f -- {{}} + 2>/dev/null || true"
+                 "tmp=$(mktemp \"$dir/.consfig-XXXXXXXX\")"
+                 "trap 'rm -f \"$tmp\"' EXIT"
+                 ;; A signal ends the script through its EXIT trap.
+                 "trap 'exit 129' HUP INT TERM PIPE"
+                 "cat >\"$tmp\""
+                 "got=$(( $(wc -c <\"$tmp\") ))"
+                 f"if [ \"$got\" -ne {size} ]; then"
+                 f"  echo \"consfig: received $got of {size} bytes for \"{(q path)}\"; left it as it was\" >&2"
+                 "  exit 1"
+                 "fi"
+                 f"if [ -e {(q path)} ]; then"
+                 f"  chmod --reference={(q path)} \"$tmp\""
+                 f"  chown --reference={(q path)} \"$tmp\" 2>/dev/null || true"
+                 "else"
+                 "  chmod \"$(printf '%o' $(( 0666 & ~0$(umask) )))\" \"$tmp\""
+                 "fi"])
+    (when (is-not mode None)
+      (.append lines f"chmod {(format mode "o")} \"$tmp\""))
+    (when (or owner group)
+      (.append lines f"chown {(q (+ (or owner "") (if group f":{group}" "")))} \"$tmp\""))
+    (.extend lines ["sync -- \"$tmp\" 2>/dev/null || true"
+                    f"mv -f -- \"$tmp\" {(q path)}"
+                    "trap - EXIT"])
+    (.join "\n" lines))
+
+  (defn exists? [self path]
+    "Whether anything (even a dangling symlink) is at PATH."
+    (check-path path)
+    (= 0 (get (self.run-script (+ "test -e " (shlex.quote path) " || test -L "
+                                  (shlex.quote path))
+                               None None)
+              0)))
+
+  (defn start-process [self argv]
+    "Start ARGV (a list of strings, not a shell script) where this
+connection's commands run, and return at once a process object to talk to it
+while it runs, as a `:python` hop must:
+
+  .stdin .stdout .stderr   binary file objects (write and flush; read(n)
+                           blocks until n bytes or end of file)
+  (.wait p timeout)        the exit code, or None if still running after
+                           TIMEOUT seconds
+  (.kill p)                end it (and what it started) now
+  .lost                    optional: None, or why the connection it ran on
+                           dropped (the exit code is then meaningless)
+
+The process gets no terminal.  Closing its stdin, or the connection dropping,
+must give it end of file on stdin: that is how it learns to stop.  A hop that
+wraps a command (`sudo …`, `ssh host …`) implements this by starting its
+own command line through `(.start-process self.upstream …)`, quoting ARGV
+where a shell will read it; a missing program shows as exit code 127."
+    (raise (ConnectionFailed
+             (+ f"hop :{self.hop-name} cannot start a streaming process ({self.where}), "
+                "which a :python hop after it needs"))))
+
+  (defn apply-remotely? [self]
+    "Whether this connection applies a host itself, in a Python on the
+target (`apply-remotely`), rather than letting the controller apply it
+through `run` and the file operations."
+    False)
+
+  (defn close [self]
+    "Tear the hop down.  Closing an upstream is its owner's business."
+    None))
+
+;; Hop argument types: each checks a value a user wrote in a chain and
+;; returns it normalised, so that no hop validates its own arguments.
+
+(defclass ArgType []
+  "The type of a hop argument: a description for messages and a function
+that returns the value normalised or raises `ValueError`."
+  (defn __init__ [self description convert]
+    (setv self.description description
+          self.convert convert)))
+
+(defn _check [test]
+  (fn [v] (if (test v) v (raise (ValueError)))))
+
+(defn _port [v]
+  (when (isinstance v bool) (raise (ValueError)))
+  (setv p (cond (isinstance v int) v
+                (and (isinstance v str) (.isdigit v)) (int v)
+                True (raise (ValueError))))
+  (if (<= 1 p 65535) p (raise (ValueError))))
+
+(defn _strings [v]
+  (cond (and (isinstance v str) v) [v]
+        (and (isinstance v #(list tuple)) (all (gfor s v (and (isinstance s str) s)))) (list v)
+        True (raise (ValueError))))
+
+(setv STRING (ArgType "a non-empty string" (_check (fn [v] (and (isinstance v str) v
+                                                                (not-in "\0" v)))))
+      STRINGS (ArgType "a string or a list of strings" _strings)
+      PORT (ArgType "a port number (1-65535)" _port)
+      SECONDS (ArgType "a positive number of seconds"
+                       (_check (fn [v] (and (isinstance v #(int float)) (not (isinstance v bool))
+                                            (> v 0)))))
+      BOOLEAN (ArgType "true or false" (_check (fn [v] (isinstance v bool))))
+      ABSOLUTE-PATH (ArgType "an absolute path"
+                             (fn [v] (if (and (isinstance v str) (posixpath.isabs v)
+                                              (not-in "\0" v))
+                                         (.rstrip (posixpath.normpath v) "/")
+                                         (raise (ValueError))))))
+
+(defn one-of [#* choices]
+  "An `ArgType` accepting the strings CHOICES (any case) and the booleans."
+  (ArgType (+ "one of " (.join ", " (gfor c choices (hy.repr c))) ", true or false")
+           (fn [v] (if (or (isinstance v bool) (and (isinstance v str) (in (.lower v) choices)))
+                       v
+                       (raise (ValueError))))))
+
+(defclass Hop []
+  "What a hop type offers: its name, the arguments it accepts (a dict of
+argument name → `ArgType`), which of them it requires, and the function that
+establishes it on top of an upstream connection.  A hop that TAKES-REST
+(`:python`) receives the rest of the chain and establishes it itself."
+  (defn __init__ [self name arguments establish * [required #()] [takes-rest False]]
+    (setv self.name name
+          self.arguments (dict arguments)
+          self.required (frozenset required)
+          self.establish establish
+          self.takes-rest takes-rest)))
+
+(export :objects [Connection CommandResult Script Hop ArgType command->script one-of
+                  STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT
+                  STALE-MINUTES MAX-COMMAND check-path check-sendable])

@@ -1,0 +1,52 @@
+"""What any test may lean on: waiting for a condition with a bound, and
+saying that a fixture cannot start.
+
+    from harness import unavailable, wait_until
+
+    wait_until(lambda: not running(marker), 10, f"{marker} to end")
+"""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+__all__ = ["in_ci", "running", "unavailable", "wait_until"]
+
+_POLL = 0.05
+
+
+def wait_until(predicate, timeout, what):
+    """Call PREDICATE until it returns something true, and return that; fail
+    the test, saying it waited TIMEOUT seconds for WHAT, when it never does.
+    Tests wait for the condition they mean rather than sleeping a guessed
+    time: a guess is too short under load and too long otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"waited {timeout} s for {what}, in vain")
+        time.sleep(_POLL)
+
+
+def running(marker):
+    """Whether a process whose command line has MARKER runs on this machine."""
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+
+
+def in_ci():
+    """Whether we run in CI: CI set to true, 1 or yes (GitHub, GitLab and
+    most others set CI=true)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def unavailable(reason):
+    """A fixture cannot start, for REASON: skip the test that needs it,
+    except in CI, where a suite that was never run must not pass as green,
+    so it is an error there."""
+    if in_ci():
+        pytest.fail(f"{reason} (in CI this is an error, not a skip)", pytrace=False)
+    pytest.skip(reason)

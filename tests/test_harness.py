@@ -1,0 +1,116 @@
+"""The test harness proves what it claims: a fixture that cannot start is a
+skip with its reason outside CI and an error in CI, and the SSH lab cleans
+up after a killed run."""
+
+import os
+import pwd
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from harness import wait_until
+from sshlab import ROOT_PREFIX, SUDOERS_PREFIX, USER_PREFIX
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+PROJECT = os.path.dirname(TESTS)
+
+
+def _pytest(args, env, cwd):
+    """Run pytest on ARGS in a child process; return (exit code, output)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _env(ci, **extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
+    if ci:
+        env["CI"] = "true"
+    return {**env, **extra}
+
+
+def _lab_run(tmp_path, ci, **extra):
+    """Run, in a child pytest, one test that uses a fresh SSH lab."""
+    (tmp_path / "test_uses_lab.py").write_text(
+        "def test_uses_lab(sshlab):\n    assert sshlab.port\n")
+    return _pytest(["-p", "sshlab", str(tmp_path / "test_uses_lab.py")],
+                   _env(ci, PYTHONPATH=TESTS, **extra), tmp_path)
+
+
+def test_wait_until_returns_what_the_predicate_gave():
+    tries = iter([0, None, "ready"])
+    assert wait_until(lambda: next(tries), 5, "the third try") == "ready"
+
+
+def test_wait_until_fails_naming_what_it_waited_for():
+    with pytest.raises(AssertionError, match="waited 0.1 s for the moon"):
+        wait_until(lambda: False, 0.1, "the moon")
+
+
+def test_in_ci_an_ssh_lab_that_cannot_start_is_an_error(tmp_path):
+    code, out = _lab_run(tmp_path, True, CONSFIG_TEST_SSHD="/nonexistent/sshd")
+    assert code == 1 and "1 error" in out, out
+    assert "/nonexistent/sshd" in out and "in CI this is an error" in out, out
+
+
+def test_outside_ci_an_ssh_lab_that_cannot_start_is_a_skip_saying_why(tmp_path):
+    code, out = _lab_run(tmp_path, False, CONSFIG_TEST_SSHD="/nonexistent/sshd")
+    assert code == 0 and "1 skipped" in out, out
+    assert "SKIPPED" in out and "/nonexistent/sshd" in out, out
+
+
+def _chroot_run(tmp_path, ci):
+    """Run, in a child pytest, a test that needs the Debian chroot, with the
+    chroot's cache where no directory can be made."""
+    test = "tests/props/test_chroot_fixture.py::test_chroot_is_debian_of_this_suite"
+    return _pytest([test], _env(ci, CONSFIG_TEST_CACHE="/dev/null/consfig-tests"), PROJECT)
+
+
+def test_in_ci_a_chroot_that_cannot_be_had_is_an_error(tmp_path):
+    code, out = _chroot_run(tmp_path, True)
+    assert code == 1 and "1 error" in out, out
+    assert "no Debian chroot for tests" in out and "/dev/null/consfig-tests" in out, out
+
+
+def test_outside_ci_a_chroot_that_cannot_be_had_is_a_skip_saying_why(tmp_path):
+    code, out = _chroot_run(tmp_path, False)
+    assert code == 0 and "1 skipped" in out, out
+    assert "no Debian chroot for tests" in out, out
+
+
+def _dead_pid():
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert not os.path.exists(f"/proc/{child.pid}")
+    return child.pid
+
+
+def test_a_starting_lab_removes_what_a_killed_lab_left_and_only_that(sshlab, tmp_path):
+    # What a lab killed before its teardown leaves: its users with their
+    # homes, their sudoers rules and its working directory, all named by
+    # the pid of the session that made them.
+    pid = _dead_pid()
+    user = f"{USER_PREFIX}{pid}a"
+    subprocess.run(["useradd", "--create-home", user], check=True, timeout=60)
+    home = pwd.getpwnam(user).pw_dir
+    sudoers = f"{SUDOERS_PREFIX}{user}"
+    with open(sudoers, "w") as f:
+        f.write(f"{user} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+    root = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{pid}-")
+    try:
+        code, out = _lab_run(tmp_path, True)
+        assert code == 0, out
+        assert user not in [p.pw_name for p in pwd.getpwall()], f"{user} was left"
+        assert not os.path.exists(home), f"{home} was left"
+        assert not os.path.exists(sudoers), f"{sudoers} was left"
+        assert not os.path.exists(root), f"{root} was left"
+        # This session's lab is alive: the other lab left it alone.
+        assert os.path.exists(f"{SUDOERS_PREFIX}{sshlab.user}")
+        assert os.path.isdir(sshlab.home(sshlab.user)) and os.path.isdir(sshlab.root)
+    finally:
+        subprocess.run(["userdel", "--remove", user], capture_output=True, timeout=60)
+        for path in [sudoers, root]:
+            subprocess.run(["rm", "-rf", "--", path], timeout=60)
