@@ -2,8 +2,8 @@
 
 The bootstrap (`consfig/boot.py`) calls `serve` once the bundle is on
 `sys.path`.  It waits for the `apply` message, applies the host over a
-`LocalConnection` (or over the hops after `:python`, ending in a further
-Python), and streams the engine's events back in frames from a writer
+`LocalConnection` that holds commands to the chain's :command-timeout (or
+over the hops after `:python`, ending in a further Python), and streams the engine's events back in frames from a writer
 thread that also sends a tick while nothing else happens.  If the
 controller goes away (end of input), everything started here is killed and
 the process exits at once.
