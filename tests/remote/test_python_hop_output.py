@@ -17,7 +17,7 @@ from consfig.frames import bounded  # noqa: E402
 from consfig.remote import Session  # noqa: E402
 
 CONTROLLER = """
-import json, resource, sys
+import json, sys
 sys.path.insert(0, {here!r})
 from hy.models import Keyword
 from remote_helpers import deploy, seqprops
@@ -28,8 +28,12 @@ ends = []
 outcome = deploy([Keyword("local"), Keyword("python")],
                  Host("target.example", seqprops(script(sys.argv[1]))),
                  sink=lambda e: ends.append(e) if e["event"] == "end" else None)
+# VmHWM, not getrusage: ru_maxrss survives exec, and would count the peak of
+# the process that started this one.
+peak = next(int(line.split()[1]) for line in open("/proc/self/status")
+            if line.startswith("VmHWM:"))
 print(json.dumps({{"status": outcome.status, "message": ends[-1].get("message", ""),
-                  "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
+                  "rss": peak * 1024}}))
 """
 
 
