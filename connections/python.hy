@@ -47,15 +47,6 @@ fi")
                     (str e)))
                :from e)))))
 
-(defn _command-timeout [conn]
-  ;; A hop's :command-timeout (`[[:ssh :command-timeout 600] :sudo :python]`)
-  ;; holds for every command of the deployment, the target's included.
-  (while conn
-    (setv t (getattr conn "command_timeout" None))
-    (when t (return t))
-    (setv conn conn.upstream))
-  None)
-
 (defclass PythonConnection [Connection]
   "The end of a chain whose target runs a Python of consfig's own.  Nothing
 starts until `apply-remotely`: the host is sent along with the start, so
@@ -96,7 +87,7 @@ return the `Outcome`."
                     :check check
                     :verbosity verbosity
                     :timeout self.timeout
-                    :command-timeout (_command-timeout self.upstream)
+                    :command-timeout (.chain-command-timeout self.upstream)
                     :modules self.modules
                     :where self.where))
 

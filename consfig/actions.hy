@@ -11,7 +11,7 @@ argument is a program, never a script), or a single `Script` value.  Shell
 code runs only when asked for by `run-script` or `Script`, and what comes
 from users goes in as its positional arguments, never into the code."
 
-(import consfig.context [connection]
+(import consfig.context [connection command-timeout]
         consfig.engine [checking? emit]
         consfig.events [output-event]
         consfig.hop [Script command->script]
@@ -27,8 +27,12 @@ from users goes in as its positional arguments, never into the code."
 (defn run [#* cmd [input None] [env None] [cwd None] [timeout None] [check True]]
   "Run a command on the current connection: the argv CMD (each argument
 quoted, whatever their number), or a single `Script`.  Return the
-`CommandResult`; a non-zero exit raises `CommandFailed` unless CHECK is false."
+`CommandResult`; a non-zero exit raises `CommandFailed` unless CHECK is false.
+A command running past TIMEOUT seconds is stopped and raises
+`CommandTimedOut`; with no TIMEOUT, the bound is that of the innermost
+`with-command-timeout`, else the chain's :command-timeout, else none."
   (setv command (_command cmd))
+  (when (is timeout None) (setv timeout (command-timeout)))
   ;; Shown at -vv: what runs, as a person would type it.
   (emit (output-event (+ "$ " (command->script command)) "run"))
   (.run (connection) command

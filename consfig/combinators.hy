@@ -12,10 +12,12 @@ answers from its flag file."
 (import posixpath
         hy.models [Keyword]
         consfig.actions [NO-CHANGE run remote-exists?]
+        consfig.context [commands-bounded-by]
         consfig.engine [Drift apply-propapp unapply-propapp apply-sequence]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.host [preserving-hostattrs]
         consfig.property [propapp-desc propapp-hostattrs]
+        consfig.types [propspec seconds]
         consfig.util [keyword-name])
 
 (defprop eseqprops :posix [#* propapps]
@@ -161,6 +163,17 @@ after it, so they are applied last to first."
   (:apply (apply-sequence [#* (reversed requirements) propapp]))
   (:unapply (apply-sequence [#* (reversed requirements) propapp] :unapply True)))
 
+(defprop with-command-timeout :posix [#^ seconds seconds #^ propspec #* propapps]
+  "Like `eseqprops`, but every command PROPAPPS run that gives no timeout of
+its own is stopped after SECONDS, and fails the property that ran it:
+`(with-command-timeout 600 (apt.upgraded) (cmd.single \"make\" \"all\"))`.
+The innermost `with-command-timeout` wins; a command's own `:timeout` wins
+over all; outside any, the chain's :command-timeout holds."
+  (:simulates True)
+  (:announce False)
+  (:apply (with [(commands-bounded-by seconds)] (apply-sequence propapps)))
+  (:unapply (with [(commands-bounded-by seconds)] (apply-sequence propapps :unapply True))))
+
 (export :objects [eseqprops seqprops silent-seqprops eseqprops-until unapplied
                   reapplied with-unapply on-change on-apply-change desc
-                  with-flagfile with-requirements])
+                  with-flagfile with-requirements with-command-timeout])

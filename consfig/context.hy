@@ -67,6 +67,21 @@ are."
   (.pop (. (connection) connattrs) (_connattr-key key) None)
   None)
 
+(setv _command-timeout (contextvars.ContextVar "consfig-command-timeout" :default None))
+
+(defn [contextlib.contextmanager] commands-bounded-by [seconds]
+  "The context in which a command run with no timeout of its own is stopped
+after SECONDS (what `with-command-timeout` sets around its properties)."
+  (setv token (.set _command-timeout seconds))
+  (try
+    (yield)
+    (finally (.reset _command-timeout token))))
+
+(defn command-timeout []
+  "The timeout of a command run with none of its own here: that of the
+innermost `commands-bounded-by`, or None."
+  (.get _command-timeout))
+
 (setv _deployment-cache (contextvars.ContextVar "consfig-deployment-cache"))
 
 (defn [contextlib.contextmanager] establishing-for [host]
@@ -90,4 +105,4 @@ fresh one each call outside any)."
 
 (export :objects [current-host current-connection parent-host applying connection
                   get-connattr set-connattr forget-connattr establishing-for
-                  deployment-cache])
+                  deployment-cache commands-bounded-by command-timeout])

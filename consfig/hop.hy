@@ -143,6 +143,18 @@ lives as long as the connection, for properties (see `consfig.context`)."
 
   (defn describe [self] self.hop-name)
 
+  (defn chain-command-timeout [self]
+    "The :command-timeout of this hop or of the nearest hop before it that
+has one (`[[:ssh :command-timeout 600] :sudo]`), or None.  It bounds every
+command run through this connection with no timeout of its own, the
+commands of a Python a `:python` hop starts after it included."
+    (setv conn self)
+    (while conn
+      (setv t (getattr conn "command_timeout" None))
+      (when t (return t))
+      (setv conn conn.upstream))
+    None)
+
   (defn run-script [self script input timeout]
     "Run the shell script SCRIPT (a string) where this connection's commands
 run, with the bytes INPUT (or nothing) on standard input, giving up after
@@ -155,7 +167,10 @@ outputs as bytes.  The one method a POSIX hop must implement."
              [check True]]
     "Run CMD (an argv list, or a `Script`) and return a `CommandResult`.
 Raise `CommandFailed` on a non-zero exit when CHECK, and `CommandTimedOut`
-when it runs for longer than TIMEOUT seconds."
+when it runs for longer than TIMEOUT seconds (by default, the chain's
+:command-timeout).  The timeout is enforced where the command runs, so that
+nothing of it is left running there."
+    (when (is timeout None) (setv timeout (self.chain-command-timeout)))
     (setv script (command->script cmd)
           full (_prefix-script script env cwd)
           started (time.monotonic))

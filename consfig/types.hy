@@ -93,6 +93,8 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
       text (Type "text" "text (a string with no NUL)"
                  (fn [v] (and (isinstance v str) (not-in "\x00" v))))
       integer (Type "integer" "an integer" _int?)
+      seconds (Type "seconds" "a positive number of seconds"
+                    (fn [v] (and (or (_int? v) (isinstance v float)) (> v 0))))
       boolean (Type "boolean" "True or False" (fn [v] (isinstance v bool)))
       keyword (Type "keyword" "a keyword" (fn [v] (isinstance v Keyword)))
       abs-path (Type "abs-path" "an absolute path (a string starting with /, no NUL)"
@@ -234,7 +236,7 @@ name in Hy.)"
 
 (export :objects [Type ParameterTypeError named predicate matching show
                   anything string non-empty-string line non-empty-line text
-                  byte-string integer boolean keyword abs-path path file-mode name user-name
+                  byte-string integer seconds boolean keyword abs-path path file-mode name user-name
                   group-name id-number package-name hostname url shell-identifier
                   regex propspec int-range enum one-of optional list-of
                   non-empty-list-of dict-of secret annotation-type]
