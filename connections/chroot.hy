@@ -18,6 +18,7 @@ its root in the chroot is sent TERM, then KILL, before the unmounting."
 (import posixpath
         shlex
         consfig.errors [ConnectionFailed CommandFailed]
+        consfig.frames [OUTPUT-LIMIT]
         consfig.hop [Connection Hop Script ABSOLUTE-PATH PROBE-TIMEOUT]
         consfig.noservices [POLICY-RC-D FORBID-ALL WHILE-CHROOTED])
 
@@ -75,10 +76,10 @@ gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1
 
   (defn describe [self] f"chroot:{self.into}")
 
-  (defn run-script [self script input timeout]
+  (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (.run-script self.upstream
                   (shlex.join ["exec" "chroot" self.into "/bin/sh" "-c" script])
-                  input timeout))
+                  input timeout :limit limit))
 
   (defn start-process [self argv]
     ;; chroot(8) itself says 127 when the program is not in the chroot.

@@ -11,8 +11,10 @@ calls rather than by running `cat`."
         stat
         subprocess
         tempfile
+        threading
         time
         consfig.errors [CommandTimedOut]
+        consfig.frames [OUTPUT-LIMIT OutputBuffer]
         consfig.hop [Connection Hop STALE-MINUTES check-path]
         consfig.util [bytes->text])
 
@@ -33,9 +35,27 @@ calls rather than by running `cat`."
 (setv _running (set))
 
 (defn kill-running []
-  "Kill every command this process started that is still running."
+  "Kill every command this process started that is still running: those
+in `_running`, and any other child leading a process group of its own (one
+being started when the end came, before it was recorded)."
   (for [proc (list _running)]
-    (_kill-group proc)))
+    (_kill-group proc))
+  (for [pid (_children)]
+    (try (os.killpg pid signal.SIGKILL)
+         (except [OSError] None))))
+
+(defn _children []
+  ;; From /proc, where there is one; elsewhere `_running` has to do.
+  (setv me (os.getpid) found [])
+  (for [entry (try (os.listdir "/proc") (except [OSError] []))]
+    (when (.isdigit entry)
+      (try
+        (with [f (open f"/proc/{entry}/stat" "rb")]
+          (setv fields (.split (get (.rsplit (.read f) b")" 1) 1))))
+        (when (and (= (int (get fields 1)) me) (= (int (get fields 2)) (int entry)))
+          (.append found (int entry)))
+        (except [#(OSError ValueError IndexError)] None))))
+  found)
 
 (defclass LocalProcess []
   "A process started by `start-process`: see `Connection.start-process`."
@@ -66,28 +86,36 @@ calls rather than by running `cat`."
   (setv python? True
         hop-name "local")
 
-  (defn run-script [self script input timeout]
+  (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     ;; subprocess.run would kill only the shell on a timeout, and then wait
     ;; forever for a grandchild (`sleep`, say) that still holds the pipes
-    ;; open; a session of its own lets the whole group go at once.
+    ;; open; a session of its own lets the whole group go at once.  The
+    ;; output is read as it comes, into bounded buffers, by threads of its
+    ;; own, as communicate would, but without keeping all of it.
     (with [proc (subprocess.Popen ["/bin/sh" "-c" script]
                                   :stdin (if (is input None) subprocess.DEVNULL subprocess.PIPE)
                                   :stdout subprocess.PIPE
                                   :stderr subprocess.PIPE
                                   :start-new-session True)]
       (.add _running proc)
+      (setv out (OutputBuffer limit)
+            err (OutputBuffer limit)
+            threads [(_pump (fn [] (_drain proc.stdout out)))
+                     (_pump (fn [] (_drain proc.stderr err)))
+                     #* (if (is input None) [] [(_pump (fn [] (_feed proc.stdin input)))])]
+            deadline (when timeout (+ (time.monotonic) timeout)))
       (try
-        (setv #(out err) (.communicate proc input timeout))
+        (_await threads proc deadline script timeout)
         (except [subprocess.TimeoutExpired]
           (_kill-group proc)
-          (setv #(out err) (.communicate proc))
-          (raise (CommandTimedOut script timeout (bytes->text out) (bytes->text err)
-                                  self.where)))
+          (for [t threads] (.join t 5))
+          (raise (CommandTimedOut script timeout (bytes->text (.getvalue out))
+                                  (bytes->text (.getvalue err)) self.where)))
         (except [BaseException]
           (_kill-group proc)
           (raise))
         (finally (.discard _running proc)))
-      #(proc.returncode out err)))
+      #(proc.returncode (.getvalue out) (.getvalue err))))
 
   (defn start-process [self argv]
     (LocalProcess argv))
@@ -126,6 +154,35 @@ calls rather than by running `cat`."
       (except [BaseException]
         (try (os.unlink tmp) (except [FileNotFoundError] None))
         (raise)))))
+
+(defn _await [threads proc deadline script timeout]
+  ;; Wait in short slices: a signal handler (the target's Python told to
+  ;; end) runs only between them, and must not wait for the command.
+  (while (or (any (gfor t threads (.is-alive t))) (is (.poll proc) None))
+    (setv left (when deadline (- deadline (time.monotonic))))
+    (when (and (is-not left None) (<= left 0))
+      (raise (subprocess.TimeoutExpired script timeout)))
+    (setv alive (lfor t threads :if (.is-alive t) t))
+    (if alive
+        (.join (get alive 0) (min 0.2 (or left 0.2)))
+        (try (.wait proc (min 0.2 (or left 0.2)))
+             (except [subprocess.TimeoutExpired] None)))))
+
+(defn _pump [target]
+  (setv t (threading.Thread :target target :daemon True))
+  (.start t)
+  t)
+
+(defn _drain [stream buffer]
+  (while (setx data (.read1 stream 65536))
+    (.add buffer data)))
+
+(defn _feed [stream data]
+  ;; A command that exits without reading all its input closes the pipe.
+  (try (.write stream data)
+       (except [#(BrokenPipeError OSError)] None))
+  (try (.close stream)
+       (except [#(BrokenPipeError OSError)] None)))
 
 (defn _remove-stale-temporaries [directory]
   ;; What `Connection.write-script` does for a POSIX hop: a temporary of

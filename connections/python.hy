@@ -19,6 +19,7 @@ controller's side of the protocol and docs/python-hop.md for the whole story.
 (import sys
         consfig.connections.local [LocalConnection]
         consfig.errors [CommandFailed ConnectionFailed]
+        consfig.frames [OUTPUT-LIMIT]
         consfig.hop [Connection Hop Script BOOLEAN SECONDS STRING STRINGS]
         consfig.remote [apply-remotely])
 
@@ -93,8 +94,8 @@ return the `Outcome`."
 
   ;; A property applied through this connection directly (not by the
   ;; target) acts through the chain before it.
-  (defn run-script [self script input timeout]
-    (.run-script self.upstream script input timeout))
+  (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
+    (.run-script self.upstream script input timeout :limit limit))
 
   (defn start-process [self argv]
     (.start-process self.upstream argv)))

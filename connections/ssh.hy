@@ -23,6 +23,7 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
         fabric
         paramiko
         consfig.errors [ChainError CommandTimedOut ConnectionFailed]
+        consfig.frames [OUTPUT-LIMIT OutputBuffer]
         consfig.hop [Connection Hop PORT SECONDS STRING STRINGS one-of]
         consfig.host [get-hostname]
         consfig.util [bytes->text])
@@ -145,11 +146,11 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
       (.start self._probe))
     (<= (- now self._last-alive) (* self.alive-interval (+ 1 self.alive-count))))
 
-  (defn run-script [self script input timeout]
+  (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (when (is timeout None) (setv timeout self.command-timeout))
     (setv chan (self._open-channel)
-          out []
-          err []
+          out (OutputBuffer limit)
+          err (OutputBuffer limit)
           deadline (when timeout (+ (time.monotonic) timeout)))
     (try
       (.exec-command chan (+ "exec /bin/sh -c " (shlex.quote _REPORT-SIGNAL) " sh "
@@ -161,27 +162,27 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
       (setv self._last-alive (time.monotonic))
       (while True
         (setv got False)
-        (while (.recv-ready chan) (.append out (.recv chan 65536)) (setv got True))
-        (while (.recv-stderr-ready chan) (.append err (.recv-stderr chan 65536)) (setv got True))
+        (while (.recv-ready chan) (.add out (.recv chan 65536)) (setv got True))
+        (while (.recv-stderr-ready chan) (.add err (.recv-stderr chan 65536)) (setv got True))
         (when got (setv self._last-alive (time.monotonic)))
         (when (or chan.closed (and chan.eof-received (.exit-status-ready chan)))
           (break))
         (when (not (.is-active self.transport))
           (raise (self._lost)))
         (when (and deadline (> (time.monotonic) deadline))
-          (raise (CommandTimedOut script timeout (bytes->text (.join b"" out))
-                                  (bytes->text (.join b"" err)) self.where)))
+          (raise (CommandTimedOut script timeout (bytes->text (.getvalue out))
+                                  (bytes->text (.getvalue err)) self.where)))
         (when (not (self._alive?))
           (.close self.transport)
           (raise (self._lost f"no answer from the server for {(* self.alive-interval (+ 1 self.alive-count))} s")))
         (select.select [chan] [] [] 0.5))
-      (while (.recv-ready chan) (.append out (.recv chan 65536)))
-      (while (.recv-stderr-ready chan) (.append err (.recv-stderr chan 65536)))
+      (while (.recv-ready chan) (.add out (.recv chan 65536)))
+      (while (.recv-stderr-ready chan) (.add err (.recv-stderr chan 65536)))
       ;; sshd always sends EOF before it closes a channel; a channel closed
       ;; without one was closed by paramiko because the connection died.
       (when (not chan.eof-received)
         (raise (self._lost)))
-      #((.recv-exit-status chan) (.join b"" out) (.join b"" err))
+      #((.recv-exit-status chan) (.getvalue out) (.getvalue err))
       (except [e [EOFError OSError paramiko.SSHException]]
         (raise (self._lost e) :from e))
       (finally

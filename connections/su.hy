@@ -9,6 +9,7 @@ the target user's and the working directory is unchanged."
 
 (import shlex
         consfig.errors [ConnectionFailed]
+        consfig.frames [OUTPUT-LIMIT]
         consfig.hop [Connection Hop STRING PROBE-TIMEOUT])
 
 (defn _su-argv [user script]
@@ -24,8 +25,9 @@ the target user's and the working directory is unchanged."
 
   (defn describe [self] f"su:{self.user}")
 
-  (defn run-script [self script input timeout]
-    (.run-script self.upstream (shlex.join (_su-argv self.user script)) input timeout))
+  (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
+    (.run-script self.upstream (shlex.join (_su-argv self.user script)) input timeout
+                 :limit limit))
 
   (defn start-process [self argv]
     ;; su hands its -c string to the shell; `exec` leaves no shell between

@@ -32,6 +32,7 @@ and is consumed before anything the caller writes."
         shlex
         consfig.context [deployment-cache]
         consfig.errors [ConnectionFailed]
+        consfig.frames [OUTPUT-LIMIT]
         consfig.hop [Connection Hop STRING PROBE-TIMEOUT])
 
 ;; Each is called with the `:from` designator (\"user@host\") and returns the
@@ -99,17 +100,17 @@ asked for on the terminal; once per deployment."
 
   (defn __repr__ [self] f"<SudoConnection {self.where}>")
 
-  (defn run-script [self script input timeout]
+  (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (if (is self._password None)
         (.run-script self.upstream
                       (shlex.join ["sudo" "-n" "-H" "-u" self.user "--" "/bin/sh" "-c" script])
-                      input timeout)
+                      input timeout :limit limit)
         (do (setv marker (+ "consfig-" (secrets.token-hex 16)))
             (.run-script self.upstream
                           (shlex.join ["sudo" "-S" "-p" "" "-H" "-u" self.user "--"
                                        "/bin/sh" "-c" _SKIP-TO-MARKER "sh" marker script])
                           (+ (.encode f"{self._password}\n{marker}\n") (or input b""))
-                          timeout))))
+                          timeout :limit limit))))
 
   (defn start-process [self argv]
     (if (is self._password None)

@@ -8,7 +8,8 @@ property, and the combinators decide what happens to the rest."
 (import importlib.util
         os
         signal
-        traceback)
+        traceback
+        consfig.frames [bounded])
 
 (defclass ConsfigError [Exception]
   "A mistake in a consfig, a chain or a command line, reported without a traceback."
@@ -53,7 +54,8 @@ applied through it, so every sequence stops, `seqprops` included.")
           self.exit-code exit-code
           self.stdout stdout
           self.stderr stderr)
-    (setv output (.strip (+ (or stdout "") (or stderr ""))))
+    ;; Each stream bounded first: a command's output may be 16 MiB.
+    (setv output (.strip (+ (bounded (or stdout "")) (bounded (or stderr "")))))
     (.__init__ (super)
       (+ "command " (_exit-text exit-code)
          (if where f" on {where}" "")
@@ -61,17 +63,18 @@ applied through it, so every sequence stops, `seqprops` included.")
          (if output (+ "\n" (_indent (_last-lines output))) "")))))
 
 ;; How much of a failed command's output its failure shows: the end, where
-;; the reason usually is.  The whole is in the exception (and, for commands
-;; that report their output, shown at -v).
+;; the reason usually is, and of very long lines their head and tail.  The
+;; whole is in the exception (and, for commands that report their output,
+;; shown at -v).
 (setv FAILURE-OUTPUT-LINES 20)
 
 (defn _last-lines [text]
   (setv lines (.splitlines text)
         left-out (- (len lines) FAILURE-OUTPUT-LINES))
-  (if (> left-out 0)
-      (.join "\n" [f"… {left-out} earlier lines not shown"
-                   #* (cut lines (- FAILURE-OUTPUT-LINES) None)])
-      text))
+  (bounded (if (> left-out 0)
+               (.join "\n" [f"… {left-out} earlier lines not shown"
+                            #* (cut lines (- FAILURE-OUTPUT-LINES) None)])
+               text)))
 
 (defn _exit-text [code]
   ;; A negative code is Python's for a process killed by a signal; a shell

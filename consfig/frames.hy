@@ -6,7 +6,9 @@ raw payload, not as base64).  Both the controller and the target use this
 module; the bootstrap (`consfig/boot.py`) reads and writes the same frames
 with the standard library alone, before this module is on the target."
 
-(import json
+(import collections
+        itertools
+        json
         struct)
 
 (setv _HEADER (struct.Struct ">II"))
@@ -47,6 +49,9 @@ part of it arrives.  A frame larger than LIMIT bytes is a `ValueError`."
   (setv (get msg "_payload") payload)
   msg)
 
+(defn _left-out [n]
+  f"\n[… {n} bytes left out …]\n")
+
 (defn bounded [text [limit 65536]]
   "TEXT, or when it is longer than LIMIT characters its head and tail with
 a line in between saying how many bytes were left out."
@@ -54,6 +59,55 @@ a line in between saying how many bytes were left out."
       text
       (do (setv half (// limit 2)
                 left-out (len (.encode (cut text half (- half)) "utf-8" "replace")))
-          (+ (cut text 0 half) f"\n[… {left-out} bytes left out …]\n" (cut text (- half) None)))))
+          (+ (cut text 0 half) (_left-out left-out) (cut text (- half) None)))))
 
-(export :objects [frame read-frame bounded])
+;; How much of a command's output the controller keeps whole: enough for any
+;; file `cat` reads for a property or any package list; past it, the head
+;; and the tail.
+(setv OUTPUT-LIMIT (* 16 1024 1024))
+
+(defclass OutputBuffer []
+  "A command's output (bytes) collected as it arrives, in bounded memory:
+kept whole up to LIMIT bytes (None: no limit); past that, its first and last
+LIMIT/2 bytes, with a line between them saying how many were left out, as
+`bounded` does for text."
+  (defn __init__ [self [limit OUTPUT-LIMIT]]
+    (setv self.limit limit
+          self.head (bytearray)
+          self.tail (collections.deque)
+          self.tail-size 0
+          self.total 0))
+
+  (defn add [self data]
+    "Take DATA, the next bytes of the output."
+    (+= self.total (len data))
+    (cond
+      (is self.limit None) (.append self.tail data)
+      (< (len self.head) (// self.limit 2))
+      (do (setv room (- (// self.limit 2) (len self.head)))
+          (.extend self.head (cut data 0 room))
+          (when (> (len data) room) (self._add-tail (cut data room None))))
+      True (self._add-tail data)))
+
+  (defn _add-tail [self data]
+    ;; Whole chunks are dropped from the front once what remains without
+    ;; them is still the tail to keep: no copying of the tail on every add.
+    (.append self.tail data)
+    (+= self.tail-size (len data))
+    (setv keep (- self.limit (// self.limit 2)))
+    (while (>= (- self.tail-size (len (get self.tail 0))) keep)
+      (-= self.tail-size (len (.popleft self.tail)))))
+
+  (defn getvalue [self]
+    "The output: whole, or its head and tail with the count left out."
+    ;; One join, so that the output is copied once, not once per piece.
+    (if (or (is self.limit None) (<= self.total self.limit))
+        (.join b"" [self.head #* self.tail])
+        (do (setv keep (- self.limit (// self.limit 2))
+                  extra (- self.tail-size keep))
+            (.join b"" [self.head
+                        (.encode (_left-out (- self.total (len self.head) keep)))
+                        (cut (memoryview (get self.tail 0)) extra None)
+                        #* (itertools.islice self.tail 1 None)])))))
+
+(export :objects [frame read-frame bounded OutputBuffer OUTPUT-LIMIT])

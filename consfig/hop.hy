@@ -14,6 +14,11 @@ A command is either an argv — a list whose every element is quoted, however
 many there are — or a `Script`, shell code run on purpose, with its own
 positional arguments.  A plain string is neither, and is refused.
 
+What a command prints is kept whole up to `OUTPUT-LIMIT` (16 MiB) per
+stream, and past that only its head and tail (`consfig.frames.OutputBuffer`),
+so that a command printing gigabytes cannot exhaust the controller's memory;
+`read-file` alone asks for the whole, however large.
+
 A hop type is described by a `Hop`: its name, the arguments it takes and
 their types (checked when a chain is parsed, before anything connects), and
 the function that establishes it."
@@ -21,6 +26,7 @@ the function that establishes it."
 (import posixpath
         shlex
         time
+        consfig.frames [OUTPUT-LIMIT]
         consfig.errors [AbortedChange CommandFailed CommandTimedOut ConnectionFailed]
         consfig.util [bytes->text text->bytes])
 
@@ -155,11 +161,13 @@ commands of a Python a `:python` hop starts after it included."
       (setv conn conn.upstream))
     None)
 
-  (defn run-script [self script input timeout]
+  (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     "Run the shell script SCRIPT (a string) where this connection's commands
 run, with the bytes INPUT (or nothing) on standard input, giving up after
 TIMEOUT seconds (None: never).  Return `#(exit-code stdout stderr)`, the
-outputs as bytes.  The one method a POSIX hop must implement."
+outputs as bytes, each kept whole up to LIMIT bytes and past that as its
+head and tail (`OutputBuffer`; None: whole).  The one method a POSIX hop
+must implement; a hop that wraps its upstream passes LIMIT on."
     (raise (NotImplementedError
              f"{(. (type self) __name__)} does not implement run-script")))
 
@@ -184,6 +192,8 @@ nothing of it is left running there."
                                       self.where))))
         (setv #(code out err) (self.run-script full (text->bytes input) timeout)))
     (setv result (CommandResult script code (bytes->text out) (bytes->text err)))
+    ;; Not kept alive, with the text, by a failure's traceback.
+    (del out err)
     (when (and check (!= code 0))
       (raise (CommandFailed script code result.stdout result.stderr self.where)))
     result)
@@ -194,7 +204,7 @@ nothing of it is left running there."
     (setv #(code out err)
           (self.run-script (+ "test -f " (shlex.quote path)
                               " || exit 66; exec cat -- " (shlex.quote path))
-                           None None))
+                           None None :limit None))
     (cond (= code 66) (raise (FileNotFoundError path))
           (!= code 0) (raise (CommandFailed f"cat -- {(shlex.quote path)}"
                                             code "" (bytes->text err) self.where)))

@@ -20,7 +20,7 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         consfig.bundle [prune-bundles running-from]
         consfig.connections.local [LocalConnection kill-running]
         consfig.errors [ConsfigError]
-        consfig.frames [bounded frame read-frame])
+        consfig.frames [OUTPUT-LIMIT bounded frame read-frame])
 
 (setv HEARTBEAT 5)
 (setv FRAME-BUDGET (* 1024 1024))
@@ -112,8 +112,8 @@ they give no timeout of their own."
     (.__init__ (super))
     (setv self.command-timeout command-timeout))
 
-  (defn run-script [self script input timeout]
-    (.run-script (super) script input (or timeout self.command-timeout))))
+  (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
+    (.run-script (super) script input (or timeout self.command-timeout) :limit limit)))
 
 (defn _apply-here [host msg sink]
   (import consfig.chain [establish-chain close-chain]
