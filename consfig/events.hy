@@ -27,7 +27,9 @@ The five kinds:
   summary  the last event of a deployment.  \"status\": \"no-change\",
            \"changed\" or \"failed\"; \"changes\" and \"failures\", counts
            (in check mode, changes are the properties that would change);
-           \"check\": whether it was a check.
+           \"check\": whether it was a check.  Among several hosts, one
+           that was never started (--max-fail was reached) has a summary
+           of its own, with status \"not-started\".
 
 `consfig deploy --json` writes these events, one JSON object per line, each
 stamped with \"time\" (seconds since the epoch)."
