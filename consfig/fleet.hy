@@ -55,7 +55,12 @@ computed when not given)."
     (setv self.known {}))
   (defn __call__ [self host]
     (when (not-in host.hostname self.known)
-      (setv (get self.known host.hostname) (host-groups host)))
+      (setv (get self.known host.hostname)
+            (try (host-groups host)
+                 (except [e ConsfigError]
+                   ;; Its properties may put it in any group.
+                   (raise (ConsfigError f"cannot tell which groups {host.hostname} is in: {e}")
+                          :from e)))))
     (get self.known host.hostname))
   (defn all [self]
     (sorted (sfor h (.values hosts) g (self h) g))))
@@ -297,5 +302,4 @@ not started; DETAILED: else 2 if any changed, else 0."
         (and detailed (any (gfor o outcomes (= o.status "changed")))) 2
         True 0))
 
-(export :objects [deploy-hosts* select-hosts host-groups parse-count ask-beforehand
-                  fleet-exit-code DEFAULT-JOBS])
+(export :objects [deploy-hosts* select-hosts host-groups fleet-exit-code])

@@ -189,10 +189,18 @@ for d,ds,fs in os.walk(r):
   (and (= (.get hello "tag") sys.implementation.cache-tag)
        (= (.get hello "magic") (.hex importlib.util.MAGIC-NUMBER))))
 
+;; Hosts deployed side by side need the same bundle at the same moment: one
+;; of them compiles it, the others wait for it rather than compile it too.
+(setv _compiling (threading.Lock))
+
 (defn compiled-archive [bundle]
   "BUNDLE as a gzipped tar with this Python's bytecode beside the sources,
 from the controller's cache, made there the first time; None if compiling
 failed (the target then compiles for itself)."
+  (with [_compiling]
+    (_compiled-archive bundle)))
+
+(defn _compiled-archive [bundle]
   (when _running-from
     ;; A target passing its bundle on to a further Python (a hop after
     ;; :python) has the bytecode already, made by this very interpreter.

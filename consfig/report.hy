@@ -5,7 +5,10 @@ status`, children indented under a heading for their parent, a failure's
 reason under its line, and a closing summary with counts; the failures are
 repeated at the end, and with several hosts a recap table follows.  On a
 terminal a live line shows the host, how many properties are done, the one
-being applied and for how long.  What is shown grows with the verbosity:
+being applied and for how long.  Hosts deployed side by side (`grouping`)
+print each host's lines together when it ends, and on a terminal a live
+table shows one row per host still running.  What is shown grows with the
+verbosity:
 
   0   one line per property; notes; a failure's reason (a failing command's
       last lines)
@@ -321,8 +324,12 @@ every failure again, and a recap of the hosts when there were several."
       (setv self.status None)))
 
   (defn close [self]
+    "Stop the live display, and print what was kept of hosts that never
+ended (the deployment was interrupted)."
     (with [self.lock]
-      (self._stop-spinner))))
+      (self._stop-spinner)
+      (for [host (list self.hosts)]
+        (self._flush host)))))
 
 (defclass JsonSink []
   "A sink that writes each event as one line of JSON to STREAM, stamped with
