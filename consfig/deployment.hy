@@ -12,6 +12,7 @@ and a bare hostname symbol."
                         check-propspec-fits checking? current-run]
         consfig.errors [ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
+        consfig.lock [holding-target-lock]
         consfig.property [find-property]
         consfig.propspec [dotted->name walk-body]
         consfig.result [NO-CHANGE])
@@ -62,10 +63,11 @@ deployment's cache (passwords asked for beforehand, see `consfig.fleet`)."
     (try
       (setv conns (establish-chain deployment.chain)
             target (get conns -1))
-      (if (.apply-remotely? target)
-          (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity
-                           :check check)
-          (apply-host prepared target sink :unapply unapply :check check))
+      (with [_ (holding-target-lock target prepared.hostname)]
+        (if (.apply-remotely? target)
+            (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity
+                             :check check)
+            (apply-host prepared target sink :unapply unapply :check check)))
       (finally
         (close-chain conns)))))
 
@@ -174,16 +176,17 @@ connection, as part of the current deployment; return its result."
     (try
       (setv conns (establish-chain parsed (connection))
             target (get conns -1))
-      (if (.apply-remotely? target)
-          (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply
-                                             :check (checking?)))
-              ;; Its failures were reported as they happened, nested here.
-              (when outcome.failures
-                (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
-              (if outcome.changes :changed NO-CHANGE))
-          (do (check-propspec-fits prepared.propspec target.python? target.where)
-              (with [(applying prepared target :parent parent)]
-                (apply-and-announce prepared.propspec unapply))))
+      (with [_ (holding-target-lock target prepared.hostname :within (connection))]
+        (if (.apply-remotely? target)
+            (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply
+                                               :check (checking?)))
+                ;; Its failures were reported as they happened, nested here.
+                (when outcome.failures
+                  (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
+                (if outcome.changes :changed NO-CHANGE))
+            (do (check-propspec-fits prepared.propspec target.python? target.where)
+                (with [(applying prepared target :parent parent)]
+                  (apply-and-announce prepared.propspec unapply)))))
       (finally
         (close-chain (cut conns 1 None))))))
 

@@ -1,0 +1,98 @@
+"The deployment lock: one deployment at a time on a target.
+
+Two deployments of the same target at once would each read a file, change
+it and write it back, and one's changes would be lost.  So a deployment
+takes a lock on its target, once the chain is established, before anything
+is applied: flock(1) on `consfig/deploy.lock` in the target user's cache
+directory, held by a process started through the chain whose standard input
+is the connection itself.  However the deployment ends — finished, failed,
+the controller killed, the connection dropped — that input ends and the lock
+goes with it; nothing is left to clean up.
+
+A second deployment waits up to `LOCK-WAIT` seconds, then fails naming the
+holder (who, from where, since when), which the holder records beside the
+lock.  A deployment nested in another (a chroot, a host deployed from one)
+that reaches the same target through the same connection already holds the
+lock.  A target without flock(1), or reached by a hop that cannot start a
+process, is deployed without a lock."
+
+(import contextlib
+        getpass
+        os
+        socket
+        time
+        consfig.context [deployment-cache]
+        consfig.errors [ConnectionFailed]
+        consfig.hop [Connection])
+
+;; How long a deployment waits for another one on the same target to end.
+(setv LOCK-WAIT 60)
+
+;; $1: seconds to wait; $2: who we are, for whoever waits on us.
+(setv _HOLD-LOCK "
+d=\"${XDG_CACHE_HOME:-$HOME/.cache}/consfig\"
+command -v flock >/dev/null 2>&1 || { echo unlocked; exec cat >/dev/null; }
+mkdir -p -m 700 \"$d\" || exit 1
+exec 9>>\"$d/deploy.lock\"
+if ! flock -w \"$1\" 9; then
+  printf 'busy %s\\n' \"$(cat \"$d/deploy.holder\" 2>/dev/null)\"
+  exit 75
+fi
+printf '%s\\n' \"$2\" >\"$d/deploy.holder\"
+echo locked
+exec cat >/dev/null")
+
+(defn _holder [hostname]
+  (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), deploying {hostname}, "
+     f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"))
+
+(defn _acquire [connection hostname wait]
+  (setv process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
+                                            (str wait) (_holder hostname)]))
+  (setv answer (.decode (.readline process.stdout) "utf-8" "replace"))
+  (cond
+    (in (.strip answer) #("locked" "unlocked")) process
+    (.startswith answer "busy")
+    (do (.kill process)
+        (raise (ConnectionFailed
+                 (+ f"another deployment holds this target: {(.strip (cut answer 5 None))}; "
+                    f"waited {wait} s for it to end")
+                 connection.where)))
+    True (do (.kill process)
+             (raise (ConnectionFailed
+                      (+ "could not take the deployment lock"
+                         (if answer f": {(.strip answer)}" ""))
+                      connection.where)))))
+
+(defn _release [process]
+  ;; End of file on its input ends the holder, and the lock with it.
+  (try (.close process.stdin) (except [Exception] None))
+  (when (is (.wait process 10) None)
+    (.kill process)))
+
+(defn [contextlib.contextmanager] holding-target-lock [connection hostname * [within None]]
+  "Hold the deployment lock on the target of CONNECTION while the body runs,
+waiting up to `LOCK-WAIT` seconds for another deployment to release it.  A
+deployment nested in the one applied through WITHIN whose target is that
+same connection (`[:local :python]` from it) is under its lock already —
+which may be held by the controller, out of this process's sight."
+  ;; A `:python` hop starts its processes through the hop before it, where
+  ;; the lock file is too: that is the target the lock is on.
+  (while (.apply-remotely? connection)
+    (setv connection connection.upstream))
+  (setv held (.setdefault (deployment-cache) "target-locks" (set))
+        key connection.where)
+  (if (or (in key held) (is connection within)
+          ;; A hop that cannot start a process (one of a site's own that
+          ;; implements only run-script) cannot hold a lock either.
+          (is (. (type connection) start-process) Connection.start-process))
+      (yield)
+      (do (setv process (_acquire connection hostname LOCK-WAIT))
+          (.add held key)
+          (try
+            (yield)
+            (finally
+              (.discard held key)
+              (_release process))))))
+
+(export :objects [holding-target-lock LOCK-WAIT])

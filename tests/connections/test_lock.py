@@ -1,0 +1,142 @@
+"""One deployment at a time on a target: a second one waits, then fails
+naming the holder; the lock goes with the connection that held it."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword as K
+
+import consfig.deployment
+import consfig.lock
+from consfig.chain import close_chain, establish_chain, parse_chain
+from consfig.combinators import eseqprops
+from consfig.context import establishing_for
+from consfig.errors import ConnectionFailed
+from consfig.host import make_host
+from consfig.props import file
+
+deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+
+
+def chain(config):
+    return [[K("ssh"), K("config"), config, K("host"), "lab"], K("sudo")]
+
+
+def establish(config):
+    with establishing_for(make_host("lab", None, None, eseqprops())):
+        return establish_chain(parse_chain(chain(config)))
+
+
+def deploy_lines(config, path, lines):
+    return deploy(chain(config), make_host("lab", None, None, eseqprops()),
+                  propspec=eseqprops(*[file.contains_lines(path, line) for line in lines]),
+                  sink=lambda e: None)
+
+
+@pytest.fixture
+def held(sshlab):
+    """The lab's target, locked by a deployment of `holder.example`."""
+    conns = establish(sshlab.config)
+    lock = consfig.lock.holding_target_lock(conns[-1], "holder.example")
+    lock.__enter__()
+    yield conns
+    lock.__exit__(None, None, None)
+    close_chain(conns)
+
+
+def test_a_second_deployment_waits_then_fails_naming_the_holder(sshlab, held, tmp_path, monkeypatch):
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
+    start = time.monotonic()
+    with pytest.raises(ConnectionFailed) as e:
+        deploy_lines(sshlab.config, str(tmp_path / "f"), ["x"])
+    took = time.monotonic() - start
+    assert 1 <= took < 10, f"waited {took:.1f} s"
+    message = str(e.value)
+    assert "another deployment holds this target" in message, message
+    assert "deploying holder.example" in message and "pid" in message, message
+    assert not (tmp_path / "f").exists(), "nothing was applied"
+
+
+def test_a_waiting_deployment_goes_ahead_once_the_lock_is_released(sshlab, tmp_path, monkeypatch):
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 30)
+    conns = establish(sshlab.config)
+    lock = consfig.lock.holding_target_lock(conns[-1], "holder.example")
+    lock.__enter__()
+    releaser = threading.Timer(1, lambda: lock.__exit__(None, None, None))
+    releaser.start()
+    try:
+        outcome = deploy_lines(sshlab.config, str(tmp_path / "f"), ["x"])
+    finally:
+        releaser.join()
+        close_chain(conns)
+    assert outcome.status == "changed"
+    assert (tmp_path / "f").read_text() == "x\n"
+
+
+HOLDER = """
+import sys, time
+import hy
+from hy.models import Keyword as K
+import consfig.lock
+from consfig.chain import establish_chain, parse_chain
+from consfig.combinators import eseqprops
+from consfig.context import establishing_for
+from consfig.host import make_host
+with establishing_for(make_host("lab", None, None, eseqprops())):
+    conns = establish_chain(parse_chain([[K("ssh"), K("config"), sys.argv[1], K("host"), "lab"],
+                                         K("sudo")]))
+    with consfig.lock.holding_target_lock(conns[-1], "killed.example"):
+        print("held", flush=True)
+        time.sleep(600)
+"""
+
+
+def test_the_lock_goes_with_a_killed_controller(sshlab, tmp_path, monkeypatch):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, sshlab.config],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+    finally:
+        holder.kill()
+        holder.wait(10)
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 20)
+    start = time.monotonic()
+    outcome = deploy_lines(sshlab.config, str(tmp_path / "f"), ["x"])
+    assert outcome.status == "changed"
+    assert time.monotonic() - start < 15, "the lock went when its connection did"
+
+
+def test_two_deployments_at_once_lose_no_update(sshlab, tmp_path, monkeypatch):
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 120)
+    path = str(tmp_path / "lines")
+    outcomes = {}
+
+    def run(name):
+        outcomes[name] = deploy_lines(sshlab.config, path, [f"{name} {i}" for i in range(40)])
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    assert [o.status for o in outcomes.values()] == ["changed", "changed"], outcomes
+    assert len(open(path).read().splitlines()) == 80, "every line of both survives"
+
+
+def test_a_hop_that_cannot_start_a_process_deploys_unlocked():
+    from consfig.hop import Connection
+
+    class ScriptOnly(Connection):
+        hop_name = "script-only"
+
+        def run_script(self, script, input, timeout):
+            return 0, b"", b""
+
+    with establishing_for(make_host("lab", None, None, eseqprops())):
+        with consfig.lock.holding_target_lock(ScriptOnly(), "x.example"):
+            pass
