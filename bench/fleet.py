@@ -1,7 +1,12 @@
 """Fleet benchmark: W1 (N=100 files) on many hosts at once, each host its own
 sshd on a loopback port (tests/sshlab.py's lab: one lab user, one sshd
 process per host) with a target directory of its own, deployed over
-[[:ssh …] :sudo :python].
+[[:ssh …] [:sudo :user U] :python].
+
+The hosts are all this machine, where a deployment's lock (consfig.lock) is
+per target user: so each host sudoes to a user of its own (made here, like
+the lab's), as many distinct machines would each have their own root —
+each with its own bundle cache too.
 
     sudo python3 bench/fleet.py [--hosts 20] [--rss-hosts 100] [--latency-ms 25]
                                 [--runs 3]
@@ -50,7 +55,8 @@ CHILD_TIMEOUT = 900
 READY_TIMEOUT = 30
 
 
-# The delaying proxy (run as `fleet.py --proxy LISTEN:TARGET,… --latency-ms N`)
+# The delaying proxies (run as `fleet.py --proxy PORT,… --latency-ms N`: one
+# proxy for each sshd port, on a port it prints)
 
 async def _pipe(reader, writer, delay):
     # Each chunk leaves DELAY after it arrived, in order: latency without a
@@ -84,7 +90,7 @@ async def _pipe(reader, writer, delay):
         pass
 
 
-async def _serve_proxies(pairs, delay):
+async def _serve_proxies(targets, delay):
     async def handler(target_port, client_reader, client_writer):
         try:
             server_reader, server_writer = await asyncio.wait_for(
@@ -95,18 +101,19 @@ async def _serve_proxies(pairs, delay):
         await asyncio.gather(_pipe(client_reader, server_writer, delay),
                              _pipe(server_reader, client_writer, delay))
 
-    servers = []
-    for listen, target in pairs:
-        servers.append(await asyncio.start_server(
-            lambda r, w, t=target: handler(t, r, w), "127.0.0.1", listen))
-    print("ready", flush=True)
+    # Each on a port the kernel picks, told to the parent: ports chosen
+    # beforehand could be taken meanwhile.
+    servers = [await asyncio.start_server(lambda r, w, t=target: handler(t, r, w),
+                                          "127.0.0.1", 0)
+               for target in targets]
+    ports = [server.sockets[0].getsockname()[1] for server in servers]
+    print("ready " + ",".join(map(str, ports)), flush=True)
     # Ends with its parent: stdin is a pipe from it.
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
 def run_proxies(spec, latency_ms):
-    pairs = [tuple(int(p) for p in pair.split(":")) for pair in spec.split(",")]
-    asyncio.run(_serve_proxies(pairs, latency_ms / 1000))
+    asyncio.run(_serve_proxies([int(p) for p in spec.split(",")], latency_ms / 1000))
 
 
 # The child: one deployment of several hosts, timed, with its peak RSS
@@ -124,16 +131,17 @@ def run_child(spec):
     deploy_hosts = getattr(consfig.fleet, hy.mangle("deploy-hosts*"))
     fp = find_property
     hosts = []
-    for i, port in enumerate(spec["ports"]):
+    for i, (port, user) in enumerate(zip(spec["ports"], spec["users"])):
         d = f"{TARGET}/h{i}"
         hosts.append(Host(f"h{i}.fleet.example", fp("consfig.combinators.seqprops")(
             fp("consfig.props.file.directory-exists")(d),
             *[fp("consfig.props.file.has-content")(f"{d}/f{j}", CONTENT)
               for j in range(FILES)]),
             deploy=[[K("ssh"), K("host"), "lab", K("config"), spec["config"], K("port"), port],
-                    K("sudo"), K("python")]))
+                    [K("sudo"), K("user"), user], K("python")]))
     times = {}
     for label in ["cold", "warm"]:
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
         if label == "cold":
             for i in range(len(hosts)):
                 shutil.rmtree(f"{TARGET}/h{i}", ignore_errors=True)
@@ -141,6 +149,8 @@ def run_child(spec):
         started = time.perf_counter()
         outcomes = deploy_hosts(None, hosts, sink=reporter, jobs=spec["jobs"])
         times[label] = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        times[f"{label}_cpu"] = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
         reporter.finish()
         want = "changed" if label == "cold" else "no-change"
         bad = [o for o in outcomes if o is None or o.status != want]
@@ -163,21 +173,28 @@ class Fleet:
         self.proxy = None
         self.ports = []
         self.proxy_ports = []
+        self.users = []
 
     def __enter__(self):
         return self
 
     def start(self):
         self.lab.setup()
+        os.makedirs(TARGET, exist_ok=True)
+        os.chmod(TARGET, 0o1777)
+        for i in range(self.count):
+            user = f"cfgfl{os.getpid()}u{i}"
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", user],
+                           check=True, capture_output=True, timeout=60)
+            self.users.append(user)
         self.ports = [self.lab.port] + [self.lab.start_sshd().port
                                         for _ in range(self.count - 1)]
         if self.latency_ms:
-            self.proxy_ports = [self.sshlab.free_port() for _ in self.ports]
-            spec = ",".join(f"{p}:{t}" for p, t in zip(self.proxy_ports, self.ports))
             self.proxy = subprocess.Popen(
-                [sys.executable, __file__, "--proxy", spec, "--latency-ms", str(self.latency_ms)],
+                [sys.executable, __file__, "--proxy", ",".join(map(str, self.ports)),
+                 "--latency-ms", str(self.latency_ms)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            self._wait_ready()
+            self.proxy_ports = self._wait_ready()
         key = open(self.lab.host_key + ".pub").read().split()
         known = os.path.join(self.root, "known_hosts_fleet")
         with open(known, "w") as f:
@@ -189,14 +206,17 @@ class Fleet:
     def _wait_ready(self):
         import select
         ready, _, _ = select.select([self.proxy.stdout], [], [], READY_TIMEOUT)
-        if not ready or self.proxy.stdout.readline().strip() != "ready":
+        line = self.proxy.stdout.readline().split() if ready else []
+        if not line or line[0] != "ready":
             raise SystemExit("the latency proxy did not start")
+        return [int(p) for p in line[1].split(",")]
 
     def deploy(self, count, jobs, proxied=False):
         ports = (self.proxy_ports if proxied else self.ports)[:count]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         r = subprocess.run([sys.executable, __file__, "--child",
-                            json.dumps({"ports": ports, "jobs": jobs, "config": self.config})],
+                            json.dumps({"ports": ports, "users": self.users[:count],
+                                        "jobs": jobs, "config": self.config})],
                            capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env)
         if r.returncode != 0:
             raise SystemExit(f"deploying {count} hosts failed:\n{r.stdout}\n{r.stderr[-4000:]}")
@@ -218,6 +238,10 @@ class Fleet:
                 self.proxy.kill()
                 self.proxy.wait(timeout=10)
         self.lab.teardown()
+        import pwd
+        for user in self.users:
+            self.sshlab._kill_processes_of(pwd.getpwnam(user).pw_uid)
+            subprocess.run(["userdel", "--remove", user], capture_output=True, timeout=60)
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(TARGET, ignore_errors=True)
 
@@ -248,9 +272,10 @@ def main():
     n = args.hosts
     with Fleet(max(n, args.rss_hosts), args.latency_ms) as fleet:
         fleet.start()
-        fleet.deploy(1, 1)  # the controller's compiled bundle, the target's cache
+        # The controller's compiled bundle, and every target's bundle cache.
+        fleet.deploy(max(n, args.rss_hosts), 10)
         out = print
-        out(f"W1 N={FILES} per host over [[:ssh …] :sudo :python], one sshd per host on "
+        out(f"W1 N={FILES} per host over [[:ssh …] [:sudo :user U] :python], one sshd per host on "
             f"loopback, {os.cpu_count()} cores; median of {args.runs}; seconds")
         plain_floor = statistics.median(fleet.floor() for _ in range(args.runs))
         out(f"  floor (ssh lab sudo python3 -c pass), plain: {plain_floor:.3f}")
@@ -263,6 +288,8 @@ def main():
         out(f"  {n} hosts, -j {n}      {par['cold']:7.3f}  {par['warm']:7.3f}")
         out(f"  speed-up over -j 1    {seq['cold'] / par['cold']:6.2f}x  "
             f"{seq['warm'] / par['warm']:6.2f}x")
+        out(f"  controller CPU, {n} hosts -j {n}: {par['cold_cpu']:.3f}  {par['warm_cpu']:.3f}"
+            " (the rest of the cores' time is the targets')")
         if args.latency_ms:
             lat_floor = statistics.median(fleet.floor(True) for _ in range(args.runs))
             out(f"through a proxy adding {args.latency_ms} ms each way "

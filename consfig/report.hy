@@ -145,7 +145,9 @@ as they come."
             (get record "total") total
             (get record "done") 0
             (get record "started") (time.monotonic))
-      (self._spin)))
+      ;; One host alone shows its live line from its first property on:
+      ;; while it connects, a hop may be asking for a password.
+      (when self.grouped (self._spin))))
 
   (defn __call__ [self event]
     (with [self.lock]

@@ -1,10 +1,13 @@
 """Deploying a fleet: several hosts at once, and choosing them by name, glob
-and group — run as a user would, on :local hosts and an unreachable one."""
+and group — run as a user would, on :local hosts, hosts of the SSH lab and
+an unreachable one."""
 
 import json
 import os
+import pathlib
 import re
 import sys
+import tempfile
 import textwrap
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -38,24 +41,43 @@ SITE = textwrap.dedent("""\
       (file.has-content "@ROOT@/out/gone" "x\\n"))
     """)
 
+# Three hosts that are three targets — root here, the lab's user over SSH,
+# its other user through sudo — each with a deployment lock of its own, so
+# that they can run side by side.
 BARRIER_SITE = textwrap.dedent("""\
     (require consfig *)
     (import consfig *)
     (use-props consfig.props [file cmd])
-    (for [i (range 3)]
-      (make-host f"side{i}.test" {:deploy :local} None
+    (for [[i chain] (enumerate [:local
+                                [[:ssh :config "@CONFIG@" :host "lab"]]
+                                [:local [:sudo :user "@PWUSER@"]]])]
+      (make-host f"side{i}.test" {:deploy chain} None
         (eseqprops (file.has-content f"@ROOT@/out/side{i}-a" "x\\n")
                    (cmd.single @BARRIER@ f"side{i}" "3")
                    (file.has-content f"@ROOT@/out/side{i}-b" "x\\n"))))
     """)
 
 
-def site(tmp_path, text=SITE):
+def barrier_site(lab):
+    """The side-by-side site, its files in a directory all three targets
+    may write to."""
+    root = tempfile.mkdtemp(dir=lab.root)
+    os.chmod(root, 0o777)
+    for d in ["out", "barrier"]:
+        os.mkdir(os.path.join(root, d))
+        os.chmod(os.path.join(root, d), 0o777)
+    path = os.path.join(root, "site.hy")
+    with open(path, "w") as f:
+        f.write(BARRIER_SITE.replace("@BARRIER@", " ".join(json.dumps(a) for a in BARRIER))
+                .replace("@ROOT@", root).replace("@CONFIG@", lab.config)
+                .replace("@PWUSER@", lab.pwuser))
+    return pathlib.Path(path)
+
+
+def site(tmp_path):
     (tmp_path / "out").mkdir(exist_ok=True)
-    (tmp_path / "barrier").mkdir(exist_ok=True)
     path = tmp_path / "site.hy"
-    barrier = " ".join(json.dumps(a) for a in BARRIER)
-    path.write_text(text.replace("@BARRIER@", barrier).replace("@ROOT@", str(tmp_path)))
+    path.write_text(SITE.replace("@ROOT@", str(tmp_path)))
     return path
 
 
@@ -95,10 +117,11 @@ def test_detailed_exitcode_is_2_when_hosts_changed_and_none_failed(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
 
 
-def test_hosts_run_side_by_side(tmp_path):
-    result = consfig("deploy", "--consfig", site(tmp_path, BARRIER_SITE), "side*", "-j", "3")
+def test_hosts_run_side_by_side(sshlab):
+    path = barrier_site(sshlab)
+    result = consfig("deploy", "--consfig", path, "side*", "-j", "3")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert len(list((tmp_path / "out").iterdir())) == 6
+    assert len(list((path.parent / "out").iterdir())) == 6
 
 
 def test_jobs_1_deploys_one_host_after_another(tmp_path):
@@ -122,17 +145,16 @@ def _contiguous(hosts):
     return True
 
 
-def test_each_hosts_lines_are_printed_together(tmp_path):
-    result = consfig("deploy", "--consfig", site(tmp_path, BARRIER_SITE), "side*", "-j", "3")
+def test_each_hosts_lines_are_printed_together(sshlab):
+    result = consfig("deploy", "--consfig", barrier_site(sshlab), "side*", "-j", "3")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [line.split(" :: ")[0] for line in result.stdout.splitlines() if " :: " in line]
     lines = lines[:lines.index("Failures:") if "Failures:" in lines else None]
     assert len(set(lines)) == 3 and _contiguous(lines), result.stdout
 
 
-def test_json_lines_of_hosts_side_by_side_are_whole(tmp_path):
-    result = consfig("deploy", "--consfig", site(tmp_path, BARRIER_SITE), "side*", "-j", "3",
-                     "--json")
+def test_json_lines_of_hosts_side_by_side_are_whole(sshlab):
+    result = consfig("deploy", "--consfig", barrier_site(sshlab), "side*", "-j", "3", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     events = json_events(result)
     assert {e["host"] for e in events} == {"side0.test", "side1.test", "side2.test"}
