@@ -5,12 +5,21 @@ SCRIPT` on the connection before it, which must be root there.  For the life
 of the hop the chroot gets the pseudo-filesystems that package scripts expect
 (/proc, /sys, /dev, /dev/pts); only those that are not mount points already
 are mounted, so a chroot the user prepared is left as it is, and only what
-the hop mounted is unmounted when it closes — also when the deployment fails."
+the hop mounted is unmounted when it closes — also when the deployment fails.
+
+A chroot is a system that is not running: nothing consfig does through the
+hop may start a daemon there, which would run on the upstream machine with
+its root in the chroot.  So the hop marks its connection \"no services\" (the
+service and systemd properties say so and do nothing); for its duration a
+/usr/sbin/policy-rc.d forbids package scripts to start services (one that
+was there is put back afterwards); and when it closes, any process left with
+its root in the chroot is sent TERM, then KILL, before the unmounting."
 
 (import posixpath
         shlex
         consfig.errors [ConnectionFailed CommandFailed]
-        consfig.hop [Connection Hop Script ABSOLUTE-PATH PROBE-TIMEOUT])
+        consfig.hop [Connection Hop Script ABSOLUTE-PATH PROBE-TIMEOUT]
+        consfig.noservices [POLICY-RC-D FORBID-ALL WHILE-CHROOTED])
 
 ;; Mounted in this order, unmounted in the reverse one.  /dev is a bind mount
 ;; rather than a fresh devtmpfs so that it works inside containers, whose /dev
@@ -21,6 +30,37 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
        ["dev" ["--bind" "/dev"]]
        ["dev/pts" ["--bind" "/dev/pts"]]])
 
+(setv HOP-POLICY (.encode WHILE-CHROOTED))
+
+;; On the upstream machine: every process whose root is the chroot $1 (or a
+;; directory below it) gets TERM, then, if still there after 5 s, KILL.  The
+;; link /proc/PID/root shows a process's root as the reader sees paths; one
+;; find(1) reads them all (a readlink per process takes seconds on a busy
+;; machine, which the 5 s would not be).
+(setv _END-ROOTED "
+root=$(realpath -e -- \"$1\") || exit 0
+[ \"$root\" != / ] || exit 0
+rooted() {
+  find /proc -mindepth 2 -maxdepth 2 -name root -type l -printf '%h %l\\n' 2>/dev/null |
+  while read -r dir r; do
+    case $r in \"$root\"|\"$root\"/*) echo \"${dir#/proc/}\" ;; esac
+  done
+}
+gone() {
+  i=0
+  while [ $i -lt 25 ]; do
+    [ -z \"$(rooted)\" ] && return 0
+    sleep 0.2; i=$((i + 1))
+  done
+  return 1
+}
+[ -n \"$(rooted)\" ] || exit 0
+kill -TERM $(rooted) 2>/dev/null
+gone && exit 0
+kill -KILL $(rooted) 2>/dev/null
+gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1; }
+")
+
 (defclass ChrootConnection [Connection]
   "Scripts run by `chroot INTO /bin/sh -c` on the upstream connection."
   (setv hop-name "chroot")
@@ -28,7 +68,10 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
   (defn __init__ [self upstream into]
     (.__init__ (super) upstream)
     (setv self.into into
-          self.mounted []))
+          self.mounted []
+          self.policy-written False
+          self.policy-backup None
+          (get self.connattrs "no-services") "in a chroot"))
 
   (defn describe [self] f"chroot:{self.into}")
 
@@ -55,19 +98,63 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
       (when (= (.strip r.stdout) "mounted")
         (.append self.mounted point))))
 
+  (defn _forbid-service-starts [self]
+    ;; Only where invoke-rc.d would look for a policy.  One that is consfig's
+    ;; forbid-all already (the chroot's own `service.no-services`) is left
+    ;; alone.  One that is the hop's was left by a deployment that was
+    ;; killed: not the operator's, so not backed up.
+    (when (not (. (.run self ["test" "-d" "/usr/sbin"] :check False :timeout PROBE-TIMEOUT) ok?))
+      (return))
+    (setv existing (self._policy))
+    (when (= existing (.encode FORBID-ALL))
+      (return))
+    (when (and (.exists? self POLICY-RC-D) (!= existing HOP-POLICY))
+      (setv self.policy-backup
+            (.strip (. (.run self (Script (+ "set -e; b=$(mktemp /usr/sbin/.policy-rc.d.consfig-XXXXXXXX); "
+                                             "cp -a --remove-destination -- \"$1\" \"$b\"; echo \"$b\"")
+                                          POLICY-RC-D)
+                             :timeout PROBE-TIMEOUT)
+                       stdout))))
+    (.write-file self POLICY-RC-D HOP-POLICY :mode 0o755)
+    (setv self.policy-written True))
+
+  (defn _policy [self]
+    (try (.read-file self POLICY-RC-D) (except [FileNotFoundError] None)))
+
+  (defn _allow-service-starts [self]
+    ;; A policy-rc.d that something in the deployment wrote in place of ours
+    ;; (`service.no-services`) is the host's own: it stays.
+    (when self.policy-written
+      (setv self.policy-written False
+            backup self.policy-backup
+            self.policy-backup None)
+      (cond (!= (self._policy) HOP-POLICY)
+            (when backup (.run self ["rm" "-f" "--" backup] :timeout PROBE-TIMEOUT))
+            backup (.run self ["mv" "-f" "--" backup POLICY-RC-D] :timeout PROBE-TIMEOUT)
+            True (.run self ["rm" "-f" "--" POLICY-RC-D] :timeout PROBE-TIMEOUT))))
+
+  (defn _end-rooted-processes [self]
+    (.run self.upstream (Script _END-ROOTED self.into) :timeout PROBE-TIMEOUT))
+
   (defn close [self]
-    "Unmount, innermost first, what this hop mounted.  A mount still busy
-(a daemon started inside the chroot) is detached lazily rather than left."
+    "Put back the policy-rc.d there was, end every process left with its
+root in the chroot, and unmount, innermost first, what this hop mounted.  A
+mount still busy is detached lazily rather than left."
     (setv failures [])
+    ;; Each step is tried whatever became of the one before: the mounts
+    ;; must go in any case.
+    (for [step [self._allow-service-starts self._end-rooted-processes]]
+      (try (step)
+           (except [e Exception]
+             (.append failures (str e)))))
     (while self.mounted
       (setv point (.pop self.mounted)
             r (.run self.upstream (Script "umount -- \"$1\" || umount -l -- \"$1\"" point)
                     :timeout PROBE-TIMEOUT :check False))
       (when (not r.ok?)
-        (.append failures f"{point}: {(.strip r.stderr)}")))
+        (.append failures f"could not unmount {point}: {(.strip r.stderr)}")))
     (when failures
-      (raise (ConnectionFailed (+ "could not unmount " (.join "; " failures))
-                               self.where)))))
+      (raise (ConnectionFailed (.join "; " failures) self.where)))))
 
 (defn establish [upstream * into]
   (setv conn (ChrootConnection upstream into)
@@ -85,6 +172,12 @@ the hop mounted is unmounted when it closes — also when the deployment fails."
     (except [e CommandFailed]
       (try (.close conn) (except [ConnectionFailed] None))
       (raise (ConnectionFailed f"could not mount the chroot's filesystems: {e}"
+                               upstream.where) :from e)))
+  (try
+    (._forbid-service-starts conn)
+    (except [e CommandFailed]
+      (try (.close conn) (except [ConnectionFailed] None))
+      (raise (ConnectionFailed f"could not forbid service starts in the chroot ({POLICY-RC-D}): {e}"
                                upstream.where) :from e)))
   conn)
 

@@ -12,7 +12,7 @@ code runs only when asked for by `run-script` or `Script`, and what comes
 from users goes in as its positional arguments, never into the code."
 
 (import consfig.context [connection]
-        consfig.engine [emit]
+        consfig.engine [checking? emit]
         consfig.events [output-event]
         consfig.hop [Script command->script]
         consfig.result [NO-CHANGE]
@@ -53,7 +53,11 @@ as `sh -c CODE sh ARG…`; keywords as for `run`."
        (except [FileNotFoundError] default)))
 
 (defn write-remote-file [path content #** kw]
-  "Atomically replace PATH on the target with CONTENT (str or bytes)."
+  "Atomically replace PATH on the target with CONTENT (str or bytes).  In
+check mode this is a bug in the property that called it, and refused."
+  (when (checking?)
+    (raise (RuntimeError (+ f"a property wrote {path} in check mode: it is marked "
+                            ":simulates but does not ask `checking?` before writing"))))
   (.write-file (connection) path (text->bytes content) #** kw))
 
 (defn remote-exists? [path]

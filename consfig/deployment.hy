@@ -111,19 +111,41 @@ propspec's arguments, every :hostattrs — is checked before connecting.
   ;; A bare `:local` in a function call would mark a keyword argument.
   (if (isinstance chain Keyword) `(quote ~chain) chain))
 
+(setv _DEPLOY-OPTIONS #{"check" "diff" "verbosity" "unapply" "sink"})
+
+(defn _split-options [forms]
+  ;; `(deploy :ssh athena :check True (extra …))`: the keywords that name
+  ;; an option of `deploy*` take the form after them; a propapp is never a
+  ;; bare keyword, so what is left is the propspec.
+  (setv options [] propapps [] forms (list forms) i 0)
+  (while (< i (len forms))
+    (setv f (get forms i))
+    (if (and (isinstance f Keyword) (in f.name _DEPLOY-OPTIONS) (< (+ i 1) (len forms)))
+        (do (.extend options [f (get forms (+ i 1))])
+            (+= i 2))
+        (do (.append propapps f)
+            (+= i 1))))
+  #(options propapps))
+
 (defmacro deploy [_hy_compiler chain host #* additional]
   "Deploy HOST over CHAIN, then apply ADDITIONAL (an unevaluated propspec):
-`(deploy [:ssh :python] athena)`, `(deploy :local athena.example.com)`."
+`(deploy [:ssh :python] athena)`, `(deploy :local athena.example.com)`.
+Options of `deploy*` may come among them: `(deploy :ssh athena :check True)`."
+  (setv #(options additional) (_split-options additional))
   `(hy.I.consfig/deployment.deploy* ~(_chain-form chain) ~(_host-form host)
+     ~@options
      :additional ~(when additional
                     `(hy.I.consfig/propspec.eseqprops-of
                        [~@(walk-body additional _hy_compiler)]))))
 
 (defmacro deploy-these [_hy_compiler chain host #* propapps]
   "Apply just PROPAPPS (an unevaluated propspec) to HOST over CHAIN:
-`(deploy-these :ssh athena (cmd.single \"apt-get update\"))`."
+`(deploy-these :ssh athena (cmd.single \"apt-get\" \"update\"))`.  Options
+of `deploy*` may come among them: `:check True`."
+  (setv #(options propapps) (_split-options propapps))
   `(hy.I.consfig/deployment.deploy-these* ~(_chain-form chain) ~(_host-form host)
-     (hy.I.consfig/propspec.eseqprops-of [~@(walk-body propapps _hy_compiler)])))
+     (hy.I.consfig/propspec.eseqprops-of [~@(walk-body propapps _hy_compiler)])
+     ~@options))
 
 ;; Deployments as properties: a host deploying others
 

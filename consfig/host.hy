@@ -11,6 +11,7 @@ subroutines read on the target."
         hy.models [Dict String Symbol]
         consfig.context [applying current-host parent-host]
         consfig.errors [ConsfigError InapplicableProperty PropspecError]
+        consfig.property [note-definition]
         consfig.util [keyword-name])
 
 ;; Every host defined so far, by hostname.
@@ -58,6 +59,7 @@ Call it to deploy it with that default chain."
         unknown (- (set opts) #{"deploy" "groups"}))
   (when unknown
     (raise (ConsfigError f"defhost {hostname}: unknown option(s) {(.join " " (gfor u (sorted unknown) f":{u}"))}; it takes :deploy and :groups")))
+  (note-definition f"host {hostname}" where)
   (when (is-not (.get opts "deploy") None)
     (import consfig.chain [parse-chain])
     (parse-chain (get opts "deploy") (+ (if where f"{where}: " "") f"defhost {hostname}: :deploy")))
@@ -125,15 +127,7 @@ property is tried even when an earlier one failed."
            ~hostname ~options ~desc
            ((hy.I.consfig/property.find-property "consfig.combinators.seqprops")
              #* (gfor p [~@walked] :if (is-not p None) p))
-           ~(_where _hy_compiler name))))
-
-(defn _where [compiler form]
-  ;; file:line of FORM, for messages about a defhost.
-  (setv line (getattr form "start_line" None)
-        file (getattr compiler "filename" None))
-  (cond (and file line) f"{file}:{line}"
-        file file
-        True None))
+           ~(hy.I.consfig/property.definition-where _hy_compiler name))))
 
 ;; The hostattrs API
 

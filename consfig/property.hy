@@ -10,11 +10,14 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
 :amd64)` has the keyword `:amd64` as a value, while in `(cmd.single \"ls\"
 :cwd \"/tmp\")` `:cwd` names a parameter and so passes a keyword argument."
 
-(import importlib
+(import contextvars
+        difflib
+        importlib
         inspect
         keyword
         hy.models [Keyword]
         consfig.errors [ConsfigError FailedChange PropspecError site-location]
+        consfig.types [annotation-type show]
         consfig.util [keyword-name])
 
 (defclass Propapp []
@@ -30,13 +33,32 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
          (= self.args other.args)))
   (defn __repr__ [self] (hy.repr self)))
 
-(hy.repr-register Propapp
-  (fn [p] (+ "(" (.join " " [p.name #* (map hy.repr p.args)]) ")")))
+(defn _render-propapp [p]
+  (setv prop (.get properties p.name))
+  (+ "(" (.join " " [p.name #* (if prop (.render-args prop p.args) (map show p.args))]) ")"))
+
+(hy.repr-register Propapp _render-propapp)
 
 (setv SUBROUTINES #("desc" "preprocess" "hostattrs" "check" "apply" "unapply"))
 
 ;; Every property defined so far, by qualified name.
 (setv properties {})
+
+;; While a consfig file is loaded: what it defined so far, name -> file:line.
+;; Defining a name twice in one file is a mistake; redefining at the REPL,
+;; outside any load, is how one fixes a property and stays allowed.
+(setv defining (contextvars.ContextVar "consfig-defining" :default None))
+
+(defn note-definition [what where]
+  "Record that WHAT (\"property NAME\", \"host NAME\") is defined at WHERE;
+while a consfig is loaded, a second definition is a `PropspecError` naming
+both places."
+  (setv seen (.get defining))
+  (when (is seen None) (return))
+  (when (in what seen)
+    (raise (PropspecError f"{what} is defined twice: at {(get seen what)} and at {where}"
+                          where)))
+  (setv (get seen what) where))
 
 (defclass Property []
   "A property: its name, type, parameters and subroutines.  Call it to get a
@@ -45,11 +67,12 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [propspec None] [announce True]
-                  [opaque-type False] [simulates False]]
+                  [opaque-type False] [simulates False] [invariants #()] [where None]
+                  [declared-type None]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
-          self.__doc__ doc
+          self.doc doc
           self.desc desc
           self.preprocess preprocess
           self.hostattrs hostattrs
@@ -65,15 +88,51 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
           self.opaque-type opaque-type
           ;; Its :apply and :unapply change nothing in check mode (they ask
           ;; `checking?`), so check mode runs them to learn what would change.
-          self.simulates simulates)
-    (setv #(self._names self._takes-any-keyword) (_parameter-names self.signature)))
+          self.simulates simulates
+          ;; Pairs of functions of the parameters: a condition across them,
+          ;; and the message when it does not hold.
+          self.invariants (tuple invariants)
+          self.where where
+          ;; defproplist/defpropspec with a TYPE: checked against the expansion.
+          self.declared-type (when declared-type (_type-name declared-type))
+          self.__signature__ self.signature
+          self.__annotations__ (dfor [n p] (.items self.signature.parameters)
+                                     :if (annotation-type p.annotation)
+                                     n p.annotation))
+    (setv #(self._names self._takes-any-keyword) (_parameter-names self.signature)
+          self._typed (lfor p (.values self.signature.parameters)
+                            :if (annotation-type p.annotation) p)
+          self._positional (lfor p (.values self.signature.parameters)
+                                 :if (= p.kind inspect.Parameter.POSITIONAL_OR_KEYWORD) p)
+          self._rest (next (gfor p (.values self.signature.parameters)
+                                 :if (= p.kind inspect.Parameter.VAR_POSITIONAL) p)
+                           None))
+    ;; What `(help …)` and `(doc …)` show: the typed lambda list first.
+    (setv self.__doc__ (+ f"({self.short-name} {self.lambda-list})"
+                          (.join "" (gfor q (self.parameters) :if (get q "type")
+                                          f"\n  {(get q "name")}: {(. (get q "type") phrase)}"))
+                          (if doc f"\n\n{doc}" ""))))
+
+  (defn parameters [self]
+    "Each parameter as a dict: its name as written in a call (`:mode` for a
+keyword parameter, `#* packages` for the rest), its type (or None), and its
+default rendered as Hy (or None when it has none)."
+    (setv P inspect.Parameter)
+    (lfor p (.values self.signature.parameters)
+          {"name" (+ (cond (= p.kind P.KEYWORD_ONLY) ":"
+                           (= p.kind P.VAR_POSITIONAL) "#* "
+                           (= p.kind P.VAR_KEYWORD) "#** "
+                           True "")
+                     (_keyword-for p.name))
+           "type" (annotation-type p.annotation)
+           "default" (if (is p.default P.empty) None (_render p p.default))}))
 
   (defn [property] short-name [self]
     "The name a user writes: `file.has-content` for the library's
 `consfig.props.file.has-content`, just `web-base` for a site's
 `consfig_site_web.web-base` or a combinator."
     (setv parts (.split self.name "."))
-    (.join "." (cut parts (if (.startswith self.name "consfig.props.") -2 -1) None)))
+    (.join "." (map hy.unmangle (cut parts (if (.startswith self.name "consfig.props.") -2 -1) None))))
 
   (defn [property] lambda-list [self]
     (_render-lambda-list self.signature))
@@ -84,14 +143,15 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
   (defn __call__ [self #* args #** kwargs]
     (setv raw (+ (list args)
                  (sum (gfor [k v] (.items kwargs) [(Keyword (_keyword-for k)) v]) [])))
-    (self.bind raw)
+    (self.check-args raw)
     (Propapp self.name raw))
 
-  (defn bind [self raw]
-    "Split RAW arguments into positional and keyword ones and check them
-against the parameters; return `#(args kwargs)`."
+  (defn _split [self raw]
+    ;; Positional and keyword arguments, and the keywords in RAW that were
+    ;; taken as values (so perhaps misspelt parameter names).
     (setv pos []
           kw {}
+          stray []
           i 0
           n (len raw))
     (while (< i n)
@@ -104,15 +164,87 @@ against the parameters; return `#(args kwargs)`."
           (do (setv (get kw k) (get raw (+ i 1)))
               (+= i 2))
           (do (.append pos a)
+              (when k (.append stray a))
               (+= i 1))))
+    #(pos kw stray))
+
+  (defn _bind [self raw]
+    ;; The positional and keyword arguments, the stray keywords, and the
+    ;; signature's binding of them; a `PropspecError` when they do not fit.
+    (setv #(pos kw stray) (self._split raw))
     (try
-      (.bind self.signature #* pos #** kw)
+      #(pos kw stray (.bind self.signature #* pos #** kw))
       (except [e TypeError]
-        (raise (PropspecError
-                 (+ f"wrong arguments for property {self.short-name}: {e}\n"
-                    f"  it takes {self.lambda-list}\n"
-                    f"  it was given {(hy.repr (list raw))}")))))
-    #(pos kw)))
+        (raise (self._bind-error e raw stray)))))
+
+  (defn bind [self raw]
+    "Split RAW arguments into positional and keyword ones and check them
+against the parameters (not their types); return `#(args kwargs)`."
+    (setv #(pos kw _ _) (self._bind raw))
+    #(pos kw))
+
+  (defn check-args [self raw]
+    "Check RAW arguments against the parameters, their types and the
+invariants; `PropspecError` naming the parameter, its type and the value."
+    (setv #(_ _ stray bound) (self._bind raw))
+    (for [p self._typed]
+      (when (in p.name bound.arguments)
+        (setv value (get bound.arguments p.name)
+              problem (_type-problem p value))
+        (when problem
+          (setv near (self._near-keyword stray))
+          (raise (PropspecError (or near f"{self.short-name}: {problem}"))))))
+    (when self.invariants
+      (.apply-defaults bound)
+      (for [[holds message] self.invariants]
+        (when (not (holds #* bound.args #** bound.kwargs))
+          (raise (PropspecError f"{self.short-name}: {(message #* bound.args #** bound.kwargs)}"))))))
+
+  (defn _near-keyword [self stray]
+    ;; ":mdoe" taken as a value, close to the parameter `mode`.
+    (setv names (lfor n self._names (_keyword-for n)))
+    (for [k stray]
+      (setv close (difflib.get-close-matches k.name names 1 0.6))
+      (when close
+        (return f"unknown keyword :{k.name} for {self.short-name}; did you mean :{(get close 0)}?"))))
+
+  (defn _bind-error [self e raw stray]
+    (setv near (self._near-keyword stray))
+    (PropspecError
+      (cond near near
+            (and stray (.startswith (str e) "too many positional"))
+            (+ f"unknown keyword :{(. (get stray 0) name)} for {self.short-name}\n"
+               f"  it takes {self.lambda-list}")
+            True
+            (+ f"wrong arguments for property {self.short-name}: {e}\n"
+               f"  it takes {self.lambda-list}\n"
+               f"  it was given {(hy.repr (list raw))}"))))
+
+  (defn render-args [self raw]
+    "RAW arguments as Hy source, each in the spelling of its parameter's
+type (modes in octal)."
+    (setv out []
+          i 0
+          n (len raw)
+          #(pos kw _) (self._split raw)
+          positional (lfor p self._positional :if (not-in p.name kw) p)
+          seen-pos 0)
+    (while (< i n)
+      (setv a (get raw i)
+            k (when (isinstance a Keyword) (_parameter-for a.name)))
+      (cond
+        (and k (< (+ i 1) n) (in k kw) (is (get kw k) (get raw (+ i 1))))
+        (do (.append out (show a))
+            (.append out (_render (.get self.signature.parameters k) (get raw (+ i 1))))
+            (+= i 2))
+        True
+        (do (.append out (_render (if (< seen-pos (len positional))
+                                      (get positional seen-pos)
+                                      self._rest)
+                                  a))
+            (+= seen-pos 1)
+            (+= i 1))))
+    out))
 
 (defn _parameter-for [name]
   ;; `:from` names the parameter `from_`: Python forbids `from` as a name.
@@ -124,6 +256,34 @@ against the parameters; return `#(args kwargs)`."
   (if (and (.endswith name "_") (keyword.iskeyword (cut name 0 -1)))
       (cut name 0 -1)
       name))
+
+(defn _type-problem [p value]
+  ;; What is wrong with VALUE for parameter P, or None.  A parameter's
+  ;; default is always acceptable: `#^ file-mode [mode None]` means a mode,
+  ;; or none given.
+  (setv t (annotation-type p.annotation)
+        P inspect.Parameter
+        name (_keyword-for p.name))
+  (cond
+    (= p.kind P.VAR_POSITIONAL)
+    (for [v value]
+      (setv problem (.explain t v))
+      (when problem (return f"each of {name} {problem}")))
+    (= p.kind P.VAR_KEYWORD)
+    (for [[k v] (.items value)]
+      (setv problem (.explain t v))
+      (when problem (return f":{(_keyword-for k)} {problem}")))
+    (is value p.default) None
+    True
+    (do (setv problem (.explain t value))
+        (when problem
+          (return (+ (if (= p.kind P.KEYWORD_ONLY) ":" "") name " " problem))))))
+
+(defn _render [p value]
+  (setv t (when p (annotation-type p.annotation)))
+  (if (and t (not (and p (is value p.default))))
+      (.render t value)
+      (show value)))
 
 (defn _type-name [t]
   (setv name (or (keyword-name t) (str t)))
@@ -139,27 +299,32 @@ against the parameters; return `#(args kwargs)`."
     (any (gfor p (.values sig.parameters) (= p.kind P.VAR_KEYWORD)))))
 
 (defn _render-lambda-list [sig]
+  ;; The lambda list as it is written in a defprop, types and all:
+  ;; `[#^ abs-path path * #^ file-mode [mode None]]`.
   (setv P inspect.Parameter
         out []
         star-done False)
   (for [p (.values sig.parameters)]
-    (setv name (_keyword-for p.name))
+    (setv name (_keyword-for p.name)
+          t (annotation-type p.annotation)
+          ann (if t f"#^ {(repr t)} " ""))
     (cond
-      (= p.kind P.VAR_POSITIONAL) (do (.append out f"#* {name}") (setv star-done True))
-      (= p.kind P.VAR_KEYWORD) (.append out f"#** {name}")
+      (= p.kind P.VAR_POSITIONAL) (do (.append out f"{ann}#* {name}") (setv star-done True))
+      (= p.kind P.VAR_KEYWORD) (.append out f"{ann}#** {name}")
       True
       (do (when (and (= p.kind P.KEYWORD_ONLY) (not star-done))
             (.append out "*")
             (setv star-done True))
-          (.append out (if (is p.default P.empty)
-                           name
-                           f"[{name} {(hy.repr p.default)}]")))))
+          (.append out (+ ann (if (is p.default P.empty)
+                                  name
+                                  f"[{name} {(_render p p.default)}]"))))))
   (+ "[" (.join " " out) "]"))
 
 (defn define-property [name type lambda-list #** kwargs]
   "Make a `Property` and register it under its qualified NAME."
-  (setv prop (Property name type lambda-list #** kwargs)
-        (get properties name) prop)
+  (setv prop (Property name type lambda-list #** kwargs))
+  (note-definition f"property {prop.short-name}" prop.where)
+  (setv (get properties name) prop)
   prop)
 
 (defn find-property [name]
@@ -172,8 +337,16 @@ need be; `PropspecError` when there is none."
     (try (importlib.import-module module)
          (except [ImportError] None)))
   (when (not-in name properties)
-    (raise (PropspecError f"unknown property {name}")))
+    (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))
   (get properties name))
+
+(defn did-you-mean [name [candidates None]]
+  "\"; did you mean NEAREST?\" for the property name nearest NAME among
+CANDIDATES (by default every property defined), or \"\" when none is near."
+  (when (is candidates None)
+    (setv candidates (set (+ (lfor p (.values properties) p.short-name) (list properties)))))
+  (setv close (difflib.get-close-matches name (sorted candidates) 1 0.75))
+  (if close f"; did you mean {(get close 0)}?" ""))
 
 (defn call-subroutine [prop which propapp]
   "Call PROP's subroutine WHICH with PROPAPP's arguments.  What the
@@ -222,8 +395,32 @@ raise is a mistake in the consfig: a `PropspecError` naming the property."
   (if prop.desc
       (str (call-subroutine prop "desc" propapp))
       (.join " " [prop.short-name
-                  #* (gfor a propapp.args :if (not (isinstance a Propapp))
-                           (if (isinstance a str) a (hy.repr a)))])))
+                  #* (gfor [a r] (zip propapp.args (.render-args prop propapp.args))
+                           :if (not (isinstance a Propapp))
+                           (if (isinstance a str) a r))])))
+
+;; The defproplist/defpropspec propapps being expanded, outermost first.
+(setv _expanding (contextvars.ContextVar "consfig-expanding" :default #()))
+
+(defn _expand [prop propapp]
+  ;; A propapp that (through others) expands to itself would never end.
+  (setv stack (.get _expanding))
+  (when (in propapp stack)
+    (setv names (lfor p (cut stack (.index stack propapp) None) (. (find-property p.name) short-name)))
+    (raise (PropspecError (+ f"{prop.short-name} includes itself: "
+                             (.join " -> " [#* names prop.short-name])))))
+  (when (> (len stack) 200)
+    (raise (PropspecError (+ f"{prop.short-name}: properties nested more than 200 deep: "
+                             (.join " -> " (gfor p (cut stack -5 None) p.name)) " -> …"))))
+  (setv token (.set _expanding (+ stack #(propapp))))
+  (try
+    (setv expansion (preprocess-propapp (call-subroutine prop "propspec" propapp)))
+    (finally (.reset _expanding token)))
+  (when (and (= prop.declared-type "posix") (= (propapp-type expansion) "python"))
+    (raise (PropspecError
+             (+ f"{prop.short-name} is declared :posix but contains :python properties: "
+                (.join ", " (gfor p (python-propapps expansion) (. (find-property p.name) short-name)))))))
+  expansion)
 
 (defn preprocess-propapp [propapp]
   "Run PROPAPP's `:preprocess`, expand defproplist/defpropspec properties into
@@ -233,10 +430,8 @@ the propspec they stand for, and do the same for every propapp inside."
     (setv propapp (Propapp propapp.name (call-subroutine prop "preprocess" propapp)))
     (.bind prop propapp.args))
   (when prop.propspec
-    (setv expansion (call-subroutine prop "propspec" propapp)
-          desc (propapp-desc propapp))
-    (return ((find-property "consfig.combinators.desc")
-              desc (preprocess-propapp expansion))))
+    (setv desc (propapp-desc propapp))
+    (return ((find-property "consfig.combinators.desc") desc (_expand prop propapp))))
   (Propapp propapp.name
            (lfor a propapp.args
                  (cond (isinstance a Propapp) (preprocess-propapp a)
@@ -267,7 +462,7 @@ the propspec they stand for, and do the same for every propapp inside."
 is equivalent to binding `has-content` to a `Property` registered as
 `MODULE.has-content`, plus a `has-content*` macro for the dotted form, where
 the last parameter receives the trailing forms as an unevaluated propspec."
-  (setv #(doc subs options) (_parse-defprop-body name body)
+  (setv #(doc subs options invariants) (_parse-defprop-body name body)
         module _hy_compiler.module.__name__)
   `(do
      (setv ~name (hy.I.consfig/property.define-property
@@ -275,20 +470,43 @@ the last parameter receives the trailing forms as an unevaluated propspec."
                    ~(if (isinstance type Keyword) type.name type)
                    (fn ~params None)
                    :doc ~doc
+                   :where ~(definition-where _hy_compiler)
+                   :invariants ~(_invariants-form params invariants)
                    ~@(sum (gfor [k form] subs [(hy.models.Keyword k) (_subroutine-form params form)]) [])
                    ~@(sum (gfor [k v] options [(hy.models.Keyword k) v]) [])))
-     ~(_dotted-macro-form name module)))
+     ~(_dotted-macro-form name module doc)))
 
-(defn _dotted-macro-form [name module]
+(defn definition-where [compiler [form None]]
+  "file:line of FORM (by default the form COMPILER is expanding), for
+messages; the file relative to the working directory when it is below it."
+  (import os)
+  (setv filename (or compiler.filename "<input>")
+        line (getattr (if (is form None) compiler.this form) "start_line" None))
+  (when (and (os.path.isabs filename) (.startswith filename (+ (os.getcwd) os.sep)))
+    (setv filename (os.path.relpath filename)))
+  (if line f"{filename}:{line}" filename))
+
+(defn _invariants-form [params invariants]
+  ;; (:invariant CONDITION MESSAGE): both see the parameters.
+  `[~@(gfor form invariants
+            (do (when (!= (len form) 3)
+                  (raise (PropspecError f"(:invariant CONDITION MESSAGE) takes two forms, got {(hy.repr form)}")))
+                `#((fn ~params ~(get form 1)) (fn ~params ~(get form 2)))))])
+
+(defn _dotted-macro-form [name module [doc None]]
   (setv star (hy.models.Symbol (+ (str name) "*")))
   `(defmacro ~star [_hy_compiler #* args]
+     ~(+ f"The dotted form of {name}: its last parameter takes the trailing forms
+as a propspec.  `(help {name})` shows its parameters and their types."
+         (if doc f"\n\n{doc}" ""))
      (hy.I.consfig/propspec.dotted-expansion _hy_compiler ~module ~(str name) args)))
 
 (defn _parse-defprop-body [name body]
   (setv body (list body)
         doc None
         subs []
-        options [])
+        options []
+        invariants [])
   (when (and body (isinstance (get body 0) hy.models.String))
     (setv doc (str (.pop body 0))))
   (for [form body]
@@ -297,12 +515,14 @@ the last parameter receives the trailing forms as an unevaluated propspec."
       (raise (PropspecError f"defprop {name}: expected (:subroutine …) forms, got {(hy.repr form)}")))
     (setv k (. (get form 0) name))
     (cond (in k SUBROUTINES) (.append subs #(k form))
+          (= k "invariant") (.append invariants form)
           (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
-                                        "use :desc :preprocess :hostattrs :check :apply :unapply")))))
-  #(doc subs options))
+                                        "use :desc :preprocess :hostattrs :check :apply :unapply :invariant")))))
+  #(doc subs options invariants))
 
 (export :objects [Propapp Property properties define-property find-property
+                  did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
                   propapp-desc preprocess-propapp propapp-hostattrs]
         :macros [defprop])

@@ -15,12 +15,12 @@ need not `require` a property module to use its dotted forms, and an unknown
 property or a wrong argument is reported with the file and line of the form."
 
 (import base64
+        hy.errors
         builtins
         inspect
-        os
         hy.models [Expression Keyword List Symbol String]
         consfig.errors [PropspecError]
-        consfig.property [Property Propapp find-property])
+        consfig.property [Property Propapp find-property did-you-mean definition-where])
 
 ;; Forms whose arguments may hold propapps and are otherwise ordinary code.
 (setv _WALK-INTO #{"if" "when" "unless" "cond" "do"})
@@ -56,12 +56,7 @@ that is not a plain (possibly dotted) name."
        (in (get form 0) [(Symbol "unpack-iterable") (Symbol "unpack-mapping")])))
 
 (defn _where [compiler form]
-  (setv filename (or compiler.filename "<input>")
-        line (getattr form "start_line" None))
-  (when (and (os.path.isabs filename)
-             (.startswith filename (+ (os.getcwd) os.sep)))
-    (setv filename (os.path.relpath filename)))
-  (if line f"{filename}:{line}" filename))
+  (definition-where compiler form))
 
 (defn walk-form [form compiler]
   "Code that builds what FORM, a form of an unevaluated propspec, stands for."
@@ -128,13 +123,27 @@ variable) stays a value either way."
      [~@(_walk-args args compiler)]
      ~name))
 
-(defn _unknown-message [name e]
-  (setv first-part (get (.split name ".") 0))
+(defn _unknown-message [name e head]
+  (setv first-part (get (.split name ".") 0)
+        near (_near-name name head))
   (+ f"unknown property or function {name} ({e})"
+     near
      (if (and (isinstance e NameError) (in "." name))
          (+ f"\n  did you forget (use-props consfig.props [{first-part}])"
             f" or (import … :as {first-part})?")
          "")))
+
+(defn _near-name [name head]
+  ;; `file.symlinkd`: the properties of module `file`, as the consfig sees it.
+  (setv #(module-part _ last) (.rpartition name "."))
+  (setv candidates (set (gfor p (.values hy.I.consfig/property.properties) p.short-name)))
+  (when module-part
+    (try
+      (setv module (hy.eval (hy.read module-part) (. head __globals__)))
+      (.update candidates (gfor [k v] (.items (vars module)) :if (isinstance v Property)
+                                (+ module-part "." (hy.unmangle k))))
+      (except [Exception] None)))
+  (did-you-mean name candidates))
 
 (defn apply-form [head name where dotted args [attr None]]
   "Evaluate one walked form: call the property or function HEAD returns."
@@ -142,7 +151,7 @@ variable) stays a value either way."
     (setv f (head))
     (when attr (setv f (getattr f (hy.mangle attr))))
     (except [e [NameError AttributeError]]
-      (raise (PropspecError (_unknown-message name e) where))))
+      (raise (PropspecError (_unknown-message name e head) where))))
   (try
     (cond (isinstance f Property)
           (do (setv args (lfor a args (if (isinstance a LiteralKeyword) a.keyword a)))
@@ -226,7 +235,7 @@ inside another indented under it.  It reads back equal, as
   (for [qualified [name f"consfig.props.{name}" f"consfig.combinators.{name}"]]
     (try (return (find-property qualified))
          (except [PropspecError] None)))
-  (raise (PropspecError f"unknown property {name}")))
+  (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))
 
 (defn form->propspec [form [namespace None]]
   "The propspec a Hy FORM (as read, or quasiquoted) stands for.  Heads are
@@ -274,7 +283,13 @@ resolved as qualified names, or through NAMESPACE (a module's globals)."
 
 (defn read-propspec [text [namespace None]]
   "Read a propspec printed as Hy (or written by a user on the command line)."
-  (setv forms (list (hy.read-many text)))
+  (try
+    (setv forms (list (hy.read-many text)))
+    (except [e hy.errors.HySyntaxError]
+      (raise (PropspecError (+ "cannot read the propspec: "
+                               (if (.startswith (str e.msg) "Premature end of input")
+                                   "a parenthesis is never closed"
+                                   (str e.msg)))))))
   (when (!= (len forms) 1)
     (raise (PropspecError f"expected one propspec form, found {(len forms)}")))
   (form->propspec (get forms 0) namespace))
@@ -303,12 +318,18 @@ tagged so that `data->propspec` restores them exactly."
     (isinstance x dict) {"dict" (lfor [k v] (.items x) [(propspec->data k) (propspec->data v)])}
     True (raise (PropspecError f"{(hy.repr x)} ({(. (type x) __name__)}) cannot be part of a propspec"))))
 
+(defn _checked-propapp [name args]
+  ;; A propspec arriving over the wire or from an image is checked as one
+  ;; built in a consfig is, before anything is applied.
+  (.check-args (find-property name) args)
+  (Propapp name args))
+
 (defn data->propspec [x]
   "The inverse of `propspec->data`."
   (cond
     (isinstance x list) (lfor a x (data->propspec a))
     (isinstance x dict)
-    (cond (in "propapp" x) (Propapp (get x "propapp") (lfor a (get x "args") (data->propspec a)))
+    (cond (in "propapp" x) (_checked-propapp (get x "propapp") (lfor a (get x "args") (data->propspec a)))
           (in "keyword" x) (Keyword (get x "keyword"))
           (in "tuple" x) (tuple (gfor a (get x "tuple") (data->propspec a)))
           (in "bytes" x) (base64.b64decode (get x "bytes"))
@@ -319,49 +340,62 @@ tagged so that `data->propspec` restores them exactly."
 ;; Macros
 
 (defn _parse-list-body [kind name body]
-  ;; Docstring, then (:desc …), then the propspec forms.
-  (setv body (list body) doc None desc None)
+  ;; Docstring, then (:desc …) and (:invariant …), then the propspec forms.
+  (setv body (list body) doc None desc None invariants [])
   (when (and body (isinstance (get body 0) String) (> (len body) 1))
     (setv doc (str (.pop body 0))))
   (while (and body (isinstance (get body 0) Expression) (get body 0)
               (isinstance (get (get body 0) 0) Keyword))
     (setv form (.pop body 0)
           k (. (get form 0) name))
-    (if (= k "desc")
-        (setv desc form)
-        (raise (PropspecError f"{kind} {name}: only (:desc …) may precede the propspec, not :{k}"))))
-  #(doc desc body))
+    (cond (= k "desc") (setv desc form)
+          (= k "invariant") (.append invariants form)
+          True (raise (PropspecError f"{kind} {name}: only (:desc …) and (:invariant …) may precede the propspec, not :{k}"))))
+  #(doc desc invariants body))
 
-(defn _propspec-property-code [compiler kind name params body propspec-code]
-  (setv #(doc desc forms) (_parse-list-body kind name body)
+(defn _propspec-property-code [compiler kind name args propspec-code]
+  ;; ARGS: an optional property type (`:posix`), the parameters, the body.
+  (setv args (list args)
+        type None)
+  (when (and args (isinstance (get args 0) Keyword))
+    (setv type (.pop args 0)))
+  (when (not (and args (isinstance (get args 0) List)))
+    (raise (PropspecError f"{kind} {name}: expected [parameters] after the name{(if type " and type" "")}")))
+  (setv params (.pop args 0)
+        #(doc desc invariants forms) (_parse-list-body kind name args)
         module compiler.module.__name__)
   `(do
      (setv ~name (hy.I.consfig/property.define-property
                    ~(+ module "." (str name)) "posix" (fn ~params None)
                    :doc ~doc
+                   :where ~(hy.I.consfig/property.definition-where compiler)
+                   :declared-type ~(when type type.name)
+                   :invariants ~(hy.I.consfig/property._invariants-form params invariants)
                    ~@(if desc [':desc `(fn ~params ~@(cut desc 1 None))] [])
                    :propspec (fn ~params ~(propspec-code forms))))
-     ~(hy.I.consfig/property._dotted-macro-form name module)))
+     ~(hy.I.consfig/property._dotted-macro-form name module doc)))
 
-(defmacro defproplist [_hy_compiler name params #* body]
+(defmacro defproplist [_hy_compiler name #* args]
   "Define property NAME as a list of other properties, applied in order and
-stopping at the first failure (an implicit `eseqprops`):
+stopping at the first failure (an implicit `eseqprops`).  An optional
+property type (`:posix` or `:python`) may precede the parameters; `:posix`
+is checked against the properties the list expands to:
 
-  (defproplist web-base [site]
+  (defproplist web-base :posix [#^ line site]
     \"Base web server.\"
     (apt.installed \"nginx\")
     (file.has-content f\"/var/www/{site}/index.html\" \"hello\\n\"))"
-  (_propspec-property-code _hy_compiler "defproplist" name params body
+  (_propspec-property-code _hy_compiler "defproplist" name args
     (fn [forms]
       `(hy.I.consfig/propspec.eseqprops-of [~@(walk-body forms _hy_compiler)]))))
 
-(defmacro defpropspec [_hy_compiler name params #* body]
+(defmacro defpropspec [_hy_compiler name #* args]
   "Define property NAME whose body is code returning a propspec, such as a
-quasiquoted form:
+quasiquoted form; an optional property type may precede the parameters:
 
-  (defpropspec motd [lines]
+  (defpropspec motd :posix [#^ (list-of line) lines]
     `(eseqprops ~@(lfor l lines `(file.contains-lines \"/etc/motd\" ~l))))"
-  (_propspec-property-code _hy_compiler "defpropspec" name params body
+  (_propspec-property-code _hy_compiler "defpropspec" name args
     (fn [forms]
       `(hy.I.consfig/propspec.->propspec (do ~@forms) (globals)))))
 

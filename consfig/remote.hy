@@ -461,14 +461,19 @@ nothing has happened for a while."
           consfig.propspec [data->propspec])
   (setv unapply (.get msg "unapply" False)
         check (.get msg "check" False)
-        chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
+        chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs)))
+        here (LocalConnection))
+  ;; Started inside a chroot (say), this Python runs in a system where no
+  ;; service may start, as the hops before it knew.
+  (when (.get msg "no-services")
+    (setv (get here.connattrs "no-services") (get msg "no-services")))
   (when (not chain)
-    (return (apply-host host (LocalConnection) sink :unapply unapply :check check)))
+    (return (apply-host host here sink :unapply unapply :check check)))
   ;; Hops after :python (sudo, su, …) lead to a further Python, started
   ;; from this bundle as the hop's user sees it.
   (when (!= (get (get chain -1) 0) "python")
     (.append chain #("python" {"interpreter" sys.executable})))
-  (setv conns (establish-chain chain))
+  (setv conns (establish-chain chain here))
   (try
     (.apply-remotely (get conns -1) host sink :unapply unapply :check check
                      :verbosity (.get msg "verbosity" 0))
@@ -610,6 +615,7 @@ each event to SINK as it arrives, and return an `Outcome`.  CHAIN (parsed
 hops) is established on the target first.  TIMEOUT is how many seconds the
 target may stay silent before the deployment is given up."
   (import consfig.engine [Outcome]
+          consfig.noservices [no-services-reason]
           consfig.propspec [propspec->data])
   (setv where (or where upstream.where)
         name host.hostname
@@ -627,6 +633,7 @@ target may stay silent before the deployment is given up."
                     "unapply" unapply
                     "check" check
                     "verbosity" verbosity
+                    "no-services" (no-services-reason upstream)
                     "chain" (lfor [n kw] chain [n (propspec->data kw)])})
     (setv hello (_receive session timeout name where "start"))
     (when (is hello None)

@@ -26,7 +26,8 @@ verbosity:
         rich.console [Console]
         rich.live [Live]
         rich.table [Table]
-        rich.text [Text])
+        rich.text [Text]
+        consfig.terminal [collapse-carriage-returns printable printable-event])
 
 (setv STATUS-WORDS {"ok" #("ok" "green")
                     "changed" #("done" "bold yellow")
@@ -49,12 +50,6 @@ verbosity:
 (setv COUNTED ["ok" "changed" "would-change" "cannot-check" "failed" "skipped"])
 
 (setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "run" 2})
-
-(defn collapse-carriage-returns [line]
-  "What a terminal would show of LINE: progress redrawn with carriage
-returns (`50%\\r100%`) collapses to its final state."
-  (setv parts (lfor p (.split (.rstrip line "\r") "\r") :if p p))
-  (if parts (get parts -1) ""))
 
 (defclass _Progress []
   ;; The live line's text, computed whenever rich redraws it, so that the
@@ -150,8 +145,11 @@ as they come."
       (when self.grouped (self._spin))))
 
   (defn __call__ [self event]
+    ;; Event text comes from the target: neutralised here, once, before any
+    ;; of it is rendered.  Text objects are never parsed as markup.
     (with [self.lock]
-      (setv kind (get event "event"))
+      (setv event (printable-event event)
+            kind (get event "event"))
       (self._record (.get event "host" ""))
       (cond (= kind "start") (self._start event)
             (= kind "end") (self._end event)
@@ -221,11 +219,13 @@ as they come."
     (+ (get event "message")
        (if (.get event "where") f"\n(at {(get event "where")})" "")))
 
-  (defn _indented [self event text style]
+  (defn _indented [self event text style [extra 2]]
+    ;; Under the property's line: EXTRA levels deeper than the event (an end
+    ;; event is at its property's depth; an output event already one below).
     ;; Split on newlines only: splitlines would also split on the carriage
     ;; returns that redraw a progress line.
     (for [line (.split (.rstrip text "\n") "\n")]
-      (self._print (+ (self._prefix event (+ (get event "depth") 2))
+      (self._print (+ (self._prefix event (+ (get event "depth") extra))
                       (Text (collapse-carriage-returns line) :style style))
                    (.get event "host" ""))))
 
@@ -235,7 +235,7 @@ as they come."
     ;; commands as they run at -vv.
     (when (>= self.verbosity (get OUTPUT-VERBOSITY (.get event "stream" "note")))
       (self._show-open event)
-      (self._indented event (get event "text") "dim")))
+      (self._indented event (get event "text") "dim" 1)))
 
   (defn _diff [self event]
     (when self.show-diffs
@@ -308,7 +308,7 @@ every failure again, and a recap of the hosts when there were several."
         (for [column COUNTED]
           (.add-column table column :justify "right"))
         (for [[host record] (.items self.hosts)]
-          (.add-row table host (or (get record "status") "not finished")
+          (.add-row table (Text host) (or (get record "status") "not finished")
                     #* (gfor s COUNTED (str (get (get record "counts") s)))))
         (.print self.console table))))
 
@@ -353,6 +353,6 @@ are written one whole line at a time."
 (defn error [message [console None]]
   "Print a user-facing error MESSAGE."
   (.print (or console (Console :stderr True :highlight False :soft-wrap True))
-          (Text.assemble #("consfig: error: " "bold red") (str message))))
+          (Text.assemble #("consfig: error: " "bold red") (printable (str message)))))
 
 (export :objects [Reporter JsonSink error collapse-carriage-returns])

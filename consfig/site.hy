@@ -16,7 +16,8 @@ line, not a traceback."
         traceback
         hy.errors [HyLanguageError]
         hy.importer [HyLoader]
-        consfig.errors [ConsfigError])
+        consfig.errors [ConsfigError]
+        consfig.property [defining])
 
 (setv DEFAULT-CONSFIGS ["consfig.hy"])
 
@@ -49,14 +50,16 @@ line, not a traceback."
         spec (importlib.util.spec-from-file-location name path :loader loader)
         module (importlib.util.module-from-spec spec)
         previous (.get sys.modules name))
-  (setv (get sys.modules name) module)
+  (setv (get sys.modules name) module
+        token (.set defining {}))
   (try
     (.exec-module loader module)
     (except [e BaseException]
       (if (is previous None)
           (.pop sys.modules name None)
           (setv (get sys.modules name) previous))
-      (raise (_consfig-error e path))))
+      (raise (_consfig-error e path)))
+    (finally (.reset defining token)))
   module)
 
 (defn _unclosed-line [text]

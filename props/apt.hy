@@ -13,11 +13,24 @@ changes it, so that a host with a hundred `apt.installed` properties runs
         consfig.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script]
         consfig.context [forget-connattr get-connattr set-connattr]
         consfig.engine [inform]
-        consfig.errors [CommandFailed FailedChange]
+        consfig.errors [CommandFailed]
         consfig.host [push-hostattr get-hostattr]
         consfig.props.file [update-file]
         consfig.props.os [required isa?]
-        consfig.props.service :as service)
+        consfig.props.service :as service
+        consfig.types *)
+
+;; Names go to apt-get and dpkg as arguments: one starting with `-` would be
+;; taken for an option (`(apt.installed "--version")` ran `apt-get --version`).
+(setv packages (one-of package-name (list-of package-name))
+      debconf-triple (predicate "debconf-triple"
+                                "a [question type value] triple of lines (question and type without spaces)"
+                                (fn [t] (and (isinstance t #(list tuple)) (= (len t) 3)
+                                             (.accepts name (get t 0)) (.accepts name (get t 1))
+                                             (.accepts (one-of line integer boolean) (get t 2)))))
+      sources-basename (matching "sources-basename"
+                                 "a file name (letters, digits, _ . and -, not starting with . or -)"
+                                 r"[A-Za-z0-9_][A-Za-z0-9_.-]*"))
 
 (setv ENV {"DEBIAN_FRONTEND" "noninteractive"
            "APT_LISTCHANGES_FRONTEND" "none"
@@ -90,13 +103,13 @@ try once more."
   ;; Indexes that are missing or stale (a package 404s after a point release)
   ;; are the usual reason an install fails: update them and try once more.
   (try
-    (apt-get "install" #* args #* packages)
+    (apt-get "install" #* args "--" #* packages)
     (except [e CommandFailed]
       (inform f"apt-get install failed; updating the package indexes and trying again")
       (run "apt-get" "-q" "update" :env ENV :timeout APT-TIMEOUT)
-      (apt-get "install" #* args #* packages))))
+      (apt-get "install" #* args "--" #* packages))))
 
-(defprop installed :posix [#* packages]
+(defprop installed :posix [#^ packages #* packages]
   "Each of PACKAGES (names, or lists of names) is installed, with its
 recommends."
   (:desc f"apt installed {(.join " " (_flatten packages))}")
@@ -104,24 +117,24 @@ recommends."
   (:hostattrs (required "debian"))
   (:check (installed? #* packages))
   (:apply (install-packages [] packages))
-  (:unapply (apt-get "remove" #* packages)))
+  (:unapply (apt-get "remove" "--" #* packages)))
 
-(defprop installed-minimally :posix [#* packages]
+(defprop installed-minimally :posix [#^ packages #* packages]
   "Each of PACKAGES is installed, without its recommends."
   (:desc f"apt installed minimally {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
   (:check (installed? #* packages))
   (:apply (install-packages ["--no-install-recommends"] packages))
-  (:unapply (apt-get "remove" #* packages)))
+  (:unapply (apt-get "remove" "--" #* packages)))
 
-(defprop removed :posix [#* packages]
+(defprop removed :posix [#^ packages #* packages]
   "None of PACKAGES is installed (their configuration files may remain)."
   (:desc f"apt removed {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
   (:check (none-installed? #* packages))
-  (:apply (apt-get "remove" #* packages)))
+  (:apply (apt-get "remove" "--" #* packages)))
 
 (defprop all-configured :posix []
   "No package's installation is left unfinished (`dpkg --configure --pending`)."
@@ -183,12 +196,9 @@ needed (`apt-get autoremove`)."
   (when (= code "0") value))
 
 (defn _triples [triples]
-  (lfor t triples
-        (if (and (isinstance t #(list tuple)) (= (len t) 3))
-            (lfor x t (str x))
-            (raise (FailedChange f"apt.reconfigured wants [question type value] triples, not {(hy.repr t)}")))))
+  (lfor t triples (lfor x t (str x))))
 
-(defprop reconfigured :posix [package #* triples]
+(defprop reconfigured :posix [#^ package-name package #^ debconf-triple #* triples]
   "PACKAGE's debconf answers are each `[question type value]` of TRIPLES,
 and PACKAGE has been reconfigured with them (`dpkg-reconfigure`).  Nothing to
 do when debconf already holds those answers."
@@ -201,7 +211,7 @@ do when debconf already holds those answers."
          :timeout 60)
     (run "dpkg-reconfigure" "-fnoninteractive" package :env ENV :timeout APT-TIMEOUT)))
 
-(defproplist service-installed-running [package]
+(defproplist service-installed-running :posix [#^ package-name package]
   "PACKAGE, which provides a service of the same name, is installed and the
 service is running (where services are started at all: see
 `service.without-starting-services`)."
@@ -209,7 +219,7 @@ service is running (where services are started at all: see
   (installed package)
   (service.running package))
 
-(defprop mirrors :posix [#* uris]
+(defprop mirrors :posix [#^ url #* uris]
   "The host's Debian mirrors are URIS, best first (the hostattr
 `apt.mirrors`, used by `standard-sources-list` and by chroots this host
 bootstraps)."
@@ -223,7 +233,7 @@ bootstraps)."
 
 (setv PROXY-FILE "/etc/apt/apt.conf.d/20proxy")
 
-(defprop proxy :posix [uri]
+(defprop proxy :posix [#^ url uri]
   "apt fetches through the HTTP proxy URI (a hostattr `apt.proxy` too, for
 chroots this host bootstraps).  Unapplying removes the proxy setting."
   (:desc f"apt proxy {uri}")
@@ -253,7 +263,8 @@ chroots this host bootstraps).  Unapplying removes the proxy setting."
       SOURCES-LIST "/etc/apt/sources.list"
       SOURCES-LIST-POINTER "# Debian's sources are in /etc/apt/sources.list.d/debian.sources\n")
 
-(defprop standard-sources-list :posix [* [components ["main"]] [deb-src False]]
+(defprop standard-sources-list :posix [* #^ (non-empty-list-of name) [components ["main"]]
+                                       #^ boolean [deb-src False]]
   "apt's sources are Debian's standard ones for the host's OS — its suite,
 with -updates and -security for stable (-security for testing) — in deb822
 form in /etc/apt/sources.list.d/debian.sources, from the host's mirrors
@@ -281,7 +292,8 @@ there, so that no source is listed twice.  Update the indexes afterwards
   (+ "/etc/apt/sources.list.d/" basename
      (if (re.search r"^Types:" text re.M) ".sources" ".list")))
 
-(defprop additional-sources :posix [basename content]
+(defprop additional-sources :posix [#^ sources-basename basename
+                                    #^ (one-of string (list-of line)) content]
   "/etc/apt/sources.list.d/BASENAME holds CONTENT (a string or list of
 lines): `.sources` when it is deb822, `.list` otherwise.  The package indexes
 are updated when it changes.  Unapplying removes the file (and updates)."

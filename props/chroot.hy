@@ -17,13 +17,14 @@ deployment: its properties are reported under the `os-bootstrapped` line."
         consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]
         consfig.deployment [deploy-nested]
         consfig.engine [inform]
-        consfig.errors [AbortedChange FailedChange InapplicableProperty PropspecError]
+        consfig.errors [AbortedChange FailedChange InapplicableProperty]
         consfig.host [Host get-hostattr get-hostname
                       preprocess-host inapplicable]
         consfig.props.mount [unmount-below]
         consfig.props.os [isa?]
         consfig.props.service [without-starting-services]
-        consfig.util [keyword-name])
+        consfig.util [keyword-name]
+        consfig.types *)
 
 (setv DEFAULT-MIRROR "http://deb.debian.org/debian")
 (setv BOOTSTRAP-TIMEOUT 3600)
@@ -130,15 +131,12 @@ current connection.  No service starts meanwhile."
                  None
                  unapply))
 
-(defn _check-root [root]
-  (when (not (and (isinstance root str) (posixpath.isabs root)))
-    (raise (PropspecError f"chroot.os-bootstrapped: the root must be an absolute path, not {(hy.repr root)}")))
-  (setv root (posixpath.normpath root))
-  (when (= root "/")
-    (raise (PropspecError "chroot.os-bootstrapped: the root cannot be / itself")))
-  root)
+;; The root of a chroot is deleted when the property is unapplied: never /.
+(setv chroot-root (predicate "chroot-root" "an absolute path other than /"
+                             (fn [v] (and (.accepts abs-path v) (!= (posixpath.normpath v) "/")))))
 
-(defprop os-bootstrapped :posix [options root propspec]
+(defprop os-bootstrapped :posix [#^ (optional (dict-of keyword (one-of string boolean integer))) options
+                                 #^ chroot-root root #^ propspec propspec]
   "ROOT holds a Debian system, bootstrapped with debootstrap (mmdebstrap
 where it is installed) and configured by PROPSPEC, the propspec of the chroot
 as a host of its own.  The suite and architecture come from PROPSPEC's own OS
@@ -153,10 +151,7 @@ it.  The dotted form `chroot.os-bootstrapped*` takes PROPSPEC as its trailing
 forms."
   (:desc f"Chroot {root} bootstrapped")
   (:opaque-type True)
-  (:preprocess
-    (when (not (or (is options None) (isinstance options dict)))
-      (raise (PropspecError f"chroot.os-bootstrapped: options are a dict, not {(hy.repr options)}")))
-    [options (_check-root root) propspec])
+  (:preprocess [options (posixpath.normpath root) propspec])
   ;; The chroot is another host: its hostattrs are its own.  Computing them
   ;; here checks, before anything connects, that it declares a Debian OS.
   (:hostattrs

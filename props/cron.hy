@@ -8,8 +8,8 @@
         hy.models [Keyword]
         consfig.combinators [with-unapply unapplied]
         consfig.actions [run]
-        consfig.errors [PropspecError]
-        consfig.props [file package service])
+        consfig.props [file package service]
+        consfig.types *)
 
 (setv PERIODIC #("hourly" "daily" "weekly" "monthly"))
 (setv PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -18,15 +18,15 @@
   "DESC as a file name that cron and run-parts accept."
   (re.sub r"[^A-Za-z0-9_-]" "_" desc))
 
+;; A crontab(5) time is five fields (or an @ nickname) on one line: anything
+;; else in a schedule would write lines of its own into /etc/cron.d.
+(setv schedule (one-of (enum #* PERIODIC)
+                       (matching "crontab-time"
+                                 "a crontab time such as \"0 3 * * *\" (five fields, or @daily & co.)"
+                                 r"@[a-z]+|[0-9A-Za-z*/,-]+([ \t]+[0-9A-Za-z*/,-]+){4}")))
+
 (defn _periodic [schedule]
-  (cond (isinstance schedule Keyword)
-        (if (in schedule.name PERIODIC)
-            schedule.name
-            (raise (PropspecError (+ f"cron: unknown schedule {(hy.repr schedule)}; use "
-                                     (.join " " (gfor p PERIODIC f":{p}"))
-                                     " or a crontab time such as \"0 3 * * *\""))))
-        (isinstance schedule str) None
-        True (raise (PropspecError f"cron: a schedule is a keyword or a crontab time, not {(hy.repr schedule)}"))))
+  (when (isinstance schedule Keyword) schedule.name))
 
 (defn job-path [desc schedule]
   "Where the job DESC runs from: /etc/cron.d, or /etc/cron.daily & co."
@@ -41,7 +41,7 @@
 so that cron mails it then and only then."
   (setv lock (shlex.quote (script-path desc)))
   (.join "\n" ["#!/bin/sh"
-               f"# consfig cron job: {(.replace desc "\n" " ")}"
+               f"# consfig cron job: {desc}"
                "log=$(mktemp) || exit 1"
                "trap 'rm -f \"$log\"' EXIT"
                f"if ! flock -n {lock} sh -c {(shlex.quote command)} >\"$log\" 2>&1; then"
@@ -64,7 +64,8 @@ so that cron mails it then and only then."
       (.join "\n" [f"# consfig cron job: {desc}" "SHELL=/bin/sh" PATH ""
                    f"{schedule}\t{user}\t{script}" ""])))
 
-(defpropspec system-job [desc schedule user command]
+(defpropspec system-job :posix [#^ non-empty-line desc #^ schedule schedule #^ user-name user
+                                #^ non-empty-string command]
   "cron runs the shell COMMAND as USER on SCHEDULE: `:hourly`, `:daily`,
 `:weekly`, `:monthly` (from /etc/cron.daily & co.) or a crontab(5) time such
 as \"0 3 * * *\" (from /etc/cron.d).  DESC names the job and its files, so it
@@ -85,7 +86,8 @@ job (and leaves cron installed).  Debian and derivatives."
     :unapply
     (file.does-not-exist job script)))
 
-(defproplist nice-system-job [desc schedule user command]
+(defproplist nice-system-job :posix [#^ non-empty-line desc #^ schedule schedule #^ user-name user
+                                     #^ non-empty-string command]
   "Like `system-job`, but COMMAND runs niced (by 10) and with idle I/O
 priority (`ionice -c 3`)."
   (:desc f"Cron job {desc} (niced)")
@@ -108,7 +110,8 @@ string or a list of lines)."
   (setv r (run #* (_crontab-argv user) "-l" :check False :timeout 60))
   (when r.ok? r.stdout))
 
-(defprop crontab-installed :posix [content * [user None] [env None]]
+(defprop crontab-installed :posix [#^ (one-of string (list-of line)) content
+                                   * #^ user-name [user None] #^ (dict-of shell-identifier line) [env None]]
   "USER's crontab (by default that of the user the connection runs as) is
 exactly CONTENT, after a header and the variable settings ENV (a dict, such as
 `{\"MAILTO\" \"admin@example.org\"}`).  Does not install cron: see
@@ -118,7 +121,9 @@ exactly CONTENT, after a header and the variable settings ENV (a dict, such as
   (:apply (run #* (_crontab-argv user) "-" :input (crontab-text content env) :timeout 60))
   (:unapply (run #* (_crontab-argv user) "-r" :timeout 60)))
 
-(defproplist user-crontab-installed [content * [user None] [env None]]
+(defproplist user-crontab-installed :posix [#^ (one-of string (list-of line)) content
+                                            * #^ user-name [user None]
+                                            #^ (dict-of shell-identifier line) [env None]]
   "cron is installed and running, and USER's crontab is exactly CONTENT
 (see `crontab-installed`).  Unapplying removes the crontab and leaves cron
 installed."

@@ -2,18 +2,60 @@
 
 Every property here is `:posix`: it reads and writes through the connection,
 so it works over any chain.  A change to a file's content is reported as a
-unified diff event (shown at -v), except for content marked secret."
+unified diff event (shown at -v), except for content marked secret.
+
+Content is compared as bytes: desired text is encoded as UTF-8, `bytes` are
+written as they are, and a file is never decoded lossily.  The properties
+that edit lines read a file with `read-text`, whose undecodable bytes come
+back as lone surrogates (Python's \"surrogateescape\") and are written back
+unchanged, as is every line the property has no business with."
 
 (require consfig.property [defprop])
+(import consfig.types *)
 (import difflib
         posixpath
         re
         shlex
         consfig.actions [NO-CHANGE Script run run-ok? run-script output
-                         read-remote-file write-remote-file remote-exists?]
-        consfig.engine [emit]
-        consfig.errors [FailedChange]
-        consfig.host [inapplicable])
+                         write-remote-file remote-exists?]
+        consfig.context [connection]
+        consfig.engine [Drift WOULD-CHANGE checking? emit inform]
+        consfig.events [diff-event]
+        consfig.errors [FailedChange])
+
+;; Values that end up in a line-oriented file are single lines: a newline in
+;; a key or value would add lines (sections, settings) of its own, and make
+;; the file grow on every run.
+(setv lines (named "lines" (one-of text (list-of text))
+                   "text (one or more lines) or a list of such texts")
+      content (named "content" (one-of string byte-string (list-of line))
+                     "a string, a byte string, or a list of lines")
+      conf-key (matching "conf-key" "a config key (no whitespace, =, or leading #, ; or [)"
+                         r"[^\s=#;\[\]][^\s=]*")
+      conf-value (one-of line integer)
+      conf-pair (named "conf-pair" (one-of conf-value (dict-of conf-key conf-value))
+                       "a key or a value (one line each, or an integer), or a dict of them")
+      shell-pair (named "shell-pair" (one-of conf-value (dict-of shell-identifier conf-value))
+                        "a key or a value (one line each, or an integer), or a dict of them")
+      ini-key (matching "ini-key" "an INI key (one line, no =, not starting with #, ; or [)"
+                        r"[^\s=#;\[][^=\n\r\x00]*")
+      ini-triple (predicate "ini-triple"
+                            "a [section key value] triple (section a line or None, key an INI key, value a line)"
+                            (fn [t] (and (isinstance t #(list tuple)) (= (len t) 3)
+                                         (.accepts (optional (matching "section" "" r"[^\]\n\r\x00]+"))
+                                                   (get t 0))
+                                         (.accepts ini-key (get t 1))
+                                         (.accepts conf-value (get t 2))))))
+
+(defn pairs-problem [pairs key-type]
+  "What is wrong with PAIRS as alternating keys (of KEY-TYPE) and values, or
+one dict; None when nothing is."
+  (cond (and (= (len pairs) 1) (isinstance (get pairs 0) dict)) None
+        (% (len pairs) 2) f"expected alternating keys and values, got {(show (list pairs))}"
+        True (for [k (cut pairs 0 None 2)]
+               (when (not (.accepts key-type k))
+                 (return (+ "each key " (.explain key-type k))))))
+  None)
 
 (defn _lines [xs]
   "Lines given as strings (possibly several lines each) or lists of them."
@@ -21,7 +63,7 @@ unified diff event (shown at -v), except for content marked secret."
   (for [x xs]
     (if (isinstance x #(list tuple))
         (.extend out (_lines x))
-        (.extend out (.splitlines x))))
+        (.extend out (_file-lines x))))
   out)
 
 (defn _text [content]
@@ -32,59 +74,113 @@ unified diff event (shown at -v), except for content marked secret."
 (defn _unlines [lines]
   (.join "" (gfor l lines (+ l "\n"))))
 
+(defn _file-lines [text]
+  ;; Only "\n" ends a line of a file: `str.splitlines` would also break at
+  ;; form feeds, \x1c-\x1e, \x85 and U+2028, and drop carriage returns.
+  (setv lines (.split text "\n"))
+  (when (= (get lines -1) "") (.pop lines))
+  lines)
+
+(defn content->bytes [content]
+  "CONTENT as the bytes to write: `bytes` as they are, text as UTF-8 (a lone
+surrogate from `read-text` as the byte it stands for)."
+  (if (isinstance content #(bytes bytearray))
+      (bytes content)
+      (.encode content "utf-8" "surrogateescape")))
+
+(defn read-bytes [path]
+  "The bytes of PATH on the target, or None when it does not exist."
+  (try (.read-file (connection) path)
+       (except [FileNotFoundError] None)))
+
+(defn read-text [path]
+  "The text of PATH on the target, or None when it does not exist.  Bytes
+that are not UTF-8 come back as lone surrogates, so that `content->bytes` gives
+the file back exactly."
+  (setv b (read-bytes path))
+  (when (is-not b None) (.decode b "utf-8" "surrogateescape")))
+
+(defn _shown [b]
+  ;; For a diff only: what is not UTF-8 shows as \xNN, distinct from the
+  ;; characters a lossy decode would have turned it into.
+  (.decode (or b b"") "utf-8" "backslashreplace"))
+
 (defn _diff [path old new]
-  (.join "" (difflib.unified-diff (.splitlines (or old "") True)
-                                  (.splitlines new True)
-                                  (+ "a" path) (+ "b" path))))
+  (setv text (.join "" (difflib.unified-diff (.splitlines (_shown old) True)
+                                             (.splitlines (_shown new) True)
+                                             (+ "a" path) (+ "b" path))))
+  (cond text text
+        (is old None) f"+++ b{path}\n(a new, empty file)\n"
+        True f"--- a{path}\n+++ b{path}\n(the bytes differ where they read the same)\n"))
 
 (defn update-file [path new * [mode None] [secret False]]
-  "Make PATH contain NEW (keeping its mode and owner, or setting MODE), and
-report a diff unless SECRET.  `:no-change` when it already does."
-  (setv old (read-remote-file path))
+  "Make PATH contain NEW, text or bytes (keeping its mode and owner, or
+setting MODE), and report a diff unless SECRET.  `:no-change` when it
+already has exactly those bytes.  In check mode, change nothing: report
+what would change and return `:would-change`."
+  (setv old (read-bytes path)
+        new (content->bytes new))
   (when (= old new)
     (return (if (is mode None) NO-CHANGE (_ensure-mode path mode))))
+  (when (checking?)
+    (inform (cond (is old None) f"{path} would be created"
+                  secret f"{path} would change (secret: no diff)"
+                  True f"{path} would change"))
+    (when (not secret)
+      (emit (diff-event path (_diff path old new))))
+    (return WOULD-CHANGE))
   (write-remote-file path new :mode mode)
   (when (not secret)
-    (emit {"event" "diff" "path" path "text" (_diff path old new)})))
+    (emit (diff-event path (_diff path old new)))))
 
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
-newlines).  Nothing to do when PATH does not exist, unless CREATE."
-  (setv old (read-remote-file path))
+newlines; see `read-text` for bytes that are not UTF-8).  Nothing to do when
+PATH does not exist, unless CREATE."
+  (setv old (read-text path))
   (if (and (is old None) (not create))
       NO-CHANGE
-      (update-file path (_unlines (f (.splitlines (or old "")))))))
+      (update-file path (_unlines (f (_file-lines (or old "")))))))
 
 (defn _mode-of [path]
   (int (.strip (output "stat" "-c" "%a" "--" path)) 8))
 
 (defn _ensure-mode [path mode]
-  (if (= (_mode-of path) mode)
-      NO-CHANGE
-      (run "chmod" (format mode "o") "--" path)))
+  (setv have (_mode-of path))
+  (cond (= have mode) NO-CHANGE
+        (checking?) (do (inform (_mode-change path have mode)) WOULD-CHANGE)
+        True (run "chmod" (format mode "o") "--" path)))
+
+(defn _mode-change [path have want]
+  f"{path}: mode {(format have "o")} → {(format want "o")}")
 
 (defn _plural [xs]
   (if (= (len xs) 1)
       f"{(get xs 0)} does not exist"
       f"{(.join ", " xs)} do not exist"))
 
-(defprop has-content :posix [path content * [mode None] [secret False]]
-  "PATH has exactly CONTENT: a string, or a list of lines (joined, with a
-final newline).  The file's mode and owner are kept, unless MODE is given.
-With SECRET, no diff of the content is ever reported."
+(defprop has-content :posix [#^ abs-path path #^ content content
+                              * #^ file-mode [mode None] #^ boolean [secret False]]
+  "PATH has exactly CONTENT: a string (written as UTF-8), `bytes` (written
+as they are), or a list of lines (joined, with a final newline).  The file's
+mode and owner are kept, unless MODE is given.  With SECRET, no diff of the
+content is ever reported."
+  (:simulates True)
   (:desc f"{path} has content")
   (:apply (update-file path (_text content) :mode mode :secret secret)))
 
-(defprop exists-with-content :posix [path content * [mode None] [secret False]]
+(defprop exists-with-content :posix [#^ abs-path path #^ content content
+                                      * #^ file-mode [mode None] #^ boolean [secret False]]
   "Like `has-content`, but unapplying deletes PATH rather than restoring what
 was there before: for files the deployment creates, not for files that came
 with the OS."
+  (:simulates True)
   (:desc f"{path} exists with content")
   (:apply (update-file path (_text content) :mode mode :secret secret))
   (:unapply
-    (if (remote-exists? path)
-        (run "rm" "-f" "--" path)
-        NO-CHANGE)))
+    (cond (not (remote-exists? path)) NO-CHANGE
+          (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
+          True (run "rm" "-f" "--" path))))
 
 (defn add-lines [path lines]
   "Append those of LINES that PATH lacks, creating PATH if need be."
@@ -100,24 +196,27 @@ with the OS."
   (setv unwanted (set (_lines lines)))
   (map-file-lines path (fn [have] (lfor l have :if (not-in l unwanted) l))))
 
-(defprop contains-lines :posix [path #* lines]
+(defprop contains-lines :posix [#^ abs-path path #^ lines #* lines]
   "PATH contains each of LINES, appended at the end where missing.  Creates
 PATH if it does not exist.  Unapplying removes LINES."
+  (:simulates True)
   (:desc f"{path} contains {(.join " | " (_lines lines))}")
   (:apply (add-lines path lines))
   (:unapply (remove-lines path lines)))
 
-(defprop lacks-lines :posix [path #* lines]
+(defprop lacks-lines :posix [#^ abs-path path #^ lines #* lines]
   "PATH has none of LINES.  Nothing to do if PATH does not exist.
 Unapplying appends LINES where missing, as `contains-lines` does."
+  (:simulates True)
   (:desc f"{path} lacks {(.join " | " (_lines lines))}")
   (:apply (remove-lines path lines))
   (:unapply (add-lines path lines)))
 
-(defprop lacks-lines-matching :posix [path #* patterns]
+(defprop lacks-lines-matching :posix [#^ abs-path path #^ regex #* patterns]
   "PATH has no line matching any of the regular expressions PATTERNS
 (Python syntax, searched anywhere in the line).  Nothing to do if PATH does
 not exist."
+  (:simulates True)
   (:desc f"{path} lacks lines matching {(.join " | " patterns)}")
   (:apply
     (setv regexes (lfor p patterns (re.compile p)))
@@ -125,20 +224,24 @@ not exist."
                     (fn [have]
                       (lfor l have :if (not (any (gfor r regexes (.search r l)))) l)))))
 
-(defprop regex-replaced-lines :posix [path regex replacement]
+(defprop regex-replaced-lines :posix [#^ abs-path path #^ regex regex #^ line replacement]
   "Like `s/REGEX/REPLACEMENT/` on each line of PATH: the first match in
 each line is replaced.  Python syntax: `\\1` or `\\g<name>` in REPLACEMENT
 refer to groups.  Nothing to do if PATH does not exist.  Idempotent as long
 as a replaced line no longer matches REGEX."
+  (:simulates True)
   (:desc f"{path} has s/{regex}/{replacement}/ applied")
   (:apply
     (setv r (re.compile regex))
     (map-file-lines path (fn [have] (lfor l have (.sub r replacement l :count 1))))))
 
-(defprop has-mode :posix [path mode]
+(defprop has-mode :posix [#^ abs-path path #^ file-mode mode]
   "PATH has permission bits MODE (an integer, such as 0o644)."
   (:desc f"{path} has mode {(format mode "o")}")
-  (:check (= (_mode-of path) mode))
+  (:check (if (remote-exists? path)
+              (let [have (_mode-of path)]
+                (or (= have mode) (Drift (_mode-change path have mode))))
+              (Drift f"{path} does not exist")))
   (:apply (run "chmod" (format mode "o") "--" path)))
 
 (defn _owner-spec [user group]
@@ -150,33 +253,38 @@ as a replaced line no longer matches REGEX."
   (setv #(u g un gn) (.split (.strip (output "stat" "-c" "%u %g %U %G" "--" path))))
   (defn same? [want id name]
     (or (is want None) (in (str want) #(id name))))
-  (and (same? user u un) (same? group g gn)))
+  (or (and (same? user u un) (same? group g gn))
+      (Drift f"{path}: owner {un}:{gn} → {(or user un)}:{(or group gn)}")))
 
-(defprop has-ownership :posix [path * [user None] [group None]]
+(defprop has-ownership :posix [#^ abs-path path * #^ (one-of user-name id-number) [user None]
+                               #^ (one-of group-name id-number) [group None]]
   "PATH (a symlink itself, not what it points to) is owned by USER and/or
 GROUP: names or numeric ids."
   (:desc (+ f"{path} has"
             (if (is user None) "" f" owner {user}")
             (if (is group None) "" f" group {group}")))
-  (:hostattrs
-    (when (and (is user None) (is group None))
-      (inapplicable "file.has-ownership needs :user or :group")))
+  (:invariant (not (and (is user None) (is group None))) "needs :user or :group")
   (:check (_has-ownership? path user group))
   (:apply
     (if (is user None)
         (run "chgrp" "-h" "--" (str group) path)
         (run "chown" "-h" "--" (_owner-spec user group) path))))
 
-(defprop does-not-exist :posix [#* paths]
+(defprop does-not-exist :posix [#^ abs-path #* paths]
   "None of PATHS exists (files or symlinks; not directories)."
   (:desc (_plural paths))
-  (:check (not (any (map remote-exists? paths))))
+  (:check (_none-exist paths "removed"))
   (:apply (run "rm" "-f" "--" #* paths)))
 
-(defprop directory-exists :posix [directory]
+(defn _none-exist [paths what]
+  (setv there (lfor p paths :if (remote-exists? p) p))
+  (or (not there) (Drift (+ (.join ", " there) f" would be {what}"))))
+
+(defprop directory-exists :posix [#^ abs-path directory]
   "DIRECTORY exists, with its parents."
   (:desc f"{directory} exists")
-  (:check (run-ok? "test" "-d" directory))
+  (:check (or (run-ok? "test" "-d" directory)
+              (Drift f"{directory} would be created")))
   (:apply (run "mkdir" "-p" "--" directory)))
 
 (defn _remove-directories [directories]
@@ -189,17 +297,17 @@ GROUP: names or numeric ids."
         (raise (FailedChange f"{d} exists but is not a directory; not removing it")))
       (run "rm" "-rf" "--one-file-system" "--" d))))
 
-(defprop directory-does-not-exist :posix [#* directories]
+(defprop directory-does-not-exist :posix [#^ abs-path #* directories]
   "None of DIRECTORIES exists: each is removed with everything in it.  It
 is a failure if one of them is a file or a symlink."
   (:desc (_plural directories))
-  (:check (not (any (map remote-exists? directories))))
+  (:check (_none-exist directories "removed with everything in them"))
   (:apply (_remove-directories directories)))
 
 (defn _parent [path]
   (or (posixpath.dirname (.rstrip path "/")) "."))
 
-(defprop containing-directory-exists :posix [path]
+(defprop containing-directory-exists :posix [#^ abs-path path]
   "The directory PATH is in exists, with its parents."
   (:desc f"Directory containing {path} exists")
   (:check (run-ok? "test" "-d" (_parent path)))
@@ -209,11 +317,21 @@ is a failure if one of them is a file or a symlink."
   (setv r (run "readlink" "-n" "--" path :check False))
   (when r.ok? r.stdout))
 
-(defprop symlinked :posix [* from_ to]
+(defn _links-to? [path target]
+  ;; Compared by the shell, byte for byte: read back through a decode, a
+  ;; link to b"t\xff" would pass for one to "t\ufffd".  The "." keeps the
+  ;; command substitution from dropping a target's trailing newlines.
+  (run-ok? (Script "[ \"$(readlink -n -- \"$1\" && echo .)\" = \"$2.\" ]" path target)))
+
+(defprop symlinked :posix [* #^ abs-path from_ #^ path to]
   "FROM is a symbolic link to TO.  A link pointing elsewhere is replaced;
 anything else at FROM is a failure.  Unapplying removes the link."
   (:desc f"{from_} is a symlink to {to}")
-  (:check (= (_link-target from_) to))
+  (:check (or (_links-to? from_ to)
+              (Drift (let [now (_link-target from_)]
+                       (if (is now None)
+                           f"{from_} would link to {to}"
+                           f"{from_}: link {now} → {to}")))))
   (:apply
     (when (and (remote-exists? from_) (is (_link-target from_) None))
       (raise (FailedChange f"{from_} exists and is not a symbolic link; not replacing it")))
@@ -221,7 +339,7 @@ anything else at FROM is a failure.  Unapplying removes the link."
     (run "ln" "-sfT" "--" to from_))
   (:unapply (run "rm" "-f" "--" from_)))
 
-(defprop is-copy-of :posix [dest source]
+(defprop is-copy-of :posix [#^ abs-path dest #^ abs-path source]
   "DEST is a copy of SOURCE, a file on the target (a symlink's target is
 copied).  The copy is made beside DEST and renamed over it, keeping SOURCE's
 mode, ownership and times."
@@ -303,12 +421,12 @@ lines and the pairs no line took."
   (dfor [k v] items #(None (str k)) (str v)))
 
 (defn _simple-conf-text [old wanted kv render same-value?]
-  (setv #(out missing) (_conf-edit (_parse-conf (.splitlines old) "#" kv)
+  (setv #(out missing) (_conf-edit (_parse-conf (_file-lines old) "#" kv)
                                    wanted same-value? render "#"))
   (_unlines (+ out (lfor [[_ k] v] (.items missing) (render k v None)))))
 
 (defn _simple-conf-update [path wanted kv render same-value?]
-  (setv old (or (read-remote-file path) ""))
+  (setv old (or (read-text path) ""))
   (update-file path (_simple-conf-text old wanted kv render same-value?)))
 
 (defn describe-pairs [pairs sep]
@@ -325,17 +443,21 @@ lines and the pairs no line took."
 `(None, key) → value`) set as `contains-conf-space` sets them."
   (_simple-conf-text old wanted _SPACE-KV _space-kv _strip-eq))
 
-(defprop contains-conf-space :posix [path #* pairs]
+(defprop contains-conf-space :posix [#^ abs-path path #^ conf-pair #* pairs]
   "PATH, a config file of `key value` lines without sections, sets each key
 of PAIRS (alternating keys and values, or a dict) to its value.  The first
 line for a key is set — an uncommented one, else a commented-out one, which
 is uncommented — and any other line setting it is commented out; keys with
 no line are appended."
+  (:simulates True)
+  (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
   (:desc f"{path} has {(describe-pairs pairs " ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) _SPACE-KV _space-kv _strip-eq)))
 
-(defprop contains-conf-equals :posix [path #* pairs]
+(defprop contains-conf-equals :posix [#^ abs-path path #^ conf-pair #* pairs]
   "Like `contains-conf-space`, for a config file of `key = value` lines."
+  (:simulates True)
+  (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
   (:desc f"{path} has {(describe-pairs pairs " = ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$")
                                (fn [k v sep] (+ k (or sep " = ") v)) _strip-eq)))
@@ -344,10 +466,12 @@ no line are appended."
   (try (= (shlex.split raw :comments True) [v])
        (except [ValueError] False)))
 
-(defprop contains-conf-shell :posix [path #* pairs]
+(defprop contains-conf-shell :posix [#^ abs-path path #^ shell-pair #* pairs]
   "Like `contains-conf-space`, for a shell fragment of `KEY=value` lines
 such as those in /etc/default.  Values are quoted for the shell as needed; a
 line whose value already means the same (`KEY=\"x\"` for x) is left alone."
+  (:simulates True)
+  (:invariant (not (pairs-problem pairs shell-identifier)) (pairs-problem pairs shell-identifier))
   (:desc f"{path} has {(describe-pairs pairs "=")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([A-Za-z_][A-Za-z0-9_]*)(=)(.*?)\s*$")
                                (fn [k v sep] f"{k}={(shlex.quote v)}") _shell-same?)))
@@ -392,12 +516,13 @@ line whose value already means the same (`KEY=\"x\"` for x) is left alone."
             (setv (cut out end end) new))))
   out)
 
-(defprop contains-ini-settings :posix [path #* triples]
+(defprop contains-ini-settings :posix [#^ abs-path path #^ ini-triple #* triples]
   "PATH, an INI file, sets each `[section key value]` of TRIPLES.  As with
 `contains-conf-space`, the first line for the key in its section is set (an
 uncommented one, else a commented-out one, uncommented) and others for it
 commented out.  A missing key goes at the end of its section; a missing
 section is appended.  A section of None means the keys before any section."
+  (:simulates True)
   (:desc (+ f"{path} has "
             (.join ", " (gfor [[s k] v] (.items (_ini-triples triples)) f"[{s}] {k}={v}"))))
   (:apply (map-file-lines path (fn [lines] (_ini-update lines (_ini-triples triples)))
@@ -408,6 +533,7 @@ section is appended.  A section of None means the keys before any section."
                   does-not-exist directory-exists directory-does-not-exist
                   containing-directory-exists symlinked is-copy-of
                   contains-conf-space contains-conf-equals contains-conf-shell
-                  contains-ini-settings update-file map-file-lines add-lines conf-space-text conf-pairs
-                  describe-pairs
+                  contains-ini-settings update-file map-file-lines read-bytes read-text
+                  content->bytes add-lines conf-space-text conf-pairs
+                  describe-pairs pairs-problem conf-key conf-value conf-pair
                   remove-lines])

@@ -4,8 +4,12 @@ An entry is one fstab line, such as \"UUID=… /srv ext4 defaults 0 2\"; entries
 are matched to existing lines by their mount point, the second field."
 
 (require consfig.property [defprop])
-(import consfig.errors [PropspecError]
-        consfig.props.file [map-file-lines])
+(import consfig.props.file [map-file-lines]
+        consfig.types *)
+
+(setv fstab-entry (matching "fstab-entry"
+                            "an fstab line: source, mount point, type, options (and dump, pass), on one line"
+                            r"[^\s#]\S*(?:[ \t]+\S+){3,5}"))
 
 (setv FSTAB "/etc/fstab")
 
@@ -38,19 +42,13 @@ appended."
         (.append out line)))
   (+ out (list (.values pending))))
 
-(defn _check-entries [entries]
-  (for [e entries]
-    (when (< (len (_fields e)) 4)
-      (raise (PropspecError f"not an fstab entry (source, mount point, type, options): {e !r}")))))
-
-(defprop has-entries :posix [#* entries]
+(defprop has-entries :posix [#^ fstab-entry #* entries]
   "/etc/fstab has each of ENTRIES, fstab lines matched by their mount point:
 an existing line for that mount point is replaced, except that an entry
 whose source is `none` keeps the existing line's source; entries for new
 mount points are appended.  Unapplying removes the lines for their mount
 points."
   (:desc f"fstab entries for {(.join ", " (map _mount-point entries))}")
-  (:preprocess (do (_check-entries entries) entries))
   (:apply (map-file-lines FSTAB (fn [lines] (merge-entries lines entries)) :create True))
   (:unapply
     (setv points (sfor e entries (_mount-point e)))

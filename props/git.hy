@@ -6,7 +6,14 @@
         consfig.combinators [with-unapply unapplied]
         consfig.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.errors [AbortedChange]
-        consfig.props [package])
+        consfig.props [package]
+        consfig.types *)
+
+;; A branch or commit is given to git as an argument: one starting with `-`
+;; would be an option (`:commit "--orphan=x"`).
+(setv git-url (one-of url abs-path
+                      (matching "scp-url" "user@host:path" r"[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\s]+"))
+      git-ref name)
 
 (setv GIT-TIMEOUT 1800)
 
@@ -37,7 +44,8 @@
   (cond commit (git dest "checkout" "-q" "--detach" commit "--")
         branch (git dest "checkout" "-q" branch "--")))
 
-(defprop clone-exists :posix [url dest * [branch None] [commit None]]
+(defprop clone-exists :posix [#^ git-url url #^ abs-path dest
+                              * #^ git-ref [branch None] #^ git-ref [commit None]]
   "DEST is a clone of URL with BRANCH (or COMMIT, detached) checked out.  A
 DEST that holds anything else is left alone and the property fails.  Does
 not install git: see `cloned`.  Unapplying deletes the clone."
@@ -54,7 +62,7 @@ not install git: see `cloned`.  Unapplying deletes the clone."
     (_check-out dest branch commit))
   (:unapply (run "rm" "-rf" "--" dest :timeout 600)))
 
-(defprop head-pulled :posix [dest]
+(defprop head-pulled :posix [#^ abs-path dest]
   "The branch checked out in DEST has been fast-forwarded to its upstream
 (`git pull --ff-only`); a change only when that moved it."
   (:desc f"{dest} pulled")
@@ -63,12 +71,13 @@ not install git: see `cloned`.  Unapplying deletes the clone."
     (git dest "pull" "-q" "--ff-only")
     (if (= before (_out dest "rev-parse" "HEAD")) NO-CHANGE None)))
 
-(defproplist installed []
+(defproplist installed :posix []
   "git is installed."
   (:desc "git installed")
   (package.installed "git"))
 
-(defproplist cloned [url dest * [branch None] [commit None]]
+(defproplist cloned :posix [#^ git-url url #^ abs-path dest
+                            * #^ git-ref [branch None] #^ git-ref [commit None]]
   "git is installed and DEST is a clone of URL, with BRANCH (default: the
 remote's default branch) or COMMIT checked out.  A DEST that holds anything
 else is left alone and the property fails.  Unapplying deletes the clone
@@ -78,7 +87,7 @@ else is left alone and the property fails.  Unapplying deletes the clone
                 (clone-exists url dest :branch branch :commit commit)
                 :unapply (unapplied (clone-exists url dest :branch branch :commit commit))))
 
-(defproplist pulled [url dest * [branch None]]
+(defproplist pulled :posix [#^ git-url url #^ abs-path dest * #^ git-ref [branch None]]
   "Like `cloned`, and each time it is applied the checked-out branch is
 brought up to date with `git pull --ff-only`."
   (:desc f"{url} pulled to {dest}")
@@ -86,7 +95,7 @@ brought up to date with `git pull --ff-only`."
   (clone-exists url dest :branch branch)
   (head-pulled dest))
 
-(defprop repo-configured :posix [repo key value]
+(defprop repo-configured :posix [#^ abs-path repo #^ name key #^ (one-of line integer boolean) value]
   "The git repository REPO has KEY set to VALUE in its own configuration
 (`git config --local`).  Unapplying unsets KEY."
   (:desc f"{repo} has git {key}={value}")

@@ -4,9 +4,10 @@
 (import re
         consfig.actions [NO-CHANGE Script run run-ok? output]
         consfig.host [push-hostattr get-hostattr]
-        consfig.props.file [update-file map-file-lines])
+        consfig.props.file [update-file map-file-lines]
+        consfig.types *)
 
-(defprop is :posix [hostname]
+(defprop is :posix [#^ hostname hostname]
   "The host's hostname is HOSTNAME, whatever it is called in the consfig: for
 chroots and containers, whose deployment names them after their parent."
   (:desc f"Hostname is {hostname}")
@@ -33,7 +34,7 @@ chroots and containers, whose deployment names them after their parent."
   (not (run-ok? (Script "[ \"$(stat -c %d:%i /)\" = \"$(stat -Lc %d:%i /proc/1/root/ 2>/dev/null)\" ]")
                 :timeout 30)))
 
-(defprop configured :posix [* [hostname None]]
+(defprop configured :posix [* #^ hostname [hostname None]]
   "/etc/hostname holds the short name of HOSTNAME (by default the host's
 hostname), and /etc/hosts maps 127.0.1.1 to it and its short name.  The
 running system's hostname is set too, except in a chroot."
@@ -48,7 +49,7 @@ running system's hostname is set too, except in a chroot."
       (.append results None))
     (if (all (gfor r results (= r NO-CHANGE))) NO-CHANGE None)))
 
-(defprop mailname-configured :posix [* [mailname None]]
+(defprop mailname-configured :posix [* #^ hostname [mailname None]]
   "/etc/mailname, the domain mail from this host appears to come from, is
 MAILNAME (by default the host's hostname)."
   (:desc f"Mailname {(or mailname (get-hostattr "hostname"))} configured")

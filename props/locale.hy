@@ -9,7 +9,13 @@
         consfig.actions [run output read-remote-file change-if-changes-file]
         consfig.errors [FailedChange]
         consfig.props [package]
-        consfig.props.file [map-file-lines])
+        consfig.props.file [map-file-lines]
+        consfig.types *)
+
+(setv locale-name (matching "locale-name" "a locale name such as \"en_GB.UTF-8\" (no spaces)"
+                            r"[A-Za-z][A-Za-z0-9_.@-]*")
+      locale-variable (matching "locale-variable" "a locale variable: LANG, LANGUAGE or LC_…"
+                                r"LANG|LANGUAGE|LC_[A-Z]+"))
 
 (setv LOCALE-GEN "/etc/locale.gen")
 (setv DEFAULT-LOCALE "/etc/default/locale")
@@ -51,7 +57,7 @@ punctuation (\"en_GB.UTF-8\" is \"en_GB.utf8\")."
     (raise (FailedChange f"{locale} is not in {LOCALE-GEN}, so it cannot be generated; is it a locale glibc supports?")))
   result)
 
-(defprop generated :posix [locale]
+(defprop generated :posix [#^ locale-name locale]
   "LOCALE (such as \"en_GB.UTF-8\") is enabled in /etc/locale.gen and
 generated.  Does not install `locales`: see `available`.  Unapplying disables
 it there and regenerates the locales."
@@ -64,7 +70,7 @@ it there and regenerates the locales."
     (_set-line locale False)
     (run "locale-gen" :timeout 900)))
 
-(defproplist available [locale]
+(defproplist available :posix [#^ locale-name locale]
   "The `locales` package is installed and LOCALE (such as \"en_GB.UTF-8\") is
 generated.  LOCALE must have a line, commented out or not, in
 /etc/locale.gen.  Unapplying ungenerates it (and leaves `locales` installed)."
@@ -84,7 +90,7 @@ generated.  LOCALE must have a line, commented out or not, in
                  (except [ValueError] (get m 2))))))
   out)
 
-(defprop variables-set :posix [locale #* variables]
+(defprop variables-set :posix [#^ locale-name locale #^ locale-variable #* variables]
   "The system's locale VARIABLES (LANG, LANGUAGE, LC_*) are each LOCALE, in
 /etc/default/locale.  Does not generate LOCALE: see `selected-for`.
 Unapplying unsets them."
@@ -98,7 +104,7 @@ Unapplying unsets them."
     (change-if-changes-file DEFAULT-LOCALE
       (fn [] (run "update-locale" #* variables :timeout 120)))))
 
-(defproplist selected-for [locale #* variables]
+(defproplist selected-for :posix [#^ locale-name locale #^ locale-variable #* variables]
   "LOCALE is available and is the system's choice for each of VARIABLES:
 
   (locale.selected-for \"en_GB.UTF-8\" \"LC_PAPER\" \"LC_MONETARY\")

@@ -3,7 +3,8 @@
 (require consfig.property [defprop])
 (import posixpath
         consfig.actions [NO-CHANGE run run-ok? output]
-        consfig.props.os [required])
+        consfig.props.os [required]
+        consfig.types *)
 
 (defn _unescape [s]
   ;; findmnt -r writes a space as \x20, and so on.
@@ -42,7 +43,7 @@ mounted there."
   "Whether something is mounted at TARGET."
   (run-ok? "findmnt" "--mountpoint" target))
 
-(defprop mounted :posix [target]
+(defprop mounted :posix [#^ abs-path target]
   "TARGET, a mount point listed in /etc/fstab, is mounted.  Mainly a
 prerequisite of properties that would do the wrong thing if it were not.
 Unapplying unmounts it."
@@ -54,7 +55,7 @@ Unapplying unmounts it."
     (run "mount" "--" target :timeout 300))
   (:unapply (run "umount" "--" target :timeout 300)))
 
-(defprop unmounted-below :posix [directory * [and-at True]]
+(defprop unmounted-below :posix [#^ abs-path directory * #^ boolean [and-at True]]
   "Nothing is mounted below DIRECTORY, nor at it unless AND-AT is false.
 Mounts made with --rbind should first be made slaves (`mount
 --make-rslave`), or unmounting them also unmounts what they were bound

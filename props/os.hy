@@ -8,10 +8,17 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 (import hy.models [Keyword]
         consfig.actions [NO-CHANGE]
         consfig.engine [apply-propapp unapply-propapp]
-        consfig.errors [PropspecError]
         consfig.host [push-hostattr get-hostattr inapplicable]
         consfig.property [Propapp propapp-desc propapp-hostattrs]
-        consfig.util [keyword-name])
+        consfig.util [keyword-name]
+        consfig.types *)
+
+(setv arch (enum "amd64" "arm64" "armel" "armhf" "i386" "mips64el" "ppc64el" "riscv64" "s390x")
+      suite (matching "suite" "a Debian suite or codename (lower-case letters, digits and -)"
+                      r"[a-z][a-z0-9-]*")
+      case-pairs (predicate "case-pairs" "alternating keys and propapps, such as :debian (apt.installed \"x\")"
+                       (fn [cases] (and (not (% (len cases) 2))
+                                        (all (gfor p (cut cases 1 None 2) (isinstance p Propapp)))))))
 
 (setv HIERARCHY {"linux" None
                  "debian" "linux"
@@ -43,36 +50,32 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 (defn _declare [type arch #** more]
   (push-hostattr "os" {"type" type "arch" (_name arch) #** more}))
 
-(defprop linux :posix [arch]
+(defprop linux :posix [#^ arch arch]
   "The host runs some Linux on ARCH."
   (:desc f"Linux ({(_name arch)})")
   (:hostattrs (_declare "linux" arch))
   (:unapply NO-CHANGE))
 
-(defprop debian-stable :posix [suite arch]
+(defprop debian-stable :posix [#^ suite suite #^ arch arch]
   "The host runs Debian stable, whose codename is SUITE, on ARCH."
   (:desc f"Debian stable ({suite}, {(_name arch)})")
   (:hostattrs (_declare "debian-stable" arch :suite suite))
   (:unapply NO-CHANGE))
 
-(defprop debian-testing :posix [arch]
+(defprop debian-testing :posix [#^ arch arch]
   "The host runs Debian testing on ARCH."
   (:desc f"Debian testing ({(_name arch)})")
   (:hostattrs (_declare "debian-testing" arch :suite "testing"))
   (:unapply NO-CHANGE))
 
-(defprop debian-unstable :posix [arch]
+(defprop debian-unstable :posix [#^ arch arch]
   "The host runs Debian unstable on ARCH."
   (:desc f"Debian unstable ({(_name arch)})")
   (:hostattrs (_declare "debian-unstable" arch :suite "unstable"))
   (:unapply NO-CHANGE))
 
-(defn _cases [kind cases]
+(defn _cases [cases]
   "CASES, alternating keys and propapps, as a list of pairs."
-  (when (or (% (len cases) 2)
-            (not (all (gfor p (cut cases 1 None 2) (isinstance p Propapp)))))
-    (raise (PropspecError (+ f"os.{kind} takes alternating keys and propapps, "
-                             f"such as :debian (apt.installed \"x\"), not {(hy.repr (list cases))}"))))
   (list (zip (cut cases 0 None 2) (cut cases 1 None 2))))
 
 (defn _otherwise? [key]
@@ -80,7 +83,7 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 
 (defn _choose-type [cases]
   (setv os-value (get-hostattr "os"))
-  (for [[key propapp] (_cases "typecase" cases)]
+  (for [[key propapp] (_cases cases)]
     (when (or (_otherwise? key) (isa? os-value key))
       (return propapp)))
   None)
@@ -88,7 +91,7 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 (defn _choose-suite [cases]
   (setv os-value (get-hostattr "os")
         suite (and os-value (.get os-value "suite")))
-  (for [[key propapp] (_cases "debian-suite-case" cases)]
+  (for [[key propapp] (_cases cases)]
     (when (or (and (isinstance key Keyword) (_otherwise? key))
               (if (isinstance key #(list tuple)) (in suite key) (= suite key)))
       (return propapp)))
@@ -114,7 +117,7 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 (defn _unapply-chosen [chosen]
   (if chosen (unapply-propapp chosen) NO-CHANGE))
 
-(defprop typecase :posix [#* cases]
+(defprop typecase :posix [#^ (one-of keyword propspec) #* cases]
   "Apply the propapp of the first of CASES whose OS type the host's OS is:
 CASES alternate an OS type and a propapp,
 
@@ -125,27 +128,27 @@ CASES alternate an OS type and a propapp,
 An OS that matches no case gets nothing.  Declare the OS earlier in the
 propspec than the typecase."
   (:desc (_desc-of (_choose-type cases)))
-  (:preprocess (do (_cases "typecase" cases) cases))
+  (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-type cases) "typecase"))
   (:apply (_apply-chosen (_choose-type cases)))
   (:unapply (_unapply-chosen (_choose-type cases))))
 
-(defprop etypecase :posix [#* cases]
+(defprop etypecase :posix [#^ (one-of keyword propspec) #* cases]
   "Like `typecase`, but a host whose OS matches no case is refused when its
 hostattrs are computed, before anything is applied."
   (:desc (_desc-of (_choose-type cases)))
-  (:preprocess (do (_cases "etypecase" cases) cases))
+  (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-type cases) "etypecase"))
   (:apply (_apply-chosen (_choose-type cases)))
   (:unapply (_unapply-chosen (_choose-type cases))))
 
-(defprop debian-suite-case :posix [#* cases]
+(defprop debian-suite-case :posix [#^ (one-of suite (list-of suite) keyword propspec) #* cases]
   "Apply the propapp of the first of CASES naming the host's Debian suite:
 CASES alternate a suite (a string such as \"bookworm\" or \"unstable\", or a
 list of them, or `:otherwise`) and a propapp.  A suite matching no case gets
 nothing."
   (:desc (_desc-of (_choose-suite cases)))
-  (:preprocess (do (_cases "debian-suite-case" cases) cases))
+  (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-suite cases) "debian-suite-case"))
   (:apply (_apply-chosen (_choose-suite cases)))
   (:unapply (_unapply-chosen (_choose-suite cases))))

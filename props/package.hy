@@ -4,7 +4,8 @@
 (import consfig.actions [run run-ok?]
         consfig.context [get-connattr set-connattr]
         consfig.errors [FailedChange]
-        consfig.props.apt :as apt)
+        consfig.props.apt :as apt
+        consfig.types *)
 
 ;; The managers we know, in the order they are looked for, with how to ask
 ;; whether a package is installed and how to install packages.
@@ -33,7 +34,7 @@ per connection)."
     (if (isinstance x #(list tuple)) (.extend out (_flatten x)) (.append out (str x))))
   out)
 
-(defprop installed :posix [#* packages]
+(defprop installed :posix [#^ (one-of package-name (list-of package-name)) #* packages]
   "Each of PACKAGES is installed, by the target's own package manager: apt
 on Debian and derivatives (as `apt.installed`), else dnf, yum, zypper, pacman
 or apk.  Package names differ between distributions; use `os.typecase` where

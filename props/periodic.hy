@@ -5,8 +5,12 @@
         re
         consfig.actions [NO-CHANGE Script run run-script output remote-exists?]
         consfig.engine [apply-sequence]
-        consfig.errors [PropspecError]
-        consfig.util [keyword-name])
+        consfig.util [keyword-name]
+        consfig.types *)
+
+(setv period (one-of (enum "each-reboot" "hourly" "daily" "weekly" "monthly" "yearly")
+                     (predicate "seconds" "a number of seconds (a positive integer)"
+                                (fn [v] (and (isinstance v int) (not (isinstance v bool)) (> v 0))))))
 
 (setv PERIODS {"hourly" 3600
                "daily" 86400
@@ -17,13 +21,6 @@
 (defn _period-name [period]
   (or (keyword-name period) period))
 
-(defn _check-period [period]
-  (setv p (_period-name period))
-  (when (not (or (in p PERIODS) (= p "each-reboot")
-                 (and (isinstance p int) (not (isinstance p bool)) (> p 0))))
-    (raise (PropspecError (+ f"periodic.at-most: unknown period {(hy.repr period)}; use "
-                             ":each-reboot :hourly :daily :weekly :monthly :yearly "
-                             "or a number of seconds")))))
 
 (defn flag-file [desc]
   "The flag file that records when the propapps described by DESC were last
@@ -51,7 +48,7 @@ applied, in the connecting user's cache on the target."
     (int (get fields 1))
     (int (get fields 2))))
 
-(defprop at-most :posix [period desc #* propapps]
+(defprop at-most :posix [#^ period period #^ non-empty-line desc #^ propspec #* propapps]
   "Apply PROPAPPS (in order, stopping at the first failure) at most once
 every PERIOD: `:each-reboot`, `:hourly`, `:daily`, `:weekly`, `:monthly` (30
 days), `:yearly` or a number of seconds.  For properties that are expensive to
@@ -63,7 +60,6 @@ target, records the last successful application; DESC must be unique among
 the host's uses of `at-most`.  A failed application is tried again next time.
 Unapplying unapplies PROPAPPS and removes the flag."
   (:desc desc)
-  (:preprocess (do (_check-period period) [period desc #* propapps]))
   ;; No :check: a stale flag must not keep PROPAPPS from being unapplied.
   (:apply
     (when (fresh? period desc)

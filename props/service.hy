@@ -12,28 +12,38 @@ packages installed meanwhile do not start theirs either."
         contextvars
         consfig.actions [NO-CHANGE run run-ok? read-remote-file write-remote-file
                          remote-exists?]
-        consfig.context [get-connattr]
+        consfig.context [connection]
         consfig.engine [apply-sequence inform]
-        consfig.host [push-hostattr get-hostattr])
+        consfig.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
+        consfig.host [push-hostattr get-hostattr]
+        consfig.types *)
 
-(setv POLICY-RC-D "/usr/sbin/policy-rc.d")
-(setv POLICY-RC-D-CONTENT "#!/bin/sh\n# Written by consfig: no service may be started now.\nexit 101\n")
+(setv service-name (matching "service-name"
+                             "a service name (letters, digits, _ . @ : and -, not starting with -)"
+                             r"[A-Za-z0-9_][A-Za-z0-9_.@:-]*"))
+
+(setv POLICY-RC-D-CONTENT FORBID-ALL)
 
 (setv _no-services (contextvars.ContextVar "consfig-no-services" :default False))
+
+(defn _no-services-where []
+  ;; Where services are not started, for messages: "here", or what a hop
+  ;; into an unbooted system said ("in a chroot").
+  (if (or (.get _no-services) (get-hostattr "no-services"))
+      "here"
+      (no-services-reason (connection))))
 
 (defn no-services? []
   "Whether services must not be started, stopped or reloaded now: inside
 `without-starting-services`, on a host with the `no-services` property, or
-over a connection that says so (its connattr `no-services`, as a hop into
-an unbooted system may set)."
-  (bool (or (.get _no-services)
-            (get-hostattr "no-services")
-            (get-connattr "no-services"))))
+over a connection that says so (the connattr `no-services` of a hop of its
+chain, as the `:chroot` hop sets)."
+  (is-not (_no-services-where) None))
 
 (defn skip-for-no-services [what]
   "Say that WHAT is not done because services are not to be touched, and
 return `:no-change`."
-  (inform f"not {what}: services are not started here")
+  (inform f"not {what}: services are not started {(or (_no-services-where) "here")}")
   NO-CHANGE)
 
 (defn [contextlib.contextmanager] services-prevented []
@@ -60,7 +70,7 @@ failed — unless something inside replaced ours with a file of its own."
           (when backup
             (run "rm" "-f" "--" backup))))))
 
-(defprop without-starting-services :posix [#* propapps]
+(defprop without-starting-services :posix [#^ propspec #* propapps]
   "Apply PROPAPPS (in order, stopping at the first failure) without starting
 any service: for chroots and images.  Service properties do nothing inside,
 and /usr/sbin/policy-rc.d forbids package scripts to start daemons for the
@@ -82,7 +92,7 @@ or an image that is never booted as it is.  This owns policy-rc.d outright."
 (defn _service [name action]
   (run "service" name action :timeout 300))
 
-(defprop running :posix [service]
+(defprop running :posix [#^ service-name service]
   "SERVICE is running, as service(8) sees it: started unless its status
 says it is running already."
   (:desc f"Service {service} running")
@@ -93,7 +103,7 @@ says it is running already."
         (skip-for-no-services f"starting {service}")
         (_service service "start"))))
 
-(defprop restarted :posix [service]
+(defprop restarted :posix [#^ service-name service]
   "Restart SERVICE with service(8); always a change (use it after `on-change`)."
   (:desc f"Service {service} restarted")
   (:apply
@@ -101,7 +111,7 @@ says it is running already."
         (skip-for-no-services f"restarting {service}")
         (_service service "restart"))))
 
-(defprop reloaded :posix [service]
+(defprop reloaded :posix [#^ service-name service]
   "Reload SERVICE's configuration with service(8); always a change."
   (:desc f"Service {service} reloaded")
   (:apply

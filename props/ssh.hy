@@ -5,7 +5,17 @@
         consfig.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines remove-lines]
-        consfig.props.user [home-directory])
+        consfig.props.user [home-directory]
+        consfig.types *)
+
+;; Keys and host names are lines of authorized_keys and known_hosts.
+(setv ssh-public-key (matching "ssh-public-key" "a public key line such as \"ssh-ed25519 AAAA… comment\""
+                               r"[^\s#][^\n\r\x00]*")
+      ssh-key-type (matching "ssh-key-type" "an SSH key type: ed25519, rsa or ecdsa" r"ed25519|rsa|ecdsa")
+      known-hosts (one-of (matching "known-host" "a host name or address (no spaces or commas)"
+                                    r"[^\s,#][^\s,]*")
+                          (non-empty-list-of (matching "known-host" "a host name or address (no spaces or commas)"
+                                                       r"[^\s,#][^\s,]*"))))
 
 (defn _ssh-dir [username]
   "USERNAME's ~/.ssh, made (mode 0700, owned by USERNAME) if missing."
@@ -30,7 +40,7 @@
     (_owned-private path username))
   r)
 
-(defprop authorized-keys :posix [username #* keys]
+(defprop authorized-keys :posix [#^ user-name username #^ ssh-public-key #* keys]
   "USERNAME's ~/.ssh/authorized_keys contains each of KEYS (whole lines:
 `ssh-ed25519 AAAA… comment`); other keys in it are left alone.  Unapplying
 removes KEYS from it."
@@ -38,7 +48,7 @@ removes KEYS from it."
   (:apply (_user-file-lines username "authorized_keys" keys False))
   (:unapply (_user-file-lines username "authorized_keys" keys True)))
 
-(defprop has-user-key :posix [username * [type "ed25519"]]
+(defprop has-user-key :posix [#^ user-name username * #^ ssh-key-type [type "ed25519"]]
   "USERNAME has an SSH key pair of TYPE, ~/.ssh/id_TYPE and its .pub,
 generated on the target if missing, so that the private key never leaves it.
 Needs ssh-keygen (openssh-client)."
@@ -54,7 +64,7 @@ Needs ssh-keygen (openssh-client)."
 (defn _known-hosts-line [hosts key]
   (+ (.join "," (if (isinstance hosts #(list tuple)) hosts [hosts])) " " key))
 
-(defprop known-host :posix [username hosts key]
+(defprop known-host :posix [#^ user-name username #^ known-hosts hosts #^ ssh-public-key key]
   "USERNAME's ~/.ssh/known_hosts says that HOSTS (a name, or a list of names
 and addresses) have the public KEY (`ssh-ed25519 AAAA…`).  Unapplying
 removes that line."
@@ -64,7 +74,7 @@ removes that line."
 
 (setv SYSTEM-KNOWN-HOSTS "/etc/ssh/ssh_known_hosts")
 
-(defprop system-known-host :posix [hosts key]
+(defprop system-known-host :posix [#^ known-hosts hosts #^ ssh-public-key key]
   "/etc/ssh/ssh_known_hosts, read by every user's ssh, says that HOSTS have
 the public KEY.  Unapplying removes that line."
   (:desc f"The system knows the SSH host key of {hosts}")

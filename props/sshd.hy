@@ -6,15 +6,22 @@ configuration fails the property and the file stays as it was."
 
 (require consfig.property [defprop]
          consfig.propspec [defproplist])
-(import consfig.actions [NO-CHANGE read-remote-file write-remote-file run run-script]
+(import consfig.actions [NO-CHANGE write-remote-file run run-script]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
-        consfig.props.file [conf-space-text update-file conf-pairs describe-pairs]
-        consfig.props.service :as service)
+        consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
+                            read-text content->bytes pairs-problem conf-pair]
+        consfig.props.service :as service
+        consfig.types *)
+
+;; Keywords and values are lines of sshd_config: a newline would add
+;; settings of its own (`PermitRootLogin yes`), which `sshd -t` accepts.
+(setv sshd-keyword (matching "sshd-keyword" "an sshd_config keyword (letters and digits)"
+                             r"[A-Za-z][A-Za-z0-9]*"))
 
 (setv CONFIG "/etc/ssh/sshd_config")
 
-(defproplist installed []
+(defproplist installed :posix []
   "The OpenSSH server is installed."
   (:desc "OpenSSH server installed")
   (apt.installed "openssh-server"))
@@ -34,21 +41,22 @@ complaint when it is not valid."
                               (.strip (+ r.stdout r.stderr))))))
     (finally (run "rm" "-f" "--" tmp))))
 
-(defprop configured :posix [#* pairs]
+(defprop configured :posix [#^ conf-pair #* pairs]
   "sshd_config sets each keyword of PAIRS (alternating keywords and values,
 or a dict) to its value, as `file.contains-conf-space` does.  The new file is
 validated with `sshd -t` before it replaces the old, and sshd reloads it
 afterwards (where services run).  sshd takes the first value it reads for a
 keyword, so a file in sshd_config.d that sets the same one overrides this."
+  (:invariant (not (pairs-problem pairs sshd-keyword)) (pairs-problem pairs sshd-keyword))
   (:desc f"sshd configured: {(describe-pairs pairs " ")}")
   (:apply
-    (setv old (read-remote-file CONFIG))
+    (setv old (read-text CONFIG))
     (when (is old None)
       (raise (FailedChange f"{CONFIG} does not exist: is the OpenSSH server installed?")))
     (setv new (conf-space-text old (conf-pairs pairs)))
     (if (= new old)
         NO-CHANGE
-        (do (validate new)
+        (do (validate (content->bytes new))
             (update-file CONFIG new)
             (when (not (service.no-services?))
               (run-script (+ "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; "
@@ -56,7 +64,7 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
                           :check False :timeout 120))
             None))))
 
-(defproplist no-passwords []
+(defproplist no-passwords :posix []
   "sshd accepts no passwords: keys only."
   (:desc "sshd accepts no passwords")
   (configured "PasswordAuthentication" "no" "KbdInteractiveAuthentication" "no"))

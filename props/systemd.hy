@@ -13,7 +13,12 @@ With `:user-instance True` a property acts on the user's own service manager
 (require consfig.property [defprop])
 (import consfig.actions [NO-CHANGE Script run run-ok?]
         consfig.engine [inform]
-        consfig.props.service [no-services? skip-for-no-services])
+        consfig.props.service [no-services? skip-for-no-services]
+        consfig.types *)
+
+(setv unit-name (matching "unit-name"
+                          "a systemd unit name (letters, digits, _ . @ : \\ and -, not starting with -)"
+                          r"[A-Za-z0-9_\\][A-Za-z0-9_.@:\\-]*"))
 
 (setv _USER-RUNTIME "XDG_RUNTIME_DIR=\"${XDG_RUNTIME_DIR:-/run/user/$(id -u)}\"")
 
@@ -56,13 +61,13 @@ one when USER-INSTANCE), as sd_booted(3) tells."
 (setv _NOT-ENABLED #("disabled" "static" "generated" "transient" "indirect"
                      "not-found" "bad"))
 
-(defprop daemon-reloaded :posix [* [user-instance False]]
+(defprop daemon-reloaded :posix [* #^ boolean [user-instance False]]
   "The service manager has reread its unit files (always attempted, where
 one runs)."
   (:desc "systemd configuration reloaded")
   (:apply (_runtime-action user-instance "reloading systemd" "daemon-reload")))
 
-(defprop started :posix [service * [user-instance False]]
+(defprop started :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is active."
   (:desc f"systemd service {service} started")
   (:check (and (not (no-services?))
@@ -71,7 +76,7 @@ one runs)."
                   "active")))
   (:apply (_runtime-action user-instance f"starting {service}" "start" "--" service)))
 
-(defprop stopped :posix [service * [user-instance False]]
+(defprop stopped :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is not active."
   (:desc f"systemd service {service} stopped")
   (:check (or (not (manager-running? user-instance))
@@ -80,17 +85,17 @@ one runs)."
                   "active")))
   (:apply (_runtime-action user-instance f"stopping {service}" "stop" "--" service)))
 
-(defprop restarted :posix [service * [user-instance False]]
+(defprop restarted :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "Restart the unit SERVICE; always a change (use it after `on-change`)."
   (:desc f"systemd service {service} restarted")
   (:apply (_runtime-action user-instance f"restarting {service}" "restart" "--" service)))
 
-(defprop reloaded :posix [service * [user-instance False]]
+(defprop reloaded :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "Make the unit SERVICE reload its configuration; always a change."
   (:desc f"systemd service {service} reloaded")
   (:apply (_runtime-action user-instance f"reloading {service}" "reload" "--" service)))
 
-(defprop enabled :posix [service * [user-instance False]]
+(defprop enabled :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is enabled: it starts at boot (or when the user's
 manager starts).  Works without a running systemd.  Unapplying disables it."
   (:desc f"systemd service {service} enabled")
@@ -98,7 +103,7 @@ manager starts).  Works without a running systemd.  Unapplying disables it."
   (:apply (systemctl user-instance "enable" "--" service))
   (:unapply (systemctl user-instance "disable" "--" service)))
 
-(defprop disabled :posix [service * [user-instance False]]
+(defprop disabled :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is not enabled (a masked, static or missing unit counts
 as disabled).  Works without a running systemd.  Unapplying enables it."
   (:desc f"systemd service {service} disabled")
@@ -109,7 +114,7 @@ as disabled).  Works without a running systemd.  Unapplying enables it."
   (:apply (systemctl user-instance "disable" "--" service))
   (:unapply (systemctl user-instance "enable" "--" service)))
 
-(defprop masked :posix [service * [user-instance False]]
+(defprop masked :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is masked: linked to /dev/null, so that nothing can
 start it.  Works without a running systemd.  Unapplying unmasks it."
   (:desc f"systemd service {service} masked")

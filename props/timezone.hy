@@ -2,23 +2,28 @@
 
 (require consfig.property [defprop])
 (import posixpath
+        re
         consfig.actions [run run-ok? read-remote-file write-remote-file
                          remote-exists?]
         consfig.errors [AbortedChange]
-        consfig.host [push-hostattr])
+        consfig.host [push-hostattr]
+        consfig.types *)
+
+(setv timezone-name (predicate "timezone-name" "a timezone name such as \"Europe/London\""
+                               (fn [v] (and (isinstance v str)
+                                            (re.fullmatch r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*" v)
+                                            (not-in ".." (.split v "/"))))))
 
 (setv ZONEINFO "/usr/share/zoneinfo")
 
 (defn zone-file [timezone]
   "The tzdata file of TIMEZONE, such as \"Europe/London\"."
-  (when (or (posixpath.isabs timezone) (in ".." (.split timezone "/")) (not timezone))
-    (raise (AbortedChange f"{timezone !r} is not a timezone name such as \"Europe/London\"")))
   (posixpath.join ZONEINFO timezone))
 
 (defn _localtime []
   (.rstrip (. (run "readlink" "--" "/etc/localtime" :check False) stdout) "\n"))
 
-(defprop configured :posix [timezone]
+(defprop configured :posix [#^ timezone-name timezone]
   "The system timezone is TIMEZONE, a name under /usr/share/zoneinfo such as
 \"Europe/London\": /etc/localtime links to its file, and /etc/timezone (where
 the system has one, as Debian before trixie does) names it.  The hostattr

@@ -3,7 +3,11 @@
 (require consfig.property [defprop])
 (import consfig.actions [run run-ok? output]
         consfig.errors [FailedChange]
-        consfig.props.file [add-lines])
+        consfig.props.file [add-lines]
+        consfig.types *)
+
+(setv groups (one-of group-name (list-of group-name))
+      login-shell (matching "login-shell" "an absolute path on one line" r"/[^\n\r\x00]*"))
 
 (defn passwd-entry [username]
   "USERNAME's passwd(5) fields as a dict, or None when there is no such user."
@@ -27,7 +31,7 @@
   ;; P (usable password).
   (get (.split (output "passwd" "-S" "--" username :timeout 60)) 1))
 
-(defprop has-account :posix [username]
+(defprop has-account :posix [#^ user-name username]
   "There is a user account USERNAME (made with a home directory and the
 system's defaults).  Unapplying deletes the account but keeps its home
 directory and files."
@@ -36,7 +40,7 @@ directory and files."
   (:apply (run "useradd" "-m" "--" username :timeout 120))
   (:unapply (run "userdel" "--" username :timeout 120)))
 
-(defprop has-account-with-uid :posix [username uid]
+(defprop has-account-with-uid :posix [#^ user-name username #^ id-number uid]
   "There is a user account USERNAME with user id UID.  An account with
 another id gets UID (and its home directory's files are chowned to it)."
   (:desc f"Account for {username} with uid {uid}")
@@ -46,7 +50,7 @@ another id gets UID (and its home directory's files are chowned to it)."
         (run "usermod" "-u" (str uid) "--" username :timeout 300)
         (run "useradd" "-m" "-u" (str uid) "--" username :timeout 120))))
 
-(defprop group-exists :posix [name * [gid None]]
+(defprop group-exists :posix [#^ group-name name * #^ id-number [gid None]]
   "There is a group NAME (with group id GID, when given, for a new group).
 Unapplying deletes it."
   (:desc f"Group {name} exists")
@@ -63,7 +67,7 @@ Unapplying deletes it."
     (if (isinstance x #(list tuple)) (.extend out (_flatten x)) (.append out (str x))))
   out)
 
-(defprop has-groups :posix [username #* groups]
+(defprop has-groups :posix [#^ user-name username #^ groups #* groups]
   "USERNAME is a member of each of GROUPS (and perhaps of others).
 Unapplying takes USERNAME out of GROUPS."
   (:desc f"{username} in groups {(.join " " (_flatten groups))}")
@@ -75,7 +79,7 @@ Unapplying takes USERNAME out of GROUPS."
     (for [g groups :if (in g have)]
       (run "gpasswd" "-d" username g :timeout 60))))
 
-(defprop has-login-shell :posix [username shell]
+(defprop has-login-shell :posix [#^ user-name username #^ login-shell shell]
   "USERNAME's login shell is SHELL, which is listed in /etc/shells."
   (:desc f"{username} has login shell {shell}")
   (:check (= (.get (or (passwd-entry username) {}) "shell") shell))
@@ -83,14 +87,15 @@ Unapplying takes USERNAME out of GROUPS."
     (add-lines "/etc/shells" [shell])
     (run "usermod" "-s" shell "--" username :timeout 120)))
 
-(defprop has-locked-password :posix [username]
+(defprop has-locked-password :posix [#^ user-name username]
   "USERNAME's password is locked: no one logs in as USERNAME with a
 password (SSH keys still work)."
   (:desc f"{username} has a locked password")
   (:check (= (_password-status username) "L"))
   (:apply (run "passwd" "-l" "--" username :timeout 60)))
 
-(defprop has-enabled-password :posix [username * [initial-password None]]
+(defprop has-enabled-password :posix [#^ user-name username
+                                        * #^ (secret non-empty-line) [initial-password None]]
   "USERNAME can log in with a password: a locked one is unlocked, and an
 account with none gets INITIAL-PASSWORD (given to chpasswd on its standard
 input, never on a command line), for the user to change.  A password the user

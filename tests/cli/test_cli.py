@@ -126,6 +126,35 @@ def test_deploy_these_applies_only_the_given_propspec(tmp_path):
     assert not (root / "www").exists()
 
 
+def test_deploy_these_with_unbalanced_parentheses_is_one_clear_line(tmp_path):
+    path, root = write_site(tmp_path)
+    result = consfig("deploy-these", "--consfig", path, "site",
+                     f'(file.has-content "{root}/only" "x\\n"')
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith("consfig: error: cannot read the propspec"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (root / "only").exists()
+
+
+def test_deploy_these_with_a_wrong_typed_argument_applies_nothing(tmp_path):
+    path, root = write_site(tmp_path)
+    result = consfig("deploy-these", "--consfig", path, "site",
+                     f'(file.has-content "{root}/only" "x" :mode "0640")')
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert ':mode must be a file mode (an integer such as 0o640), not "0640"' in result.stderr
+    assert not (root / "only").exists()
+
+
+def test_mode_prints_in_octal_in_dry_run(tmp_path):
+    path = tmp_path / "modes.hy"
+    path.write_text('(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n'
+                    f'(defhost modes.example {{:deploy :local}} (file.has-content "{tmp_path}/m" "x" :mode 0o640))\n')
+    result = consfig("deploy", "--consfig", path, "modes", "--dry-run")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ":mode 0o640" in result.stdout, result.stdout
+
+
 def test_dry_run_prints_the_propspec_and_touches_nothing(tmp_path):
     path, root = write_site(tmp_path)
     result = consfig("deploy", "--consfig", path, "site", "--dry-run")
@@ -194,7 +223,7 @@ def line_of(text, start):
 # the defhost that a missing parenthesis leaves open), and what it must say.
 BROKEN = {
     "unknown-property": ('(file.has-contents "@ROOT@/x" "y")', "(file.has-contents", "file.has-contents"),
-    "wrong-arity": ('(file.has-content "@ROOT@/x")', '(file.has-content "@ROOT@/x")', "[path content"),
+    "wrong-arity": ('(file.has-content "@ROOT@/x")', '(file.has-content "@ROOT@/x")', "path #^ content content"),
     "syntax-error": ('(file.has-content "@ROOT@/x" "y"', "(defhost", "premature end of input"),
     "unknown-module": ('(filez.has-content "@ROOT@/x" "y")', "(filez", "use-props"),
 }

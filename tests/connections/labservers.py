@@ -1,6 +1,18 @@
-"""A second sshd of the lab's, for tests that kill or freeze their server."""
+"""The lab's servers as connection tests reach them: an `:ssh` hop to one,
+and a second sshd for tests that kill or freeze their server."""
 
 import shutil
+
+from hy.models import Keyword as K
+
+
+def ssh_hop(config, host="lab", **kw):
+    """An :ssh hop to HOST as the ssh_config CONFIG names it; KW are more of
+    the hop's arguments (`timeout=1`)."""
+    hop = [K("ssh"), K("host"), host, K("config"), config]
+    for k, v in kw.items():
+        hop += [K(k.replace("_", "-")), v]
+    return hop
 
 
 def second_server(sshlab, tmp_path):

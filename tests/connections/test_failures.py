@@ -22,18 +22,11 @@ from consfig.errors import ChainError, CommandTimedOut, ConnectionFailed
 from consfig.host import make_host
 
 sys.path.insert(0, os.path.dirname(__file__))
-from labservers import second_server  # noqa: E402
+from labservers import second_server, ssh_hop as ssh  # noqa: E402
 from consfig.props import cmd, file
 from harness import running, wait_until
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
-
-
-def ssh(config, host="lab", **kw):
-    hop = [K("ssh"), K("config"), config, K("host"), host]
-    for k, v in kw.items():
-        hop += [K(k.replace("_", "-")), v]
-    return hop
 
 
 class Within:

@@ -99,3 +99,9 @@
     (:apply None))
   (setv outcome (check events (eseqprops (broken-check))))
   (assert (= (.exit-code outcome True) 1) outcome))
+
+(defn test-the-deploy-macros-take-check-as-an-option [events]
+  (.add state "a")
+  (setv outcome (deploy-these :local checkmode :check True :sink events (kept "a") (kept "b")))
+  (assert (= (events.ends) [#("a" "ok") #("b" "would-change")]) (events.ends))
+  (assert (= log []) "nothing applied"))

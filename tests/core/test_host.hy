@@ -93,3 +93,17 @@
                       [(propapp (os.linux :riscv64)) {"type" "linux" "arch" "riscv64"}]]]
     (setv h (preprocess-host host-10-1-2-3 p))
     (assert (= (get-hostattr "os" h) expected) h.hostattrs)))
+
+(defn test-host-defined-twice-in-one-consfig-names-both-places [tmp-path]
+  (import consfig.site [load-consfig])
+  (setv f (/ tmp-path "twice.hy"))
+  (.write-text f "(require consfig *)\n(import consfig *)\n(defhost twice.example {})\n\n(defhost twice.example {})\n")
+  (with [e (pytest.raises ConsfigError)] (load-consfig (str f)))
+  (setv msg (str e.value))
+  (assert (in "host twice.example is defined twice: at" msg) msg)
+  (assert (and (in "twice.hy:3" msg) (in "twice.hy:5" msg)) msg))
+
+(defn test-host-redefined-outside-a-consfig-load-replaces-the-first []
+  (defhost again.example {})
+  (defhost again.example {} (pushes "k" "v"))
+  (assert (= (len (. (find-host "again.example") propspec args)) 1) "second definition kept"))

@@ -2,6 +2,7 @@
 
 (require consfig *)
 (import consfig *
+        consfig.types [line list-of]
         json
         pytest
         hy.models [Keyword])
@@ -20,11 +21,11 @@
 
 (defn nested-hostile []
   (props eseqprops
-    (file.has-content (get hostile 0) (get hostile 1) :mode 0o600)
+    (file.has-content (+ "/" (get hostile 0)) (get hostile 1) :mode 0o600)
     (seqprops #* (gfor h hostile (file.contains-lines "/tmp/x" h)))
     (unapplied (os.debian-stable "bookworm" :amd64))
     (cmd.single "echo" "hi" :env {"A" "1" "B" (get hostile 4)} :input (get hostile 3))
-    (on-change (file.directory-exists (get hostile 5))
+    (on-change (file.directory-exists (+ "/" (get hostile 5)))
                (cmd.single (get hostile 6)))))
 
 (defn test-propspec-prints-as-hy-and-rereads-equal []
@@ -62,7 +63,7 @@
     (file.has-content "/only-a-path"))
   (setv msg (str e.value))
   (assert (in "file.has-content" msg) msg)
-  (assert (in "[path content * [mode None] [secret False]]" msg) msg))
+  (assert (in "#^ abs-path path #^ content content * #^ file-mode [mode None] #^ boolean [secret False]]" msg) msg))
 
 (defn test-walked-form-error-names-file-and-line []
   (with [e (pytest.raises PropspecError)]
@@ -101,8 +102,8 @@
           "props seqprops"))
 
 (defn test-ordinary-calls-inside-a-propspec-keep-keyword-arguments []
-  (setv p (propapp (file.has-content (.join "," ["a" "b"]) (str :object "x"))))
-  (assert (= p.args #("a,b" "x")) (propspec->string p)))
+  (setv p (propapp (file.has-content (.join "," ["/a" "b"]) (str :object "x"))))
+  (assert (= p.args #("/a,b" "x")) (propspec->string p)))
 
 (defproplist pair [a b]
   "Two directories."
@@ -152,6 +153,43 @@
              #("trixie" (Keyword "arm64")))
           "arch from a variable"))
 
+(defproplist loops-a [] (loops-b))
+(defproplist loops-b [] (loops-a))
+(defpropspec loops-itself [] `(loops-itself))
+
+(defn preprocess [p]
+  (preprocess-host (Host "cycle.example" p)))
+
+(defn test-defproplist-including-itself-names-the-cycle []
+  (with [e (pytest.raises PropspecError)] (preprocess (loops-a)))
+  (assert (in "loops-a includes itself: loops-a -> loops-b -> loops-a" (str e.value)) (str e.value)))
+
+(defn test-self-recursive-defpropspec-names-the-cycle []
+  (with [e (pytest.raises PropspecError)] (preprocess (loops-itself)))
+  (assert (in "loops-itself includes itself: loops-itself -> loops-itself" (str e.value)) (str e.value)))
+
+(defproplist typed-list :posix [#^ (list-of line) lines]
+  (file.contains-lines "/tmp/x" #* lines))
+
+(defn test-defproplist-accepts-a-type-before-the-parameters []
+  (assert (preprocess (typed-list ["a"])) "a :posix proplist of :posix properties"))
+
+(defproplist python-inside :posix []
+  (python-prop))
+(defprop python-prop :python [] (:apply None))
+
+(defn test-declared-posix-proplist-with-a-python-property-is-refused []
+  (with [e (pytest.raises PropspecError)] (preprocess (python-inside)))
+  (assert (in "python-inside is declared :posix but contains :python properties: python-prop" (str e.value))
+          (str e.value)))
+
+(defpropspec typed-motd :posix [#^ (list-of line) lines]
+  `(eseqprops ~@(lfor l lines `(file.contains-lines "/tmp/motd" ~l))))
+
+(defn test-defpropspec-accepts-a-type-and-checks-its-parameters []
+  (assert (preprocess (typed-motd ["hi"])) "typed defpropspec expands")
+  (with [e (pytest.raises PropspecError)] (typed-motd ["two\nlines"]))
+  (assert (in "typed-motd: lines (element 0) must be one line of text" (str e.value)) (str e.value)))
 (defn test-propspec-tree-puts-one-propapp-per-line-and-reads-back-equal []
   (setv p (propapp (eseqprops (file.has-content "/a" "x\n")
                               (desc "group" (file.directory-exists "/b"))))

@@ -55,7 +55,7 @@ def test_nice_system_job_runs_as_the_user_niced(chroot_chain, debian_chroot):
 
 
 def test_an_unknown_schedule_is_refused(chroot_chain):
-    with pytest.raises(Exception, match="unknown schedule"):
+    with pytest.raises(Exception, match="schedule must be one of :hourly"):
         deploy_propspec(chroot_chain, quiet(cron.system_job("x", Keyword("yearly"), "root", "true")))
 
 

@@ -189,3 +189,57 @@
     (apply-twice chroot-chain (file.symlinked :from (+ p ".link") :to p))
     (apply-twice chroot-chain (file.does-not-exist p (+ p ".link")))
     (assert (not (os.path.lexists (+ (str debian-chroot) p))) (repr name))))
+
+(defn slurp-bytes [p] (with [f (open p "rb")] (.read f)))
+(defn spit-bytes [p b] (with [f (open p "wb")] (.write f b)))
+
+(defn test-has-content-compares-bytes-not-decoded-text [tmp-path]
+  ;; Decoded with replacement, b"\xff\n" would read as "\ufffd\n" and pass.
+  (setv p (str (/ tmp-path "f")))
+  (spit-bytes p b"\xff\n")
+  (setv #(o _) (deploy-propspec LOCAL (file.has-content p "\ufffd\n")))
+  (assert (= o.status "changed") "an undecodable byte is not the replacement character")
+  (assert (= (slurp-bytes p) (.encode "\ufffd\n" "utf-8")) (repr (slurp-bytes p))))
+
+(defn test-has-content-writes-bytes-exactly [tmp-path]
+  (setv p (str (/ tmp-path "blob")))
+  (apply-twice LOCAL (file.has-content p b"\x00\xff\r\n\x1b[2J"))
+  (assert (= (slurp-bytes p) b"\x00\xff\r\n\x1b[2J") (repr (slurp-bytes p))))
+
+(defn test-line-edits-keep-every-other-byte [tmp-path]
+  ;; Lines the property has no business with stay as they were, byte for
+  ;; byte: undecodable bytes, form feeds, carriage returns.
+  (setv p (str (/ tmp-path "conf")))
+  (spit-bytes p b"\xff\xfeold\n\x0c\nkeep\r\nx\x85y\n")
+  (apply-twice LOCAL (file.contains-lines p "new"))
+  (assert (= (slurp-bytes p) b"\xff\xfeold\n\x0c\nkeep\r\nx\x85y\nnew\n") (repr (slurp-bytes p)))
+  (apply-twice LOCAL (file.contains-conf-space p "Key" "v"))
+  (assert (= (slurp-bytes p) b"\xff\xfeold\n\x0c\nkeep\r\nx\x85y\nnew\nKey v\n") (repr (slurp-bytes p))))
+
+(defn [pytest.mark.chroot] test-bytes-compared-exactly-through-chroot-hop [debian-chroot chroot-chain]
+  (setv p (+ (str debian-chroot) "/tmp/bytes"))
+  (spit-bytes p b"\xff\n")
+  (apply-twice chroot-chain (file.has-content "/tmp/bytes" "\ufffd\n"))
+  (assert (= (slurp-bytes p) (.encode "\ufffd\n" "utf-8")) (repr (slurp-bytes p)))
+  (apply-twice chroot-chain (file.has-content "/tmp/bytes" b"\xff\x00\n"))
+  (assert (= (slurp-bytes p) b"\xff\x00\n") (repr (slurp-bytes p))))
+
+(defn test-bytes-content-crosses-the-python-hop [tmp-path]
+  (setv p (str (/ tmp-path "blob")))
+  (apply-twice [(hy.models.Keyword "python")] (file.has-content p b"\xff\x00\n"))
+  (assert (= (slurp-bytes p) b"\xff\x00\n") (repr (slurp-bytes p))))
+
+(defn test-symlinked-compares-the-target-exactly [tmp-path]
+  ;; A link to b"t\xff" read back lossily would look like one to "t\ufffd".
+  (setv link (str (/ tmp-path "l")))
+  (os.symlink b"t\xff" (os.fsencode link))
+  (apply-twice LOCAL (file.symlinked :from link :to "t\ufffd"))
+  (assert (= (os.readlink (os.fsencode link)) (.encode "t\ufffd" "utf-8"))
+          (repr (os.readlink (os.fsencode link)))))
+
+(defn [pytest.mark.chroot] test-symlinked-compares-exactly-through-chroot-hop [debian-chroot chroot-chain]
+  (setv link (+ (str debian-chroot) "/tmp/l"))
+  (os.symlink b"t\xff\n" (os.fsencode link))
+  (apply-twice chroot-chain (file.symlinked :from "/tmp/l" :to "t\ufffd\n"))
+  (assert (= (os.readlink (os.fsencode link)) (.encode "t\ufffd\n" "utf-8"))
+          (repr (os.readlink (os.fsencode link)))))

@@ -35,7 +35,7 @@ def test_has_entries_merges_by_mount_point(chroot_chain, debian_chroot):
 
 
 def test_a_malformed_entry_is_refused(chroot_chain):
-    with pytest.raises(Exception, match="not an fstab entry"):
+    with pytest.raises(Exception, match="each of entries must be an fstab line"):
         deploy_propspec(chroot_chain, [this_os(), fstab.has_entries("/dev/sda1 /srv")])
 
 
