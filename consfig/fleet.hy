@@ -28,7 +28,7 @@ deploys in batches (a rolling deploy)."
         consfig.context [deployment-cache establishing-for]
         consfig.deployment [prepare-deployment run-prepared]
         consfig.engine [Outcome announced-count]
-        consfig.errors [ConsfigError]
+        consfig.errors [ChainError ConnectionFailed ConsfigError]
         consfig.events [end-event summary-event]
         consfig.host [Host hosts find-host get-hostattrs preprocess-host])
 
@@ -175,10 +175,12 @@ it.  Return the answers, a dict to seed each deployment's cache with."
 
 (defn _failure-events [hostname chain e check]
   ;; A host whose deployment stopped outside any property (its chain could
-  ;; not be established): its failure, and the summary it never reached.
+  ;; not be established, its target went away): its failure, and the
+  ;; summary it never reached.
   (setv expected (isinstance e ConsfigError)
-        message (if expected (str e) f"{(. (type e) __name__)}: {e}"))
-  [{#** (end-event f"connecting over {(hy.repr (chain->data chain))}" "failed"
+        message (if expected (str e) f"{(. (type e) __name__)}: {e}")
+        doing (if (isinstance e #(ConnectionFailed ChainError)) "connecting" "deploying"))
+  [{#** (end-event f"{doing} over {(hy.repr (chain->data chain))}" "failed"
                    :message message :property "connection")
     "host" hostname "depth" 0}
    {#** (summary-event "failed" 0 1 check) "host" hostname "depth" 0}])
