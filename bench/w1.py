@@ -41,7 +41,7 @@ import sshlab  # noqa: E402
 from hy.models import Keyword as K  # noqa: E402
 
 import consfig.deployment  # noqa: E402
-import consfig.remote as remote  # noqa: E402
+import consfig.bundle as bundle  # noqa: E402
 from consfig.connections.ssh import SSHConnection  # noqa: E402
 from consfig.host import Host  # noqa: E402
 from consfig.property import find_property  # noqa: E402
@@ -88,7 +88,7 @@ def clear_target_cache():
 
 
 def clear_controller_cache():
-    shutil.rmtree(os.path.join(os.path.dirname(remote.cache_directory()), "compiled"),
+    shutil.rmtree(os.path.join(os.path.dirname(bundle.cache_directory()), "compiled"),
                   ignore_errors=True)
 
 

@@ -6,7 +6,7 @@ code it needs (once: the target caches it) and the preprocessed host, and
 feeds the events the target streams back to the controller's sink.  Hops
 after it (`[:ssh :python :sudo]`) are established on the target, which
 starts a further Python through them.  See `consfig.remote` for the
-protocol and docs/python-hop.md for the whole story.
+controller's side of the protocol and docs/python-hop.md for the whole story.
 
   :interpreter   the Python to run, a name looked up in PATH or a path
                  (default \"python3\"); it must be 3.9 or later
@@ -46,6 +46,15 @@ fi")
                  (+ f"could not install python3 on the target ({upstream.where}) for the :python hop\n"
                     (str e)))
                :from e)))))
+
+(defn _command-timeout [conn]
+  ;; A hop's :command-timeout (`[[:ssh :command-timeout 600] :sudo :python]`)
+  ;; holds for every command of the deployment, the target's included.
+  (while conn
+    (setv t (getattr conn "command_timeout" None))
+    (when t (return t))
+    (setv conn conn.upstream))
+  None)
 
 (defclass PythonConnection [Connection]
   "The end of a chain whose target runs a Python of consfig's own.  Nothing
@@ -87,6 +96,7 @@ return the `Outcome`."
                     :check check
                     :verbosity verbosity
                     :timeout self.timeout
+                    :command-timeout (_command-timeout self.upstream)
                     :modules self.modules
                     :where self.where))
 

@@ -12,7 +12,7 @@ changes it, so that a host with a hundred `apt.installed` properties runs
 (import re
         consfig.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script]
         consfig.context [forget-connattr get-connattr set-connattr]
-        consfig.engine [inform]
+        consfig.engine [Drift inform report-output]
         consfig.errors [CommandFailed]
         consfig.host [push-hostattr get-hostattr]
         consfig.props.file [update-file]
@@ -88,13 +88,36 @@ removing packages other than through these properties."
   (setv have (installed-packages))
   (not (any (gfor p packages (in (_name p) have)))))
 
+(defn _simulated [args packages]
+  ;; What apt-get would install or remove besides, from its simulation
+  ;; (`apt-get -s`), which needs no lock and changes nothing; nothing when it
+  ;; cannot tell (no package lists yet).
+  (setv r (run "apt-get" "-s" #* APT-OPTIONS #* args "--" #* packages
+               :env ENV :timeout 120 :check False))
+  (lfor line (.splitlines r.stdout)
+        :if (.startswith line #("Inst " "Remv "))
+        (get (.split line) 1)))
+
+(defn _would [verb args packages]
+  ;; A Drift for check mode: the packages VERB would act on, and what
+  ;; apt-get's simulation says comes with them.
+  (setv have (installed-packages)
+        named (lfor p packages :if (= (in (_name p) have) (= verb "remove")) p)
+        more (lfor p (_simulated [verb #* args] named) :if (not-in p named) p))
+  (Drift (+ f"would {verb}: {(.join " " named)}"
+            (if more f" (and with them: {(.join " " more)})" ""))))
+
+(defn _installed-or-drift [args packages]
+  (or (installed? #* packages) (_would "install" args packages)))
+
 (defn apt-get [#* args]
   "Run apt-get non-interactively with ARGS; `:no-change` unless it changed
 what dpkg has installed.  Output goes to the deployment's output."
   (try
     (change-if-changes-file DPKG-STATUS
-      (fn [] (inform (. (run "apt-get" #* APT-OPTIONS #* args :env ENV :timeout APT-TIMEOUT)
-                        stdout))))
+      (fn [] (report-output (. (run "apt-get" #* APT-OPTIONS #* args :env ENV
+                                    :timeout APT-TIMEOUT)
+                               stdout))))
     (finally (forget-installed-packages))))
 
 (defn install-packages [args packages]
@@ -115,7 +138,7 @@ recommends."
   (:desc f"apt installed {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
-  (:check (installed? #* packages))
+  (:check (_installed-or-drift [] packages))
   (:apply (install-packages [] packages))
   (:unapply (apt-get "remove" "--" #* packages)))
 
@@ -124,7 +147,7 @@ recommends."
   (:desc f"apt installed minimally {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
-  (:check (installed? #* packages))
+  (:check (_installed-or-drift ["--no-install-recommends"] packages))
   (:apply (install-packages ["--no-install-recommends"] packages))
   (:unapply (apt-get "remove" "--" #* packages)))
 
@@ -133,7 +156,7 @@ recommends."
   (:desc f"apt removed {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
-  (:check (none-installed? #* packages))
+  (:check (or (none-installed? #* packages) (_would "remove" [] packages)))
   (:apply (apt-get "remove" "--" #* packages)))
 
 (defprop all-configured :posix []
@@ -156,11 +179,11 @@ recommends."
   ;; apt-get fetches InRelease anew ("Get:") even when it has not changed,
   ;; so a change is judged by the content of the Release files instead.
   (setv before (_lists-state))
-  (inform (. (run "apt-get" "-q" "update"
-                  #* (if (isa? (get-hostattr "os") "debian-stable")
-                         [] ["--allow-releaseinfo-change"])
-                  :env ENV :timeout APT-TIMEOUT)
-             stdout))
+  (report-output (. (run "apt-get" "-q" "update"
+                         #* (if (isa? (get-hostattr "os") "debian-stable")
+                                [] ["--allow-releaseinfo-change"])
+                         :env ENV :timeout APT-TIMEOUT)
+                    stdout))
   (if (= before (_lists-state)) NO-CHANGE None))
 
 (defprop updated :posix []

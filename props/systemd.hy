@@ -12,7 +12,7 @@ With `:user-instance True` a property acts on the user's own service manager
 
 (require consfig.property [defprop])
 (import consfig.actions [NO-CHANGE Script run run-ok?]
-        consfig.engine [inform]
+        consfig.engine [Drift inform]
         consfig.props.service [no-services? skip-for-no-services]
         consfig.types *)
 
@@ -58,6 +58,10 @@ one when USER-INSTANCE), as sd_booted(3) tells."
       ;; Older systemctl prints nothing on stdout for a missing unit.
       (if (in "No such file" r.stderr) "not-found" "")))
 
+(defn _active-state [unit user-instance]
+  ;; What `systemctl is-active` says: "active", "inactive", "failed", …
+  (.strip (. (systemctl user-instance "is-active" "--" unit :check False) stdout)))
+
 (setv _NOT-ENABLED #("disabled" "static" "generated" "transient" "indirect"
                      "not-found" "bad"))
 
@@ -71,18 +75,16 @@ one runs)."
   "The unit SERVICE is active."
   (:desc f"systemd service {service} started")
   (:check (and (not (no-services?))
-               (= (.strip (. (systemctl user-instance "is-active" "--" service :check False)
-                             stdout))
-                  "active")))
+               (let [state (_active-state service user-instance)]
+                 (or (= state "active") (Drift f"{service}: {state} → active")))))
   (:apply (_runtime-action user-instance f"starting {service}" "start" "--" service)))
 
 (defprop stopped :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is not active."
   (:desc f"systemd service {service} stopped")
   (:check (or (not (manager-running? user-instance))
-              (!= (.strip (. (systemctl user-instance "is-active" "--" service :check False)
-                             stdout))
-                  "active")))
+              (!= (_active-state service user-instance) "active")
+              (Drift f"{service}: active → inactive")))
   (:apply (_runtime-action user-instance f"stopping {service}" "stop" "--" service)))
 
 (defprop restarted :posix [#^ unit-name service * #^ boolean [user-instance False]]
@@ -99,7 +101,8 @@ one runs)."
   "The unit SERVICE is enabled: it starts at boot (or when the user's
 manager starts).  Works without a running systemd.  Unapplying disables it."
   (:desc f"systemd service {service} enabled")
-  (:check (run-ok? (_systemctl user-instance ["is-enabled" "--quiet" "--" service])))
+  (:check (or (run-ok? (_systemctl user-instance ["is-enabled" "--quiet" "--" service]))
+              (Drift f"{service}: {(unit-file-state service user-instance)} → enabled")))
   (:apply (systemctl user-instance "enable" "--" service))
   (:unapply (systemctl user-instance "disable" "--" service)))
 
@@ -110,7 +113,8 @@ as disabled).  Works without a running systemd.  Unapplying enables it."
   (:check (setv state (unit-file-state service user-instance))
           (or (in state _NOT-ENABLED)
               (.startswith state "linked")
-              (.startswith state "masked")))
+              (.startswith state "masked")
+              (Drift f"{service}: {state} → disabled")))
   (:apply (systemctl user-instance "disable" "--" service))
   (:unapply (systemctl user-instance "enable" "--" service)))
 
@@ -118,7 +122,8 @@ as disabled).  Works without a running systemd.  Unapplying enables it."
   "The unit SERVICE is masked: linked to /dev/null, so that nothing can
 start it.  Works without a running systemd.  Unapplying unmasks it."
   (:desc f"systemd service {service} masked")
-  (:check (.startswith (unit-file-state service user-instance) "masked"))
+  (:check (setv state (unit-file-state service user-instance))
+          (or (.startswith state "masked") (Drift f"{service}: {state} → masked")))
   (:apply (systemctl user-instance "mask" "--" service))
   (:unapply (systemctl user-instance "unmask" "--" service)))
 

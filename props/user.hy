@@ -2,6 +2,7 @@
 
 (require consfig.property [defprop])
 (import consfig.actions [run run-ok? output]
+        consfig.engine [Drift]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines]
         consfig.types *)
@@ -36,7 +37,8 @@
 system's defaults).  Unapplying deletes the account but keeps its home
 directory and files."
   (:desc f"Account for {username}")
-  (:check (bool (passwd-entry username)))
+  (:check (or (bool (passwd-entry username))
+              (Drift f"account {username} would be created")))
   (:apply (run "useradd" "-m" "--" username :timeout 120))
   (:unapply (run "userdel" "--" username :timeout 120)))
 
@@ -44,7 +46,11 @@ directory and files."
   "There is a user account USERNAME with user id UID.  An account with
 another id gets UID (and its home directory's files are chowned to it)."
   (:desc f"Account for {username} with uid {uid}")
-  (:check (= (.get (or (passwd-entry username) {}) "uid") (str uid)))
+  (:check (setv have (.get (or (passwd-entry username) {}) "uid"))
+          (or (= have (str uid))
+              (Drift (if have
+                         f"{username}: uid {have} → {uid}"
+                         f"account {username} would be created with uid {uid}"))))
   (:apply
     (if (passwd-entry username)
         (run "usermod" "-u" (str uid) "--" username :timeout 300)
@@ -54,7 +60,7 @@ another id gets UID (and its home directory's files are chowned to it)."
   "There is a group NAME (with group id GID, when given, for a new group).
 Unapplying deletes it."
   (:desc f"Group {name} exists")
-  (:check (_group-exists? name))
+  (:check (or (_group-exists? name) (Drift f"group {name} would be created")))
   (:apply (run "groupadd" #* (if (is gid None) [] ["-g" (str gid)]) "--" name :timeout 120))
   (:unapply (run "groupdel" "--" name :timeout 120)))
 
@@ -72,7 +78,9 @@ Unapplying deletes it."
 Unapplying takes USERNAME out of GROUPS."
   (:desc f"{username} in groups {(.join " " (_flatten groups))}")
   (:preprocess [username #* (_flatten groups)])
-  (:check (<= (set groups) (_groups-of username)))
+  (:check (setv missing (- (set groups) (_groups-of username)))
+          (or (not missing)
+              (Drift f"{username} would join {(.join " " (sorted missing))}")))
   (:apply (run "usermod" "-a" "-G" (.join "," groups) "--" username :timeout 120))
   (:unapply
     (setv have (_groups-of username))
@@ -82,7 +90,8 @@ Unapplying takes USERNAME out of GROUPS."
 (defprop has-login-shell :posix [#^ user-name username #^ login-shell shell]
   "USERNAME's login shell is SHELL, which is listed in /etc/shells."
   (:desc f"{username} has login shell {shell}")
-  (:check (= (.get (or (passwd-entry username) {}) "shell") shell))
+  (:check (setv have (.get (or (passwd-entry username) {}) "shell"))
+          (or (= have shell) (Drift f"{username}: login shell {have} → {shell}")))
   (:apply
     (add-lines "/etc/shells" [shell])
     (run "usermod" "-s" shell "--" username :timeout 120)))
@@ -91,7 +100,8 @@ Unapplying takes USERNAME out of GROUPS."
   "USERNAME's password is locked: no one logs in as USERNAME with a
 password (SSH keys still work)."
   (:desc f"{username} has a locked password")
-  (:check (= (_password-status username) "L"))
+  (:check (or (= (_password-status username) "L")
+              (Drift f"{username}'s password would be locked")))
   (:apply (run "passwd" "-l" "--" username :timeout 60)))
 
 (defprop has-enabled-password :posix [#^ user-name username
@@ -101,7 +111,8 @@ account with none gets INITIAL-PASSWORD (given to chpasswd on its standard
 input, never on a command line), for the user to change.  A password the user
 has set is left alone."
   (:desc f"{username} has an enabled password")
-  (:check (= (_password-status username) "P"))
+  (:check (or (= (_password-status username) "P")
+              (Drift f"{username}'s password would be enabled")))
   (:apply
     (setv status (_password-status username))
     (when (= status "L")

@@ -89,7 +89,10 @@ def test_kill_leaves_no_process_on_the_target(established, chain_id):
     # A sleep that ignores its stdin, long and odd enough to be told from any other.
     marker = f"{time.time_ns() % 10**7}.3"
     p = established[chain_id].start_process(["sleep", marker])
-    wait_until(lambda: running(f"sleep {marker}"), 10, f"{chain_id}: sleep {marker} to start")
+    # The sleep itself, not a sudo or su whose command line names it: killed
+    # while still setting up, sudo can die of the TERM before it has a
+    # command to relay it to, and the command then starts regardless.
+    wait_until(lambda: running(f"^sleep {marker}"), 10, f"{chain_id}: sleep {marker} to start")
     started = time.monotonic()
     p.kill()
     assert time.monotonic() - started < 5, f"{chain_id}: kill took too long"

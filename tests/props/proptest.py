@@ -230,13 +230,20 @@ def _propspec(p):
     return eseqprops(*p)
 
 
-def deploy_propspec(chain, propspec, *, unapply=False, hostname=HOSTNAME, check=True):
+def deploy_propspec(chain, propspec, *, unapply=False, hostname=HOSTNAME, check=True,
+                    sink=None, check_mode=False):
     """Deploy PROPSPEC over CHAIN; return `(outcome, events)`.  With CHECK,
-    a failed deployment is an AssertionError carrying the failure messages."""
+    a failed deployment is an AssertionError carrying the failure messages.
+    SINK also gets every event; CHECK_MODE deploys with --check."""
     events = []
+
+    def record(event):
+        events.append(event)
+        if sink:
+            sink(event)
     host = make_host(hostname, None, None, _propspec([]))
-    outcome = _deploy_these(chain, host, _propspec(propspec), sink=events.append,
-                            unapply=unapply)
+    outcome = _deploy_these(chain, host, _propspec(propspec), sink=record,
+                            unapply=unapply, check=check_mode)
     if check:
         assert outcome.status != "failed", failure_text(events)
     return outcome, events

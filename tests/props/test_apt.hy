@@ -102,3 +102,28 @@
                              (service.without-starting-services
                                (apt.service-installed-running "cron"))])
   (assert (installed? debian-chroot "cron") "cron installed"))
+
+(defn render [chain propspec #** options]
+  "Deploy PROPSPEC over CHAIN into a Reporter writing to a string."
+  (import io consfig.report [Reporter] rich.console [Console])
+  (setv out (io.StringIO)
+        reporter (Reporter :console (Console :file out :width 300) #** options))
+  (deploy-propspec chain propspec :sink reporter :check-mode (.get options "check" False))
+  (.finish reporter)
+  (.getvalue out))
+
+(defn test-installing-says-one-line-and-apts-output-only-at-v [debian-chroot chroot-chain]
+  (deploy-propspec chroot-chain [(this-os) (apt.removed "hello")])
+  (setv quiet (render chroot-chain [(this-os) (apt.installed "hello")]))
+  (assert (in "apt installed hello ... done" quiet) quiet)
+  (assert (not-in "Unpacking" quiet) "apt's own output is not shown by default")
+  (deploy-propspec chroot-chain [(this-os) (apt.removed "hello")])
+  (setv verbose (render chroot-chain [(this-os) (apt.installed "hello")] :verbosity 1))
+  (assert (in "Unpacking hello" verbose) verbose))
+
+(defn test-check-mode-names-the-packages-and-installs-nothing [debian-chroot chroot-chain]
+  (deploy-propspec chroot-chain [(this-os) (apt.removed "hello")])
+  (setv text (render chroot-chain [(this-os) (apt.installed "hello")] :check True))
+  (assert (in "would install: hello" text) text)
+  (assert (in "apt installed hello ... would change" text) text)
+  (assert (not (installed? debian-chroot "hello")) "nothing installed"))

@@ -51,6 +51,15 @@ def test_enabled_links_the_unit_without_a_running_systemd(chroot_chain, root):
     assert not os.path.lexists(root / WANTS)
 
 
+def test_check_mode_says_how_a_unit_would_change_and_enables_nothing(chroot_chain, root):
+    outcome, events = deploy_propspec(chroot_chain, [this_os(), systemd.enabled("consfig-demo.service")],
+                                      check_mode=True)
+    notes = [e["text"] for e in events if e["event"] == "output"]
+    assert "consfig-demo.service: disabled → enabled" in notes, notes
+    assert outcome.exit_code(True) == 2
+    assert not os.path.lexists(root / WANTS), "nothing enabled"
+
+
 def test_disabled_removes_the_link_and_unapplied_enables(chroot_chain, root):
     in_chroot(root, "systemctl enable consfig-demo.service")
     apply_twice(chroot_chain, [this_os(), systemd.disabled("consfig-demo.service")])

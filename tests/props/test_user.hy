@@ -68,3 +68,22 @@
   (apply-twice chroot-chain (hostname.configured :hostname "other.example.org"))
   (setv hosts (sh debian-chroot "cat /etc/hosts"))
   (assert (and (in "127.0.1.1\tother.example.org\tother\n" hosts) (not-in "box" hosts)) hosts))
+
+(defn notes [events]
+  (lfor e events :if (= (get e "event") "output") (get e "text")))
+
+(defn test-check-mode-says-what-would-change-in-an-account [debian-chroot chroot-chain]
+  (apply-twice chroot-chain (user.has-account "dora"))
+  (setv #(outcome events)
+        (deploy-propspec chroot-chain [(user.has-account "eve")
+                                       (user.has-login-shell "dora" "/bin/sh")
+                                       (user.has-account-with-uid "dora" 2999)
+                                       (user.has-groups "dora" "users")]
+                         :check-mode True))
+  (assert (= (.exit-code outcome True) 2) outcome)
+  (setv said (notes events))
+  (assert (in "account eve would be created" said) said)
+  (assert (in "dora would join users" said) said)
+  (assert (any (gfor n said (.startswith n "dora: uid "))) said)
+  (assert (not (. (in-chroot debian-chroot "getent passwd eve" :check False) stdout))
+          "no account made"))

@@ -6,7 +6,7 @@ the hop ships it to the target by its file."
 (import os
         signal
         time
-        consfig.actions [NO-CHANGE])
+        consfig.actions [NO-CHANGE run-script])
 
 (defprop python-wrote :python [path text]
   "PATH holds TEXT, written with open() by the Python on the target."
@@ -34,3 +34,8 @@ the hop ships it to the target by its file."
   "The Python applying this host kills itself."
   (:desc "the target dies")
   (:apply (os.kill (os.getpid) signal.SIGKILL)))
+
+(defprop ran-for-at-most :posix [script seconds]
+  "The shell code SCRIPT ran, and was stopped if it took more than SECONDS."
+  (:desc f"ran {script} for at most {seconds} s")
+  (:apply (run-script script :timeout seconds)))

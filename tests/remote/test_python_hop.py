@@ -19,6 +19,7 @@ from harness import running, unavailable, wait_until  # noqa: E402
 from remote_helpers import (deploy, has_content, mixed_host,  # noqa: E402
                             rp, seqprops, shape, single)
 
+import consfig.bundle as bundle  # noqa: E402
 import consfig.remote as remote  # noqa: E402
 from consfig.errors import ConnectionFailed, ConsfigError  # noqa: E402
 from consfig.host import Host  # noqa: E402
@@ -101,7 +102,7 @@ def test_old_bundles_are_pruned(tmp_path):
         d = tmp_path / f"b{i}"
         d.mkdir()
         os.utime(d, (time.time() - age, time.time() - age))
-    remote.prune_bundles(str(tmp_path), str(tmp_path / "b4"))
+    bundle.prune_bundles(str(tmp_path), str(tmp_path / "b4"))
     assert sorted(os.listdir(tmp_path)) == ["b0", "b1", "b4"]
 
 

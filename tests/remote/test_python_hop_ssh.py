@@ -155,3 +155,18 @@ def test_sshd_killed_during_a_root_python_apply_fails_fast_and_leaves_nothing(ss
     pid = int(pid_file.read_text().split()[0])
     wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10,
                "the target's root Python to end")
+
+
+@pytest.mark.parametrize("after", [[K("python")], [K("sudo"), K("python")],
+                                   [K("python"), K("sudo")]],
+                         ids=["python", "sudo-python", "python-sudo"])
+def test_the_ssh_hops_command_timeout_holds_after_python(sshlab, tmp_path, events, after):
+    marker = f"sleep 3{os.getpid()}{len(after)}{len(after[0].name)}"
+    host = Host("lab.example", seqprops(single(*marker.split())))
+    started = time.monotonic()
+    outcome = deploy([ssh(sshlab.config, **{"command-timeout": 2}), *after], host, sink=events)
+    assert time.monotonic() - started < 30, "the command ran past the hop's :command-timeout"
+    assert outcome.status == "failed", events.ends()
+    [failed] = [e for e in events.events if e["event"] == "end" and e["status"] == "failed"]
+    assert "timed out after 2 s" in failed["message"], failed
+    wait_until(lambda: not running(marker), 10, "the command on the target to end")

@@ -1,0 +1,275 @@
+"""The bootstrap: the program a `:python` hop runs on the target first.
+
+The controller sends this file's source, minified (`consfig.remote.bootstrap`),
+as `python3 -E -S -c SOURCE`.  It runs before anything of consfig is on the
+target, so it uses only the standard library, and it must parse in any
+Python 3 so that an old one says it is too old rather than failing with a
+syntax error: no f-strings, no walrus, nothing newer than Python 3.0's syntax.
+
+It finds the user's bundle cache (refusing any directory someone else could
+write to), checks the cached bundle the controller names against its
+manifest, asks for the bundle when there is none or it is damaged, unpacks
+it, and hands over to `consfig.serve.serve`.  The controller imports it too,
+for `cache_directory`, so that both sides agree on where the cache is.
+
+Exit codes the controller interprets: 97, the Python is too old; 98, no
+cache directory is safe to use; 3, the controller went away first.
+"""
+
+import os
+import sys
+
+PROTOCOL = 2
+MANIFEST = ".consfig-manifest"
+TOO_OLD, NO_SAFE_CACHE, CONTROLLER_GONE = 97, 98, 3
+
+
+def check_version():
+    """Exit with a message (code 97) if this Python is older than 3.9."""
+    version = sys.version_info
+    if version < (3, 9):
+        sys.stderr.write("consfig: %s is Python %d.%d.%d; consfig needs Python 3.9 or later\n"
+                         % (sys.executable, version[0], version[1], version[2]))
+        sys.exit(TOO_OLD)
+
+
+def read_frame(stream):
+    """The next frame from STREAM: its JSON message with the payload under
+    `_payload`.  End of input means the controller has gone: exit."""
+    import json
+    import struct
+    header = stream.read(8)
+    if len(header) < 8:
+        os._exit(CONTROLLER_GONE)
+    message_length, payload_length = struct.unpack(">II", header)
+    message = json.loads(stream.read(message_length))
+    message["_payload"] = stream.read(payload_length)
+    return message
+
+
+def write_frame(stream, message):
+    """Send MESSAGE (JSON data, no payload) as one frame."""
+    import json
+    import struct
+    body = json.dumps(message).encode()
+    stream.write(struct.pack(">II", len(body), 0) + body)
+    stream.flush()
+
+
+def unsafe(path, uid, follow=False):
+    """Why the directory PATH cannot hold code that UID will run, or None.
+    It must be a directory owned by UID that no one else can write to; a
+    symlink counts as what it is, not what it points to, unless FOLLOW."""
+    import stat
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except OSError as e:
+        return "%s: %s" % (path, e.strerror)
+    if not stat.S_ISDIR(st.st_mode):
+        return "%s is not a directory" % path
+    if st.st_uid != uid:
+        return "%s is owned by uid %d, not by uid %d" % (path, st.st_uid, uid)
+    if st.st_mode & 0o022:
+        return "%s can be written by others (mode %o)" % (path, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _private_directory(path, uid, follow=False):
+    # Made 0700 if missing; an existing one must already be safe, since
+    # someone else may have put something in it while it was not.
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        return "%s: %s" % (path, e.strerror)
+    why = unsafe(path, uid, follow)
+    if why is None:
+        os.chmod(path, 0o700)
+    return why
+
+
+def cache_directory(environ, uid, home):
+    """The directory consfig caches in for the user UID whose home is HOME,
+    made if need be: `consfig` under $XDG_CACHE_HOME (when ENVIRON gives an
+    absolute one) or else under HOME/.cache.  Every directory from the cache
+    root down must belong to UID and be writable by no one else; the first
+    root where that holds is used.  Return (path, None), or (None, why) when
+    no root is safe."""
+    roots = []
+    given = environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(given):
+        roots.append(given)
+    roots.append(os.path.join(home, ".cache"))
+    reasons = []
+    for root in roots:
+        # The root may be a symlink the user made; nothing below it may be.
+        if not os.path.exists(root):
+            try:
+                os.makedirs(root, 0o700)
+            except OSError:
+                pass
+        why = unsafe(root, uid, follow=True) or _private_directory(os.path.join(root, "consfig"), uid)
+        if why is None:
+            return os.path.join(root, "consfig"), None
+        reasons.append(why)
+    return None, "; ".join(reasons)
+
+
+def file_sizes(directory):
+    """Every file under DIRECTORY that Python may import or load, by its
+    path relative to DIRECTORY, with its size."""
+    sizes = {}
+    for parent, dirs, names in os.walk(directory):
+        for name in names:
+            if name.endswith((".py", ".hy", ".pyc")):
+                path = os.path.join(parent, name)
+                sizes[os.path.relpath(path, directory)] = os.lstat(path).st_size
+    return sizes
+
+
+def write_manifest(directory):
+    """Record the files now under DIRECTORY (a bundle), atomically."""
+    import json
+    temporary = os.path.join(directory, "%s.%d" % (MANIFEST, os.getpid()))
+    with open(temporary, "w") as f:
+        json.dump(file_sizes(directory), f, sort_keys=True)
+    os.rename(temporary, os.path.join(directory, MANIFEST))
+
+
+def damage(directory, uid):
+    """Why the unpacked bundle DIRECTORY cannot be used, or None.  Its manifest
+    is written last, so a missing one means an unpacking that never finished;
+    a file of another size than recorded was truncated or replaced.
+    Bytecode the manifest does not know is removed: Python makes it again."""
+    import json
+    why = unsafe(directory, uid)
+    if why is None and os.lstat(directory).st_mode & 0o077:
+        why = "%s is not private (mode 0700)" % directory
+    if why:
+        return why
+    try:
+        with open(os.path.join(directory, MANIFEST)) as f:
+            expected = json.load(f)
+    except (OSError, ValueError):
+        return "%s has no manifest: it was never completely unpacked" % directory
+    found = file_sizes(directory)
+    for path, size in sorted(expected.items()):
+        if found.get(path) != size:
+            return "%s is %s bytes, not %d" % (os.path.join(directory, path),
+                                               found.get(path, "missing, 0"), size)
+    for path in found:
+        if path not in expected and path.endswith(".pyc"):
+            os.unlink(os.path.join(directory, path))
+    return None
+
+
+def discard(directory):
+    """Remove the bundle DIRECTORY, first moving it out of the way so that a
+    deployment racing this one never sees it half-removed."""
+    import shutil
+    doomed = "%s.tmp-discarded-%d" % (directory, os.getpid())
+    try:
+        os.rename(directory, doomed)
+    except OSError:
+        return
+    shutil.rmtree(doomed, True)
+
+
+def unpack(archive, directory):
+    """Unpack ARCHIVE (a gzipped tar) as the bundle DIRECTORY, mode 0700, its
+    manifest written last; a bundle racing us there first is kept."""
+    import io
+    import shutil
+    import tarfile
+    import tempfile
+    temporary = tempfile.mkdtemp(prefix=os.path.basename(directory) + ".tmp", dir=os.path.dirname(directory))
+    options = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(temporary, **options)
+    write_manifest(temporary)
+    try:
+        os.rename(temporary, directory)
+    except OSError:
+        shutil.rmtree(temporary, True)
+
+
+def fetch(stream, output, pending, directory, reason):
+    """Ask the controller for the bundle (saying REASON, if any) and unpack
+    it as DIRECTORY; messages that come first are kept in PENDING."""
+    write_frame(output, {"op": "need-bundle", "discarded": reason})
+    while True:
+        message = read_frame(stream)
+        if message["op"] == "bundle":
+            break
+        pending.append(message)
+    unpack(message["_payload"], directory)
+
+
+def _forget_bundle_modules():
+    # What a damaged bundle half-imported must not be found again.
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("hy", "hyrule", "funcparserlib", "consfig"):
+            del sys.modules[name]
+    import importlib
+    importlib.invalidate_caches()
+
+
+def main():
+    """Run on the target: find or fetch the bundle, then serve."""
+    check_version()
+    import importlib.util
+    import pwd
+    sys.dont_write_bytecode = False
+    # `-c` put the current directory first; nothing there may shadow the bundle.
+    sys.path[:] = [p for p in sys.path if p]
+    stream, output = sys.stdin.buffer, sys.stdout.buffer
+    hello = read_frame(stream)
+    if not hello["bundle"].isalnum():
+        sys.stderr.write("consfig: %r is not a bundle's name\n" % hello["bundle"])
+        sys.exit(1)
+    uid = os.geteuid()
+    cache, why = cache_directory(os.environ, uid, pwd.getpwuid(uid).pw_dir)
+    if cache is None:
+        sys.stderr.write("consfig: no safe cache directory for uid %d: %s\n" % (uid, why))
+        sys.exit(NO_SAFE_CACHE)
+    bundles = os.path.join(cache, "bundles")
+    why = _private_directory(bundles, uid)
+    if why:
+        sys.stderr.write("consfig: cannot use the cache directory: %s\n" % why)
+        sys.exit(NO_SAFE_CACHE)
+    directory = os.path.join(bundles, hello["bundle"])
+    damaged = damage(directory, uid) if os.path.lexists(directory) else None
+    if damaged:
+        discard(directory)
+    have = os.path.isdir(directory)
+    write_frame(output, {"op": "hello", "protocol": PROTOCOL, "python": list(sys.version_info[:3]),
+                         "executable": sys.executable, "have": have,
+                         "tag": sys.implementation.cache_tag, "magic": importlib.util.MAGIC_NUMBER.hex()})
+    pending = []
+    fetched = not have
+    if fetched:
+        fetch(stream, output, pending, directory, damaged)
+    else:
+        os.utime(directory)
+    sys.path.insert(0, directory)
+    try:
+        import hy  # noqa: F401 -- registers the importer of Hy modules
+        import consfig.serve
+    except Exception as e:
+        if fetched:
+            raise
+        # Damage the manifest cannot see (a file overwritten at its own size):
+        # once, fetch the bundle again.
+        _forget_bundle_modules()
+        discard(directory)
+        fetch(stream, output, pending, directory,
+              "importing from %s failed (%s: %s)" % (directory, type(e).__name__, e))
+        fetched = True
+        import hy  # noqa: F401,F811
+        import consfig.serve
+    consfig.serve.serve(stream, output, pending, directory, fetched)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"The target's side of a `:python` hop: the serve loop.
+
+The bootstrap (`consfig/boot.py`) calls `serve` once the bundle is on
+`sys.path`.  It waits for the `apply` message, applies the host over a
+`LocalConnection` that holds commands to the chain's :command-timeout (or
+over the hops after `:python`, ending in a further Python), and streams the engine's events back in frames from a writer
+thread that also sends a tick while nothing else happens.  If the
+controller goes away (end of input), everything started here is killed and
+the process exits at once.
+
+Nothing here imports fabric, paramiko or rich: none of them is on a target."
+
+(import os
+        queue
+        signal
+        sys
+        threading
+        traceback
+        consfig.boot [write-manifest file-sizes MANIFEST]
+        consfig.bundle [prune-bundles running-from]
+        consfig.connections.local [LocalConnection kill-running]
+        consfig.errors [ConsfigError]
+        consfig.frames [bounded frame read-frame])
+
+(setv HEARTBEAT 5)
+(setv FRAME-BUDGET (* 1024 1024))
+(setv _finished (threading.Event))
+
+(defn _die [[code 1]]
+  ;; The controller is gone: whatever we started must go too, now.
+  (when (not (.is-set _finished))
+    (kill-running)
+    (os._exit code)))
+
+(defclass _Writer []
+  "Sends frames to the controller from a thread of its own, so that the
+engine never waits on the connection, events go out in batches when they
+come fast and at once when they come slowly, and a tick goes out when
+nothing has happened for a while."
+  (defn __init__ [self stream]
+    (setv self.stream stream
+          self.queue (queue.SimpleQueue)
+          self.thread (threading.Thread :target self._loop :daemon True :name "consfig-writer"))
+    (.start self.thread))
+
+  (defn event [self event] (.put self.queue event))
+  (defn message [self msg] (.put self.queue #(msg)))
+
+  (defn close [self]
+    (.put self.queue None)
+    (.join self.thread 60))
+
+  (defn _next-items [self]
+    ;; Whatever is ready, or a tick after HEARTBEAT seconds of nothing.
+    (try (setv items [(.get self.queue :timeout HEARTBEAT)])
+         (except [queue.Empty] (setv items [#({"op" "tick"})])))
+    (try (while True (.append items (.get-nowait self.queue)))
+         (except [queue.Empty] None))
+    items)
+
+  (defn _frames [self items]
+    ;; Events in order, as few frames as will each stay under FRAME-BUDGET
+    ;; bytes; a message other than events in a frame of its own.  Each
+    ;; event's text is bounded first, so that a command that printed 100 MB
+    ;; costs the controller no more than one that printed 64 KiB.
+    (setv events [] size 0)
+    (for [i items]
+      (cond (is i None) None
+            (isinstance i tuple)
+            (do (when events (yield (frame {"op" "events" "events" events})))
+                (setv events [] size 0)
+                (yield (frame (get i 0))))
+            True
+            (do (setv event (dfor [k v] (.items i) k (if (isinstance v str) (bounded v) v))
+                      n (sum (gfor v (.values event) :if (isinstance v str) (len v))))
+                (when (and events (> (+ size n) FRAME-BUDGET))
+                  (yield (frame {"op" "events" "events" events}))
+                  (setv events [] size 0))
+                (.append events event)
+                (+= size n))))
+    (when events (yield (frame {"op" "events" "events" events}))))
+
+  (defn _loop [self]
+    (while True
+      (setv items (self._next-items))
+      (try
+        (for [f (self._frames items)]
+          (.write self.stream f))
+        (.flush self.stream)
+        (except [OSError] (_die)))
+      (when (in None items) (return)))))
+
+(defn _watch-controller [stream]
+  ;; The controller says nothing more once it has sent what to apply; end of
+  ;; file on stdin means it, or the connection, has gone away.
+  (while (is-not (read-frame stream) None))
+  (_die))
+
+(defn _next-apply [stream pending]
+  (for [m pending]
+    (when (= (get m "op") "apply") (return m)))
+  (while True
+    (setv m (read-frame stream))
+    (when (is m None) (_die 3))
+    (when (= (get m "op") "apply") (return m))))
+
+(defclass _TargetConnection [LocalConnection]
+  "The target's own connection: a `LocalConnection` whose commands are
+stopped after COMMAND-TIMEOUT seconds (the chain's :command-timeout) when
+they give no timeout of their own."
+  (defn __init__ [self command-timeout]
+    (.__init__ (super))
+    (setv self.command-timeout command-timeout))
+
+  (defn run-script [self script input timeout]
+    (.run-script (super) script input (or timeout self.command-timeout))))
+
+(defn _apply-here [host msg sink]
+  (import consfig.chain [establish-chain close-chain]
+          consfig.engine [apply-host]
+          consfig.propspec [data->propspec])
+  (setv unapply (.get msg "unapply" False)
+        check (.get msg "check" False)
+        here (_TargetConnection (.get msg "command-timeout"))
+        chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
+  ;; Started inside a chroot (say), this Python runs in a system where no
+  ;; service may start, as the hops before it knew.
+  (when (.get msg "no-services")
+    (setv (get here.connattrs "no-services") (get msg "no-services")))
+  (when (not chain)
+    (return (apply-host host here sink :unapply unapply :check check)))
+  ;; Hops after :python (sudo, su, …) lead to a further Python, started
+  ;; from this bundle as the hop's user sees it.
+  (when (!= (get (get chain -1) 0) "python")
+    (.append chain #("python" {"interpreter" sys.executable})))
+  (setv conns (establish-chain chain here))
+  (try
+    (.apply-remotely (get conns -1) host sink :unapply unapply :check check
+                     :verbosity (.get msg "verbosity" 0))
+    (finally (close-chain conns))))
+
+(defn _error-message [e]
+  {"op" "error"
+   "type" (. (type e) __name__)
+   "message" (if (isinstance e ConsfigError) (str e) f"{(. (type e) __name__)}: {e}")
+   "traceback" (traceback.format-exc)})
+
+(defn _tidy-cache [bundle-dir new]
+  ;; Bytecode made during this run joins the manifest, so that it too is
+  ;; checked next time; a new bundle makes the older ones candidates for
+  ;; pruning.
+  (try
+    (import json)
+    (with [f (open (os.path.join bundle-dir MANIFEST))]
+      (setv known (json.load f)))
+    (when (!= known (file-sizes bundle-dir))
+      (write-manifest bundle-dir))
+    (when new
+      (prune-bundles (os.path.dirname bundle-dir) bundle-dir))
+    (except [#(OSError ValueError)] None)))
+
+(defn serve [in out pending bundle-dir new]
+  "The target's main loop, called by the bootstrap once the bundle is in
+BUNDLE-DIR (NEW if it was just unpacked): apply the host the controller
+sends, reading frames from IN (PENDING: those the bootstrap read already),
+and stream the events back to OUT."
+  (running-from bundle-dir)
+  ;; After the bundle, so that nothing installed on the target shadows it,
+  ;; but there for :python properties that use the target's own libraries.
+  (import site)
+  (.extend sys.path (gfor p (.getsitepackages site) :if (os.path.isdir p) p))
+  (setv msg (_next-apply in pending)
+        writer (_Writer out))
+  (for [s [signal.SIGTERM signal.SIGHUP]]
+    (signal.signal s (fn [#* _] (_die))))
+  (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
+                            :name "consfig-watcher"))
+  (import consfig.host [Host])
+  (try
+    (setv host (Host.<-data (get msg "host"))
+          outcome (_apply-here host msg writer.event))
+    (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
+    (except [e Exception]
+      (.message writer (_error-message e))))
+  (.set _finished)
+  (.close writer)
+  (_tidy-cache bundle-dir new)
+  ;; Not a normal exit: that would wait for the thread still reading stdin
+  ;; (and then fail to take its lock), which is both slow and noisy.
+  (.flush sys.stderr)
+  (os._exit 0))
+
+(export :objects [serve HEARTBEAT])
