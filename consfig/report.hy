@@ -15,6 +15,7 @@ verbosity:
   -v  the output of commands that succeeded, diffs, tracebacks of bugs, each
       property's duration and the five slowest
   -vv the commands as they are run
+  -vvv the frames of the :python hop's conversation with the target
 
 `JsonSink` writes every event as one JSON object per line (see
 `consfig.events` and the README for the fields)."
@@ -49,7 +50,7 @@ verbosity:
 ;; The order counts are given in, in a summary.
 (setv COUNTED ["ok" "changed" "would-change" "cannot-check" "failed" "skipped"])
 
-(setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "run" 2})
+(setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "run" 2 "wire" 3})
 
 (defclass _Progress []
   ;; The live line's text, computed whenever rich redraws it, so that the
