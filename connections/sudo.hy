@@ -30,6 +30,7 @@ and is consumed before anything the caller writes."
 (import getpass
         secrets
         shlex
+        threading
         consfig.context [deployment-cache]
         consfig.errors [ConnectionFailed]
         consfig.frames [OUTPUT-LIMIT]
@@ -50,9 +51,17 @@ and is consumed before anything the caller writes."
                                where))))
   (getpass.getpass f"[consfig] sudo password for {designator} ({where}): "))
 
+;; Hosts deployed at once ask beforehand (`ask-beforehand`); a deployment
+;; nested in one of them may still ask while others run: one at a time.
+(setv _asking (threading.Lock))
+
 (defn sudo-password [designator where]
   "The password of DESIGNATOR (\"user@host\"): from `password-sources`, else
 asked for on the terminal; once per deployment."
+  (with [_asking]
+    (_sudo-password designator where)))
+
+(defn _sudo-password [designator where]
   (setv cache (deployment-cache)
         key #("sudo-password" designator))
   (when (not-in key cache)
@@ -164,7 +173,14 @@ asked for on the terminal; once per deployment."
                          "[:sudo :from \"deploy@db1\"], or allow NOPASSWD in sudoers.")
                       upstream.where)))))
 
-(setv HOP (Hop "sudo" {"user" STRING "from" STRING} establish))
+(defn ask-beforehand [where * [user "root"] [from_ None]]
+  "Get the password of the `:from` designator, if any, before several hosts
+start (asking for it if no password source knows it), so that it is asked
+for once, on the main thread, whether or not each host's sudo will want it."
+  (when from_
+    (sudo-password from_ where)))
+
+(setv HOP (Hop "sudo" {"user" STRING "from" STRING} establish :ask-beforehand ask-beforehand))
 
 (export :objects [SudoConnection HOP password-sources sudo-password
                   forget-sudo-password sudo-without-password?])

@@ -8,9 +8,9 @@ defpropspec, defhost, deploy, deploy-these, props, propapp, use-props);
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 from consfig import (actions, chain, combinators, context, deployment, engine,
-                     errors, hop, host, property, propspec, result)
+                     errors, fleet, hop, host, property, propspec, result)
 
-_MODULES = (property, propspec, host, deployment, combinators, result, actions,
+_MODULES = (property, propspec, host, deployment, fleet, combinators, result, actions,
             context, chain, hop, engine, errors)
 
 __all__ = []
@@ -28,3 +28,4 @@ del _m, _name
 # (In Hy, `deploy` and `deploy-these` are the macros; `deploy*` the functions.)
 deploy = deployment.__dict__[hy.mangle("deploy*")]
 deploy_these = deployment.__dict__[hy.mangle("deploy-these*")]
+deploy_hosts = fleet.__dict__[hy.mangle("deploy-hosts*")]

@@ -16,6 +16,7 @@ Old bundles and archives are pruned (`prune-bundles`)."
         shutil
         sys
         tarfile
+        threading
         time
         consfig.boot [cache-directory :as _cache-directory]
         consfig.errors [ConsfigError])
@@ -271,11 +272,20 @@ this Python."
       None)
     (finally (shutil.rmtree scratch True))))
 
+;; Hosts deployed side by side need the same bundle at the same moment: one
+;; of them compiles it, the others wait for it rather than compile it too
+;; (and race on one temporary file, named by this process's pid).
+(setv _compiling (threading.Lock))
+
 (defn compiled-archive [bundle [note (fn [text] None)]]
   "BUNDLE as a gzipped tar with this Python's bytecode beside the sources,
 from the controller's cache, made there the first time (or again, saying so
 to NOTE, when the cached one is damaged); None if compiling failed (the
 target then compiles for itself)."
+  (with [_compiling]
+    (_compiled-archive bundle note)))
+
+(defn _compiled-archive [bundle note]
   (when _running-from
     ;; A target passing its bundle on to a further Python (a hop after
     ;; :python) has the bytecode already, made by this very interpreter.

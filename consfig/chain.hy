@@ -133,15 +133,16 @@ takes the rest of the chain (`:python`) receives it and ends the walk."
         (= name "local") (continue)
         spec.takes-rest
         (do (.append conns (spec.establish (get conns -1) (cut chain (+ i 1) None)
-                                           #** (_python-kwargs kwargs)))
+                                           #** (python-kwargs kwargs)))
             (break))
-        True (.append conns (spec.establish (get conns -1) #** (_python-kwargs kwargs)))))
+        True (.append conns (spec.establish (get conns -1) #** (python-kwargs kwargs)))))
     (except [BaseException]
       (close-chain conns)
       (raise)))
   conns)
 
-(defn _python-kwargs [kwargs]
+(defn python-kwargs [kwargs]
+  "The arguments of a parsed hop as Python keyword arguments."
   ;; `:strict-host-key-checking` names the parameter `strict_host_key_checking`,
   ;; and `:from`, a Python keyword, the parameter `from_`.
   (dfor [k v] (.items kwargs)
@@ -161,4 +162,5 @@ takes the rest of the chain (`:python`) receives it and ends the walk."
             [(Keyword name) #* (sum (gfor [k v] (.items kwargs) [(Keyword k) v]) [])]
             (Keyword name))))
 
-(export :objects [parse-chain hop-spec known-hops chain->data establish-chain close-chain])
+(export :objects [parse-chain hop-spec known-hops chain->data establish-chain close-chain
+                  python-kwargs])

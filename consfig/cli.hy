@@ -1,16 +1,24 @@
 "The `consfig` command.
 
-  consfig deploy [--consfig FILE] HOST… [--via CHAIN] [--check [--diff]] [--dry-run]
-                 [-v…] [--json] [--detailed-exitcode]
-  consfig deploy-these [--consfig FILE] HOST PROPSPEC [--via CHAIN] [--check [--diff]]
-                 [-v…] [--json] [--detailed-exitcode]
-  consfig hosts [--consfig FILE]
+  consfig deploy [--consfig FILE] PATTERN… [--limit PATTERN] [--via CHAIN]
+                 [-j N] [--max-fail N|N%] [--serial N|N%]
+                 [--check [--diff]] [--dry-run] [-v…] [--json] [--detailed-exitcode]
+  consfig deploy-these [--consfig FILE] PATTERN PROPSPEC [--limit PATTERN] [--via CHAIN]
+                 [-j N] [--max-fail N|N%] [--serial N|N%]
+                 [--check [--diff]] [-v…] [--json] [--detailed-exitcode]
+  consfig hosts [--consfig FILE] [PATTERN…] [--limit PATTERN]
   consfig repl [FILE]
   consfig --version
 
-Exit status: 0 success (with or without changes), 1 failures or an error;
-with --detailed-exitcode: 0 no changes, 2 changes made (or, with --check,
-changes that would be made), 1 failures or an error.  A usage error exits 64."
+A PATTERN chooses hosts: a hostname or its first label, a glob ('web*'), a
+group (@web), or terms joined by ':' that must all hold, '!' negating one
+(@web:!@eu: in web, not in eu); several patterns are a union (see
+`consfig.fleet`).
+
+Exit status: 0 success (with or without changes), 1 failures (on any host)
+or an error; with --detailed-exitcode: 0 no changes, 2 changes made (or,
+with --check, changes that would be made) and no failures, 1 failures or an
+error.  A usage error exits 64."
 
 (import argparse
         importlib.metadata
@@ -18,10 +26,10 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
         sys
         traceback
         consfig.chain [chain->data parse-chain]
-        consfig.deployment [deploy*]
         consfig.engine [SinkFailed]
         consfig.errors [ConsfigError]
-        consfig.host [find-host hosts preprocess-host]
+        consfig.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
+        consfig.host [hosts preprocess-host]
         consfig.propspec [eseqprops-of form->propspec propspec->tree]
         consfig.report [JsonSink Reporter error]
         consfig.site [demo-consfig find-default-consfig load-consfig])
@@ -55,7 +63,18 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
     (.add-argument sp "--consfig" :metavar "FILE"
                    :help "the site consfig (default: $CONSFIG, ./consfig.hy, or the demo)"))
 
+  (defn limit-option [sp]
+    (.add-argument sp "--limit" :metavar "PATTERN"
+                   :help "narrow the selection to the hosts PATTERN also matches"))
+
   (defn deploy-options [sp]
+    (limit-option sp)
+    (.add-argument sp "-j" "--jobs" :metavar "N" :type int
+                   :help f"deploy N hosts at once (default: all of them, at most {DEFAULT-JOBS}; 1: one after another)")
+    (.add-argument sp "--max-fail" :metavar "N|N%"
+                   :help "start no more hosts once N (or N%% of them) have failed")
+    (.add-argument sp "--serial" :metavar "N|N%"
+                   :help "deploy in batches of N hosts (or N%% of them), each finishing before the next starts")
     (.add-argument sp "--via" :metavar "CHAIN"
                    :help "connection chain as Hy data, e.g. ':local' or '[[:ssh :user \"root\"] :python]' (default: the host's :deploy)")
     (.add-argument sp "-v" "--verbose" :action "count" :default 0
@@ -71,20 +90,23 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
 
   (setv d (.add-parser sub "deploy" :help "deploy hosts"))
   (consfig-option d)
-  (.add-argument d "hosts" :nargs "+" :metavar "HOST")
+  (.add-argument d "hosts" :nargs "+" :metavar "PATTERN"
+                 :help "hosts to deploy: a name, a glob ('web*'), a group (@web), @web:!@eu")
   (deploy-options d)
   (.add-argument d "--dry-run" :action "store_true"
                  :help "compute hostattrs and print what would be applied; connect to nothing")
 
   (setv t (.add-parser sub "deploy-these" :help "apply just the given properties to a host"))
   (consfig-option t)
-  (.add-argument t "host" :metavar "HOST")
+  (.add-argument t "host" :metavar "PATTERN" :help "the host (or hosts: a glob, @group…)")
   (.add-argument t "propspec" :metavar "PROPSPEC"
                  :help "propapps as Hy, e.g. '(file.has-content \"/etc/motd\" \"hi\\n\")'")
   (deploy-options t)
 
-  (setv h (.add-parser sub "hosts" :help "list the hosts a consfig defines"))
+  (setv h (.add-parser sub "hosts" :help "list the hosts a consfig defines, or those chosen"))
   (consfig-option h)
+  (.add-argument h "patterns" :nargs "*" :metavar "PATTERN")
+  (limit-option h)
 
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
@@ -113,9 +135,6 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
   (parse-chain chain "--via")
   chain)
 
-(defn _combine [outcomes detailed]
-  (max (gfor o outcomes (.exit-code o detailed)) :default 0))
-
 (defn _sink [args]
   (if args.json
       (JsonSink)
@@ -126,16 +145,17 @@ changes that would be made), 1 failures or an error.  A usage error exits 64."
   (setv chain (when (is-not args.via None) (read-chain args.via))
         sink (_sink args))
   (try
-    (setv outcomes (lfor host targets
-                         (deploy* chain host :propspec propspec :sink sink
-                                  :verbosity args.verbose :check args.check)))
+    (setv outcomes (deploy-hosts* chain targets :propspec propspec :sink sink
+                                  :verbosity args.verbose :check args.check
+                                  :jobs args.jobs :max-fail args.max-fail
+                                  :serial args.serial))
     (.finish sink)
     (finally (.close sink)))
-  (_combine outcomes args.detailed-exitcode))
+  (fleet-exit-code outcomes args.detailed-exitcode))
 
 (defn _deploy [args]
   (_load args)
-  (setv targets (lfor h args.hosts (find-host h)))
+  (setv targets (select-hosts args.hosts args.limit))
   (when args.dry-run
     (setv chain (when (is-not args.via None) (read-chain args.via)))
     (for [host targets]
@@ -171,16 +191,18 @@ in order (an implicit `eseqprops`)."
 
 (defn _deploy-these [args]
   (setv module (_load args)
-        host (find-host args.host))
-  (_deploy-all args [host] (read-propspecs args.propspec (vars module))))
+        targets (select-hosts [args.host] args.limit))
+  (_deploy-all args targets (read-propspecs args.propspec (vars module))))
 
 (defn _hosts [args]
   (_load args)
-  (setv rows (lfor name (sorted hosts)
-                   :setv host (get hosts name)
-                   [name
+  (setv chosen (if (or args.patterns args.limit)
+                    (select-hosts (or args.patterns ["*"]) args.limit)
+                    (.values hosts))
+        rows (lfor host (sorted chosen :key (fn [h] h.hostname))
+                   [host.hostname
                     (if host.deploy (hy.repr (chain->data (parse-chain host.deploy))) "-")
-                    (or (.join "," (getattr host "groups" [])) "-")
+                    (or (.join "," (host-groups host)) "-")
                     (or host.desc "")])
         widths (lfor i (range 3) (max (gfor r rows (len (get r i))) :default 0)))
   (for [r rows]

@@ -16,7 +16,7 @@ answers from its flag file."
         consfig.engine [Drift apply-propapp unapply-propapp apply-sequence]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.host [preserving-hostattrs]
-        consfig.property [propapp-desc propapp-hostattrs]
+        consfig.property [find-property propapp-desc propapp-hostattrs propapps-in]
         consfig.types [propspec seconds]
         consfig.util [keyword-name])
 
@@ -116,16 +116,25 @@ give a list of properties an :unapply made of other properties."
   "Apply PROPAPP; if applying or unapplying it made a change, apply each of
 ON-CHANGE in order (restart a daemon after its configuration changed)."
   (:simulates True)
-  (:desc (propapp-desc propapp))
+  (:desc (_trigger-desc propapp))
   (:apply (_then-if-changed (apply-propapp propapp) on-change))
   (:unapply (_then-if-changed (unapply-propapp propapp) on-change)))
 
 (defprop on-apply-change :posix [propapp #* on-change]
   "Like `on-change`, but only applying PROPAPP triggers ON-CHANGE."
   (:simulates True)
-  (:desc (propapp-desc propapp))
+  (:desc (_trigger-desc propapp))
   (:apply (_then-if-changed (apply-propapp propapp) on-change))
   (:unapply (unapply-propapp propapp)))
+
+(defn _trigger-desc [propapp]
+  ;; The line the consequents nest under names what triggers them: the
+  ;; antecedent's own description, or, for a sequence (which has none worth
+  ;; showing: \"eseqprops\"), those of the properties in it.
+  (if (. (find-property propapp.name) announce)
+      (propapp-desc propapp)
+      (+ "after a change to: "
+         (.join "; " (gfor p (propapps-in propapp.args) (_trigger-desc p))))))
 
 (defn _then-if-changed [result on-change]
   (when (!= result NO-CHANGE)

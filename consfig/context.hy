@@ -84,13 +84,15 @@ innermost `commands-bounded-by`, or None."
 
 (setv _deployment-cache (contextvars.ContextVar "consfig-deployment-cache"))
 
-(defn [contextlib.contextmanager] establishing-for [host]
+(defn [contextlib.contextmanager] establishing-for [host * [seed None]]
   "The context of one deployment of HOST, around establishing its chain and
 applying through it: hops take their defaults from the host (`:ssh` connects
 to its hostname) and a secret a hop asks the user for (a sudo password) is
-asked for once, here and in the deployments nested in this one."
+asked for once, here and in the deployments nested in this one.  SEED, a
+dict, starts the cache of an outermost deployment: what was asked for
+before several hosts started."
   (setv cache-token (when (is (.get _deployment-cache None) None)
-                      (.set _deployment-cache {})))
+                      (.set _deployment-cache (dict (or seed {})))))
   (try
     (with [(applying host)]
       (yield))

@@ -25,17 +25,21 @@ and a bare hostname symbol."
                             "give one, e.g. (deploy :local " (get (.split host.hostname ".") 0) ")"))))
   (parse-chain chain))
 
-(defn deploy* [chain host * [propspec None] [additional None] [sink None]
-               [verbosity 0] [unapply False] [check False] [diff False]]
-  "Deploy HOST (a Host or hostname) over CHAIN (its default chain when None)
-and return an `Outcome`.  PROPSPEC replaces the host's propspec; ADDITIONAL
-is applied after it.  With CHECK, change nothing: connect, run every check
-and report what would change (DIFF: with the diffs of files).  Events go to
-SINK, by default a rich `Reporter`; a sink that has an `expect` method is
-told the hostname and how many announced properties are coming.
+(defclass Prepared []
+  "A deployment ready to connect: the preprocessed HOST (hostattrs computed)
+and its parsed CHAIN.  `prepare-deployment` makes one; `run-prepared`
+establishes the chain and applies it."
+  (defn __init__ [self host chain]
+    (setv self.host host
+          self.chain chain))
+  (defn [property] hostname [self] self.host.hostname))
 
-Everything that can be checked on the controller — the chain, the
-propspec's arguments, every :hostattrs — is checked before connecting."
+(defn prepare-deployment [chain host * [propspec None] [additional None]]
+  "Everything about deploying HOST (a Host or hostname) over CHAIN (its
+default chain when None) that can be checked on the controller — the chain,
+the propspec's arguments, every :hostattrs — checked, before connecting: a
+`Prepared`.  PROPSPEC replaces the host's propspec; ADDITIONAL is applied
+after it."
   (setv host (find-host host)
         parsed (_chain-for chain host)
         propspec (or propspec host.propspec))
@@ -46,18 +50,18 @@ propspec's arguments, every :hostattrs — is checked before connecting."
                        (or (any (gfor [name _] parsed (= name "python")))
                            (all (gfor [name _] parsed (= name "local"))))
                        (hy.repr (chain->data parsed)))
-  (setv reporter (when (is sink None)
-                   ;; Imported here, not at the top: a target applying a host
-                   ;; after a :python hop has no rich, and needs none.
-                   (import consfig.report [Reporter])
-                   (Reporter :verbosity verbosity :check check :diff diff))
-        sink (or sink reporter))
-  (when (hasattr sink "expect")
-    (.expect sink prepared.hostname (announced-count prepared.propspec)))
-  (setv conns [])
-  (with [_ (establishing-for prepared)]
+  (Prepared prepared parsed))
+
+(defn run-prepared [deployment sink * [unapply False] [check False] [verbosity 0]
+                    [secrets None]]
+  "Establish the chain of the `Prepared` DEPLOYMENT and apply its host,
+sending events to SINK; return an `Outcome`.  SECRETS seeds the
+deployment's cache (passwords asked for beforehand, see `consfig.fleet`)."
+  (setv prepared deployment.host
+        conns [])
+  (with [_ (establishing-for prepared :seed secrets)]
     (try
-      (setv conns (establish-chain parsed)
+      (setv conns (establish-chain deployment.chain)
             target (get conns -1))
       (with [_ (holding-target-lock target prepared.hostname)]
         (if (.apply-remotely? target)
@@ -65,10 +69,35 @@ propspec's arguments, every :hostattrs — is checked before connecting."
                              :check check)
             (apply-host prepared target sink :unapply unapply :check check)))
       (finally
-        (close-chain conns)
-        (when reporter
-          (.finish reporter)
-          (.close reporter))))))
+        (close-chain conns)))))
+
+(defn deploy* [chain host * [propspec None] [additional None] [sink None]
+               [verbosity 0] [unapply False] [check False] [diff False]]
+  "Deploy HOST (a Host or hostname) over CHAIN (its default chain when None)
+and return an `Outcome`.  PROPSPEC replaces the host's propspec; ADDITIONAL
+is applied after it.  With CHECK, change nothing: connect, run every check
+and report what would change (DIFF: with the diffs of files).  Events go to
+SINK, by default a rich `Reporter`; a sink that has an `expect` method is
+told the hostname and how many announced properties are coming.
+
+Everything that can be checked on the controller — the chain, the
+propspec's arguments, every :hostattrs — is checked before connecting.
+`consfig.fleet.deploy-hosts*` deploys several hosts at once."
+  (setv deployment (prepare-deployment chain host :propspec propspec :additional additional)
+        reporter (when (is sink None)
+                   ;; Imported here, not at the top: a target applying a host
+                   ;; after a :python hop has no rich, and needs none.
+                   (import consfig.report [Reporter])
+                   (Reporter :verbosity verbosity :check check :diff diff))
+        sink (or sink reporter))
+  (when (hasattr sink "expect")
+    (.expect sink deployment.hostname (announced-count deployment.host.propspec)))
+  (try
+    (run-prepared deployment sink :unapply unapply :check check :verbosity verbosity)
+    (finally
+      (when reporter
+        (.finish reporter)
+        (.close reporter)))))
 
 (defn deploy-these* [chain host propspec #** kwargs]
   "Apply just PROPSPEC to HOST over CHAIN (with HOST's hostattrs)."
@@ -209,5 +238,6 @@ HOST's hostattrs).  The dotted form takes PROPSPEC as its trailing forms."
   (:apply (deploy-nested chain host None))
   (:unapply (deploy-nested chain host None True)))
 
-(export :objects [deploy* deploy-these* deploys deploys-these deploy-nested]
+(export :objects [deploy* deploy-these* deploys deploys-these deploy-nested
+                  Prepared prepare-deployment run-prepared]
         :macros [deploy deploy-these])

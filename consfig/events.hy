@@ -21,13 +21,16 @@ The five kinds:
            names the property (its short name) on failed events.
   output   text a property reports: \"text\", and \"stream\": \"note\" (something
            the operator should read; always shown), \"command\" (a
-           command's output; shown at -v) or \"run\" (a command about to
-           run, as a person would type it; shown at -vv).
+           command's output; shown at -v), \"run\" (a command about to
+           run, as a person would type it; shown at -vv) or \"wire\" (a
+           frame of the :python hop's protocol; shown at -vvv).
   diff     a unified diff of a change to a file.  \"path\", \"text\".
   summary  the last event of a deployment.  \"status\": \"no-change\",
            \"changed\" or \"failed\"; \"changes\" and \"failures\", counts
            (in check mode, changes are the properties that would change);
-           \"check\": whether it was a check.
+           \"check\": whether it was a check.  Among several hosts, one
+           that was never started (--max-fail was reached) has a summary
+           of its own, with status \"not-started\".
 
 `consfig deploy --json` writes these events, one JSON object per line, each
 stamped with \"time\" (seconds since the epoch)."

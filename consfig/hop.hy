@@ -348,13 +348,20 @@ that returns the value normalised or raises `ValueError`."
   "What a hop type offers: its name, the arguments it accepts (a dict of
 argument name → `ArgType`), which of them it requires, and the function that
 establishes it on top of an upstream connection.  A hop that TAKES-REST
-(`:python`) receives the rest of the chain and establishes it itself."
-  (defn __init__ [self name arguments establish * [required #()] [takes-rest False]]
+(`:python`) receives the rest of the chain and establishes it itself.
+
+A hop that may ask the user something (a password) has ASK-BEFOREHAND, called
+with WHERE (the hosts concerned) and the hop's arguments before several
+hosts are deployed at once: it asks on the controller's main thread and
+keeps the answer in the `deployment-cache`, where the hop finds it."
+  (defn __init__ [self name arguments establish * [required #()] [takes-rest False]
+                  [ask-beforehand None]]
     (setv self.name name
           self.arguments (dict arguments)
           self.required (frozenset required)
           self.establish establish
-          self.takes-rest takes-rest)))
+          self.takes-rest takes-rest
+          self.ask-beforehand ask-beforehand)))
 
 (export :objects [Connection CommandResult Script Hop ArgType command->script one-of
                   STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT

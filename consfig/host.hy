@@ -25,11 +25,13 @@ subroutines read on the target."
 (defclass Host []
   "A host: hostname, propspec, hostattrs, and how to deploy it by default.
 Call it to deploy it with that default chain."
-  (defn __init__ [self hostname propspec * [deploy None] [desc None] [hostattrs None]]
+  (defn __init__ [self hostname propspec * [deploy None] [desc None] [hostattrs None]
+                 [groups None]]
     (setv self.hostname hostname
           self.propspec propspec
           self.deploy deploy
           self.desc desc
+          self.groups (list (or groups []))
           self.hostattrs (or hostattrs {})))
 
   (defn __call__ [self #** kwargs]
@@ -54,16 +56,27 @@ Call it to deploy it with that default chain."
   "Make and register a host.  OPTIONS is the defhost options dict; WHERE
 (file:line of the defhost) places a mistake in it."
   (setv opts (dfor [k v] (.items (or options {})) (_key k) v)
-        unknown (- (set opts) #{"deploy"}))
+        unknown (- (set opts) #{"deploy" "groups"}))
   (when unknown
-    (raise (ConsfigError f"defhost {hostname}: unknown option(s) {(.join " " (gfor u (sorted unknown) f":{u}"))}; it takes :deploy")))
+    (raise (ConsfigError f"defhost {hostname}: unknown option(s) {(.join " " (gfor u (sorted unknown) f":{u}"))}; it takes :deploy and :groups")))
   (note-definition f"host {hostname}" where)
   (when (is-not (.get opts "deploy") None)
     (import consfig.chain [parse-chain])
     (parse-chain (get opts "deploy") (+ (if where f"{where}: " "") f"defhost {hostname}: :deploy")))
-  (setv host (Host hostname propspec :deploy (.get opts "deploy") :desc desc)
+  (setv host (Host hostname propspec :deploy (.get opts "deploy") :desc desc
+                   :groups (_groups-option (.get opts "groups") hostname where))
         (get hosts hostname) host)
   host)
+
+(defn _groups-option [groups hostname where]
+  ;; Group names are matched on the command line (`@web`): plain strings.
+  (when (is groups None) (return []))
+  (when (or (not (isinstance groups #(list tuple)))
+            (not (all (gfor g groups (and (isinstance g str) g (not (.startswith g "@")))))))
+    (raise (ConsfigError (+ (if where f"{where}: " "")
+                            f"defhost {hostname}: :groups is a list of group names, "
+                            f"e.g. [\"web\" \"eu\"], not {(hy.repr groups)}"))))
+  (lfor g groups (str g)))
 
 (defn find-host [designator]
   "The host DESIGNATOR names: a Host, a registered hostname, or the first
@@ -168,7 +181,7 @@ being preprocessed or applied when this is called (one deploying HOST, or
 building it as a chroot) is HOST's parent meanwhile."
   (import consfig.property [preprocess-propapp propapp-hostattrs])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
-                  :hostattrs {"hostname" [host.hostname]}))
+                  :groups host.groups :hostattrs {"hostname" [host.hostname]}))
   (with [(applying new :parent (.get current-host None))]
     (try
       (when (and propspec host.propspec)

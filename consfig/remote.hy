@@ -25,6 +25,7 @@ bundle is made by `consfig.bundle`."
         consfig.boot [NO-SAFE-CACHE PROTOCOL TOO-OLD]
         consfig.bundle [bundle-for bytecode-matches? compiled-archive]
         consfig.errors [ConnectionFailed ConsfigError _indent]
+        consfig.events [output-event]
         consfig.frames [frame read-frame]
         consfig.noservices [no-services-reason])
 
@@ -220,11 +221,24 @@ has exited or WAIT seconds have passed."
                      (if (= stage "start") " while starting it" "")
                      "; gave up (the connection may have dropped)"))))))
 
+(defn _tell [sink name text [stream "note"]]
+  ;; An event of this controller's own, about the host NAME.
+  (sink {#** (output-event text stream) "host" name "depth" 0}))
+
+(defn _frame-summary [m]
+  ;; -vvv: the conversation with the target, a line a frame received.
+  (setv op (get m "op"))
+  (+ f"← {op}"
+     (cond (= op "events") f" ×{(len (get m "events"))}"
+           (= op "done") f" changes {(get m "changes")} failures {(get m "failures")}"
+           (= op "hello") f" protocol {(.get m "protocol")} have-bundle {(.get m "have")}"
+           True "")))
+
 (defn _converse [session bundle hello sink name where timeout verbosity]
   ;; Answer the target until it is done: the bundle when it asks (once),
   ;; its events to SINK.  The `Outcome`, or an error.
   (import consfig.engine [Outcome])
-  (setv note (fn [text] (sink {"event" "output" "host" name "depth" 0 "text" text}))
+  (setv note (fn [text] (_tell sink name text))
         sent False
         wait timeout)
   (while True
@@ -232,6 +246,8 @@ has exited or WAIT seconds have passed."
           wait timeout)
     (when (is m None) (raise (_ended session name where)))
     (setv op (get m "op"))
+    (when (>= verbosity 3)
+      (_tell sink name (_frame-summary m) "wire"))
     (cond
       (= op "need-bundle")
       (do (when sent
@@ -274,8 +290,12 @@ command gives none."
                  ;; Reached through a chroot (say), the target's Python is
                  ;; where no service may start, as the hops before it know.
                  "no-services" (no-services-reason upstream)})
+    (when (>= verbosity 3)
+      (_tell sink name f"→ hello (bundle {bundle.hash}), apply {name}" "wire"))
     (setv hello (_receive session timeout name where "start"))
     (_check-hello hello session interpreter name where)
+    (when (>= verbosity 3)
+      (_tell sink name (_frame-summary hello) "wire"))
     (_converse session bundle hello sink name where timeout verbosity)
     (finally (.close session))))
 

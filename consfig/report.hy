@@ -5,21 +5,27 @@ status`, children indented under a heading for their parent, a failure's
 reason under its line, and a closing summary with counts; the failures are
 repeated at the end, and with several hosts a recap table follows.  On a
 terminal a live line shows the host, how many properties are done, the one
-being applied and for how long.  What is shown grows with the verbosity:
+being applied and for how long.  Hosts deployed side by side (`grouping`)
+print each host's lines together when it ends, and on a terminal a live
+table shows one row per host still running.  What is shown grows with the
+verbosity:
 
   0   one line per property; notes; a failure's reason (a failing command's
       last lines)
   -v  the output of commands that succeeded, diffs, tracebacks of bugs, each
       property's duration and the five slowest
   -vv the commands as they are run
+  -vvv the frames of the :python hop's conversation with the target
 
 `JsonSink` writes every event as one JSON object per line (see
 `consfig.events` and the README for the fields)."
 
 (import json
         sys
+        threading
         time
         rich.console [Console]
+        rich.live [Live]
         rich.table [Table]
         rich.text [Text]
         consfig.terminal [collapse-carriage-returns printable printable-event])
@@ -33,114 +39,177 @@ being applied and for how long.  What is shown grows with the verbosity:
 
 (setv SUMMARIES {"no-change" #("No changes were made." "green")
                  "changed" #("Changes were made." "bold yellow")
-                 "failed" #("There were failures." "bold red")})
+                 "failed" #("There were failures." "bold red")
+                 "not-started" #("Not started: too many hosts failed (--max-fail)." "dim")})
 
 (setv CHECK-SUMMARIES {"no-change" #("Nothing would change." "green")
                        "changed" #("Changes would be made." "bold yellow")
-                       "failed" #("There were failures." "bold red")})
+                       "failed" #("There were failures." "bold red")
+                       "not-started" #("Not started: too many hosts failed (--max-fail)." "dim")})
 
 ;; The order counts are given in, in a summary.
 (setv COUNTED ["ok" "changed" "would-change" "cannot-check" "failed" "skipped"])
 
-(setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "run" 2})
+(setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "run" 2 "wire" 3})
 
 (defclass _Progress []
   ;; The live line's text, computed whenever rich redraws it, so that the
-  ;; elapsed time of a long property keeps counting.
+  ;; elapsed time of a long property keeps counting.  It reads the
+  ;; reporter's state without its lock: rich draws holding the console's
+  ;; lock, which a thread holding the reporter's may be waiting for.
   (defn __init__ [self reporter]
     (setv self.reporter reporter))
   (defn __rich__ [self]
-    (setv r self.reporter
-          total (if r.total f"/{r.total}" "")
-          elapsed (- (time.monotonic) r.current-since))
-    (Text f"{r.current-host}: {r.done}{total} done; applying {r.current} ({elapsed :.1f} s)")))
+    (setv record (.get self.reporter.hosts self.reporter.current-host))
+    (if (or (not record) (not (get record "current")))
+        (Text "")
+        (Text f"{self.reporter.current-host}: {(_done record)} done; applying {(get record "current")} ({(_elapsed record) :.1f} s)"))))
+
+(defclass _FleetTable []
+  ;; The live table of the hosts being deployed side by side.
+  (defn __init__ [self reporter]
+    (setv self.reporter reporter))
+  (defn __rich__ [self]
+    (setv records (list (.items self.reporter.hosts))
+          running (lfor [h r] records :if (is (get r "status") None) #(h r))
+          table (Table :title f"{(- (len records) (len running))}/{(len records)} hosts finished"
+                       :title-justify "left" :box None :pad-edge False))
+    (for [c ["host" "progress" "status" "applying"]]
+      (.add-column table c :no-wrap True :overflow "ellipsis"))
+    (for [[host r] running]
+      (.add-row table host (_done r) (get r "state")
+                (if (get r "current") f"{(get r "current")} ({(_elapsed r) :.1f} s)" "")))
+    table))
+
+(defn _done [record]
+  (+ (str (get record "done")) (if (get record "total") f"/{(get record "total")}" "")))
+
+(defn _elapsed [record]
+  (- (time.monotonic) (get record "since")))
 
 (defclass Reporter []
   "A sink for engine events that prints them as they come.  Call `finish`
 after the last deployment to print the failures again and, for several
-hosts, the recap."
+hosts, the recap.
+
+Events may come from several threads (hosts deployed side by side): each is
+handled whole under one lock.  With `grouping` on, each host's lines are
+kept until its deployment ends and then printed together, so that hosts
+never interleave line by line; on a terminal a live table shows the hosts
+still running."
 
   (defn __init__ [self [console None] [verbosity 0] [diff False] [check False]]
     (setv self.console (or console (Console :highlight False :soft-wrap True))
           self.verbosity verbosity
           self.show-diffs (or diff (>= verbosity 1))
           self.check check
-          ;; Announced properties started but not ended:
-          ;; [depth desc heading-shown? start-time]
-          self.open []
+          self.lock (threading.RLock)
+          self.grouped False
           self.status None
+          ;; hostname -> what is known of its deployment: counts, status,
+          ;; the announced properties started but not ended (`open`: [depth
+          ;; desc heading-shown? start-time]), progress, and (grouping) the
+          ;; lines kept until it ends.
           self.hosts {}
           self.failures []
           self.durations []
-          self.total None
-          self.done 0
-          self.current None
-          self.current-host ""
-          self.current-since (time.monotonic)))
+          self.current-host ""))
+
+  (defn grouping [self on]
+    "Keep each host's lines until its deployment ends (ON), or print them
+as they come."
+    (setv self.grouped (bool on)))
+
+  (defn _record [self host]
+    (when (not-in host self.hosts)
+      (setv (get self.hosts host) {"counts" (dfor s COUNTED s 0)
+                                   "started" (time.monotonic)
+                                   "status" None
+                                   "state" "connecting"
+                                   "open" []
+                                   "total" None
+                                   "done" 0
+                                   "current" None
+                                   "since" (time.monotonic)
+                                   "lines" []}))
+    (get self.hosts host))
 
   (defn expect [self host total]
     "HOST is about to be applied, with TOTAL announced properties."
-    (setv self.total total
-          self.done 0))
+    (with [self.lock]
+      (setv record (self._record host)
+            (get record "total") total
+            (get record "done") 0
+            (get record "started") (time.monotonic))
+      ;; One host alone shows its live line from its first property on:
+      ;; while it connects, a hop may be asking for a password.
+      (when self.grouped (self._spin))))
 
   (defn __call__ [self event]
     ;; Event text comes from the target: neutralised here, once, before any
     ;; of it is rendered.  Text objects are never parsed as markup.
-    (setv event (printable-event event)
-          kind (get event "event")
-          host (.get event "host" ""))
-    (when (not-in host self.hosts)
-      (setv (get self.hosts host) {"counts" (dfor s COUNTED s 0)
-                                   "started" (time.monotonic)
-                                   "status" None}))
-    (cond (= kind "start") (self._start event)
-          (= kind "end") (self._end event)
-          (= kind "output") (self._output event)
-          (= kind "diff") (self._diff event)
-          (= kind "summary") (self._summary event)))
+    (with [self.lock]
+      (setv event (printable-event event)
+            kind (get event "event"))
+      (self._record (.get event "host" ""))
+      (cond (= kind "start") (self._start event)
+            (= kind "end") (self._end event)
+            (= kind "output") (self._output event)
+            (= kind "diff") (self._diff event)
+            (= kind "summary") (self._summary event))))
 
   (defn _prefix [self event [depth None]]
     (Text.assemble #((str (.get event "host" "")) "bold")
                    " :: "
                    (* "  " (if (is depth None) (get event "depth") depth))))
 
-  (defn _print [self text]
-    (.print self.console text))
+  (defn _print [self text [host None]]
+    (if (and self.grouped (is-not host None))
+        (.append (get (self._record host) "lines") text)
+        (.print self.console text)))
 
   (defn _show-open [self event]
     ;; A property's heading is printed once something happens inside it.
-    (for [entry self.open]
+    (setv host (.get event "host" ""))
+    (for [entry (get (self._record host) "open")]
       (when (not (get entry 2))
-        (self._print (+ (self._prefix event (get entry 0)) (Text (get entry 1))))
+        (self._print (+ (self._prefix event (get entry 0)) (Text (get entry 1))) host)
         (setv (get entry 2) True))))
 
   (defn _start [self event]
     (self._show-open event)
-    (.append self.open [(get event "depth") (get event "desc") False (time.monotonic)])
-    (setv self.current (get event "desc")
-          self.current-host (.get event "host" "")
-          self.current-since (time.monotonic))
+    (setv host (.get event "host" "")
+          record (self._record host))
+    (.append (get record "open") [(get event "depth") (get event "desc") False (time.monotonic)])
+    (setv (get record "current") (get event "desc")
+          (get record "state") "applying"
+          (get record "since") (time.monotonic)
+          self.current-host host)
     (self._spin))
 
   (defn _end [self event]
     (setv status (get event "status")
+          host (.get event "host" "")
+          record (self._record host)
+          open (get record "open")
           duration None)
-    (if (and self.open (!= status "skipped")
-             (= (get (get self.open -1) 0) (get event "depth")))
-        (setv duration (- (time.monotonic) (get (.pop self.open) 3)))
+    (if (and open (!= status "skipped")
+             (= (get (get open -1) 0) (get event "depth")))
+        (setv duration (- (time.monotonic) (get (.pop open) 3)))
         ;; The end of a property inside open ones (a failure, a skip, an
         ;; unannounced property): their headings first.
         (self._show-open event))
-    (+= (get (get self.hosts (.get event "host" "")) "counts" status) 1)
-    (+= self.done 1)
+    (+= (get record "counts" status) 1)
+    (+= (get record "done") 1)
+    (when (= status "failed") (setv (get record "state") "failing"))
     (setv #(word style) (get STATUS-WORDS status)
           line (+ (self._prefix event) (Text (get event "desc")) " ... "
                   (Text word :style style)))
     (when (is-not duration None)
-      (.append self.durations #(duration (.get event "host" "") (get event "desc")))
+      (.append self.durations #(duration host (get event "desc")))
       (when (>= self.verbosity 1)
         (.append line (Text f" ({duration :.2f} s)" :style "dim"))))
-    (self._print line)
+    (self._print line host)
     (when (.get event "message")
       (.append self.failures event)
       (self._indented event (self._reason event) "red"))
@@ -158,7 +227,8 @@ hosts, the recap."
     ;; returns that redraw a progress line.
     (for [line (.split (.rstrip text "\n") "\n")]
       (self._print (+ (self._prefix event (+ (get event "depth") extra))
-                      (Text (collapse-carriage-returns line) :style style)))))
+                      (Text (collapse-carriage-returns line) :style style))
+                   (.get event "host" ""))))
 
   (defn _output [self event]
     ;; Notes are always shown; a command's output only at -v (a failing
@@ -176,7 +246,8 @@ hosts, the recap."
           (+ (self._prefix event (+ (get event "depth") 1))
              (Text line :style (cond (.startswith line "+") "green"
                                      (.startswith line "-") "red"
-                                     True "dim")))))))
+                                     True "dim")))
+          (.get event "host" "")))))
 
   (defn _counts [self host]
     (setv record (get self.hosts host)
@@ -188,41 +259,67 @@ hosts, the recap."
     f"{(.join ", " shown)} in {seconds :.1f} s")
 
   (defn _summary [self event]
-    (self._stop-spinner)
     (setv host (.get event "host" "")
-          (get (get self.hosts host) "status") (get event "status")
-          #(text style) (get (if self.check CHECK-SUMMARIES SUMMARIES) (get event "status")))
+          record (self._record host)
+          status (get event "status")
+          (get record "status") status
+          (get record "current") None
+          #(text style) (get (if self.check CHECK-SUMMARIES SUMMARIES) status))
+    (when (not self.grouped) (self._stop-spinner))
     (self._print (+ (self._prefix event 0) (Text text :style style)
-                    "  " (Text (self._counts host) :style "dim"))))
+                    (if (= status "not-started")
+                        ""
+                        (+ (Text "  ") (Text (self._counts host) :style "dim"))))
+                 host)
+    (self._flush host))
+
+  (defn _flush [self host]
+    ;; A host's kept lines, printed together now that it has ended.
+    (setv record (self._record host)
+          lines (get record "lines"))
+    (setv (get record "lines") [])
+    (for [line lines]
+      (.print self.console line)))
 
   (defn finish [self]
     "Print what a reader wants at the end: the slowest properties (at -v),
 every failure again, and a recap of the hosts when there were several."
-    (self._stop-spinner)
-    (when (and (>= self.verbosity 1) self.durations)
-      (self._print (Text "Slowest:" :style "bold"))
-      (for [[d host desc] (cut (sorted self.durations :reverse True) 5)]
-        (self._print (Text f"  {d :8.2f} s  {host} :: {desc}"))))
-    (when self.failures
-      (self._print (Text "Failures:" :style "bold red"))
-      (for [e self.failures]
-        (setv first-line (get (+ (.splitlines (get e "message")) [""]) 0))
-        (self._print (Text.assemble "  " #((.get e "host" "") "bold") " :: "
-                                    (.get e "property" (get e "desc")) ": " first-line))))
-    (when (> (len self.hosts) 1)
-      (setv table (Table :title "Recap" :title-justify "left"))
-      (for [column ["host" "status" #* COUNTED]]
-        (.add-column table column :justify (if (in column #("host" "status")) "left" "right")))
-      (for [[host record] (.items self.hosts)]
-        (.add-row table (Text host) (or (get record "status") "not finished")
-                  #* (gfor s COUNTED (str (get (get record "counts") s)))))
-      (.print self.console table)))
+    (with [self.lock]
+      (self._stop-spinner)
+      (for [host (list self.hosts)]
+        (self._flush host))
+      (when (and (>= self.verbosity 1) self.durations)
+        (.print self.console (Text "Slowest:" :style "bold"))
+        (for [[d host desc] (cut (sorted self.durations :reverse True) 5)]
+          (.print self.console (Text f"  {d :8.2f} s  {host} :: {desc}"))))
+      (when self.failures
+        (.print self.console (Text "Failures:" :style "bold red"))
+        (for [e self.failures]
+          (setv first-line (get (+ (.splitlines (get e "message")) [""]) 0))
+          (.print self.console (Text.assemble "  " #((.get e "host" "") "bold") " :: "
+                                              (.get e "property" (get e "desc")) ": "
+                                              first-line))))
+      (when (> (len self.hosts) 1)
+        (setv table (Table :title "Recap" :title-justify "left"))
+        ;; Hostnames and statuses whole, on a narrow console too: the
+        ;; count columns give way first.
+        (.add-column table "host" :no-wrap True
+                     :min-width (max (gfor h self.hosts (len h)) :default 4))
+        (.add-column table "status" :no-wrap True :min-width 11)
+        (for [column COUNTED]
+          (.add-column table column :justify "right"))
+        (for [[host record] (.items self.hosts)]
+          (.add-row table (Text host) (or (get record "status") "not finished")
+                    #* (gfor s COUNTED (str (get (get record "counts") s)))))
+        (.print self.console table))))
 
   (defn _spin [self]
-    (when self.console.is-terminal
-      (when (not self.status)
-        (setv self.status (.status self.console (_Progress self)))
-        (.start self.status))))
+    (when (and self.console.is-terminal (not self.status))
+      (setv self.status (if self.grouped
+                            (Live (_FleetTable self) :console self.console
+                                  :refresh-per-second 4 :transient True)
+                            (.status self.console (_Progress self))))
+      (.start self.status)))
 
   (defn _stop-spinner [self]
     (when self.status
@@ -230,18 +327,27 @@ every failure again, and a recap of the hosts when there were several."
       (setv self.status None)))
 
   (defn close [self]
-    (self._stop-spinner)))
+    "Stop the live display, and print what was kept of hosts that never
+ended (the deployment was interrupted)."
+    (with [self.lock]
+      (self._stop-spinner)
+      (for [host (list self.hosts)]
+        (self._flush host)))))
 
 (defclass JsonSink []
   "A sink that writes each event as one line of JSON to STREAM, stamped with
-the time (seconds since the epoch) as \"time\"."
+the time (seconds since the epoch) as \"time\".  Events from several threads
+are written one whole line at a time."
   (defn __init__ [self [stream None]]
-    (setv self.stream (or stream sys.stdout)))
+    (setv self.stream (or stream sys.stdout)
+          self.lock (threading.Lock)))
   (defn __call__ [self event]
-    (.write self.stream (+ (json.dumps {#** event "time" (round (time.time) 3)}
-                                       :ensure-ascii False :default str)
-                           "\n"))
-    (.flush self.stream))
+    (setv line (+ (json.dumps {#** event "time" (round (time.time) 3)}
+                              :ensure-ascii False :default str)
+                  "\n"))
+    (with [self.lock]
+      (.write self.stream line)
+      (.flush self.stream)))
   (defn finish [self] None)
   (defn close [self] None))
 

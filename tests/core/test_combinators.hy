@@ -186,3 +186,9 @@
   (setv messages (lfor e events.events :if (.get e "message") (get e "message")))
   (assert (= messages ["ssh:h: the SSH connection was lost"]) messages)
   (assert (= outcome.status "failed") outcome))
+
+(defn test-on-change-after-a-sequence-is-announced-by-what-it-watches [events]
+  (apply events (on-change (eseqprops (noted "conf") (noted "unit")) (noted "restart")))
+  (assert (= (events.ends) [#("conf" "changed") #("unit" "changed") #("restart" "changed")
+                            #("after a change to: conf; unit" "changed")])
+          (events.ends)))

@@ -259,3 +259,16 @@ def test_install_puts_a_missing_python_there_with_the_package_manager(tmp_path, 
     assert "install -y -q python3" in (tmp_path / "apt.log").read_text()
     deploy([K("local"), hop], mixed_host(tmp_path / "d"), sink=lambda e: None)
     assert len((tmp_path / "apt.log").read_text().splitlines()) == 1, "installed twice"
+
+
+def test_the_conversation_with_the_target_is_reported_at_vvv(tmp_path):
+    def wire(verbosity):
+        events = []
+        deploy(LOCAL_PYTHON, mixed_host(tmp_path / str(verbosity)), sink=events.append,
+               verbosity=verbosity)
+        return [e["text"] for e in events if e.get("stream") == "wire"]
+    assert wire(2) == [], "nothing below -vvv"
+    frames = wire(3)
+    assert frames[0].startswith("→ hello (bundle "), frames
+    assert any(f.startswith("← events ×") for f in frames), frames
+    assert frames[-1].startswith("← done changes "), frames
