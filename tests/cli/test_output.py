@@ -44,14 +44,6 @@ def test_deploy_these_applies_several_forms_in_order(tmp_path):
     assert (tmp_path / "d" / "f").read_text() == "x\n"
 
 
-def test_deploy_these_with_an_unreadable_propspec_is_one_clear_line(tmp_path):
-    result = consfig("deploy-these", "--consfig", DEMO, "demo", '(file.has-content "x"',
-                     env_dir=tmp_path)
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr, result.stderr
-    assert "consfig: error:" in result.stderr
-
-
 def test_hosts_piped_into_a_reader_that_stops_ends_quietly(tmp_path):
     # Far more than a pipe holds, so that writing fails once head has gone.
     site = tmp_path / "many.hy"
