@@ -139,7 +139,11 @@ lives as long as the connection, for properties (see `consfig.context`)."
 
   (defn __init__ [self [upstream None]]
     (setv self.upstream upstream
-          self.connattrs {}))
+          self.connattrs {}
+          ;; Set by the deployment lock (`consfig.lock`): the commands run
+          ;; here carry it, so that its holder can end them all if the
+          ;; deployment ends before they do.
+          self.deployment-token None))
 
   (defn [property] where [self]
     "Where this connection's commands run, for messages: `ssh:root@db1 > sudo`."
@@ -180,7 +184,11 @@ when it runs for longer than TIMEOUT seconds (by default, the chain's
 nothing of it is left running there."
     (when (is timeout None) (setv timeout (self.chain-command-timeout)))
     (setv script (command->script cmd)
-          full (_prefix-script script env cwd)
+          full (_prefix-script script
+                               (if self.deployment-token
+                                   {"CONSFIG_DEPLOYMENT" self.deployment-token #** (or env {})}
+                                   env)
+                               cwd)
           started (time.monotonic))
     (check-sendable full)
     (if (and timeout (not self.python?))

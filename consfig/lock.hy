@@ -9,6 +9,13 @@ is the connection itself.  However the deployment ends — finished, failed,
 the controller killed, the connection dropped — that input ends and the lock
 goes with it; nothing is left to clean up.
 
+The holder is also the deployment's reaper.  Every command the deployment
+runs through that connection carries a random token in its environment
+(`CONSFIG_DEPLOYMENT`); when the holder's input ends, however that happens,
+it ends every process on the target that carries the token (TERM, then
+KILL), so that no command outlives the deployment that started it — not
+after a Ctrl-C, nor after the controller is killed.
+
 A second deployment waits up to `LOCK-WAIT` seconds, then fails naming the
 holder (who, from where, since when), which the holder records beside the
 lock.  A deployment nested in another (a chroot, a host deployed from one)
@@ -19,6 +26,7 @@ process, is deployed without a lock."
 (import contextlib
         getpass
         os
+        secrets
         socket
         time
         consfig.context [deployment-cache]
@@ -28,10 +36,26 @@ process, is deployed without a lock."
 ;; How long a deployment waits for another one on the same target to end.
 (setv LOCK-WAIT 60)
 
-;; $1: seconds to wait; $2: who we are, for whoever waits on us.
+;; $1: seconds to wait; $2: who we are, for whoever waits on us; $3: the
+;; token the deployment's commands carry.  The reaper runs once the input
+;; ends: TERM to what carries the token, KILL to what is left after 2 s.
 (setv _HOLD-LOCK "
+carrying() {
+  grep -lzx \"CONSFIG_DEPLOYMENT=$1\" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
+}
+reap() {
+  pids=$(carrying \"$1\"); [ -n \"$pids\" ] || return 0
+  kill -TERM $pids 2>/dev/null
+  i=0
+  while [ $i -lt 10 ]; do
+    pids=$(carrying \"$1\"); [ -n \"$pids\" ] || return 0
+    sleep 0.2; i=$((i + 1))
+  done
+  kill -KILL $pids 2>/dev/null
+  return 0
+}
 d=\"${XDG_CACHE_HOME:-$HOME/.cache}/consfig\"
-command -v flock >/dev/null 2>&1 || { echo unlocked; exec cat >/dev/null; }
+command -v flock >/dev/null 2>&1 || { echo unlocked; cat >/dev/null; reap \"$3\"; exit 0; }
 mkdir -p -m 700 \"$d\" || exit 1
 exec 9>>\"$d/deploy.lock\"
 if ! flock -w \"$1\" 9; then
@@ -40,18 +64,22 @@ if ! flock -w \"$1\" 9; then
 fi
 printf '%s\\n' \"$2\" >\"$d/deploy.holder\"
 echo locked
-exec cat >/dev/null")
+cat >/dev/null
+reap \"$3\"")
 
 (defn _holder [hostname]
   (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), deploying {hostname}, "
      f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"))
 
 (defn _acquire [connection hostname wait]
-  (setv process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
-                                            (str wait) (_holder hostname)]))
+  (setv token (secrets.token-hex 16)
+        process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
+                                            (str wait) (_holder hostname) token]))
   (setv answer (.decode (.readline process.stdout) "utf-8" "replace"))
   (cond
-    (in (.strip answer) #("locked" "unlocked")) process
+    (in (.strip answer) #("locked" "unlocked"))
+    (do (setv connection.deployment-token token)
+        process)
     (.startswith answer "busy")
     (do (.kill process)
         (raise (ConnectionFailed
@@ -93,6 +121,7 @@ which may be held by the controller, out of this process's sight."
             (yield)
             (finally
               (.discard held key)
+              (setv connection.deployment-token None)
               (_release process))))))
 
 (export :objects [holding-target-lock LOCK-WAIT])

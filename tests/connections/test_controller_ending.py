@@ -1,0 +1,44 @@
+"""However a deployment over a POSIX chain ends — the controller interrupted
+or killed — no command it started on the target survives it.  Over
+[[:ssh] :sudo] to the loopback lab, where `pgrep` sees the target's processes."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from harness import running, wait_until
+
+CONTROLLER = """
+import sys
+import hy
+from hy.models import Keyword as K
+import consfig.deployment
+from consfig.combinators import seqprops
+from consfig.host import make_host
+from consfig.props import cmd
+deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+chain = [[K("ssh"), K("host"), "lab", K("config"), sys.argv[1]], K("sudo")]
+# The command is put together here, so that this command line does not match it.
+deploy(chain, make_host("lab", None, None, seqprops(cmd.single("sleep", sys.argv[2]))),
+       sink=lambda e: None)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_a_controller_ended_by_a_signal_leaves_no_command_on_the_target(sshlab, how):
+    number = f"6{os.getpid()}{int(how)}"
+    marker = f"^sleep {number}$"
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, sshlab.config, number],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: running(marker), 30, f"sleep {number} to run on the target")
+        controller.send_signal(how)
+        controller.wait(30)
+    finally:
+        controller.kill()
+        controller.wait()
+    wait_until(lambda: not running(marker), 15,
+               f"the root sleep on the target to end after the controller's {how.name}")
