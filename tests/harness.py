@@ -37,6 +37,20 @@ def running(marker):
     return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
 
 
+def signal_once_running(argv, marker, how):
+    """Start the controller ARGV, wait until a process matching MARKER runs
+    (the command it started on the target), then end the controller with
+    the signal HOW; it is killed in any case before this returns."""
+    controller = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: running(marker), 30, f"{marker} to run on the target")
+        controller.send_signal(how)
+        controller.wait(30)
+    finally:
+        controller.kill()
+        controller.wait()
+
+
 def in_ci():
     """Whether we run in CI: CI set to true, 1 or yes (GitHub, GitLab and
     most others set CI=true)."""

@@ -4,12 +4,11 @@ or killed — no command it started on the target survives it.  Over
 
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
 
-from harness import running, wait_until
+from harness import running, signal_once_running, wait_until
 
 CONTROLLER = """
 import sys
@@ -31,14 +30,6 @@ deploy(chain, make_host("lab", None, None, seqprops(cmd.single("sleep", sys.argv
 def test_a_controller_ended_by_a_signal_leaves_no_command_on_the_target(sshlab, how):
     number = f"6{os.getpid()}{int(how)}"
     marker = f"^sleep {number}$"
-    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, sshlab.config, number],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_until(lambda: running(marker), 30, f"sleep {number} to run on the target")
-        controller.send_signal(how)
-        controller.wait(30)
-    finally:
-        controller.kill()
-        controller.wait()
+    signal_once_running([sys.executable, "-c", CONTROLLER, sshlab.config, number], marker, how)
     wait_until(lambda: not running(marker), 15,
                f"the root sleep on the target to end after the controller's {how.name}")

@@ -5,7 +5,6 @@ survives it.  Over [:local :python], where the target is this machine and
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -14,7 +13,7 @@ from hy.models import Keyword
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import running, wait_until  # noqa: E402
+from harness import running, signal_once_running, wait_until  # noqa: E402
 from remote_helpers import HERE, deploy, rp, seqprops  # noqa: E402
 
 from consfig.host import Host  # noqa: E402
@@ -52,16 +51,8 @@ def test_a_controller_ended_by_a_signal_leaves_nothing_on_the_target(how, tmp_pa
     number = f"4{os.getpid()}{int(how)}"
     marker = f"sleep {number}"
     pid_file = tmp_path / "pid"
-    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER.format(here=HERE),
-                                   str(pid_file), number],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_until(lambda: running(marker), 30, f"{marker} to run on the target")
-        controller.send_signal(how)
-        controller.wait(30)
-    finally:
-        controller.kill()
-        controller.wait()
+    signal_once_running([sys.executable, "-c", CONTROLLER.format(here=HERE), str(pid_file), number],
+                        marker, how)
     wait_until(lambda: not running(marker), 10,
                f"the command on the target to end after the controller's {how.name}")
     target = int(pid_file.read_text().split()[0])
