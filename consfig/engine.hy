@@ -12,7 +12,7 @@ catches it: see `apply-and-announce` and `Reported`."
         consfig.events [start-event end-event output-event diff-event summary-event
                         first-report?]
         consfig.host [get-hostname]
-        consfig.property [Propapp call-subroutine find-property propapp-desc
+        consfig.property [call-subroutine default-desc find-property propapp-desc
                           propapps-in propapp-type python-propapps]
         consfig.result [NO-CHANGE])
 
@@ -160,10 +160,10 @@ True)`) asks this before changing anything, and returns what it would do."
 
 (defn _fallback-desc [propapp]
   ;; What to call a property whose :desc itself failed, or one that is not
-  ;; announced: its name and its plain arguments, as the default :desc does.
-  (.join " " [(_short-name propapp)
-              #* (gfor a propapp.args :if (not (isinstance a Propapp))
-                       (if (isinstance a str) a (hy.repr a)))]))
+  ;; announced: what describes it without a :desc; its bare name when even
+  ;; that fails (an unknown property, arguments that cannot be shown).
+  (try (default-desc propapp)
+       (except [Exception] (_short-name propapp))))
 
 (defn _result [r]
   (if (= r NO-CHANGE) NO-CHANGE (if (is r None) :changed r)))

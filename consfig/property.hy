@@ -394,10 +394,16 @@ raise is a mistake in the consfig: a `PropspecError` naming the property."
   (setv prop (find-property propapp.name))
   (if prop.desc
       (str (call-subroutine prop "desc" propapp))
-      (.join " " [prop.short-name
-                  #* (gfor [a r] (zip propapp.args (.render-args prop propapp.args))
-                           :if (not (isinstance a Propapp))
-                           (if (isinstance a str) a r))])))
+      (default-desc propapp)))
+
+(defn default-desc [propapp]
+  "PROPAPP's name and its plain arguments (not the propapps among them), as
+a user would write them: what describes a property without a `:desc`."
+  (setv prop (find-property propapp.name))
+  (.join " " [prop.short-name
+              #* (gfor [a r] (zip propapp.args (.render-args prop propapp.args))
+                       :if (not (isinstance a Propapp))
+                       (if (isinstance a str) a r))]))
 
 ;; The defproplist/defpropspec propapps being expanded, outermost first.
 (setv _expanding (contextvars.ContextVar "consfig-expanding" :default #()))
@@ -524,5 +530,5 @@ as a propspec.  `(help {name})` shows its parameters and their types."
 (export :objects [Propapp Property properties define-property find-property
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
-                  propapp-desc preprocess-propapp propapp-hostattrs]
+                  propapp-desc default-desc preprocess-propapp propapp-hostattrs]
         :macros [defprop])
