@@ -30,7 +30,7 @@ error.  A usage error exits 64."
         consfig.errors [ConsfigError]
         consfig.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
         consfig.host [hosts preprocess-host]
-        consfig.propspec [eseqprops-of form->propspec propspec->tree]
+        consfig.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
         consfig.report [JsonSink Reporter error]
         consfig.site [demo-consfig find-default-consfig load-consfig])
 
@@ -178,10 +178,7 @@ error.  A usage error exits 64."
 (defn read-propspecs [text namespace]
   "The propspec written on the command line: one form, or several applied
 in order (an implicit `eseqprops`)."
-  (try
-    (setv forms (list (hy.read-many text)))
-    (except [e Exception]
-      (raise (ConsfigError f"cannot read the propspec {text !r}: {e}"))))
+  (setv forms (read-propspec-forms text))
   (when (not forms)
     (raise (ConsfigError "the propspec is empty: give one or more propapps")))
   (setv propapps (lfor f forms (form->propspec f namespace)))

@@ -281,15 +281,19 @@ resolved as qualified names, or through NAMESPACE (a module's globals)."
   (setv line (getattr form "start_line" None))
   (when line f"line {line}"))
 
-(defn read-propspec [text [namespace None]]
-  "Read a propspec printed as Hy (or written by a user on the command line)."
+(defn read-propspec-forms [text]
+  "The forms of the Hy TEXT, or a `PropspecError` a person can act on."
   (try
-    (setv forms (list (hy.read-many text)))
+    (list (hy.read-many text))
     (except [e hy.errors.HySyntaxError]
       (raise (PropspecError (+ "cannot read the propspec: "
                                (if (.startswith (str e.msg) "Premature end of input")
                                    "a parenthesis is never closed"
-                                   (str e.msg)))))))
+                                   (str e.msg))))))))
+
+(defn read-propspec [text [namespace None]]
+  "Read a propspec printed as Hy (or written by a user on the command line)."
+  (setv forms (read-propspec-forms text))
   (when (!= (len forms) 1)
     (raise (PropspecError f"expected one propspec form, found {(len forms)}")))
   (form->propspec (get forms 0) namespace))
@@ -421,6 +425,7 @@ macro `file.has-content*` available."
                     (require ~(hy.read (+ package "." (str n))) :as ~n)))))
 
 (export :objects [dotted->name walk-form walk-body apply-form dotted-expansion dotted-propapp
-                  eseqprops-of propspec->string propspec->tree read-propspec form->propspec
+                  eseqprops-of propspec->string propspec->tree read-propspec
+                  read-propspec-forms form->propspec
                   ->propspec propspec->data data->propspec]
         :macros [defproplist defpropspec props propapp use-props])
