@@ -15,7 +15,6 @@ import zipfile
 
 import pytest
 
-import hy  # noqa: F401
 from hy.models import Keyword as K
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
