@@ -104,8 +104,12 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
   (setv image (make-image host :no-secrets no-secrets)
         path (os.fspath path)
         tmp (os.path.join (or (os.path.dirname path) ".")
-                          f".{(os.path.basename path)}.tmp{(os.getpid)}")
-        fd (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-EXCL) 0o600))
+                          f".{(os.path.basename path)}.tmp{(os.getpid)}"))
+  (try
+    (setv fd (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-EXCL) 0o600))
+    (except [e OSError]
+      (raise (ConsfigError f"cannot write the image of {image.hostname} to {path}: {e.strerror}")
+             :from e)))
   (try
     (with [f (os.fdopen fd "wb")]
       (.write f image.data)
@@ -113,8 +117,11 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
       (os.fsync (.fileno f)))
     (os.chmod tmp (if image.secrets 0o600 0o755))
     (os.replace tmp path)
-    (except [BaseException]
+    (except [e BaseException]
       (try (os.unlink tmp) (except [OSError] None))
+      (when (isinstance e OSError)
+        (raise (ConsfigError f"cannot write the image of {image.hostname} to {path}: {e.strerror}")
+               :from e))
       (raise)))
   image)
 

@@ -187,6 +187,14 @@ def test_a_failing_property_gives_the_exit_status_of_deploy(site, bare_python, t
     assert (site["out"] / "reached").read_text() == "yes\n"
 
 
+def test_an_image_that_cannot_be_written_is_an_error_naming_where(site, tmp_path):
+    r = consfig("image", "--consfig", site["path"], f"status-{site['tag']}.image.test",
+                "-o", tmp_path / "no-such-directory" / "x.pyz")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "cannot write the image" in r.stderr and "no-such-directory" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
 def test_an_image_with_secrets_is_private_and_says_so(site, tmp_path):
     host = f"secret-{site['tag']}.image.test"
     out = tmp_path / "secret.pyz"
