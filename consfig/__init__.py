@@ -8,9 +8,9 @@ defpropspec, defhost, deploy, deploy-these, props, propapp, use-props);
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 from consfig import (actions, chain, combinators, context, deployment, engine,
-                     errors, fleet, hop, host, property, propspec, result)
+                     errors, fleet, hop, host, image, property, propspec, result)
 
-_MODULES = (property, propspec, host, deployment, fleet, combinators, result, actions,
+_MODULES = (property, propspec, host, deployment, fleet, image, combinators, result, actions,
             context, chain, hop, engine, errors)
 
 __all__ = []

@@ -145,10 +145,11 @@ they give no timeout of their own."
    "message" (if (isinstance e ConsfigError) (str e) f"{(. (type e) __name__)}: {e}")
    "traceback" (traceback.format-exc)})
 
-(defn _tidy-cache [bundle-dir new]
-  ;; Bytecode made during this run joins the manifest, so that it too is
-  ;; checked next time; a new bundle makes the older ones candidates for
-  ;; pruning.
+(defn tidy-cache [bundle-dir new]
+  "After a run from the bundle in BUNDLE-DIR (NEW: unpacked for this run):
+add the bytecode made meanwhile to its manifest, so that it too is checked
+next time (and not removed as unknown); a new bundle makes the older ones
+candidates for pruning."
   (try
     (import json)
     (with [f (open (os.path.join bundle-dir MANIFEST))]
@@ -175,19 +176,19 @@ and stream the events back to OUT."
     (signal.signal s (fn [#* _] (_die))))
   (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
                             :name "consfig-watcher"))
-  (import consfig.host [Host])
+  (import consfig.payload [payload-host])
   (try
-    (setv host (Host.<-data (get msg "host"))
+    (setv host (payload-host msg)
           outcome (_apply-here host msg writer.event))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
     (except [e Exception]
       (.message writer (_error-message e))))
   (.set _finished)
   (.close writer)
-  (_tidy-cache bundle-dir new)
+  (tidy-cache bundle-dir new)
   ;; Not a normal exit: that would wait for the thread still reading stdin
   ;; (and then fail to take its lock), which is both slow and noisy.
   (.flush sys.stderr)
   (os._exit 0))
 
-(export :objects [serve HEARTBEAT])
+(export :objects [serve tidy-cache HEARTBEAT])
