@@ -32,7 +32,11 @@ Call it to deploy it with that default chain."
           self.deploy deploy
           self.desc desc
           self.groups (list (or groups []))
-          self.hostattrs (or hostattrs {})))
+          self.hostattrs (or hostattrs {})
+          ;; Prerequisite data: what its :hostattrs provided, (iden1, iden2)
+          ;; -> DataItem, and every declared item once resolved (consfig.data).
+          self.provided {}
+          self.data {}))
 
   (defn __call__ [self #** kwargs]
     (import consfig.deployment [deploy*])
