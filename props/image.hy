@@ -9,14 +9,19 @@ needs nothing but a Python 3.9+ and flock(1)."
 
 (require consfig.property [defprop]
          consfig.propspec [defpropspec])
-(import json
+(import contextvars
+        json
         os
         re
         shlex
         hy.models [Keyword]
-        consfig.actions [NO-CHANGE run run-ok? remote-exists?]
+        consfig.actions [NO-CHANGE run run-ok? remote-exists? write-remote-file]
         consfig.combinators [eseqprops on-change with-unapply unapplied]
-        consfig.engine [Drift apply-sequence]
+        consfig.context [current-host]
+        consfig.data [get-data provide-data secret?]
+        consfig.engine [Drift WOULD-CHANGE apply-sequence checking? inform]
+        consfig.errors [ConsfigError]
+        consfig.host [Host find-host get-hostattrs get-hostname]
         consfig.props [cron file systemd]
         consfig.props.service [no-services?]
         consfig.puller
@@ -204,13 +209,14 @@ later).  Unapplying removes both."
                  :encoding "utf-8")]
     (.read f)))
 
-(defn pull-config [url hostname keys python]
+(defn pull-config [url hostname keys python arguments]
   "The puller's configuration file (JSON) on the host."
   (+ (json.dumps {"url" url
                   "host" hostname
                   "public-keys" (lfor k keys (.strip k))
                   "state-directory" PULL-DIR
                   "python" python
+                  "arguments" arguments
                   "lock" APPLY-LOCK}
                  :indent 1 :sort-keys True)
      "\n"))
@@ -219,14 +225,15 @@ later).  Unapplying removes both."
                                  * #^ (one-of public-key (non-empty-list-of public-key)) public-key
                                  #^ interval [every "1h"] #^ scheduler [via :auto]
                                  #^ (optional (int-range 0 86400)) [random-delay None]
-                                 #^ abs-path [python "/usr/bin/python3"]]
+                                 #^ abs-path [python "/usr/bin/python3"]
+                                 #^ (list-of non-empty-line) [arguments []]]
   "Every EVERY, the host fetches its image URL/HOSTNAME and the signature
 URL/HOSTNAME.sig (as `consfig publish` writes them), downloading only what
 changed (a conditional GET), checks that the signature is by PUBLIC-KEY (a
 line of a KEYFILE.pub, or a list of them: any one is trusted, for key
 rotation), names this host, vouches for these bytes and is no older than the
 image applied last, keeps the image as the last good one and applies it with
-PYTHON.  An unsigned, altered or wrongly signed image is refused and
+PYTHON (and ARGUMENTS, the image's options: `[\"-v\"]`, `[\"--as-host\"]`).  An unsigned, altered or wrongly signed image is refused and
 reported (the run fails, in the journal or cron's mail) and nothing is
 applied.  The puller (`/usr/local/lib/consfig/puller.py`) needs nothing but
 Python 3.9+: it verifies with `cryptography` where that is installed, else
@@ -245,7 +252,8 @@ image)."
     (file.exists-with-content puller (_source "puller.py") :mode 0o644)
     (file.exists-with-content verifier (_source "ed25519.py") :mode 0o644)
     (file.directory-exists (os.path.dirname PULL-CONFIG))
-    (pull-config-installed url keys python)
+    (file.exists-with-content PULL-CONFIG (pull-config url (get-hostname) keys python arguments)
+                              :mode 0o644)
     (file.directory-exists STATE-DIR)
     (file.has-mode STATE-DIR 0o700)
     schedule
@@ -254,30 +262,93 @@ image)."
     (file.does-not-exist puller verifier PULL-CONFIG)
     (file.directory-does-not-exist PULL-DIR)))
 
-(defprop pull-config-installed :posix [#^ url url #^ (non-empty-list-of public-key) keys
-                                       #^ abs-path python]
-  "The puller's configuration, /etc/consfig/pull.json, fetches URL/HOSTNAME
-for this host, trusting KEYS.  Unapplying removes it."
-  (:desc f"{PULL-CONFIG} pulls from {url}")
+;; The hosts whose image is being built.  Building an image computes the
+;; host's hostattrs, which runs `installed`'s :hostattrs again: there it
+;; provides nothing, so that the image does not have to contain itself.
+(setv _imaging (contextvars.ContextVar "consfig-imaging" :default (frozenset)))
+
+(defn _unprepared [hostname]
+  ;; The host as its consfig defines it; a host that is not registered (one
+  ;; made for `deploy-these`) with the propspec being preprocessed.
+  (try (find-host hostname)
+       (except [ConsfigError]
+         (Host hostname (. (.get current-host) propspec)))))
+
+(defn own-image [hostname * [no-secrets False]]
+  "The `consfig.image.Image` of HOSTNAME as `installed` puts it on the host:
+built while the host is preprocessed, and without the image itself."
+  (import consfig.image [make-image])
+  (setv token (.set _imaging (| (.get _imaging) #{hostname})))
+  (try (make-image (_unprepared hostname) :no-secrets no-secrets)
+       (finally (.reset _imaging token))))
+
+(defn _image-declared? [hostname]
+  (any (gfor d (get-hostattrs "data")
+             (and (= (get d "iden1") "--image") (= (get d "iden2") hostname)))))
+
+(defn _installed-sha256 []
+  (setv r (run "sha256sum" "--" IMAGE-PATH :check False))
+  (when r.ok? (get (.split r.stdout) 0)))
+
+(defprop installed :posix [* #^ boolean [no-secrets False]]
+  "The host's own image (see docs/images.md) is installed at `IMAGE-PATH`,
+mode 0600 when it holds secrets (0755 otherwise), in a directory only root
+reads: what `applied-periodically` applies.  The image is built on the
+controller when the host is preprocessed and travels as prerequisite data
+(`--image` HOSTNAME), so it is written only when its SHA-256 differs from
+the installed one's.  NO-SECRETS installs one built with `--no-secrets`.
+
+An image cannot contain itself: inside the image, this property has nothing
+to install and leaves the installed image as it is (so a host applying its
+image from a timer keeps it; a new one comes from the controller, or from
+`pulled-from`).  Unapplying removes the image."
+  (:desc f"its own image installed at {IMAGE-PATH}")
+  (:hostattrs
+    (setv hostname (get-hostname))
+    (when (not-in hostname (.get _imaging))
+      (setv image (own-image hostname :no-secrets no-secrets))
+      (provide-data "--image" hostname image.data :version image.sha256
+                    :secret (bool image.secrets))))
+  ;; No :check: whether the image is installed cannot decide whether to
+  ;; remove it, so :apply compares, and simulates in check mode.
   (:simulates True)
-  (:apply (apply-sequence [(file.exists-with-content
-                             PULL-CONFIG (pull-config url (hy.I.consfig/host.get-hostname) keys python)
-                             :mode 0o644)]
-                          :silent True))
-  (:unapply (apply-sequence [(file.does-not-exist PULL-CONFIG)] :silent True)))
+  (:apply
+    (setv hostname (get-hostname))
+    (when (not (_image-declared? hostname))
+      (inform f"applied from its own image: {IMAGE-PATH} is left as it is")
+      (return NO-CHANGE))
+    (setv item (get-data "--image" hostname)
+          have (_installed-sha256))
+    (when (= have item.sha256)
+      (return NO-CHANGE))
+    (when (checking?)
+      (inform (if have
+                  f"{IMAGE-PATH}: sha256 {(cut have 0 12)} → {(cut item.sha256 0 12)}"
+                  f"{IMAGE-PATH} would be installed"))
+      (return WOULD-CHANGE))
+    (setv content (.content item))
+    (run "mkdir" "-p" "-m" "700" "--" STATE-DIR)
+    (write-remote-file IMAGE-PATH (if (secret? content) (.reveal content) content)
+                       :mode (if (secret? content) 0o600 0o755)))
+  (:unapply
+    (cond (not (remote-exists? IMAGE-PATH)) NO-CHANGE
+          (checking?) (do (inform f"{IMAGE-PATH} would be removed") WOULD-CHANGE)
+          True (run "rm" "-f" "--" IMAGE-PATH))))
 
 (defpropspec applied-periodically :posix [* #^ interval [every "1h"] #^ scheduler [via :auto]
                                           #^ (optional (int-range 0 86400)) [random-delay None]
-                                          #^ abs-path [python "/usr/bin/python3"]]
+                                          #^ abs-path [python "/usr/bin/python3"]
+                                          #^ (list-of non-empty-line) [arguments []]]
   "The host re-applies its installed image (`IMAGE-PATH`, see `installed`)
 every EVERY, as Consfigurator's `cron:runs-consfigurator` does: one
 application at a time (under flock(1) on `APPLY-LOCK`, the lock the puller
 takes too), from the systemd timer consfig-apply.timer (output in the
 journal) or, where systemd does not run, a cron job.  Scheduling is
-`scheduled`'s (VIA, RANDOM-DELAY).  Unapplying removes both."
+`scheduled`'s (VIA, RANDOM-DELAY); ARGUMENTS are the image's options
+(`[\"-v\"]`, `[\"--as-host\"]`).  Unapplying removes both."
   (:desc f"applies its image every {(span (interval-seconds every))}")
   (setv schedule (scheduled "consfig-apply" "consfig: apply this host's image"
-                            ["/usr/bin/flock" "-n" "-E" (str EX-BUSY) APPLY-LOCK python IMAGE-PATH]
+                            ["/usr/bin/flock" "-n" "-E" (str EX-BUSY) APPLY-LOCK python IMAGE-PATH #* arguments]
                             every :via via :random-delay random-delay))
   (with-unapply
     (file.directory-exists STATE-DIR)
@@ -289,4 +360,4 @@ journal) or, where systemd does not run, a cron job.  Scheduling is
 (export :objects [STATE-DIR IMAGE-PATH APPLY-LOCK PULL-DIR LIB-DIR PULL-CONFIG UNIT-DIR
                   interval-seconds span systemd-quote service-text timer-text crontab-time
                   cron-command systemd-or-cron timer-absent scheduled pull-config
-                  pulled-from pull-config-installed applied-periodically])
+                  pulled-from own-image installed applied-periodically])

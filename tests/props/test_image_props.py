@@ -9,21 +9,29 @@ run the same way, through the job's script.  Images are stand-ins (a zip
 application noting each run in /var/tmp/applied); the puller fetches them
 from a loopback HTTP server outside the chroot."""
 
+import json
 import re
 import shlex
 import shutil
 import subprocess
+import zipfile
 
 import pytest
 
 import hy  # noqa: F401
 from hy.models import Keyword
 from consfig import publish, puller
-from consfig.props import apt, image, service
+from consfig.props import apt, file, image, service
 
 from harness import in_ci
 from imageserver import ImageServer, stand_in_image
-from proptest import HOSTNAME, apply_twice, deploy_propspec, in_chroot, this_os, unapply
+from consfig.combinators import eseqprops
+from consfig.deployment import __dict__ as _deployment
+from consfig.host import make_host
+from proptest import (HOSTNAME, apply_twice, deploy_propspec, failure_text, in_chroot, this_os,
+                      unapply)
+
+deploy = _deployment[hy.mangle("deploy*")]
 
 pytestmark = pytest.mark.chroot
 
@@ -247,3 +255,65 @@ def test_applied_periodically_uses_cron_where_systemd_does_not_run(chroot_chain,
     unapply(chroot_chain, p)
     assert not (root / "etc/cron.d/consfig-apply").exists()
     assert not (root / "usr/local/bin/consfig-apply_cronjob").exists()
+
+
+def deploy_host(chain, props, **kw):
+    """Deploy the host whose own propspec is PROPS (as a defhost would make
+    it: `installed` puts the image of the host's own propspec, not of what
+    `deploy-these` adds); return the outcome."""
+    events = []
+    host = make_host(HOSTNAME, None, None, eseqprops(this_os(), *props))
+    outcome = deploy(chain, host, sink=events.append, **kw)
+    assert outcome.status != "failed", failure_text(events)
+    return outcome
+
+
+def image_bytes(root):
+    return (root / image.IMAGE_PATH.lstrip("/")).read_bytes()
+
+
+def test_installed_puts_the_hosts_own_image_on_it(chroot_chain, root):
+    reset(root)
+    apply_twice(chroot_chain, [this_os(), image.installed()])
+    installed = root / image.IMAGE_PATH.lstrip("/")
+    assert installed.stat().st_mode & 0o777 == 0o755, oct(installed.stat().st_mode)
+    assert (root / "var/lib/consfig").stat().st_mode & 0o777 == 0o700
+    with zipfile.ZipFile(installed) as z:
+        meta = json.loads(z.read("consfig-image.json"))
+    assert meta["hostname"] == HOSTNAME, meta
+
+
+def test_the_installed_image_applies_and_leaves_itself_alone(chroot_chain, root):
+    reset(root)
+    deploy_host(chroot_chain, [image.installed(), file.has_content("/var/tmp/from-image", "hi\n")])
+    (root / "var/tmp/from-image").unlink()
+    before = image_bytes(root)
+    r = in_chroot(root, f"python3 {image.IMAGE_PATH} --as-host", check=False)
+    assert r.returncode == 0, f"{r.returncode}: {r.stdout}{r.stderr}"
+    assert (root / "var/tmp/from-image").read_text() == "hi\n", "the image did not apply"
+    assert image_bytes(root) == before, "the image replaced itself"
+
+
+def test_installed_rewrites_the_image_only_when_it_changed(chroot_chain, root):
+    reset(root)
+    deploy_host(chroot_chain, [image.installed()])
+    first = image_bytes(root)
+    assert deploy_host(chroot_chain, [image.installed()]).status == "no-change"
+    outcome = deploy_host(chroot_chain, [image.installed(), file.has_content("/var/tmp/more", "x\n")])
+    assert outcome.status == "changed" and image_bytes(root) != first, "the image was not updated"
+    unapply(chroot_chain, image.installed())
+    assert not (root / image.IMAGE_PATH.lstrip("/")).exists()
+
+
+def test_a_timer_applies_the_installed_image(chroot_chain, root):
+    reset(root)
+    deploy_host(chroot_chain, [image.installed(),
+                               image.applied_periodically(via=SYSTEMD, arguments=["--as-host"]),
+                               file.has_content("/var/tmp/periodic", "p\n")])
+    verified(root, "consfig-apply.service", "consfig-apply.timer")
+    (root / "var/tmp/periodic").unlink()
+    r = run_in(root, exec_start(root, "consfig-apply.service"))
+    assert r.returncode == 0, f"{r.returncode}: {r.stdout}{r.stderr}"
+    assert (root / "var/tmp/periodic").read_text() == "p\n", "the service did not apply the image"
+    state = json.loads((root / f"var/lib/consfig/runs/{HOSTNAME}.json").read_text())
+    assert state["status"] == "changed", state
