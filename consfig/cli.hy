@@ -9,6 +9,9 @@
   consfig hosts [--consfig FILE] [PATTERN…] [--limit PATTERN]
   consfig image [--consfig FILE] HOST -o FILE [--no-secrets]
   consfig status [--consfig FILE] HOST [--via CHAIN] [--json]
+  consfig keygen -o KEYFILE [--comment TEXT]
+  consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE
+                 [--limit PATTERN] [--with-secrets]
   consfig repl [FILE]
   consfig --version
 
@@ -137,6 +140,29 @@ deploy`'s, and an image's."
   (.add-argument s "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
   (via-option s)
   (.add-argument s "--json" :action "store_true" :help "print the recorded state as JSON")
+
+  (setv k (.add-parser sub "keygen" :help "make an Ed25519 key pair to sign published images"
+                       :description (+ "Write a private key to KEYFILE (mode 0600) and its public key to "
+                                       "KEYFILE.pub, the line hosts are given to trust (image.pulled-from "
+                                       ":public-key).  An existing KEYFILE is never overwritten.")))
+  (.add-argument k "-o" "--output" :metavar "KEYFILE" :required True :help "where to write the private key")
+  (.add-argument k "--comment" :metavar "TEXT" :help "a name for the key in KEYFILE.pub (default: KEYFILE's name)")
+
+  (setv u (.add-parser sub "publish" :help "write hosts' signed images where they pull them from"
+                       :description (+ "Build the image of each chosen host and write it, signed, to DIR "
+                                       "(DIR/HOST, DIR/HOST.sig, DIR/index.json), for any static file "
+                                       "server to serve to hosts with image.pulled-from.  Files are "
+                                       "replaced whole (written aside, then renamed); an unchanged image "
+                                       "is left untouched.  Images are built without secrets unless "
+                                       "--with-secrets (see docs/images.md).")))
+  (consfig-option u)
+  (.add-argument u "hosts" :nargs "+" :metavar "PATTERN" :help "hosts to publish: a name, a glob, @group…")
+  (limit-option u)
+  (.add-argument u "--to" :metavar "DIR" :required True :help "the directory a server serves")
+  (.add-argument u "--signing-key" :metavar "KEYFILE" :required True
+                 :help "the private key (from consfig keygen)")
+  (.add-argument u "--with-secrets" :action "store_true"
+                 :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone")
 
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
@@ -267,12 +293,38 @@ in order (an implicit `eseqprops`)."
         (in (get state "status") #("failed" "error")) 1
         True 0))
 
+(defn _keygen [args]
+  (import consfig.publish [keygen])
+  (setv line (keygen args.output args.comment))
+  (print f"{args.output}: private key (mode 0600; keep it off the hosts)")
+  (print f"{args.output}.pub: give hosts this line to trust, as image.pulled-from's :public-key:")
+  (print (.rstrip line))
+  0)
+
+(defn _publish [args]
+  (import consfig.image [make-image]
+          consfig.publish [load-signing-key publish-images])
+  (_load args)
+  (setv key (load-signing-key args.signing-key)
+        images (dfor host (select-hosts args.hosts args.limit)
+                     host.hostname (make-image host :no-secrets (not args.with-secrets)))
+        secret (sfor [h i] (.items images) :if i.secrets h))
+  (for [[host sha changed] (publish-images (dfor [h i] (.items images) h i.data) args.to key
+                                           :private secret)]
+    (print (+ f"{host}: " (if changed "published" "unchanged")
+              f", sha256 {sha}, {(len (. (get images host) data))} bytes")))
+  (when secret
+    (print (+ f"{(.join ", " (sorted secret))}: the image holds secrets, so its file is mode 0600; "
+              "whoever can fetch it can read them")
+           :file sys.stderr))
+  0)
+
 (defn _repl [args]
   (import consfig.repl [run-repl])
   (run-repl (_consfig-path args.file)))
 
 (setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
-                "status" _status "repl" _repl})
+                "status" _status "keygen" _keygen "publish" _publish "repl" _repl})
 
 (defn main [[argv None]]
   "Run the consfig command with ARGV; return the exit status."

@@ -142,10 +142,11 @@ BASE64 …`) or as the path of a KEYFILE.pub."
       (raise (ConsfigError f"{(os.path.join directory INDEX)} is not JSON; remove it to start a new index"))))
   (if (= (.get index "format") INDEX-FORMAT) index {"format" INDEX-FORMAT "hosts" {}}))
 
-(defn publish-images [images directory key]
+(defn publish-images [images directory key * [private #()]]
   "Publish IMAGES (a dict: hostname → the image's bytes) in DIRECTORY,
-signed with KEY (an Ed25519 private key).  Return a list of `[host sha256
-changed?]`, one per host."
+signed with KEY (an Ed25519 private key); the images of the hosts in
+PRIVATE (which hold secrets) mode 0600, the rest 0644.  Return a list of
+`[host sha256 changed?]`, one per host."
   (for [host images]
     (when (not (re.fullmatch _HOSTNAME host))
       (raise (ConsfigError f"{host !r} cannot be published: not a hostname usable as a file name"))))
@@ -162,7 +163,8 @@ changed?]`, one per host."
       ;; under a new signature.
       (setv sig (sign-image key host image
                             (_after (_now) (_previous-published directory host))))
-      (write-atomically (os.path.join directory host) image)
+      (write-atomically (os.path.join directory host) image
+                        :mode (if (in host private) 0o600 0o644))
       (write-atomically (os.path.join directory (+ host ".sig")) sig)
       (setv fields (check-statement sig [raw] host)))
     (setv (get index "hosts" host)
