@@ -300,8 +300,8 @@ the installed one's.  NO-SECRETS installs one built with `--no-secrets`.
 
 An image cannot contain itself: inside the image, this property has nothing
 to install and leaves the installed image as it is (so a host applying its
-image from a timer keeps it; a new one comes from the controller, or from
-`pulled-from`).  Unapplying removes the image."
+image from a timer keeps it; a new one comes with the next deployment from
+the controller).  Unapplying removes the image."
   (:desc f"its own image installed at {IMAGE-PATH}")
   (:hostattrs
     (setv hostname (get-hostname))
