@@ -317,3 +317,14 @@ def test_a_timer_applies_the_installed_image(chroot_chain, root):
     assert (root / "var/tmp/periodic").read_text() == "p\n", "the service did not apply the image"
     state = json.loads((root / f"var/lib/consfig/runs/{HOSTNAME}.json").read_text())
     assert state["status"] == "changed", state
+
+
+def test_check_mode_installs_nothing(chroot_chain, root, keys, server):
+    reset(root)
+    props = [this_os(), image.installed(), pulled(server, keys["good"][1], SYSTEMD),
+             image.applied_periodically(via=SYSTEMD)]
+    outcome, _ = deploy_propspec(chroot_chain, props, check_mode=True)
+    assert outcome.status == "changed", "check mode saw nothing to do"
+    for path in ["var/lib/consfig/image.pyz", "usr/local/lib/consfig/puller.py",
+                 "etc/systemd/system/consfig-pull.timer", "etc/systemd/system/consfig-apply.timer"]:
+        assert not (root / path).exists(), f"check mode wrote {path}"
