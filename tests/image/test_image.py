@@ -286,3 +286,29 @@ def test_an_image_run_over_ssh_applies_its_host_and_status_reads_it_back(sshlab,
     state = image.host_status(host)
     assert state["status"] == "changed", state
     assert state["path"].startswith(home), state
+
+
+def pyenv_python(version):
+    """The pyenv Python VERSION (a prefix: "3.9"), or a skip."""
+    root = os.path.expanduser("~/.pyenv/versions")
+    found = sorted(v for v in (os.listdir(root) if os.path.isdir(root) else [])
+                   if v.startswith(version + "."))
+    if not found:
+        pytest.skip(f"no Python {version} here (pyenv)")
+    return os.path.join(root, found[-1], "bin", "python3")
+
+
+def test_an_image_runs_on_the_oldest_python_consfig_supports(site, tmp_path):
+    python = pyenv_python("3.9")
+    path = write(site, f"status-{site['tag']}.image.test", "py39.pyz")
+    r = run(python, path, "--as-host", "--check", cache=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Changes would be made." in r.stdout or "Nothing would change." in r.stdout, r.stdout
+
+
+def test_an_image_run_by_a_too_old_python_says_so(site, tmp_path):
+    python = pyenv_python("3.8")
+    path = write(site, f"status-{site['tag']}.image.test", "py38.pyz")
+    r = run(python, path, cache=tmp_path)
+    assert r.returncode == 97, r.stdout + r.stderr
+    assert "needs Python 3.9 or later" in r.stderr, r.stderr
