@@ -73,6 +73,17 @@ them) and `sha256`, the hex digest of its bytes."
 (defn _read [path]
   (with [f (open path "rb")] (.read f)))
 
+(defn _hop-modules [host]
+  ;; What the host's own :python hop is told to ship besides: the image
+  ;; applies the host as that hop would.
+  (import consfig.chain [parse-chain])
+  (if host.deploy
+      (lfor [name kwargs] (parse-chain host.deploy)
+            :if (= name "python")
+            m (.get kwargs "modules" [])
+            m)
+      []))
+
 (defn make-image [host * [no-secrets False]]
   "The `Image` of HOST (a Host or a hostname): its hostattrs are computed
 here, as for a deployment.  With NO-SECRETS, the properties that hold a
@@ -81,7 +92,7 @@ secret are left out: on the host they fail, saying why."
   (setv prepared (. (prepare-deployment (Keyword "local") host) host)
         payload (host-payload prepared :secrets (not no-secrets))
         secrets (if no-secrets [] (payload-secrets prepared))
-        bundle (bundle-for prepared.propspec IMAGE-MODULES)
+        bundle (bundle-for prepared.propspec [#* IMAGE-MODULES #* (_hop-modules prepared)])
         entries (dfor [rel path] (.items bundle.files)
                       (+ "bundle/" (.replace rel os.sep "/")) (_read path)))
   (import consfig.imageboot)

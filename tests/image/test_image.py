@@ -2,6 +2,7 @@
 installed, applying their host with deploy's report and exit statuses, and
 recording each run for `consfig status`."""
 
+import io
 import json
 import os
 import pwd
@@ -49,6 +50,9 @@ SITE = """
 
 (defhost status-{tag}.image.test {{:deploy :local}}
   (file.has-content "{out}/status" "recorded\\n"))
+
+(defhost modules-{tag}.image.test {{:deploy [:local [:python :modules ["colorsys"]]]}}
+  (file.has-content "{out}/modules" "shipped\\n"))
 """
 
 
@@ -115,12 +119,18 @@ def test_building_an_image_twice_gives_the_same_bytes(site):
 
 def test_an_image_holds_no_time_and_no_path_of_the_controller(site):
     data = image.build_image(f"status-{site['tag']}.image.test")
-    z = zipfile.ZipFile(__import__("io").BytesIO(data))
+    z = zipfile.ZipFile(io.BytesIO(data))
     assert {i.date_time for i in z.infolist()} == {(1980, 1, 1, 0, 0, 0)}
     assert z.namelist() == sorted(z.namelist())
     checkout = os.fsencode(image.__file__.rsplit("/consfig/", 1)[0])
     assert checkout in os.fsencode(image.__file__)
     assert checkout not in b"".join(z.read(name) for name in z.namelist())
+
+
+def test_an_image_ships_the_modules_its_hosts_python_hop_is_told_to(site):
+    data = image.build_image(f"modules-{site['tag']}.image.test")
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert "bundle/colorsys.py" in names, names
 
 
 def test_consfig_image_writes_the_same_file_as_the_function(site):
