@@ -146,9 +146,9 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
       (and (or (not-in "." here) (not-in "." hostname))
            (= (get (.split here ".") 0) (get (.split hostname ".") 0)))))
 
-(defn _parser [hostname]
+(defn _parser [hostname archive]
   (import consfig.cli [Parser output-options])
-  (setv p (Parser :prog "python3 IMAGE"
+  (setv p (Parser :prog f"python3 {(os.path.basename archive)}"
                   :description f"Apply the configuration of {hostname} to this machine."
                   :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
                              "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
@@ -184,7 +184,7 @@ bundle unpacked in DIRECTORY, just now when NEW) to this machine, as the
 command-line arguments ARGV ask; return the exit status.  Called by the
 image's `__main__.py`."
   (import consfig.cli [guarded])
-  (setv args (.parse-args (_parser (get meta "hostname")) argv))
+  (setv args (.parse-args (_parser (get meta "hostname") archive) argv))
   (guarded args (fn [args] (_run args archive image meta directory new))))
 
 (defn _run [args archive image meta directory new]

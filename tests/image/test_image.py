@@ -189,6 +189,12 @@ def test_an_image_writes_json_events_when_asked(bare_python, applied):
     assert events[-1]["event"] == "summary" and events[-1]["status"] == "no-change", events[-1]
 
 
+def test_an_image_given_an_unknown_option_exits_as_deploy_does(bare_python, applied):
+    r = run(bare_python, applied["path"], "--no-such-option", cache=applied["cache"])
+    assert r.returncode == 64, r.stdout + r.stderr
+    assert "usage: python3 here.pyz" in r.stderr, r.stderr
+
+
 def test_an_image_refuses_a_machine_with_another_hostname(site, bare_python, tmp_path):
     path = write(site, f"failing-{site['tag']}.image.test", "failing.pyz")
     r = run(bare_python, path, cache=tmp_path)
