@@ -35,7 +35,7 @@ Each run records its outcome on the machine it ran on (`state-file`);
         hy.models [Keyword]
         consfig.bundle [bundle-for running-from]
         consfig.errors [ConsfigError]
-        consfig.payload [host-payload payload-host payload-secrets])
+        consfig.payload [host-payload payload-host payload-secrets secret-values])
 
 (setv FORMAT 1)
 ;; Besides what a `:python` target imports: the report's library (the
@@ -84,6 +84,23 @@ them) and `sha256`, the hex digest of its bytes."
             m)
       []))
 
+(defn _check-no-secret-in-code [host entries bundle]
+  ;; A secret written in a site module is in the image with that module,
+  ;; whatever --no-secrets leaves out of the host: refuse rather than say
+  ;; the image holds none.
+  (for [[desc value] (secret-values host.propspec)
+        ;; Line by line: in the source, a newline is written `\n`.
+        line (.splitlines (if (isinstance value str) (.encode value) value))
+        :setv needle (.strip line)
+        :if (>= (len needle) 4)
+        [name data] (.items entries)
+        :if (in needle data)]
+    (raise (ConsfigError
+             (+ f"{host.hostname}: the secret of \"{desc}\" is written in "
+                f"{(get bundle.files (cut name (len "bundle/") None))}, which the image "
+                "must carry (it defines properties the host uses), so --no-secrets cannot "
+                "leave it out; keep secrets out of the site's code (as prerequisite data)")))))
+
 (defn make-image [host * [no-secrets False]]
   "The `Image` of HOST (a Host or a hostname): its hostattrs are computed
 here, as for a deployment.  With NO-SECRETS, the properties that hold a
@@ -95,6 +112,8 @@ secret are left out: on the host they fail, saying why."
         bundle (bundle-for prepared.propspec [#* IMAGE-MODULES #* (_hop-modules prepared)])
         entries (dfor [rel path] (.items bundle.files)
                       (+ "bundle/" (.replace rel os.sep "/")) (_read path)))
+  (when no-secrets
+    (_check-no-secret-in-code prepared entries bundle))
   (import consfig.imageboot)
   (setv (get entries "__main__.py") (_read consfig.imageboot.__file__)
         (get entries "consfig-image.json")

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 from clirun import consfig  # noqa: E402
 
 import consfig.image as image  # noqa: E402
+from consfig.errors import ConsfigError  # noqa: E402
 from consfig.chain import close_chain, establish_chain, parse_chain  # noqa: E402
 from consfig.site import load_consfig  # noqa: E402
 
@@ -50,6 +51,16 @@ SITE = """
 
 (defhost status-{tag}.image.test {{:deploy :local}}
   (file.has-content "{out}/status" "recorded\\n"))
+
+(defprop site-marker :posix [path]
+  "A property of the site's own: the image must carry the site's code."
+  (:desc f"{{path}} is marked")
+  (:check (= (read-remote-file path) "marked\\n"))
+  (:apply (write-remote-file path "marked\\n")))
+
+(defhost leaky-{tag}.image.test {{:deploy :local}}
+  (site-marker "{out}/marked")
+  (file.has-content "{out}/leaky" "{secret}-leaky\\n" :secret True))
 
 (defhost modules-{tag}.image.test {{:deploy [:local [:python :modules ["colorsys"]]]}}
   (file.has-content "{out}/modules" "shipped\\n"))
@@ -241,6 +252,15 @@ def test_an_image_without_secrets_holds_none_and_fails_where_one_is_needed(site,
     assert "--no-secrets" in r.stdout, r.stdout
     assert (site["out"] / "public").read_text() == "public\n"
     assert not (site["out"] / "private").exists()
+
+
+def test_no_secrets_refuses_a_secret_written_in_site_code_the_image_carries(site, tmp_path):
+    with pytest.raises(ConsfigError) as e:
+        image.write_image(f"leaky-{site['tag']}.image.test", tmp_path / "leaky.pyz",
+                          no_secrets=True)
+    assert str(site["path"]) in str(e.value) and "leaky" in str(e.value), e.value
+    assert SECRET not in str(e.value), e.value
+    assert not (tmp_path / "leaky.pyz").exists()
 
 
 def test_status_says_an_image_never_ran_then_what_its_last_run_did(site, bare_python, tmp_path):
