@@ -137,22 +137,19 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
                           f".{(os.path.basename path)}.tmp{(os.getpid)}"))
   (try
     (setv fd (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-EXCL) 0o600))
+    (try
+      (with [f (os.fdopen fd "wb")]
+        (.write f image.data)
+        (.flush f)
+        (os.fsync (.fileno f)))
+      (os.chmod tmp (if image.secrets 0o600 0o755))
+      (os.replace tmp path)
+      (except [BaseException]
+        (try (os.unlink tmp) (except [OSError] None))
+        (raise)))
     (except [e OSError]
       (raise (ConsfigError f"cannot write the image of {image.hostname} to {path}: {e.strerror}")
              :from e)))
-  (try
-    (with [f (os.fdopen fd "wb")]
-      (.write f image.data)
-      (.flush f)
-      (os.fsync (.fileno f)))
-    (os.chmod tmp (if image.secrets 0o600 0o755))
-    (os.replace tmp path)
-    (except [e BaseException]
-      (try (os.unlink tmp) (except [OSError] None))
-      (when (isinstance e OSError)
-        (raise (ConsfigError f"cannot write the image of {image.hostname} to {path}: {e.strerror}")
-               :from e))
-      (raise)))
   image)
 
 ;; Running an image
