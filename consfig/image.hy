@@ -35,7 +35,7 @@ Each run records its outcome on the machine it ran on (`state-file`);
         hy.models [Keyword]
         consfig.bundle [bundle-for running-from]
         consfig.errors [ConsfigError]
-        consfig.payload [host-payload payload-host payload-secrets])
+        consfig.payload [host-payload payload-host payload-secrets secret-values])
 
 (setv FORMAT 1)
 ;; Besides what a `:python` target imports: the report's library (the
@@ -73,6 +73,34 @@ them) and `sha256`, the hex digest of its bytes."
 (defn _read [path]
   (with [f (open path "rb")] (.read f)))
 
+(defn _hop-modules [host]
+  ;; What the host's own :python hop is told to ship besides: the image
+  ;; applies the host as that hop would.
+  (import consfig.chain [parse-chain])
+  (if host.deploy
+      (lfor [name kwargs] (parse-chain host.deploy)
+            :if (= name "python")
+            m (.get kwargs "modules" [])
+            m)
+      []))
+
+(defn _check-no-secret-in-code [host entries bundle]
+  ;; A secret written in a site module is in the image with that module,
+  ;; whatever --no-secrets leaves out of the host: refuse rather than say
+  ;; the image holds none.
+  (for [[desc value] (secret-values host.propspec)
+        ;; Line by line: in the source, a newline is written `\n`.
+        line (.splitlines (if (isinstance value str) (.encode value) value))
+        :setv needle (.strip line)
+        :if (>= (len needle) 4)
+        [name data] (.items entries)
+        :if (in needle data)]
+    (raise (ConsfigError
+             (+ f"{host.hostname}: the secret of \"{desc}\" is written in "
+                f"{(get bundle.files (cut name (len "bundle/") None))}, which the image "
+                "must carry (it defines properties the host uses), so --no-secrets cannot "
+                "leave it out; keep secrets out of the site's code (as prerequisite data)")))))
+
 (defn make-image [host * [no-secrets False]]
   "The `Image` of HOST (a Host or a hostname): its hostattrs are computed
 here, as for a deployment.  With NO-SECRETS, the properties that hold a
@@ -81,9 +109,11 @@ secret are left out: on the host they fail, saying why."
   (setv prepared (. (prepare-deployment (Keyword "local") host) host)
         payload (host-payload prepared :secrets (not no-secrets))
         secrets (if no-secrets [] (payload-secrets prepared))
-        bundle (bundle-for prepared.propspec IMAGE-MODULES)
+        bundle (bundle-for prepared.propspec [#* IMAGE-MODULES #* (_hop-modules prepared)])
         entries (dfor [rel path] (.items bundle.files)
                       (+ "bundle/" (.replace rel os.sep "/")) (_read path)))
+  (when no-secrets
+    (_check-no-secret-in-code prepared entries bundle))
   (import consfig.imageboot)
   (setv (get entries "__main__.py") (_read consfig.imageboot.__file__)
         (get entries "consfig-image.json")
@@ -107,22 +137,19 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
                           f".{(os.path.basename path)}.tmp{(os.getpid)}"))
   (try
     (setv fd (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-EXCL) 0o600))
+    (try
+      (with [f (os.fdopen fd "wb")]
+        (.write f image.data)
+        (.flush f)
+        (os.fsync (.fileno f)))
+      (os.chmod tmp (if image.secrets 0o600 0o755))
+      (os.replace tmp path)
+      (except [BaseException]
+        (try (os.unlink tmp) (except [OSError] None))
+        (raise)))
     (except [e OSError]
       (raise (ConsfigError f"cannot write the image of {image.hostname} to {path}: {e.strerror}")
              :from e)))
-  (try
-    (with [f (os.fdopen fd "wb")]
-      (.write f image.data)
-      (.flush f)
-      (os.fsync (.fileno f)))
-    (os.chmod tmp (if image.secrets 0o600 0o755))
-    (os.replace tmp path)
-    (except [e BaseException]
-      (try (os.unlink tmp) (except [OSError] None))
-      (when (isinstance e OSError)
-        (raise (ConsfigError f"cannot write the image of {image.hostname} to {path}: {e.strerror}")
-               :from e))
-      (raise)))
   image)
 
 ;; Running an image
@@ -135,9 +162,9 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
       (and (or (not-in "." here) (not-in "." hostname))
            (= (get (.split here ".") 0) (get (.split hostname ".") 0)))))
 
-(defn _parser [hostname]
+(defn _parser [hostname archive]
   (import consfig.cli [Parser output-options])
-  (setv p (Parser :prog "python3 IMAGE"
+  (setv p (Parser :prog f"python3 {(os.path.basename archive)}"
                   :description f"Apply the configuration of {hostname} to this machine."
                   :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
                              "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
@@ -173,7 +200,7 @@ bundle unpacked in DIRECTORY, just now when NEW) to this machine, as the
 command-line arguments ARGV ask; return the exit status.  Called by the
 image's `__main__.py`."
   (import consfig.cli [guarded])
-  (setv args (.parse-args (_parser (get meta "hostname")) argv))
+  (setv args (.parse-args (_parser (get meta "hostname") archive) argv))
   (guarded args (fn [args] (_run args archive image meta directory new))))
 
 (defn _run [args archive image meta directory new]

@@ -38,16 +38,38 @@ fails on the host saying why."
         (isinstance x dict) (dfor [k v] (.items x) k (_walk v f))
         True x))
 
-(defn propspec-secrets [propspec]
-  "The properties in PROPSPEC that hold a secret, each as `#(description
-argument-names)`."
+(defn _secrets [propspec]
+  ;; #(propapp names) for each propapp holding a secret.
   (setv found [])
   (defn note [p]
     (setv names (_secret-arguments p))
-    (when names (.append found #((propapp-desc p) names)))
+    (when names (.append found #(p names)))
     p)
   (_walk propspec note)
   found)
+
+(defn propspec-secrets [propspec]
+  "The properties in PROPSPEC that hold a secret, each as `#(description
+argument-names)`."
+  (lfor [p names] (_secrets propspec) #((propapp-desc p) names)))
+
+(defn secret-values [propspec]
+  "The secret values PROPSPEC holds, as strings or bytes, each with the
+description of the property holding it: `#(description value)`."
+  (setv out [])
+  (for [[p names] (_secrets propspec)]
+    (setv prop (find-property p.name)
+          #(pos kw) (.bind prop p.args)
+          bound (. (.bind-partial prop.signature #* pos #** kw) arguments))
+    (for [n names]
+      (setv v (get bound n))
+      ;; `:secret True` marks another argument as secret: in the file
+      ;; properties' convention, the content.
+      (when (= n "secret")
+        (setv v (.get bound "content")))
+      (when (isinstance v #(str bytes))
+        (.append out #((propapp-desc p) v)))))
+  out)
 
 (defn payload-secrets [host]
   "What secret values the payload of the preprocessed HOST would hold: a
@@ -86,4 +108,5 @@ saying so."
                                   "hold (it was built with --no-secrets); apply it with "
                                   "`consfig deploy`, or build the image with its secrets")))))
 
-(export :objects [host-payload payload-host payload-secrets propspec-secrets withheld-secret])
+(export :objects [host-payload payload-host payload-secrets propspec-secrets secret-values
+                  withheld-secret])

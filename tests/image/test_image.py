@@ -2,6 +2,7 @@
 installed, applying their host with deploy's report and exit statuses, and
 recording each run for `consfig status`."""
 
+import io
 import json
 import os
 import pwd
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 from clirun import consfig  # noqa: E402
 
 import consfig.image as image  # noqa: E402
+from consfig.errors import ConsfigError  # noqa: E402
 from consfig.chain import close_chain, establish_chain, parse_chain  # noqa: E402
 from consfig.site import load_consfig  # noqa: E402
 
@@ -49,6 +51,19 @@ SITE = """
 
 (defhost status-{tag}.image.test {{:deploy :local}}
   (file.has-content "{out}/status" "recorded\\n"))
+
+(defprop site-marker :posix [path]
+  "A property of the site's own: the image must carry the site's code."
+  (:desc f"{{path}} is marked")
+  (:check (= (read-remote-file path) "marked\\n"))
+  (:apply (write-remote-file path "marked\\n")))
+
+(defhost leaky-{tag}.image.test {{:deploy :local}}
+  (site-marker "{out}/marked")
+  (file.has-content "{out}/leaky" "{secret}-leaky\\n" :secret True))
+
+(defhost modules-{tag}.image.test {{:deploy [:local [:python :modules ["colorsys"]]]}}
+  (file.has-content "{out}/modules" "shipped\\n"))
 """
 
 
@@ -86,6 +101,12 @@ def write(site, host, name, **kw):
     return path
 
 
+def contents(path):
+    """Every entry of the image at PATH, uncompressed, end to end."""
+    with zipfile.ZipFile(path) as z:
+        return b"".join(z.read(name) for name in z.namelist())
+
+
 def run(python, path, *args, cache):
     """`python3 IMAGE ARGS…` with an environment that names nothing of consfig's."""
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(cache)}
@@ -109,10 +130,18 @@ def test_building_an_image_twice_gives_the_same_bytes(site):
 
 def test_an_image_holds_no_time_and_no_path_of_the_controller(site):
     data = image.build_image(f"status-{site['tag']}.image.test")
-    z = zipfile.ZipFile(__import__("io").BytesIO(data))
+    z = zipfile.ZipFile(io.BytesIO(data))
     assert {i.date_time for i in z.infolist()} == {(1980, 1, 1, 0, 0, 0)}
     assert z.namelist() == sorted(z.namelist())
-    assert os.fsencode(image.__file__.rsplit("/consfig/", 1)[0]) not in data
+    checkout = os.fsencode(image.__file__.rsplit("/consfig/", 1)[0])
+    assert checkout in os.fsencode(image.__file__)
+    assert checkout not in b"".join(z.read(name) for name in z.namelist())
+
+
+def test_an_image_ships_the_modules_its_hosts_python_hop_is_told_to(site):
+    data = image.build_image(f"modules-{site['tag']}.image.test")
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert "bundle/colorsys.py" in names, names
 
 
 def test_consfig_image_writes_the_same_file_as_the_function(site):
@@ -171,6 +200,12 @@ def test_an_image_writes_json_events_when_asked(bare_python, applied):
     assert events[-1]["event"] == "summary" and events[-1]["status"] == "no-change", events[-1]
 
 
+def test_an_image_given_an_unknown_option_exits_as_deploy_does(bare_python, applied):
+    r = run(bare_python, applied["path"], "--no-such-option", cache=applied["cache"])
+    assert r.returncode == 64, r.stdout + r.stderr
+    assert "usage: python3 here.pyz" in r.stderr, r.stderr
+
+
 def test_an_image_refuses_a_machine_with_another_hostname(site, bare_python, tmp_path):
     path = write(site, f"failing-{site['tag']}.image.test", "failing.pyz")
     r = run(bare_python, path, cache=tmp_path)
@@ -201,7 +236,7 @@ def test_an_image_with_secrets_is_private_and_says_so(site, tmp_path):
     r = consfig("image", "--consfig", site["path"], host, "-o", out)
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
-    assert SECRET.encode() in out.read_bytes()
+    assert SECRET.encode() in contents(out)
     assert "holds secrets" in r.stderr and "private has content" in r.stderr, r.stderr
 
 
@@ -211,12 +246,21 @@ def test_an_image_without_secrets_holds_none_and_fails_where_one_is_needed(site,
     path = tmp_path / "nosecret.pyz"
     built = image.write_image(host, path, no_secrets=True)
     assert built.secrets == [] and stat.S_IMODE(path.stat().st_mode) == 0o755
-    assert SECRET.encode() not in path.read_bytes()
+    assert SECRET.encode() not in contents(path)
     r = run(bare_python, path, "--as-host", cache=tmp_path / "cache")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "--no-secrets" in r.stdout, r.stdout
     assert (site["out"] / "public").read_text() == "public\n"
     assert not (site["out"] / "private").exists()
+
+
+def test_no_secrets_refuses_a_secret_written_in_site_code_the_image_carries(site, tmp_path):
+    with pytest.raises(ConsfigError) as e:
+        image.write_image(f"leaky-{site['tag']}.image.test", tmp_path / "leaky.pyz",
+                          no_secrets=True)
+    assert str(site["path"]) in str(e.value) and "leaky" in str(e.value), e.value
+    assert SECRET not in str(e.value), e.value
+    assert not (tmp_path / "leaky.pyz").exists()
 
 
 def test_status_says_an_image_never_ran_then_what_its_last_run_did(site, bare_python, tmp_path):
@@ -278,3 +322,29 @@ def test_an_image_run_over_ssh_applies_its_host_and_status_reads_it_back(sshlab,
     state = image.host_status(host)
     assert state["status"] == "changed", state
     assert state["path"].startswith(home), state
+
+
+def pyenv_python(version):
+    """The pyenv Python VERSION (a prefix: "3.9"), or a skip."""
+    root = os.path.expanduser("~/.pyenv/versions")
+    found = sorted(v for v in (os.listdir(root) if os.path.isdir(root) else [])
+                   if v.startswith(version + "."))
+    if not found:
+        pytest.skip(f"no Python {version} here (pyenv)")
+    return os.path.join(root, found[-1], "bin", "python3")
+
+
+def test_an_image_runs_on_the_oldest_python_consfig_supports(site, tmp_path):
+    python = pyenv_python("3.9")
+    path = write(site, f"status-{site['tag']}.image.test", "py39.pyz")
+    r = run(python, path, "--as-host", "--check", cache=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Changes would be made." in r.stdout or "Nothing would change." in r.stdout, r.stdout
+
+
+def test_an_image_run_by_a_too_old_python_says_so(site, tmp_path):
+    python = pyenv_python("3.8")
+    path = write(site, f"status-{site['tag']}.image.test", "py38.pyz")
+    r = run(python, path, cache=tmp_path)
+    assert r.returncode == 97, r.stdout + r.stderr
+    assert "needs Python 3.9 or later" in r.stderr, r.stderr

@@ -1,6 +1,6 @@
 (import json
         consfig.host [Host]
-        consfig.payload [host-payload payload-host payload-secrets]
+        consfig.payload [host-payload payload-host payload-secrets secret-values]
         consfig.property [find-property])
 
 (defn _host []
@@ -32,3 +32,7 @@
   (assert (in "/etc/motd" text) "the other properties are kept")
   (assert (= (payload-secrets (payload-host (json.loads text))) [])
           "read back, it holds no secret"))
+
+(defn test-secret-values-are-the-secret-arguments-not-the-others []
+  (setv values (lfor [_ v] (secret-values (. (_host) propspec)) v))
+  (assert (= (sorted values) ["key-4711\n" "pw-4711"]) f"the two secrets, and only them: {values}"))
