@@ -307,7 +307,10 @@ the controller).  Unapplying removes the image."
     (setv hostname (get-hostname))
     (when (not-in hostname (.get _imaging))
       (setv image (own-image hostname :no-secrets no-secrets))
-      (provide-data "--image" hostname image.data :version image.sha256
+      ;; A secret's version is left to the data layer, which does not make
+      ;; it a digest of the content.
+      (provide-data "--image" hostname image.data
+                    :version (when (not image.secrets) image.sha256)
                     :secret (bool image.secrets))))
   ;; No :check: whether the image is installed cannot decide whether to
   ;; remove it, so :apply compares, and simulates in check mode.

@@ -78,8 +78,14 @@ def applied(root):
 
 
 def reset(root):
+    """Leave nothing of an earlier test's images, pullers or schedules."""
     (root / MARKER.lstrip("/")).unlink(missing_ok=True)
-    shutil.rmtree(root / "var/lib/consfig", ignore_errors=True)
+    for d in ["var/lib/consfig", "usr/local/lib/consfig", "etc/consfig"]:
+        shutil.rmtree(root / d, ignore_errors=True)
+    for pattern in ["etc/systemd/system/consfig-*", "etc/systemd/system/timers.target.wants/consfig-*",
+                    "etc/cron.d/consfig-*", "usr/local/bin/consfig-*_cronjob"]:
+        for path in root.glob(pattern):
+            path.unlink()
 
 
 def unit_text(root, name):
