@@ -21,7 +21,7 @@ unchanged, as is every line the property has no business with."
         consfig.actions [NO-CHANGE Script run run-ok? run-script output
                          write-remote-file remote-exists?]
         consfig.context [connection]
-        consfig.data [data-sent-event get-data require-data]
+        consfig.data [data-sent-event get-data on-target? require-data]
         consfig.host [get-hostname]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
@@ -416,7 +416,9 @@ returned."
   (setv content (.content item))
   (write-remote-file path (if item.secret (.reveal content) content)
                      :mode mode :owner owner :group group)
-  (emit (data-sent-event item path))
+  ;; On a target, the content came with the host, counted then.
+  (when (not (on-target?))
+    (emit (data-sent-event item path)))
   None)
 
 (defprop data-uploaded :posix [#^ non-empty-line iden1 #^ non-empty-line iden2 #^ abs-path destination
