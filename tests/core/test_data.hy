@@ -187,3 +187,20 @@
   (.write-text (/ tmp-path "x") "x")
   (setv source (try-register-data-source :local-file :location (+ d "/x") :iden1 "a" :iden2 "b"))
   (assert (= (.version source "a" "b") (str (. (os.stat (/ tmp-path "x")) st-mtime-ns))) source))
+
+(defn test-missing-data-stops-a-deployment-before-it-connects [tmp-path]
+  ;; The chain leads nowhere: reaching it would be a connection failure.
+  (register-data-source "files-tree" :location (str tmp-path))
+  (with [e (pytest.raises MissingData)]
+    (deploy* [[:ssh :host "nowhere.invalid" :timeout 1]] "web.test"))
+  (assert (in "(\"web.test\" \"motd\")" (str e.value)) (str e.value)))
+
+(defn test-a-site-may-register-a-source-of-its-own [events]
+  (defclass Constant [DataSource]
+    (defn version [self iden1 iden2] (when (= iden2 "motd") "v1"))
+    (defn fetch [self iden1 iden2] b"constant"))
+  (setv source (register-data-source (Constant)))
+  (deploy* [:local] "web.test" :sink events)
+  (assert (= seen [#(b"constant" "v1")]) seen)
+  (forget-data-source source)
+  (assert (= (data-sources) []) (data-sources)))
