@@ -20,7 +20,6 @@ story: identifiers, sources, the caches on both sides, how secrets travel."
 
 (import hashlib
         importlib
-        inspect
         os
         sys
         hy.models [Keyword]
@@ -130,11 +129,18 @@ for."
                   (when propapp (. (find-property propapp.name) where))))
   #(by where))
 
-(defn _site-frame []
+(defn _site-frames []
+  ;; The frames of the callers that are site code, innermost first.
   (import consfig.errors [_site-file?])
-  (for [frame (cut (inspect.stack 0) 1 None)]
-    (when (_site-file? frame.filename)
-      (return f"{(os.path.basename frame.filename)}:{frame.lineno}")))
+  (setv frame (sys._getframe 1))
+  (while frame
+    (when (_site-file? frame.f-code.co-filename)
+      (yield frame))
+    (setv frame frame.f-back)))
+
+(defn _site-frame []
+  (for [frame (_site-frames)]
+    (return f"{(os.path.basename frame.f-code.co-filename)}:{frame.f-lineno}"))
   None)
 
 (defn _current-host []
@@ -248,10 +254,8 @@ LOCATION/IDEN1/IDEN2, versioned by its modification time."
 (defn _caller-dir []
   ;; A relative :location is relative to the consfig file registering the
   ;; source; failing that (a REPL), to the working directory.
-  (import consfig.errors [_site-file?])
-  (for [frame (inspect.stack 0)]
-    (when (_site-file? frame.filename)
-      (return (os.path.dirname (os.path.abspath frame.filename)))))
+  (for [frame (_site-frames)]
+    (return (os.path.dirname (os.path.abspath frame.f-code.co-filename))))
   (os.getcwd))
 
 ;; The kinds a consfig may register: name -> class.
