@@ -24,7 +24,7 @@ story: identifiers, sources, the caches on both sides, how secrets travel."
         sys
         hy.models [Keyword]
         consfig.context [current-host]
-        consfig.errors [ConsfigError]
+        consfig.errors [ConsfigError site-file?]
         consfig.util [keyword-name text->bytes])
 
 (defclass Secret []
@@ -131,10 +131,9 @@ for."
 
 (defn _site-frames []
   ;; The frames of the callers that are site code, innermost first.
-  (import consfig.errors [_site-file?])
   (setv frame (sys._getframe 1))
   (while frame
-    (when (_site-file? frame.f-code.co-filename)
+    (when (site-file? frame.f-code.co-filename)
       (yield frame))
     (setv frame frame.f-back)))
 
@@ -166,7 +165,7 @@ resolved before anything connects, and read while applying with `get-data`."
   "Provide, in a property's `:hostattrs`, the item (IDEN1, IDEN2) with
 CONTENT (bytes, str or a `Secret`) computed on the controller for this host
 (a rendered template, a file of the site).  VERSION defaults to a digest of
-the content.  The item is declared too."
+the content (of a secret's, to \"provided\").  The item is declared too."
   (_check-iden "iden1" iden1)
   (_check-iden "iden2" iden2)
   (when (not (isinstance content #(bytes str Secret)))
@@ -174,8 +173,12 @@ the content.  The item is declared too."
   (setv secret (or secret (secret? content))
         raw (_unwrap content)
         host (_current-host))
+  ;; A secret's digest would let whoever sees the version guess a short
+  ;; secret; a secret is sent each time anyway, so its version says little.
+  (when (is version None)
+    (setv version (if secret "provided" (_sha256 raw))))
   (setv (get host.provided #(iden1 iden2))
-        (DataItem iden1 iden2 (if (is version None) (_sha256 raw) version)
+        (DataItem iden1 iden2 version
                   :secret secret :content raw :source "provided by the consfig"))
   (_declare iden1 iden2 secret))
 

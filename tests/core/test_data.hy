@@ -33,6 +33,11 @@
               (.append seen #((.content item) item.version item.sha256)))
           :no-change))
 
+(defprop provides-secret :posix [text]
+  "Provide a secret TEXT and record its item."
+  (:hostattrs (provide-data "--test" "secret" (Secret text)))
+  (:apply (.append seen (get-data "--test" "secret")) :no-change))
+
 (defhost web.test {:deploy :local}
   (reads-data "web.test" "motd"))
 
@@ -204,3 +209,10 @@
   (assert (= seen [#(b"constant" "v1")]) seen)
   (forget-data-source source)
   (assert (= (data-sources) []) (data-sources)))
+
+(defn test-a-provided-secret-is-not-versioned-by-its-digest [events]
+  (deploy-these* [:local] "bare.test" (provides-secret "hunter2") :sink events)
+  (setv [item] seen)
+  (assert item.secret "a secret")
+  (assert (= item.version "provided") item.version)
+  (assert (= (.content item) (Secret b"hunter2")) "its content"))
