@@ -216,3 +216,15 @@
   (assert item.secret "a secret")
   (assert (= item.version "provided") item.version)
   (assert (= (.content item) (Secret b"hunter2")) "its content"))
+
+(defn test-a-source-that-fails-is-one-error-before-connecting []
+  (defclass Broken [DataSource]
+    (defn version [self iden1 iden2] "1")
+    (defn fetch [self iden1 iden2] (raise (OSError "the disk is on fire")))
+    (defn describe [self] "a broken source"))
+  (register-data-source (Broken))
+  (with [e (pytest.raises DataSourceFailed)]
+    (deploy* [[:ssh :host "nowhere.invalid" :timeout 1]] "web.test"))
+  (setv message (str e.value))
+  (for [part ["web.test" "(\"web.test\" \"motd\")" "a broken source" "the disk is on fire"]]
+    (assert (in part message) message)))
