@@ -55,3 +55,12 @@ def test_missing_data_is_one_error_before_connecting(tmp_path):
     assert '("_app" "absent")' in r.stderr + r.stdout, r.stderr
     assert "nowhere.invalid" not in r.stderr + r.stdout, "nothing tried to connect"
     assert "Traceback" not in r.stderr, r.stderr
+
+
+def test_dry_run_lists_the_data_a_host_needs_and_a_missing_item(tmp_path):
+    path, _ = site(tmp_path, "x")
+    r = consfig("deploy", "--consfig", path, "app", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert '("_app" "key") version' in r.stdout and "(secret)" in r.stdout, r.stdout
+    r = consfig("deploy", "--consfig", path, "broken", "--dry-run")
+    assert r.returncode != 0 and '("_app" "absent")' in r.stderr + r.stdout, r.stdout + r.stderr
