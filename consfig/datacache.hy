@@ -6,7 +6,8 @@ consfig cache (`~/.cache/consfig/data`, or under $XDG_CACHE_HOME; mode
 0700): a directory per item and a file (0600) per version, both named by
 digests (`consfig.boot.data-entry`).  The controller keeps there what a
 source was slow to make (a git snapshot); a target, what it was sent, so
-that a version travels once.  Writing a version prunes the item's others.
+that a version travels once.  Writing a version prunes the item's others;
+an item no deployment has used for `UNUSED-DAYS` goes too.
 Secrets are kept in neither: they travel in memory, each deployment.
 
 Over a `:python` hop the controller sends, with the host, the manifest of
@@ -25,6 +26,10 @@ data from there, not from the controller."
         consfig.data [DataItem DataSource Secret data-sent-event use-only-source])
 
 (defn _sha256 [b] (.hexdigest (hashlib.sha256 b)))
+
+;; An item a target has not been sent or used for this long is dropped from
+;; its cache (a host that no longer needs it, an old chroot's).
+(setv UNUSED-DAYS 30)
 
 (defclass DataCache []
   "A directory of cached data versions (see the module's docstring), made
@@ -69,7 +74,22 @@ item's other versions."
         (raise)))
     (for [other (os.listdir directory)]
       (when (!= other name)
-        (try (os.unlink (os.path.join directory other)) (except [OSError] None))))))
+        (try (os.unlink (os.path.join directory other)) (except [OSError] None)))))
+
+  (defn used [self iden1 iden2]
+    "Note that (IDEN1, IDEN2) was used now, so that `prune` keeps it."
+    (try (os.utime (os.path.join self.root (get (data-entry iden1 iden2 "") 0)))
+         (except [OSError] None)))
+
+  (defn prune [self [days UNUSED-DAYS]]
+    "Remove the items not used for DAYS."
+    (import shutil time)
+    (setv limit (- (time.time) (* days 86400)))
+    (for [item (os.listdir self.root)]
+      (setv path (os.path.join self.root item))
+      (try (when (< (. (os.lstat path) st-mtime) limit)
+             (shutil.rmtree path))
+           (except [OSError] None)))))
 
 (defn cache-root []
   "The data cache of the user this process runs as (`data` in the consfig
@@ -181,6 +201,10 @@ source here."
         (when (is content None)
           (raise (OSError f"the controller did not send data {(_named m)}")))
         (_take m content entries cache))))
+  (when cache
+    (for [m manifest :if (not (get m "secret"))]
+      (.used cache (get m "iden1") (get m "iden2")))
+    (.prune cache))
   (use-only-source (ReceivedData entries))
   entries)
 

@@ -190,3 +190,17 @@ def test_a_sudo_password_after_python_travels_with_the_data(sshlab, site, tmp_pa
     assert secret not in repr(events)
     homes = [pwd.getpwnam(u).pw_dir for u in ["root", sshlab.pwuser]]
     assert [f for h in homes for f in files_holding(os.path.join(h, ".cache"), [secret])] == []
+
+
+def test_an_item_unused_for_long_leaves_the_target_cache(sshlab, site):
+    data_dir = os.path.join(target_caches(), "data")
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    stale = os.path.join(data_dir, "0" * 32)
+    os.makedirs(stale, mode=0o700, exist_ok=True)
+    with open(os.path.join(stale, "1" * 32), "w") as f:
+        f.write("stale")
+    long_ago = time.time() - 31 * 86400
+    os.utime(stale, (long_ago, long_ago))
+    run(chains(sshlab)["ssh-sudo-python"], site["dest"])
+    assert not os.path.exists(stale), "an item unused for 31 days was pruned"
+    assert files_holding(data_dir, [site["values"]["conf"]]), "what is used is kept"
