@@ -100,7 +100,9 @@ is a secret."
 ;; :pgp
 
 (defn _gpg [#* args #** kw]
-  (_run ["gpg" "--batch" "--quiet" "--yes" #* args] #** kw))
+  ;; Not --batch: decrypting may need gpg-agent to ask for the key's
+  ;; passphrase.
+  (_run ["gpg" "--quiet" "--yes" #* args] #** kw))
 
 (defn _decrypt [path]
   ;; The file holds {"items": [{"iden1" "iden2" "version" "content"}]}, content
@@ -180,7 +182,7 @@ its standard input; it is never written to a file."
   (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-pgp-"))
   (os.close fd)
   (try
-    (_gpg "--encrypt" #* to "--output" tmp :input plain :what f"pgp-set-data {path}")
+    (_gpg "--batch" "--encrypt" #* to "--output" tmp :input plain :what f"pgp-set-data {path}")
     (os.replace tmp path)
     (except [BaseException]
       (try (os.unlink tmp) (except [FileNotFoundError] None))
