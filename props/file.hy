@@ -21,7 +21,7 @@ unchanged, as is every line the property has no business with."
         consfig.context [connection]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
-        consfig.errors [FailedChange])
+        consfig.errors [AbortedChange FailedChange])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
@@ -113,15 +113,18 @@ the file back exactly."
         (is old None) f"+++ b{path}\n(a new, empty file)\n"
         True f"--- a{path}\n+++ b{path}\n(the bytes differ where they read the same)\n"))
 
-(defn update-file [path new * [mode None] [secret False]]
+(defn update-file [path new * [mode None] [owner None] [group None] [secret False]]
   "Make PATH contain NEW, text or bytes (keeping its mode and owner, or
-setting MODE), and report a diff unless SECRET.  `:no-change` when it
-already has exactly those bytes.  In check mode, change nothing: report
-what would change and return `:would-change`."
+setting MODE, OWNER and GROUP), and report a diff unless SECRET.
+`:no-change` when it already has exactly those bytes, mode and owner.  In
+check mode, change nothing: report what would change and return
+`:would-change`."
   (setv old (read-bytes path)
         new (content->bytes new))
   (when (= old new)
-    (return (if (is mode None) NO-CHANGE (_ensure-mode path mode))))
+    (return (if (= (_ensure-mode path mode) (_ensure-ownership path owner group) NO-CHANGE)
+                NO-CHANGE
+                (if (checking?) WOULD-CHANGE None))))
   (when (checking?)
     (inform (cond (is old None) f"{path} would be created"
                   secret f"{path} would change (secret: no diff)"
@@ -129,9 +132,19 @@ what would change and return `:would-change`."
     (when (not secret)
       (emit (diff-event path (_diff path old new))))
     (return WOULD-CHANGE))
-  (write-remote-file path new :mode mode)
+  (write-remote-file path new :mode mode :owner (_id owner) :group (_id group))
   (when (not secret)
     (emit (diff-event path (_diff path old new)))))
+
+(defn _id [x] (when (is-not x None) (str x)))
+
+(defn _ensure-ownership [path owner group]
+  (when (and (is owner None) (is group None))
+    (return NO-CHANGE))
+  (setv drift (_has-ownership? path owner group))
+  (cond (is drift True) NO-CHANGE
+        (checking?) (do (inform drift.explanation) WOULD-CHANGE)
+        True (run "chown" "-h" "--" (_owner-spec owner group) path)))
 
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
@@ -146,6 +159,7 @@ PATH does not exist, unless CREATE."
   (int (.strip (output "stat" "-c" "%a" "--" path)) 8))
 
 (defn _ensure-mode [path mode]
+  (when (is mode None) (return NO-CHANGE))
   (setv have (_mode-of path))
   (cond (= have mode) NO-CHANGE
         (checking?) (do (inform (_mode-change path have mode)) WOULD-CHANGE)
@@ -527,6 +541,157 @@ section is appended.  A section of None means the keys before any section."
             (.join ", " (gfor [[s k] v] (.items (_ini-triples triples)) f"[{s}] {k}={v}"))))
   (:apply (map-file-lines path (fn [lines] (_ini-update lines (_ini-triples triples)))
                           :create True)))
+
+;; Trees.  What a destination holds is listed by one script on the target
+;; (type, mode, owner, and each file's SHA-256), compared on the controller
+;; (or, after a :python hop, on the target) with the manifest of the site's
+;; tree, and only what differs is written, removed or fixed, in a few
+;; commands: a tree that holds already costs one round trip and no transfer.
+
+(setv _LISTING (.join "\n" ["set -e"
+                            "d=$1"
+                            "if [ -L \"$d\" ]; then printf 'link\\0'; exit 0; fi"
+                            "if [ ! -e \"$d\" ]; then printf 'none\\0'; exit 0; fi"
+                            "if [ -d \"$d\" ]; then"
+                            "  printf 'dir\\0'; cd -- \"$d\""
+                            "  find . -printf 'E\\0%y\\0%m\\0%U\\0%G\\0%u\\0%g\\0%l\\0%P\\0'"
+                            "  find . -type f -exec sha256sum -z -- {} +"
+                            "else"
+                            "  printf 'file\\0'"
+                            "  find \"$d\" -maxdepth 0 -printf 'E\\0%y\\0%m\\0%U\\0%G\\0%u\\0%g\\0%l\\0\\0'"
+                            "  if [ -f \"$d\" ]; then sha256sum -z < \"$d\"; fi"
+                            "fi"]))
+
+(setv _TYPES {"f" "file" "d" "dir" "l" "link"})
+
+(defn list-tree [path]
+  "What is at PATH on the target: `#(KIND ENTRIES)`, KIND \"none\", \"dir\"
+or \"file\", ENTRIES a dict of relative path (\"\" for PATH itself) → entry
+as in `consfig.sitefiles.tree-manifest`, with the owner's and group's names
+and numbers (\"users\" \"groups\")."
+  (setv tokens (.split (output (Script _LISTING path) :timeout 600) "\0")
+        kind (get tokens 0)
+        entries {}
+        i 1)
+  (while (< i (len tokens))
+    (setv tok (get tokens i))
+    (cond (= tok "E")
+          (do (setv #(y m U G u g l rel) (cut tokens (+ i 1) (+ i 9))
+                    (get entries rel) {"path" rel "type" (.get _TYPES y y) "mode" (int m 8)
+                                       "users" #(U u) "groups" #(G g) "target" l})
+              (+= i 9))
+          (>= (len tok) 64)
+          (do (setv rel (if (= kind "file") "" (.removeprefix (cut tok 66 None) "./")))
+              (when (in rel entries)
+                (setv (get entries rel "sha256") (cut tok 0 64)))
+              (+= i 1))
+          True (+= i 1)))
+  #(kind entries))
+
+(defn _kind-name [t]
+  (.get {"dir" "directory" "link" "symbolic link"} t t))
+
+(defn dir-mode [mode]
+  "The mode of a directory holding files of MODE: MODE with each
+permission to search where there is one to read (0o640 → 0o750)."
+  (| mode (>> (& mode 0o444) 2)))
+
+(defn _wanted-mode [entry mode]
+  (cond (= (get entry "type") "link") None
+        (is mode None) (get entry "mode")
+        (= (get entry "type") "dir") (dir-mode mode)
+        True mode))
+
+(defn tree-plan [dest manifest have * [mode None] [owner None] [group None] [delete False]]
+  "What makes DEST, whose listing is HAVE (see `list-tree`) hold
+the tree MANIFEST (`consfig.sitefiles.tree-manifest`): a dict of \"remove\",
+\"mkdir\", \"write\" (manifest entries), \"link\" (manifest entries),
+\"chmod\" (mode → paths) and \"chown\" (paths), and \"changes\", what
+differs, for people.  Without DELETE, what the manifest lacks is kept; a
+thing of the wrong type is replaced whatever DELETE says."
+  (setv plan {"remove" [] "mkdir" [] "write" [] "link" [] "chmod" {} "chown" [] "changes" []}
+        wanted (dfor e manifest (get e "path") e))
+  (when (and (in "" have) (!= (get have "" "type") (get wanted "" "type")))
+    (raise (AbortedChange (+ f"{dest} is a {(_kind-name (get have "" "type"))}, "
+                             f"not a {(_kind-name (get wanted "" "type"))}; "
+                             "not replacing it: move it away, or choose another destination"))))
+  (defn note [text] (.append (get plan "changes") text))
+  (defn shown [rel] (or rel "."))
+  (defn removed-above? [rel]
+    (any (gfor r (get plan "remove") (.startswith rel (+ r "/")))))
+  (for [rel (sorted have :key (fn [r] #((.count r "/") r)))]
+    (setv h (get have rel)
+          w (.get wanted rel))
+    (when (and (!= rel "") (not (removed-above? rel))
+               (or (and w (!= (get w "type") (get h "type")))
+                   (and (not w) delete)))
+      (.append (get plan "remove") rel)
+      (when (not w) (note f"{(shown rel)} would be removed"))))
+  (for [e manifest]
+    (setv rel (get e "path")
+          h (.get have rel)
+          gone (or (not h) (removed-above? rel) (in rel (get plan "remove")))
+          want-mode (_wanted-mode e mode)
+          kind (get e "type"))
+    (cond (= kind "dir")
+          (when gone
+            (.append (get plan "mkdir") rel)
+            (note f"{(shown rel)}/ would be created"))
+          (= kind "file")
+          (when (or gone (!= (.get h "sha256") (get e "sha256")))
+            (.append (get plan "write") e)
+            (note f"{(shown rel)} would be {(if gone "written" "updated")}"))
+          (= kind "link")
+          (when (or gone (!= (get h "target") (get e "target")))
+            (.append (get plan "link") e)
+            (note f"{(shown rel)} would link to {(get e "target")}")))
+    (setv fresh (or gone (in e (get plan "write")) (in e (get plan "link"))))
+    (when (and (is-not want-mode None) (not (and fresh (= kind "file")))
+               (or fresh (!= (get h "mode") want-mode)))
+      (.append (.setdefault (get plan "chmod") want-mode []) rel)
+      (when (not fresh)
+        (note f"{(shown rel)}: mode {(format (get h "mode") "o")} → {(format want-mode "o")}")))
+    (when (and (or owner group) (not (and fresh (= kind "file")))
+               (or fresh
+                   (and owner (not-in (str owner) (get h "users")))
+                   (and group (not-in (str group) (get h "groups")))))
+      (.append (get plan "chown") rel)
+      (when (not fresh)
+        (note f"{(shown rel)}: owner {(get h "users" 1)}:{(get h "groups" 1)} → {(or owner (get h "users" 1))}:{(or group (get h "groups" 1))}"))))
+  plan)
+
+(defn plan-empty? [plan]
+  "Whether PLAN (`tree-plan`) has nothing to do."
+  (not (get plan "changes")))
+
+(defn _each [dest code paths]
+  ;; CODE run with the paths PATHS (relative to DEST) as arguments, given
+  ;; NUL-separated on standard input: one command for any number of them.
+  (when paths
+    (run (Script (+ "xargs -0 -r " code))
+         :input (.join "" (gfor p paths (+ (if p (posixpath.join dest p) dest) "\0")))
+         :timeout 600)))
+
+(defn apply-tree-plan [dest plan content * [mode None] [owner None] [group None]]
+  "Carry out PLAN (`tree-plan`) in DEST on the target; CONTENT, given a
+manifest entry of a file, returns its bytes.  Each file is written
+atomically (see `write-remote-file`).  `:no-change` when PLAN is empty."
+  (when (plan-empty? plan) (return NO-CHANGE))
+  (_each dest "rm -rf --one-file-system --" (get plan "remove"))
+  (when (in "" (get plan "mkdir"))
+    (run "mkdir" "-p" "--" dest))
+  (_each dest "mkdir --" (lfor r (get plan "mkdir") :if r r))
+  (for [e (get plan "write")]
+    (setv target (if (get e "path") (posixpath.join dest (get e "path")) dest))
+    (write-remote-file target (content e)
+                       :mode (_wanted-mode e mode) :owner (_id owner) :group (_id group)))
+  (for [e (get plan "link")]
+    (setv target (posixpath.join dest (get e "path")))
+    (run "ln" "-sfnT" "--" (get e "target") target))
+  (for [[m paths] (.items (get plan "chmod"))]
+    (_each dest f"chmod {(format m "o")} --" paths))
+  (_each dest (+ "chown -h " (shlex.quote (_owner-spec owner group)) " --") (get plan "chown"))
+  None)
 
 (export :objects [has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
