@@ -8,6 +8,7 @@ and a bare hostname symbol."
 (import hy.models [Keyword String]
         consfig.chain [parse-chain establish-chain close-chain chain->data]
         consfig.context [applying connection current-host establishing-for]
+        consfig.data [resolve-data]
         consfig.engine [Reported announced-count apply-and-announce apply-host
                         check-propspec-fits checking? current-run]
         consfig.errors [ConsfigError FailedChange]
@@ -37,15 +38,16 @@ establishes the chain and applies it."
 (defn prepare-deployment [chain host * [propspec None] [additional None]]
   "Everything about deploying HOST (a Host or hostname) over CHAIN (its
 default chain when None) that can be checked on the controller — the chain,
-the propspec's arguments, every :hostattrs — checked, before connecting: a
-`Prepared`.  PROPSPEC replaces the host's propspec; ADDITIONAL is applied
-after it."
+the propspec's arguments, every :hostattrs, the prerequisite data they
+declare — checked, before connecting: a `Prepared`.  PROPSPEC replaces the
+host's propspec; ADDITIONAL is applied after it."
   (setv host (find-host host)
         parsed (_chain-for chain host)
         propspec (or propspec host.propspec))
   (when additional
     (setv propspec ((find-property "consfig.combinators.seqprops") propspec additional)))
   (setv prepared (preprocess-host host propspec))
+  (resolve-data prepared)
   (check-propspec-fits prepared.propspec
                        (or (any (gfor [name _] parsed (= name "python")))
                            (all (gfor [name _] parsed (= name "local"))))
@@ -176,7 +178,9 @@ of `deploy*` may come among them: `:check True`."
   (when additional
     (setv propspec ((find-property "consfig.combinators.seqprops")
                      (or propspec host.propspec) additional)))
-  #(parsed (preprocess-host host propspec)))
+  (setv prepared (preprocess-host host propspec))
+  (resolve-data prepared)
+  #(parsed prepared))
 
 (defn _forwarding-sink []
   ;; Events of a deployment applied by another Python, nested under this

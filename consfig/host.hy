@@ -35,7 +35,11 @@ Call it to deploy it with that default chain."
           self.hostattrs (or hostattrs {})
           ;; The consfig file that defines the host: a site's templates and
           ;; files are found relative to its directory (`consfig.sitefiles`).
-          self.site-file site-file))
+          self.site-file site-file
+          ;; Prerequisite data: what its :hostattrs provided, (iden1, iden2)
+          ;; -> DataItem, and every declared item once resolved (consfig.data).
+          self.provided {}
+          self.data {}))
 
   (defn __call__ [self #** kwargs]
     (import consfig.deployment [deploy*])
