@@ -13,12 +13,18 @@ unchanged, as is every line the property has no business with."
 (require consfig.property [defprop])
 (import consfig.types *)
 (import difflib
+        json
+        os
         posixpath
         re
         shlex
         consfig.actions [NO-CHANGE Script run run-ok? run-script output
                          write-remote-file remote-exists?]
-        consfig.context [connection]
+        consfig.context [connection current-host]
+        consfig.data [MissingData Secret secret? data-sources get-data get-data-bytes
+                      get-data-string provide-data require-data]
+        consfig.host [get-hostattr get-hostattrs get-hostname]
+        consfig.sitefiles [render-template site-directory site-path tree-manifest]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
         consfig.errors [AbortedChange FailedChange])
@@ -693,7 +699,130 @@ atomically (see `write-remote-file`).  `:no-change` when PLAN is empty."
   (_each dest (+ "chown -h " (shlex.quote (_owner-spec owner group)) " --") (get plan "chown"))
   None)
 
-(export :objects [has-content exists-with-content contains-lines lacks-lines
+;; Content from the site, rendered or read on the controller in :hostattrs and
+;; provided as prerequisite data: the propspec holds only names, and the
+;; content travels as data does (after a :python hop, once per version).
+
+(defn _install-item [iden1 iden2 path mode owner group]
+  ;; PATH gets the content of the item; a secret's mode is 0600 unless told.
+  (setv item (get-data iden1 iden2)
+        content (.content item))
+  (update-file path (if (secret? content) (.reveal content) content)
+               :mode (if (and item.secret (is mode None)) 0o600 mode)
+               :owner owner :group group :secret item.secret))
+
+(defn _template-data [secret-used]
+  ;; `data(iden1, iden2)` in a template: declared for the host and read at
+  ;; once, on the controller; a secret makes the rendered file one.
+  (fn [iden1 iden2]
+    (import consfig.data [_from-sources])
+    (setv host (.get current-host)
+          secret (any (gfor d (get-hostattrs "data")
+                            (and (= #((get d "iden1") (get d "iden2")) #(iden1 iden2))
+                                 (get d "secret"))))
+          item (or (.get host.provided #(iden1 iden2)) (_from-sources iden1 iden2 secret)))
+    (require-data iden1 iden2 :secret (or secret (and item item.secret)))
+    (when (is item None)
+      (raise (MissingData (+ f"data({(hy.repr iden1)}, {(hy.repr iden2)}): no data source has it; "
+                             "sources asked: "
+                             (or (.join "; " (gfor s (data-sources) (.describe s))) "none")))))
+    (setv content (.content item))
+    (when (secret? content)
+      (.append secret-used True)
+      (setv content (.reveal content)))
+    (.decode content "utf-8")))
+
+(defn template-variables [variables]
+  "What a template sees: `hostname`, `hostattrs` (name → values, newest
+first), `hostattr(name)` (the newest value, or None), and VARIABLES."
+  {"hostname" (get-hostname)
+   "hostattrs" (dict (. (.get current-host) hostattrs))
+   "hostattr" (fn [name] (get-hostattr name))
+   #** (or variables {})})
+
+(setv template-vars (dict-of (one-of string keyword) anything)
+      owner-type (optional (one-of user-name id-number))
+      group-type (optional (one-of group-name id-number)))
+
+(defprop templated :posix [#^ abs-path path #^ path template
+                           * #^ (optional template-vars) [vars None]
+                           #^ owner-type [owner None] #^ group-type [group None]
+                           #^ file-mode [mode None] #^ boolean [secret False]]
+  "PATH has the content of the Jinja2 TEMPLATE, a file of the site (relative
+to the directory of the consfig that defines the host; see
+`consfig.sitefiles`), rendered on the controller before anything connects.
+The template sees `hostname`, `hostattrs` and `hostattr(name)` (what the
+properties before this one declared), `data(iden1, iden2)` (an item of
+prerequisite data, as text) and the variables VARS.  A variable it uses and
+nothing defines is an error naming the template's file and line.  The
+rendered text travels as prerequisite data, not in the propspec.  When the
+template reads a secret (an item from a source of secrets such as :pass, or
+one a property before this one declared secret), or with SECRET, the file is
+a secret: mode 0600 unless MODE says otherwise, and never a diff."
+  (:desc f"{path} rendered from {template}")
+  (:hostattrs
+    (setv secret-used [])
+    (setv text (render-template template (template-variables vars)
+                                :data (_template-data secret-used)))
+    (provide-data "--template" path (if (or secret secret-used) (Secret text) text)))
+  (:simulates True)
+  (:apply (_install-item "--template" path path mode owner group)))
+
+(defn _site-file-iden [root e]
+  ;; A file of the site is named by its path relative to the site
+  ;; directory, or its absolute path outside it.
+  (setv full (if (get e "path") (os.path.join root (get e "path")) root)
+        site (site-directory))
+  (if (and site (.startswith full (+ site os.sep)))
+      (os.path.relpath full site)
+      full))
+
+(defn _tree-item [dest]
+  (setv manifest (json.loads (get-data-string "--site-tree" dest))
+        #(kind have) (list-tree dest))
+  (when (= kind "link")
+    (raise (AbortedChange f"{dest} is a symbolic link; give the path it points to")))
+  #(manifest have))
+
+(defn _changes [plan]
+  (setv changes (get plan "changes"))
+  (.join "\n" (+ (cut changes 20)
+                 (if (> (len changes) 20) [f"… and {(- (len changes) 20)} more"] []))))
+
+(defprop copied-from-site :posix [#^ abs-path dest #^ path source
+                                  * #^ owner-type [owner None] #^ group-type [group None]
+                                  #^ file-mode [mode None] #^ boolean [delete False]]
+  "DEST is a copy of SOURCE, a file or a directory tree of the site
+(relative to the directory of the consfig that defines the host): its files
+with their content, modes (MODE instead, when given: directories get it with
+x wherever it has r) and symlinks, owned by OWNER and GROUP when given.
+With DELETE, what DEST holds that SOURCE lacks is removed, as rsync's
+--delete does.  Files are compared by SHA-256, listed on the target by one
+command, so an unchanged tree costs no transfer; a file that differs is
+written atomically.  The files travel as prerequisite data."
+  (:desc f"{dest} is a copy of the site's {source}")
+  (:hostattrs
+    (setv root (site-path source "site file")
+          manifest (tree-manifest root))
+    (for [e manifest :if (= (get e "type") "file")]
+      (setv (get e "iden2") (_site-file-iden root e))
+      (provide-data "--site-file" (get e "iden2")
+                    (with [f (open (if (get e "path") (os.path.join root (get e "path")) root) "rb")]
+                      (.read f))
+                    :version (get e "sha256")))
+    (provide-data "--site-tree" dest (json.dumps manifest :sort-keys True)))
+  (:check
+    (setv #(manifest have) (_tree-item dest)
+          plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))
+    (or (plan-empty? plan) (Drift (_changes plan))))
+  (:apply
+    (setv #(manifest have) (_tree-item dest)
+          plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))
+    (apply-tree-plan dest plan (fn [e] (get-data-bytes "--site-file" (get e "iden2")))
+                     :mode mode :owner owner :group group)))
+
+(export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
+                  dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
                   does-not-exist directory-exists directory-does-not-exist
                   containing-directory-exists symlinked is-copy-of
