@@ -389,9 +389,20 @@ been declared in a `:hostattrs` (`require-data`, `provide-data`)."
   "The version of (IDEN1, IDEN2) this deployment uses."
   (. (get-data iden1 iden2) version))
 
+;; Events
+
+(defn data-sent-event [item [to None]]
+  "The output event (stream \"data\", shown at -v) that says ITEM's content
+was sent to the target (written to the file TO, or into its cache): its
+identifiers and version, never its content."
+  (setv text (+ f"sent data ({item.iden1} {item.iden2}) version {item.version}"
+                (if to f" to {to}" "")))
+  {"event" "output" "stream" "data" "text" text
+   "iden1" item.iden1 "iden2" item.iden2 "version" item.version})
+
 (export :objects [Secret secret? MissingData DataSourceUnusable UndeclaredData DataItem
                   DataSource LocalFileSource FilesTreeSource data-source-kinds
                   require-data provide-data register-data-source try-register-data-source*
                   reset-data-sources data-sources resolve-data
-                  get-data get-data-bytes get-data-string data-version]
+                  get-data get-data-bytes get-data-string data-version data-sent-event]
         :macros [try-register-data-source])

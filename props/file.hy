@@ -2,7 +2,9 @@
 
 Every property here is `:posix`: it reads and writes through the connection,
 so it works over any chain.  A change to a file's content is reported as a
-unified diff event (shown at -v), except for content marked secret.
+unified diff event (shown at -v), except for a secret's.  Content given
+inline is in the propspec; a secret comes from prerequisite data instead
+(`secret-uploaded`, docs/data.md).
 
 Content is compared as bytes: desired text is encoded as UTF-8, `bytes` are
 written as they are, and a file is never decoded lossily.  The properties
@@ -21,8 +23,8 @@ unchanged, as is every line the property has no business with."
         consfig.actions [NO-CHANGE Script run run-ok? run-script output
                          write-remote-file remote-exists?]
         consfig.context [connection current-host]
-        consfig.data [MissingData Secret secret? data-sources get-data get-data-bytes
-                      get-data-string provide-data require-data]
+        consfig.data [MissingData Secret secret? data-sent-event data-sources get-data
+                      get-data-bytes get-data-string provide-data require-data]
         consfig.host [get-hostattr get-hostattrs get-hostname]
         consfig.sitefiles [render-template site-directory site-path tree-manifest]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
@@ -144,14 +146,6 @@ check mode, change nothing: report what would change and return
 
 (defn _id [x] (when (is-not x None) (str x)))
 
-(defn _ensure-ownership [path owner group]
-  (when (and (is owner None) (is group None))
-    (return NO-CHANGE))
-  (setv drift (_has-ownership? path owner group))
-  (cond (is drift True) NO-CHANGE
-        (checking?) (do (inform drift.explanation) WOULD-CHANGE)
-        True (run "chown" "-h" "--" (_owner-spec owner group) path)))
-
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
 newlines; see `read-text` for bytes that are not UTF-8).  Nothing to do when
@@ -179,24 +173,33 @@ PATH does not exist, unless CREATE."
       f"{(get xs 0)} does not exist"
       f"{(.join ", " xs)} do not exist"))
 
+(setv _INLINE-SECRET
+      (+ "inline secret content is refused: the propspec is printed, logged and shipped, "
+         "and a secret must never be in it.  Keep the secret in prerequisite data "
+         "(a :files-tree, :pass or :pgp source) and install it with "
+         "(file.secret-uploaded IDEN1 IDEN2 PATH); see docs/data.md"))
+
 (defprop has-content :posix [#^ abs-path path #^ content content
                               * #^ file-mode [mode None] #^ boolean [secret False]]
   "PATH has exactly CONTENT: a string (written as UTF-8), `bytes` (written
 as they are), or a list of lines (joined, with a final newline).  The file's
-mode and owner are kept, unless MODE is given.  With SECRET, no diff of the
-content is ever reported."
+mode and owner are kept, unless MODE is given.  SECRET True is refused:
+content written here is in the propspec for all to see, so a secret comes
+from prerequisite data instead (`secret-uploaded`)."
   (:simulates True)
   (:desc f"{path} has content")
-  (:apply (update-file path (_text content) :mode mode :secret secret)))
+  (:invariant (not secret) _INLINE-SECRET)
+  (:apply (update-file path (_text content) :mode mode)))
 
 (defprop exists-with-content :posix [#^ abs-path path #^ content content
                                       * #^ file-mode [mode None] #^ boolean [secret False]]
   "Like `has-content`, but unapplying deletes PATH rather than restoring what
 was there before: for files the deployment creates, not for files that came
-with the OS."
+with the OS.  SECRET True is refused, as there."
   (:simulates True)
   (:desc f"{path} exists with content")
-  (:apply (update-file path (_text content) :mode mode :secret secret))
+  (:invariant (not secret) _INLINE-SECRET)
+  (:apply (update-file path (_text content) :mode mode))
   (:unapply
     (cond (not (remote-exists? path)) NO-CHANGE
           (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
@@ -373,6 +376,124 @@ mode, ownership and times."
                              "mv -f -- \"$tmp\" \"$1\""
                              "trap - EXIT"])
                 dest source (_parent dest))))
+
+;; Files from prerequisite data.  The content never goes into the propspec:
+;; the property names the item, the data layer supplies it (consfig.data).
+;; A destination is compared by digest on the target (`sha256sum`), so an
+;; unchanged file costs no transfer; a secret's destination is read and
+;; compared in memory instead, since a digest of a short secret is enough
+;; to guess it and would show in a command's output.
+
+(defn _digest-on-target [path]
+  (setv r (run-script "[ -f \"$1\" ] || exit 66; exec sha256sum < \"$1\"" path :check False))
+  (cond (= r.exit-code 66) None
+        r.ok? (get (.split r.stdout) 0)
+        True (raise (FailedChange f"cannot read the digest of {path}: {(.strip (+ r.stdout r.stderr))}"))))
+
+(defn _same-content? [item path]
+  (if item.secret
+      (= (read-bytes path) (.reveal (.content item)))
+      (= (_digest-on-target path) item.sha256)))
+
+(defn _ensure-ownership [path owner group]
+  (cond (or (and (is owner None) (is group None)) (is (_has-ownership? path owner group) True))
+        NO-CHANGE
+        (checking?) (do (inform f"{path} would get owner {(_owner-spec owner group)}") WOULD-CHANGE)
+        (is owner None) (run "chgrp" "--" (str group) path)
+        True (run "chown" "--" (_owner-spec owner group) path)))
+
+(defn install-data [iden1 iden2 path * [mode None] [owner None] [group None]]
+  "Make PATH on the target hold the content of the prerequisite data item
+(IDEN1, IDEN2), declared by the caller's `:hostattrs`: written (atomically,
+with MODE, OWNER and GROUP) only when its content differs, else only its
+mode and owner set.  A secret item gets mode 0600 unless MODE says
+otherwise, and is never shown in a diff.  `:no-change` when nothing was to
+do; in check mode, what would change is reported and `:would-change`
+returned."
+  (setv item (get-data iden1 iden2))
+  (when (and item.secret (is mode None))
+    (setv mode 0o600))
+  (when (_same-content? item path)
+    (setv changes [(if (is mode None) NO-CHANGE (_ensure-mode path mode))
+                   (_ensure-ownership path owner group)])
+    (return (cond (in WOULD-CHANGE changes) WOULD-CHANGE
+                  (all (gfor c changes (= c NO-CHANGE))) NO-CHANGE
+                  True None)))
+  (when (checking?)
+    (inform (+ f"{path} would be written from data ({iden1} {iden2}) version {item.version}"
+               (if item.secret " (secret: no diff)" "")))
+    (return WOULD-CHANGE))
+  (setv content (.content item))
+  (write-remote-file path (if item.secret (.reveal content) content)
+                     :mode mode :owner owner :group group)
+  (emit (data-sent-event item path))
+  None)
+
+(defprop data-uploaded :posix [#^ non-empty-line iden1 #^ non-empty-line iden2 #^ abs-path destination
+                               * #^ (optional file-mode) [mode None]
+                               #^ (optional (one-of user-name id-number)) [owner None]
+                               #^ (optional (one-of group-name id-number)) [group None]]
+  "DESTINATION holds the prerequisite data item (IDEN1, IDEN2), from the
+data sources the consfig registers (docs/data.md), with MODE, OWNER and
+GROUP when given (a secret item: mode 0600 unless MODE).  It is written
+only when its content differs."
+  (:simulates True)
+  (:desc f"{destination} has data {iden1} {iden2}")
+  (:hostattrs (require-data iden1 iden2))
+  (:apply (install-data iden1 iden2 destination :mode mode :owner owner :group group)))
+
+(defprop secret-uploaded :posix [#^ non-empty-line iden1 #^ non-empty-line iden2 #^ abs-path destination
+                                 * #^ file-mode [mode 0o600]
+                                 #^ (optional (one-of user-name id-number)) [owner None]
+                                 #^ (optional (one-of group-name id-number)) [group None]]
+  "DESTINATION holds the secret item (IDEN1, IDEN2), mode 0600 unless MODE
+says otherwise.  It is compared with DESTINATION in memory and never shown."
+  (:simulates True)
+  (:desc f"{destination} has secret {iden1} {iden2}")
+  (:hostattrs (require-data iden1 iden2 :secret True))
+  (:apply (install-data iden1 iden2 destination :mode mode :owner owner :group group)))
+
+(defprop host-data-uploaded :posix [#^ abs-path destination
+                                    * #^ (optional file-mode) [mode None]
+                                    #^ (optional (one-of user-name id-number)) [owner None]
+                                    #^ (optional (one-of group-name id-number)) [group None]]
+  "DESTINATION holds the item (HOSTNAME, DESTINATION) of the host it is
+applied to, as `data-uploaded`."
+  (:simulates True)
+  (:desc f"{destination} has this host's data")
+  (:hostattrs (require-data (get-hostname) destination))
+  (:apply (install-data (get-hostname) destination destination :mode mode :owner owner :group group)))
+
+(defprop host-secret-uploaded :posix [#^ abs-path destination
+                                      * #^ file-mode [mode 0o600]
+                                      #^ (optional (one-of user-name id-number)) [owner None]
+                                      #^ (optional (one-of group-name id-number)) [group None]]
+  "DESTINATION holds the secret item (HOSTNAME, DESTINATION) of the host it
+is applied to, as `secret-uploaded`."
+  (:simulates True)
+  (:desc f"{destination} has this host's secret")
+  (:hostattrs (require-data (get-hostname) destination :secret True))
+  (:apply (install-data (get-hostname) destination destination :mode mode :owner owner :group group)))
+
+(defprop data-cache-purged :posix []
+  "The prerequisite data the target's user keeps after `:python` deployments
+(`~/.cache/consfig/data`, or under $XDG_CACHE_HOME) is removed: what this
+deployment needs it already holds in memory; the next one sends it again."
+  (:simulates True)
+  (:desc "data cache purged")
+  (:apply
+    (setv dirs (lfor d (.splitlines (output (Script _DATA-CACHES)))
+                     :if (run-ok? "test" "-d" d) d))
+    (cond (not dirs) NO-CHANGE
+          (checking?) (do (inform f"{(.join " " dirs)} would be removed") WOULD-CHANGE)
+          True (run "rm" "-rf" "--" #* dirs))))
+
+;; Where a target's Python keeps data (consfig.boot's cache_directory): under
+;; an absolute $XDG_CACHE_HOME, else under the user's home directory as the
+;; password database has it (sudo may leave $HOME as the invoking user's).
+(setv _DATA-CACHES (.join "\n" ["case \"$XDG_CACHE_HOME\" in /*) echo \"$XDG_CACHE_HOME/consfig/data\"; exit;; esac"
+                                "home=$(getent passwd \"$(id -u)\" | cut -d: -f6)"
+                                "echo \"${home:-$HOME}/.cache/consfig/data\""]))
 
 ;; Config files.  A line that sets a key is found by a regular expression
 ;; applied to the line with any leading comment characters removed, so that
@@ -678,10 +799,12 @@ thing of the wrong type is replaced whatever DELETE says."
          :input (.join "" (gfor p paths (+ (if p (posixpath.join dest p) dest) "\0")))
          :timeout 600)))
 
-(defn apply-tree-plan [dest plan content * [mode None] [owner None] [group None]]
+(defn apply-tree-plan [dest plan content * [mode None] [owner None] [group None]
+                       [written None]]
   "Carry out PLAN (`tree-plan`) in DEST on the target; CONTENT, given a
 manifest entry of a file, returns its bytes.  Each file is written
-atomically (see `write-remote-file`).  `:no-change` when PLAN is empty."
+atomically (see `write-remote-file`), and WRITTEN, when given, called with
+its entry and path.  `:no-change` when PLAN is empty."
   (when (plan-empty? plan) (return NO-CHANGE))
   (_each dest "rm -rf --one-file-system --" (get plan "remove"))
   (when (in "" (get plan "mkdir"))
@@ -690,7 +813,8 @@ atomically (see `write-remote-file`).  `:no-change` when PLAN is empty."
   (for [e (get plan "write")]
     (setv target (if (get e "path") (posixpath.join dest (get e "path")) dest))
     (write-remote-file target (content e)
-                       :mode (_wanted-mode e mode) :owner (_id owner) :group (_id group)))
+                       :mode (_wanted-mode e mode) :owner (_id owner) :group (_id group))
+    (when written (written e target)))
   (for [e (get plan "link")]
     (setv target (posixpath.join dest (get e "path")))
     (run "ln" "-sfnT" "--" (get e "target") target))
@@ -702,14 +826,6 @@ atomically (see `write-remote-file`).  `:no-change` when PLAN is empty."
 ;; Content from the site, rendered or read on the controller in :hostattrs and
 ;; provided as prerequisite data: the propspec holds only names, and the
 ;; content travels as data does (after a :python hop, once per version).
-
-(defn _install-item [iden1 iden2 path mode owner group]
-  ;; PATH gets the content of the item; a secret's mode is 0600 unless told.
-  (setv item (get-data iden1 iden2)
-        content (.content item))
-  (update-file path (if (secret? content) (.reveal content) content)
-               :mode (if (and item.secret (is mode None)) 0o600 mode)
-               :owner owner :group group :secret item.secret))
 
 (defn _template-data [secret-used]
   ;; `data(iden1, iden2)` in a template: declared for the host and read at
@@ -766,7 +882,7 @@ a secret: mode 0600 unless MODE says otherwise, and never a diff."
                                 :data (_template-data secret-used)))
     (provide-data "--template" path (if (or secret secret-used) (Secret text) text)))
   (:simulates True)
-  (:apply (_install-item "--template" path path mode owner group)))
+  (:apply (install-data "--template" path path :mode mode :owner owner :group group)))
 
 (defn _site-file-iden [root e]
   ;; A file of the site is named by its path relative to the site
@@ -819,13 +935,18 @@ written atomically.  The files travel as prerequisite data."
     (setv #(manifest have) (_tree-item dest)
           plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))
     (apply-tree-plan dest plan (fn [e] (get-data-bytes "--site-file" (get e "iden2")))
-                     :mode mode :owner owner :group group)))
+                     :mode mode :owner owner :group group
+                     :written (fn [e path]
+                                (emit (data-sent-event (get-data "--site-file" (get e "iden2"))
+                                                       path))))))
 
 (export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
                   dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
                   does-not-exist directory-exists directory-does-not-exist
-                  containing-directory-exists symlinked is-copy-of
+                  containing-directory-exists symlinked is-copy-of data-uploaded
+                  secret-uploaded host-data-uploaded host-secret-uploaded
+                  data-cache-purged install-data
                   contains-conf-space contains-conf-equals contains-conf-shell
                   contains-ini-settings update-file map-file-lines read-bytes read-text
                   content->bytes add-lines conf-space-text conf-pairs
