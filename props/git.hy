@@ -109,7 +109,7 @@ brought up to date with `git pull --ff-only`."
 (defn _snapshot-version-file [directory name]
   (posixpath.join directory f".consfig-snapshot-{name}"))
 
-;; The tarball goes in on standard input and is unpacked beside the old
+;; The tarball (tar or tar.gz) goes in on standard input and is unpacked beside the old
 ;; tree, which is swapped out only once the new one is whole: an interrupted
 ;; extraction leaves the old tree (and its version) as they were.  A tarball
 ;; holding one directory NAME/ is that directory; else its top is the tree.
@@ -117,8 +117,11 @@ brought up to date with `git pull --ff-only`."
                             "dir=$1 name=$2 version=$3"
                             "mkdir -p -- \"$dir\""
                             "new=$(mktemp -d \"$dir/.consfig-new-XXXXXXXX\")"
-                            "trap 'rm -rf --one-file-system -- \"$new\"' EXIT"
-                            "tar -x -f - -C \"$new\" --no-same-owner"
+                            "tarball=$(mktemp \"$dir/.consfig-tar-XXXXXXXX\")"
+                            "trap 'rm -rf --one-file-system -- \"$new\" \"$tarball\"' EXIT"
+                            ;; tar tells gzip from plain tar in a file, not in a pipe.
+                            "cat >\"$tarball\""
+                            "tar -x -f \"$tarball\" -C \"$new\" --no-same-owner"
                             "tree=$new"
                             "if [ \"$(ls -A -- \"$new\")\" = \"$name\" ] && [ -d \"$new/$name\" ] && [ ! -L \"$new/$name\" ]; then tree=$new/$name; fi"
                             "chmod 755 -- \"$tree\""

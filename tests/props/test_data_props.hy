@@ -78,11 +78,14 @@
                                            :check-mode True))
   (assert (= outcome.status "no-change") "check mode: it holds"))
 
-(defn snapshot [repo out]
-  "A tarball of REPO's HEAD, as NAME/…, and its commit."
+(defn snapshot [repo out [prefix None]]
+  "A tarball of REPO's HEAD (its files at the top, as :git-snapshot makes
+it, or below PREFIX), and its commit."
   (setv commit (.strip (. (subprocess.run ["git" "-C" repo "rev-parse" "HEAD"] :check True
                                           :capture-output True :text True) stdout)))
-  (subprocess.run ["git" "-C" repo "archive" "--prefix=app/" "-o" out "HEAD"] :check True)
+  (subprocess.run ["git" "-C" repo "archive" "--format=tar.gz"
+                   #* (if prefix [f"--prefix={prefix}/"] []) "-o" out "HEAD"]
+                  :check True)
   commit)
 
 (defn git-repo [root files]
@@ -107,7 +110,8 @@
   (assert (= (slurp (os.path.join dest ".consfig-snapshot-app")) (+ commit "\n")) "version recorded")
   (os.remove (os.path.join repo "lib" "old.py"))
   (git-repo repo {"README" "two\n"})
-  (setv commit2 (snapshot repo tarball))
+  ;; A tarball whose one directory is the snapshot's name is that directory.
+  (setv commit2 (snapshot repo tarball "app"))
   (reset-data-sources)
   (register-data-source "local-file" :location tarball :iden1 "--git-snapshot" :iden2 "app"
                         :version commit2)
