@@ -19,6 +19,7 @@ it, and only `(.reveal s)` gives its value.  docs/data.md tells the whole
 story: identifiers, sources, the caches on both sides, how secrets travel."
 
 (import hashlib
+        importlib
         inspect
         os
         sys
@@ -177,9 +178,15 @@ the content.  The item is declared too."
 (defclass DataSource []
   "A place data comes from.  `version` gives its version of an item (a
 string) or None when it has none; `fetch` its content (bytes, or a Secret).
-A SECRET-ONLY source makes every item it holds a secret."
-  (setv secret-only False)
+A SECRET-ONLY source makes every item it holds a secret.  A CACHED one is
+slow to make an item (a git snapshot): the controller keeps each non-secret
+version it fetched (consfig.datacache)."
+  (setv secret-only False
+        cached False)
   (defn version [self iden1 iden2] None)
+  (defn secret? [self iden1 iden2]
+    "Whether this source's (IDEN1, IDEN2) is a secret."
+    self.secret-only)
   (defn fetch [self iden1 iden2]
     (raise (NotImplementedError)))
   (defn describe [self] (. (type self) __name__)))
@@ -254,10 +261,28 @@ LOCATION/IDEN1/IDEN2, versioned by its modification time."
 ;; The registered sources, asked in the order they were registered.
 (setv _sources [])
 
+;; On a target, the data that came with the host is the only source, and the
+;; site's own registrations (its modules are imported there) do nothing.
+(setv _on-target False)
+
+(defn use-only-source [source]
+  "Make SOURCE the only data source from now on, whatever registers others:
+what a target does with the data sent with its host."
+  (global _on-target)
+  (setv _on-target True
+        (cut _sources) [source]))
+
 (defn register-data-source [kind #** options]
-  "Register a data source of KIND (\"files-tree\", \"local-file\", …, or a
-keyword) with OPTIONS, and return it.  A source that cannot be used here
+  "Register a data source of KIND (\"files-tree\", \"local-file\",
+\"pass\", \"pgp\", \"git-snapshot\", \"prompt\", or a keyword) with OPTIONS,
+and return it; or, KIND being a `DataSource` (a site's own), that one.  A source that cannot be used here
 raises `DataSourceUnusable`; see `try-register-data-source`."
+  (when _on-target (return None))
+  (when (isinstance kind DataSource)
+    (.append _sources kind)
+    (return kind))
+  ;; The kinds that call other programs register themselves there.
+  (importlib.import-module "consfig.datasources")
   (setv name (keyword-name kind)
         cls (.get data-source-kinds name))
   (when (is cls None)
@@ -297,8 +322,20 @@ A relative :location is relative to the directory of the file this form is in."
            [(Keyword "relative_to") (os.path.dirname filename)]
            [])))
 
+(defn forget-data-source [source]
+  "Unregister SOURCE (what `register-data-source` returned)."
+  (when (in source _sources)
+    (.remove _sources source)))
+
+(defn on-target? []
+  "Whether this Python is a target's, applying a host sent by a controller
+(the data it reads came with the host)."
+  _on-target)
+
 (defn reset-data-sources []
   "Forget every registered data source."
+  (global _on-target)
+  (setv _on-target False)
   (.clear _sources))
 
 (defn data-sources []
@@ -321,11 +358,31 @@ A relative :location is relative to the directory of the file this form is in."
   (for [source _sources]
     (setv version (.version source iden1 iden2))
     (when (is-not version None)
+      (setv secret (or secret (.secret? source iden1 iden2)))
       (return (DataItem iden1 iden2 version
-                        :secret (or secret source.secret-only)
-                        :fetch (fn [[s source]] (.fetch s iden1 iden2))
+                        :secret secret
+                        :fetch (_fetcher source iden1 iden2 (str version) secret)
                         :source (.describe source)))))
   None)
+
+(defn _fetcher [source iden1 iden2 version secret]
+  (if (and source.cached (not secret))
+      (fn [] (_cached-fetch source iden1 iden2 version))
+      (fn [] (.fetch source iden1 iden2))))
+
+(defn _cached-fetch [source iden1 iden2 version]
+  (import consfig.datacache [controller-cache])
+  (setv cache (controller-cache)
+        content (when cache (.load cache iden1 iden2 version)))
+  (when (is content None)
+    (setv content (_unwrap (.fetch source iden1 iden2)))
+    (when cache (.store cache iden1 iden2 version content)))
+  content)
+
+(defn lookup-data [iden1 iden2 * [secret False]]
+  "The item (IDEN1, IDEN2) from the first source that has it, or None: for
+data no property declares, such as a hop's password."
+  (_from-sources iden1 iden2 secret))
 
 (defn resolve-data [host]
   "Resolve every item HOST (preprocessed) declared: what it provided
@@ -395,14 +452,15 @@ been declared in a `:hostattrs` (`require-data`, `provide-data`)."
   "The output event (stream \"data\", shown at -v) that says ITEM's content
 was sent to the target (written to the file TO, or into its cache): its
 identifiers and version, never its content."
-  (setv text (+ f"sent data ({item.iden1} {item.iden2}) version {item.version}"
+  (setv kind (if item.secret "secret" "data")
+        text (+ f"sent {kind} ({item.iden1} {item.iden2}) version {item.version}"
                 (if to f" to {to}" "")))
   {"event" "output" "stream" "data" "text" text
-   "iden1" item.iden1 "iden2" item.iden2 "version" item.version})
+   "iden1" item.iden1 "iden2" item.iden2 "version" item.version "secret" item.secret})
 
 (export :objects [Secret secret? MissingData DataSourceUnusable UndeclaredData DataItem
                   DataSource LocalFileSource FilesTreeSource data-source-kinds
                   require-data provide-data register-data-source try-register-data-source*
-                  reset-data-sources data-sources resolve-data
+                  reset-data-sources forget-data-source data-sources lookup-data resolve-data use-only-source on-target?
                   get-data get-data-bytes get-data-string data-version data-sent-event]
         :macros [try-register-data-source])

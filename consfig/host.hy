@@ -37,9 +37,11 @@ Call it to deploy it with that default chain."
           ;; files are found relative to its directory (`consfig.sitefiles`).
           self.site-file site-file
           ;; Prerequisite data: what its :hostattrs provided, (iden1, iden2)
-          ;; -> DataItem, and every declared item once resolved (consfig.data).
+          ;; -> DataItem, every declared item once resolved (consfig.data),
+          ;; and those of the hosts it deploys, which a :python hop carries.
           self.provided {}
-          self.data {}))
+          self.data {}
+          self.nested-data {}))
 
   (defn __call__ [self #** kwargs]
     (import consfig.deployment [deploy*])

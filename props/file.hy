@@ -24,7 +24,8 @@ unchanged, as is every line the property has no business with."
                          write-remote-file remote-exists?]
         consfig.context [connection current-host]
         consfig.data [MissingData Secret secret? data-sent-event data-sources get-data
-                      get-data-bytes get-data-string provide-data require-data]
+                      get-data-bytes get-data-string lookup-data on-target? provide-data
+                      require-data]
         consfig.host [get-hostattr get-hostattrs get-hostname]
         consfig.sitefiles [render-template site-directory site-path tree-manifest]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
@@ -426,7 +427,9 @@ returned."
   (setv content (.content item))
   (write-remote-file path (if item.secret (.reveal content) content)
                      :mode mode :owner owner :group group)
-  (emit (data-sent-event item path))
+  ;; On a target, the content came with the host, counted then.
+  (when (not (on-target?))
+    (emit (data-sent-event item path)))
   None)
 
 (defprop data-uploaded :posix [#^ non-empty-line iden1 #^ non-empty-line iden2 #^ abs-path destination
@@ -828,16 +831,16 @@ its entry and path.  `:no-change` when PLAN is empty."
 ;; content travels as data does (after a :python hop, once per version).
 
 (defn _template-data [secret-used]
-  ;; `data(iden1, iden2)` in a template: declared for the host and read at
-  ;; once, on the controller; a secret makes the rendered file one.
+  ;; `data(iden1, iden2)` in a template: read at once, on the controller,
+  ;; and not declared for the host, since only the rendered text travels.
+  ;; It is a secret when its source holds secrets or a property before the
+  ;; template declared it one; then so is the rendered file.
   (fn [iden1 iden2]
-    (import consfig.data [_from-sources])
     (setv host (.get current-host)
           secret (any (gfor d (get-hostattrs "data")
                             (and (= #((get d "iden1") (get d "iden2")) #(iden1 iden2))
                                  (get d "secret"))))
-          item (or (.get host.provided #(iden1 iden2)) (_from-sources iden1 iden2 secret)))
-    (require-data iden1 iden2 :secret (or secret (and item item.secret)))
+          item (or (.get host.provided #(iden1 iden2)) (lookup-data iden1 iden2 :secret secret)))
     (when (is item None)
       (raise (MissingData (+ f"data({(hy.repr iden1)}, {(hy.repr iden2)}): no data source has it; "
                              "sources asked: "
@@ -937,8 +940,10 @@ written atomically.  The files travel as prerequisite data."
     (apply-tree-plan dest plan (fn [e] (get-data-bytes "--site-file" (get e "iden2")))
                      :mode mode :owner owner :group group
                      :written (fn [e path]
-                                (emit (data-sent-event (get-data "--site-file" (get e "iden2"))
-                                                       path))))))
+                                ;; On a target, the content came with the host.
+                                (when (not (on-target?))
+                                  (emit (data-sent-event (get-data "--site-file" (get e "iden2"))
+                                                         path)))))))
 
 (export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
                   dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
