@@ -207,14 +207,22 @@ def test_a_data_site_deploys_uploads_once_and_keeps_its_secret(site, sshlab, pyt
     assert second.returncode == 0, "nothing to change: " + second.stdout + second.stderr
     assert uploads(second) == [], f"a second deployment uploads nothing: {uploads(second)}"
 
-    # A new version of one item; a file gone from the site's tree.
+    # A new version of one item.
     site.write(f"data/{HOST}/{t}/motd", "Welcome back\n")
-    (site.site / "files/www/old.html").unlink()
     third = site.deploy(via, "--json", "-vvv")
     assert (t / "motd").read_text() == "Welcome back\n"
-    assert not (t / "www" / "old.html").exists(), "the deleted file is gone from the target"
     assert uploads(third) == [(HOST, f"{t}/motd")], \
         f"only the item with a new version is uploaded: {uploads(third)}"
+
+    # A file gone from the site's tree: only the tree's manifest is new.
+    (site.site / "files/www/old.html").unlink()
+    fourth = site.deploy(via, "--json", "-vvv")
+    assert not (t / "www" / "old.html").exists(), "the deleted file is gone from the target"
+    assert (t / "www" / "index.html").exists(), "and the others stay"
+    # (Over :python the manifest travels to the target; over :sudo alone it
+    # is read where it was made, on the controller.)
+    assert uploads(fourth) == ([("--site-tree", f"{t}/www")] if python else []), \
+        f"no file of the tree is uploaded: {uploads(fourth)}"
 
     # The secret, nowhere but where it belongs.
     site.write(f"data/{HOST}/{t}/motd", "Welcome once more\n")
@@ -240,6 +248,10 @@ def test_a_data_site_deploys_uploads_once_and_keeps_its_secret(site, sshlab, pyt
                      for u in ("root", sshlab.user)]
     leaks = holding(site.secret, files_under(str(site.root), *target_caches, skip=skip))
     assert leaks == [], f"the secret is in {leaks}"
+    assert first.seen, "processes were sampled"
+    if python:
+        # The search reaches the target's data cache: what is not secret is there.
+        assert holding("BANNER", files_under(*target_caches)), "the data cache was searched"
 
 
 def test_mistakes_in_a_data_site_are_each_one_error_before_connecting(site, sshlab):
