@@ -851,6 +851,14 @@ its entry and path.  `:no-change` when PLAN is empty."
       (setv content (.reveal content)))
     (.decode content "utf-8")))
 
+(defn _received [iden1 iden2]
+  ;; A host deployed from a target has its :hostattrs run again there, with
+  ;; no site to read: what the controller rendered or read for it came with
+  ;; the host.  Declare it, and return it.
+  (setv item (lookup-data iden1 iden2))
+  (require-data iden1 iden2 :secret (and item item.secret))
+  item)
+
 (defn template-variables [variables]
   "What a template sees: `hostname`, `hostattrs` (name → values, newest
 first), `hostattr(name)` (the newest value, or None), and VARIABLES."
@@ -880,10 +888,12 @@ one a property before this one declared secret), or with SECRET, the file is
 a secret: mode 0600 unless MODE says otherwise, and never a diff."
   (:desc f"{path} rendered from {template}")
   (:hostattrs
-    (setv secret-used [])
-    (setv text (render-template template (template-variables vars)
-                                :data (_template-data secret-used)))
-    (provide-data "--template" path (if (or secret secret-used) (Secret text) text)))
+    (if (on-target?)
+        (_received "--template" path)
+        (do (setv secret-used [])
+            (setv text (render-template template (template-variables vars)
+                                        :data (_template-data secret-used)))
+            (provide-data "--template" path (if (or secret secret-used) (Secret text) text)))))
   (:simulates True)
   (:apply (install-data "--template" path path :mode mode :owner owner :group group)))
 
@@ -921,15 +931,21 @@ command, so an unchanged tree costs no transfer; a file that differs is
 written atomically.  The files travel as prerequisite data."
   (:desc f"{dest} is a copy of the site's {source}")
   (:hostattrs
-    (setv root (site-path source "site file")
-          manifest (tree-manifest root))
-    (for [e manifest :if (= (get e "type") "file")]
-      (setv (get e "iden2") (_site-file-iden root e))
-      (provide-data "--site-file" (get e "iden2")
-                    (with [f (open (if (get e "path") (os.path.join root (get e "path")) root) "rb")]
-                      (.read f))
-                    :version (get e "sha256")))
-    (provide-data "--site-tree" dest (json.dumps manifest :sort-keys True)))
+    (if (on-target?)
+        (let [tree (_received "--site-tree" dest)]
+          (when tree
+            (for [e (json.loads (.content tree)) :if (= (get e "type") "file")]
+              (_received "--site-file" (get e "iden2")))))
+        (do (setv root (site-path source "site file")
+                  manifest (tree-manifest root))
+            (for [e manifest :if (= (get e "type") "file")]
+              (setv (get e "iden2") (_site-file-iden root e))
+              (provide-data "--site-file" (get e "iden2")
+                            (with [f (open (if (get e "path") (os.path.join root (get e "path")) root)
+                                           "rb")]
+                              (.read f))
+                            :version (get e "sha256")))
+            (provide-data "--site-tree" dest (json.dumps manifest :sort-keys True)))))
   (:check
     (setv #(manifest have) (_tree-item dest)
           plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))

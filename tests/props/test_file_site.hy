@@ -130,3 +130,28 @@ return the host."
     (deploy* [[(hy.models.Keyword "ssh") (hy.models.Keyword "host") "unreachable.invalid"]] host
              :sink (fn [e] None)))
   (assert (in "nothing-here does not exist" (str e.value)) (str e.value)))
+
+(defn test-a-host-deployed-from-a-target-gets-its-templates-and-trees [tmp-path]
+  ;; inner.test's :hostattrs run again on the target that deploys it, where
+  ;; there is no site directory and perhaps no jinja2: what was rendered and
+  ;; read on the controller travels with the host instead.
+  (setv root (str tmp-path)
+        dest (str (/ tmp-path "out")))
+  (spit (os.path.join root "t.j2") "{{ hostname }} {{ n }}\n")
+  (spit (os.path.join root "tree" "a") "a\n")
+  (os.makedirs dest)
+  (spit (os.path.join root "consfig.hy")
+        (+ "(require consfig *)\n(import consfig *)\n"
+           "(use-props consfig.props [file])\n"
+           "(defhost inner.test {:deploy :local}\n"
+           f"  (file.templated {(json.dumps (+ dest "/t"))} \"t.j2\" :vars {{:n 1}})\n"
+           f"  (file.copied-from-site {(json.dumps (+ dest "/tree"))} \"tree\"))\n"
+           "(defhost outer.test {:deploy :local}\n"
+           "  (deploys :local \"inner.test\"))\n"))
+  (setv outer (get (. (load-consfig (os.path.join root "consfig.hy")) __dict__) "outer"))
+  (setv events [])
+  (setv outcome (deploy* [(hy.models.Keyword "local") (hy.models.Keyword "python")] outer
+                         :sink (fn [e] (.append events e))))
+  (assert (= outcome.status "changed") (str (lfor e events :if (.get e "message") (get e "message"))))
+  (assert (= (slurp (os.path.join dest "t")) "inner.test 1\n") "rendered on the controller")
+  (assert (= (slurp (os.path.join dest "tree" "a")) "a\n") "copied"))
