@@ -20,14 +20,14 @@ template is rendered, so that a target never needs it."
         stat
         traceback
         consfig.context [current-host parent-host]
-        consfig.errors [ConsfigError]
+        consfig.errors [ConsfigError PropspecError]
         consfig.util [keyword-name])
 
-(defclass TemplateProblem [ConsfigError]
+(defclass TemplateProblem [PropspecError]
   "A template could not be rendered: missing, unreadable, a syntax error or
 an undefined variable.  WHERE is the template's file and line.")
 
-(defclass SiteFileProblem [ConsfigError]
+(defclass SiteFileProblem [PropspecError]
   "A file or tree of the site could not be read.")
 
 (defn site-directory []

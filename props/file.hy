@@ -30,7 +30,7 @@ unchanged, as is every line the property has no business with."
         consfig.sitefiles [render-template site-directory site-path tree-manifest]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
-        consfig.errors [AbortedChange FailedChange])
+        consfig.errors [AbortedChange ConsfigError FailedChange])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
@@ -891,8 +891,12 @@ a secret: mode 0600 unless MODE says otherwise, and never a diff."
     (if (on-target?)
         (_received "--template" path)
         (do (setv secret-used [])
-            (setv text (render-template template (template-variables vars)
-                                        :data (_template-data secret-used)))
+            (try
+              (setv text (render-template template (template-variables vars)
+                                          :data (_template-data secret-used)))
+              (except [e ConsfigError]
+                (setv e.message f"file.templated {path}: {e.message}")
+                (raise)))
             (provide-data "--template" path (if (or secret secret-used) (Secret text) text)))))
   (:simulates True)
   (:apply (install-data "--template" path path :mode mode :owner owner :group group)))

@@ -95,5 +95,6 @@ def test_readme_data_site_checks_and_names_a_template_mistake(tmp_path):
     (site / "templates/site.conf.j2").write_text(template.replace("{{ port }}", "{{ prot }}"))
     result = check()
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "site.conf.j2:2: undefined variable 'prot'" in result.stdout + result.stderr, \
-        result.stdout + result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert "site.conf.j2:2: file.templated /etc/nginx/sites-enabled/default: undefined variable 'prot'" \
+        in error, result.stdout + result.stderr
