@@ -899,7 +899,16 @@ a secret: mode 0600 unless MODE says otherwise, and never a diff."
                 (raise)))
             (provide-data "--template" path (if (or secret secret-used) (Secret text) text)))))
   (:simulates True)
-  (:apply (install-data "--template" path path :mode mode :owner owner :group group)))
+  (:apply
+    ;; A rendered config file is shown as a diff (in check mode too), as
+    ;; `has-content` shows one; a secret is compared without one.
+    (setv item (get-data "--template" path))
+    (if item.secret
+        (install-data "--template" path path :mode mode :owner owner :group group)
+        (let [r (update-file path (.content item) :mode mode :owner owner :group group)]
+          (when (and (is r None) (not (on-target?)))
+            (emit (data-sent-event item path)))
+          r))))
 
 (defn _site-file-iden [root e]
   ;; A file of the site is named by its path relative to the site

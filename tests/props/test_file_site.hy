@@ -49,7 +49,12 @@ return the host."
   (setv #(outcome events) (deployed host))
   (assert (= outcome.status "changed") (statuses events))
   (assert (= (slurp dest) "site.test hi BANNERTrue\n") (slurp dest))
-  (assert (= (. (get (deployed host) 0) status) "no-change") "idempotent"))
+  (assert (= (. (get (deployed host) 0) status) "no-change") "idempotent")
+  (spit (os.path.join root "data" "_all" "banner") "NEW")
+  (setv #(outcome events) (deployed host :check True))
+  (setv diff (lfor e events :if (= (get e "event") "diff") (get e "text")))
+  (assert (and diff (in "+site.test hi NEWTrue" (get diff 0))) f"check mode shows the diff: {diff}")
+  (assert (= (slurp dest) "site.test hi BANNERTrue\n") "check mode changed nothing"))
 
 (defn test-template-text-is-not-in-the-propspec [tmp-path]
   (setv root (str tmp-path)
