@@ -132,6 +132,12 @@ entries sorted by path: `{\"path\" REL \"type\" \"file\"|\"dir\"|\"link\"
     (raise (SiteFileProblem f"{(_display path)} does not exist")))
   (setv out [])
   (defn entry [full rel]
+    ;; Names travel as text: one that is not UTF-8 would come back from the
+    ;; target as another name.
+    (try (.encode rel "utf-8")
+         (except [UnicodeEncodeError]
+           (raise (SiteFileProblem (+ (.decode (os.fsencode (_display full)) "utf-8" "backslashreplace")
+                                     ": the names of a site's files must be UTF-8")))))
     (setv st (os.lstat full)
           mode (stat.S-IMODE st.st-mode))
     (cond (stat.S-ISLNK st.st-mode) {"path" rel "type" "link" "mode" 0o777

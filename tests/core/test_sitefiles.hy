@@ -85,3 +85,11 @@
   (with [e (pytest.raises SiteFileProblem)]
     (tree-manifest (os.path.join root "none")))
   (assert (in "does not exist" (str e.value)) (str e.value)))
+
+(defn test-a-manifest-refuses-a-name-that-is-not-utf-8 [tmp-path]
+  (setv root (/ tmp-path "tree"))
+  (os.makedirs root)
+  (with [f (open (os.path.join (os.fsencode root) b"caf\xe9") "w")] (.write f "x"))
+  (with [e (pytest.raises SiteFileProblem)]
+    (tree-manifest (str root)))
+  (assert (in "caf\\xe9: the names of a site's files must be UTF-8" (str e.value)) (str e.value)))
