@@ -259,7 +259,8 @@ standard input."
 deployment: those listed in ITEMS (pairs [IDEN1 IDEN2]), by default every
 user's password (`--user-passwd--HOST`).  Without a terminal it has none,
 so a deployment from cron says which item is missing before connecting."
-  (setv secret-only True)
+  (setv secret-only True
+        prefetch False)
   (defn __init__ [self * [items None]]
     (setv self.items (when items (sfor [a b] items #(a b)))))
   (defn _answers? [self iden1 iden2]

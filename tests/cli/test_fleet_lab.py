@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import hy  # noqa: F401
+import pytest
 from hy.models import Keyword as K
 
 import consfig.fleet
@@ -70,7 +71,11 @@ def _read_until(fd, predicate, timeout, seen):
     return seen
 
 
-def test_the_sudo_prompt_of_a_fleet_is_shown_and_read_once(sshlab, tmp_path):
+@pytest.mark.parametrize("after", ['[:sudo :from "pw@lab"]', ':python [:sudo :from "pw@lab"]'],
+                         ids=["sudo", "python-then-sudo"])
+def test_the_sudo_prompt_of_a_fleet_is_shown_and_read_once(sshlab, tmp_path, after):
+    # After :python, sudo runs on the target, and its password travels there
+    # with the host's data: still asked for once, here, before hosts start.
     d = root_only_directory(tmp_path)
     site = tmp_path / "site.hy"
     site.write_text(textwrap.dedent(f"""\
@@ -80,7 +85,7 @@ def test_the_sudo_prompt_of_a_fleet_is_shown_and_read_once(sshlab, tmp_path):
         (for [i (range 3)]
           (make-host f"pw{{i}}.test"
                      {{:deploy [[:ssh :config "{sshlab.config}" :host "lab-pw"]
-                               [:sudo :from "pw@lab"]]}}
+                               {after}]}}
                      None
                      (eseqprops (file.has-content f"{d}/f{{i}}" "x\\n"))))
         """))

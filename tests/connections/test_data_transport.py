@@ -20,7 +20,7 @@ import consfig.deployment  # noqa: E402
 from consfig.combinators import eseqprops  # noqa: E402
 from consfig.host import make_host  # noqa: E402
 from consfig.props import file  # noqa: E402
-from sshlab import processes_seen  # noqa: E402
+from sshlab import processes_seen, sudo_password_known  # noqa: E402
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
 
@@ -172,3 +172,21 @@ def test_a_damaged_cached_version_is_sent_again(sshlab, site):
     _, events = run(chain, dest)
     assert sent(events) == [(HOST, "app.conf")], sent(events)
     assert (dest / "app.conf").read_text() == site["values"]["conf"]
+
+
+def test_a_sudo_password_after_python_travels_with_the_data(sshlab, site, tmp_path):
+    # The target's Python runs as the lab's password user, and sudoes to root
+    # from there: the password comes from the controller's data sources, with
+    # the host's data, and shows nowhere.
+    chain = [ssh_hop(sshlab.config, "lab-pw"), K("python"), [K("sudo"), K("from"), "pw@lab"]]
+    with sudo_password_known(sshlab.password):
+        with processes_seen() as seen:
+            events = []
+            outcome = deploy(chain, host(site["dest"]), sink=events.append, verbosity=3)
+    assert outcome.status == "changed", [e for e in events if e.get("status") == "failed"]
+    assert (site["dest"] / "app.key").stat().st_uid == 0, "written as root"
+    secret = sshlab.password
+    assert not [x for x in seen if secret.encode() in x], "the password showed in ps or an environ"
+    assert secret not in repr(events)
+    homes = [pwd.getpwnam(u).pw_dir for u in ["root", sshlab.pwuser]]
+    assert [f for h in homes for f in files_holding(os.path.join(h, ".cache"), [secret])] == []

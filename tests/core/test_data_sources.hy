@@ -166,3 +166,12 @@
   (with [e (pytest.raises MissingData)]
     (deploy-these* [:local] "bare.test" (reads "--user-passwd--web.test" "deploy")))
   (assert (in ":prompt (no terminal here)" (str e.value)) (str e.value)))
+
+(defn test-pgp-file-that-cannot-be-decrypted-fails-before-connecting [gnupg tmp-path]
+  (setv f (/ tmp-path "secrets.gpg"))
+  (.write-bytes f b"not encrypted at all")
+  (register-data-source "pgp" :location (str f))
+  (with [e (pytest.raises DataSourceFailed)]
+    (deploy-these* [[:ssh :host "nowhere.invalid" :timeout 1]] "bare.test" (reads "_db" "password")))
+  (assert (in "gpg failed" (str e.value)) (str e.value))
+  (assert (in (str f) (str e.value)) (str e.value)))
