@@ -19,12 +19,12 @@ it, and only `(.reveal s)` gives its value.  docs/data.md tells the whole
 story: identifiers, sources, the caches on both sides, how secrets travel."
 
 (import hashlib
-        inspect
+        importlib
         os
         sys
         hy.models [Keyword]
         consfig.context [current-host]
-        consfig.errors [ConsfigError]
+        consfig.errors [ConsfigError site-file?]
         consfig.util [keyword-name text->bytes])
 
 (defclass Secret []
@@ -68,6 +68,11 @@ prepared, before anything connects.")
 directory does not exist.  `try-register-data-source` skips such a source
 with a warning.")
 
+(defclass DataSourceFailed [ConsfigError]
+  "A data source could not say which version of an item it has, or could
+not give its content (`pass` could not decrypt it, git failed), found while
+the deployment is prepared, before anything connects.")
+
 (defclass UndeclaredData [ConsfigError]
   "A property asked for an item its host did not declare in `:hostattrs`.")
 
@@ -77,14 +82,16 @@ with a warning.")
   "A resolved item: `.iden1 .iden2 .version .secret`, `.sha256` (the hex
 digest of its content) and `(.content item)`: bytes, or a `Secret` of
 bytes when the item is secret.  The content is fetched when first asked
-for."
+for; while the deployment is prepared unless the source is one (the
+prompt) that should ask only when it is used."
   (defn __init__ [self iden1 iden2 version * [secret False] [fetch None] [content None]
-                  [source None]]
+                  [source None] [prefetch True]]
     (setv self.iden1 iden1
           self.iden2 iden2
           self.version (str version)
           self.secret (bool secret)
           self.source source
+          self.prefetch prefetch
           self._fetch fetch
           self._content (when (is-not content None) (_unwrap content))
           self._sha256 None))
@@ -129,11 +136,17 @@ for."
                   (when propapp (. (find-property propapp.name) where))))
   #(by where))
 
+(defn _site-frames []
+  ;; The frames of the callers that are site code, innermost first.
+  (setv frame (sys._getframe 1))
+  (while frame
+    (when (site-file? frame.f-code.co-filename)
+      (yield frame))
+    (setv frame frame.f-back)))
+
 (defn _site-frame []
-  (import consfig.errors [_site-file?])
-  (for [frame (cut (inspect.stack 0) 1 None)]
-    (when (_site-file? frame.filename)
-      (return f"{(os.path.basename frame.filename)}:{frame.lineno}")))
+  (for [frame (_site-frames)]
+    (return f"{(os.path.basename frame.f-code.co-filename)}:{frame.f-lineno}"))
   None)
 
 (defn _current-host []
@@ -159,7 +172,7 @@ resolved before anything connects, and read while applying with `get-data`."
   "Provide, in a property's `:hostattrs`, the item (IDEN1, IDEN2) with
 CONTENT (bytes, str or a `Secret`) computed on the controller for this host
 (a rendered template, a file of the site).  VERSION defaults to a digest of
-the content.  The item is declared too."
+the content (of a secret's, to \"provided\").  The item is declared too."
   (_check-iden "iden1" iden1)
   (_check-iden "iden2" iden2)
   (when (not (isinstance content #(bytes str Secret)))
@@ -167,8 +180,12 @@ the content.  The item is declared too."
   (setv secret (or secret (secret? content))
         raw (_unwrap content)
         host (_current-host))
+  ;; A secret's digest would let whoever sees the version guess a short
+  ;; secret; a secret is sent each time anyway, so its version says little.
+  (when (is version None)
+    (setv version (if secret "provided" (_sha256 raw))))
   (setv (get host.provided #(iden1 iden2))
-        (DataItem iden1 iden2 (if (is version None) (_sha256 raw) version)
+        (DataItem iden1 iden2 version
                   :secret secret :content raw :source "provided by the consfig"))
   (_declare iden1 iden2 secret))
 
@@ -177,9 +194,18 @@ the content.  The item is declared too."
 (defclass DataSource []
   "A place data comes from.  `version` gives its version of an item (a
 string) or None when it has none; `fetch` its content (bytes, or a Secret).
-A SECRET-ONLY source makes every item it holds a secret."
-  (setv secret-only False)
+A SECRET-ONLY source makes every item it holds a secret.  A CACHED one is
+slow to make an item (a git snapshot): the controller keeps each non-secret
+version it fetched (consfig.datacache).  Items are fetched while the
+deployment is prepared, so that a failure is found before anything
+connects, unless the source says not to PREFETCH (it asks the user)."
+  (setv secret-only False
+        cached False
+        prefetch True)
   (defn version [self iden1 iden2] None)
+  (defn secret? [self iden1 iden2]
+    "Whether this source's (IDEN1, IDEN2) is a secret."
+    self.secret-only)
   (defn fetch [self iden1 iden2]
     (raise (NotImplementedError)))
   (defn describe [self] (. (type self) __name__)))
@@ -241,10 +267,8 @@ LOCATION/IDEN1/IDEN2, versioned by its modification time."
 (defn _caller-dir []
   ;; A relative :location is relative to the consfig file registering the
   ;; source; failing that (a REPL), to the working directory.
-  (import consfig.errors [_site-file?])
-  (for [frame (inspect.stack 0)]
-    (when (_site-file? frame.filename)
-      (return (os.path.dirname (os.path.abspath frame.filename)))))
+  (for [frame (_site-frames)]
+    (return (os.path.dirname (os.path.abspath frame.f-code.co-filename))))
   (os.getcwd))
 
 ;; The kinds a consfig may register: name -> class.
@@ -254,10 +278,28 @@ LOCATION/IDEN1/IDEN2, versioned by its modification time."
 ;; The registered sources, asked in the order they were registered.
 (setv _sources [])
 
+;; On a target, the data that came with the host is the only source, and the
+;; site's own registrations (its modules are imported there) do nothing.
+(setv _on-target False)
+
+(defn use-only-source [source]
+  "Make SOURCE the only data source from now on, whatever registers others:
+what a target does with the data sent with its host."
+  (global _on-target)
+  (setv _on-target True
+        (cut _sources) [source]))
+
 (defn register-data-source [kind #** options]
-  "Register a data source of KIND (\"files-tree\", \"local-file\", …, or a
-keyword) with OPTIONS, and return it.  A source that cannot be used here
+  "Register a data source of KIND (\"files-tree\", \"local-file\",
+\"pass\", \"pgp\", \"git-snapshot\", \"prompt\", or a keyword) with OPTIONS,
+and return it; or, KIND being a `DataSource` (a site's own), that one.  A source that cannot be used here
 raises `DataSourceUnusable`; see `try-register-data-source`."
+  (when _on-target (return None))
+  (when (isinstance kind DataSource)
+    (.append _sources kind)
+    (return kind))
+  ;; The kinds that call other programs register themselves there.
+  (importlib.import-module "consfig.datasources")
   (setv name (keyword-name kind)
         cls (.get data-source-kinds name))
   (when (is cls None)
@@ -297,8 +339,20 @@ A relative :location is relative to the directory of the file this form is in."
            [(Keyword "relative_to") (os.path.dirname filename)]
            [])))
 
+(defn forget-data-source [source]
+  "Unregister SOURCE (what `register-data-source` returned)."
+  (when (in source _sources)
+    (.remove _sources source)))
+
+(defn on-target? []
+  "Whether this Python is a target's, applying a host sent by a controller
+(the data it reads came with the host)."
+  _on-target)
+
 (defn reset-data-sources []
   "Forget every registered data source."
+  (global _on-target)
+  (setv _on-target False)
   (.clear _sources))
 
 (defn data-sources []
@@ -319,29 +373,71 @@ A relative :location is relative to the directory of the file this form is in."
 
 (defn _from-sources [iden1 iden2 secret]
   (for [source _sources]
-    (setv version (.version source iden1 iden2))
+    (try
+      (setv version (.version source iden1 iden2))
+      (except [e Exception]
+        (raise (DataSourceFailed (_failure iden1 iden2 (.describe source) e)))))
     (when (is-not version None)
+      (setv secret (or secret (.secret? source iden1 iden2)))
       (return (DataItem iden1 iden2 version
-                        :secret (or secret source.secret-only)
-                        :fetch (fn [[s source]] (.fetch s iden1 iden2))
-                        :source (.describe source)))))
+                        :secret secret
+                        :fetch (_fetcher source iden1 iden2 (str version) secret)
+                        :source (.describe source)
+                        :prefetch source.prefetch))))
   None)
+
+(defn _failure [iden1 iden2 source e]
+  (setv why (if (isinstance e ConsfigError) (str e) f"{(. (type e) __name__)}: {e}"))
+  f"  ({(hy.repr iden1)} {(hy.repr iden2)}) from {source}: {why}")
+
+(defn _fetcher [source iden1 iden2 version secret]
+  (if (and source.cached (not secret))
+      (fn [] (_cached-fetch source iden1 iden2 version))
+      (fn [] (.fetch source iden1 iden2))))
+
+(defn _cached-fetch [source iden1 iden2 version]
+  (import consfig.datacache [controller-cache])
+  (setv cache (controller-cache)
+        content (when cache (.load cache iden1 iden2 version)))
+  (when (is content None)
+    (setv content (_unwrap (.fetch source iden1 iden2)))
+    (when cache (.store cache iden1 iden2 version content)))
+  content)
+
+(defn lookup-data [iden1 iden2 * [secret False]]
+  "The item (IDEN1, IDEN2) from the first source that has it, or None: for
+data no property declares, such as a hop's password."
+  (_from-sources iden1 iden2 secret))
 
 (defn resolve-data [host]
   "Resolve every item HOST (preprocessed) declared: what it provided
 itself, else the first registered source that has it.  Sets `host.data`;
-raises one `MissingData` naming every item no source has."
-  (setv found {} missing [])
+raises one `MissingData` naming every item no source has, or one
+`DataSourceFailed` naming every item a source failed to give."
+  (setv found {} missing [] failed [])
   (for [[key d] (.items (_declarations host))]
-    (setv item (or (.get host.provided key)
-                   (_from-sources #* key (get d "secret"))))
+    (try
+      (setv item (or (.get host.provided key)
+                     (_from-sources #* key (get d "secret"))))
+      (except [e DataSourceFailed]
+        (.append failed (str e))
+        (continue)))
     (if item
         (do (when (and (get d "secret") (not item.secret))
               (setv item.secret True))
             (setv (get found key) item))
         (.append missing d)))
+  (for [item (.values found)]
+    (when item.prefetch
+      (try (._bytes item)
+           (except [e Exception]
+             (.append failed (_failure item.iden1 item.iden2 item.source e))))))
   (when missing
-    (raise (MissingData (_missing-message host.hostname missing))))
+    (raise (MissingData (+ (_missing-message host.hostname missing)
+                           (if failed (+ "\nand data sources failed:\n" (.join "\n" failed)) "")))))
+  (when failed
+    (raise (DataSourceFailed (+ f"{host.hostname}: data sources failed, before connecting:\n"
+                                (.join "\n" failed)))))
   (setv host.data found)
   found)
 
@@ -395,14 +491,15 @@ been declared in a `:hostattrs` (`require-data`, `provide-data`)."
   "The output event (stream \"data\", shown at -v) that says ITEM's content
 was sent to the target (written to the file TO, or into its cache): its
 identifiers and version, never its content."
-  (setv text (+ f"sent data ({item.iden1} {item.iden2}) version {item.version}"
+  (setv kind (if item.secret "secret" "data")
+        text (+ f"sent {kind} ({item.iden1} {item.iden2}) version {item.version}"
                 (if to f" to {to}" "")))
   {"event" "output" "stream" "data" "text" text
-   "iden1" item.iden1 "iden2" item.iden2 "version" item.version})
+   "iden1" item.iden1 "iden2" item.iden2 "version" item.version "secret" item.secret})
 
-(export :objects [Secret secret? MissingData DataSourceUnusable UndeclaredData DataItem
+(export :objects [Secret secret? MissingData DataSourceUnusable DataSourceFailed UndeclaredData DataItem
                   DataSource LocalFileSource FilesTreeSource data-source-kinds
                   require-data provide-data register-data-source try-register-data-source*
-                  reset-data-sources data-sources resolve-data
+                  reset-data-sources forget-data-source data-sources lookup-data resolve-data use-only-source on-target?
                   get-data get-data-bytes get-data-string data-version data-sent-event]
         :macros [try-register-data-source])

@@ -26,17 +26,22 @@ subroutines read on the target."
   "A host: hostname, propspec, hostattrs, and how to deploy it by default.
 Call it to deploy it with that default chain."
   (defn __init__ [self hostname propspec * [deploy None] [desc None] [hostattrs None]
-                 [groups None]]
+                 [groups None] [site-file None]]
     (setv self.hostname hostname
           self.propspec propspec
           self.deploy deploy
           self.desc desc
           self.groups (list (or groups []))
           self.hostattrs (or hostattrs {})
+          ;; The consfig file that defines the host: a site's templates and
+          ;; files are found relative to its directory (`consfig.sitefiles`).
+          self.site-file site-file
           ;; Prerequisite data: what its :hostattrs provided, (iden1, iden2)
-          ;; -> DataItem, and every declared item once resolved (consfig.data).
+          ;; -> DataItem, every declared item once resolved (consfig.data),
+          ;; and those of the hosts it deploys, which a :python hop carries.
           self.provided {}
-          self.data {}))
+          self.data {}
+          self.nested-data {}))
 
   (defn __call__ [self #** kwargs]
     (import consfig.deployment [deploy*])
@@ -56,9 +61,10 @@ Call it to deploy it with that default chain."
     (Host (get data "hostname") (data->propspec (get data "propspec"))
           :hostattrs (data->propspec (get data "hostattrs")))))
 
-(defn make-host [hostname options desc propspec [where None]]
+(defn make-host [hostname options desc propspec [where None] [site-file None]]
   "Make and register a host.  OPTIONS is the defhost options dict; WHERE
-(file:line of the defhost) places a mistake in it."
+(file:line of the defhost) places a mistake in it; SITE-FILE is the consfig
+file that defines it."
   (setv opts (dfor [k v] (.items (or options {})) (_key k) v)
         unknown (- (set opts) #{"deploy" "groups"}))
   (when unknown
@@ -68,7 +74,8 @@ Call it to deploy it with that default chain."
     (import consfig.chain [parse-chain])
     (parse-chain (get opts "deploy") (+ (if where f"{where}: " "") f"defhost {hostname}: :deploy")))
   (setv host (Host hostname propspec :deploy (.get opts "deploy") :desc desc
-                   :groups (_groups-option (.get opts "groups") hostname where))
+                   :groups (_groups-option (.get opts "groups") hostname where)
+                   :site-file site-file)
         (get hosts hostname) host)
   host)
 
@@ -131,7 +138,14 @@ property is tried even when an earlier one failed."
            ~hostname ~options ~desc
            ((hy.I.consfig/property.find-property "consfig.combinators.seqprops")
              #* (gfor p [~@walked] :if (is-not p None) p))
-           ~(hy.I.consfig/property.definition-where _hy_compiler name))))
+           ~(hy.I.consfig/property.definition-where _hy_compiler name)
+           ~(_site-file _hy_compiler))))
+
+(defn _site-file [compiler]
+  ;; The file a defhost is read from; None at the REPL.
+  (import os)
+  (setv f compiler.filename)
+  (when (and f (os.path.isfile f)) (os.path.abspath f)))
 
 ;; The hostattrs API
 
@@ -185,7 +199,8 @@ being preprocessed or applied when this is called (one deploying HOST, or
 building it as a chroot) is HOST's parent meanwhile."
   (import consfig.property [preprocess-propapp propapp-hostattrs])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
-                  :groups host.groups :hostattrs {"hostname" [host.hostname]}))
+                  :groups host.groups :hostattrs {"hostname" [host.hostname]}
+                  :site-file host.site-file))
   (with [(applying new :parent (.get current-host None))]
     (try
       (when (and propspec host.propspec)

@@ -15,17 +15,22 @@ unchanged, as is every line the property has no business with."
 (require consfig.property [defprop])
 (import consfig.types *)
 (import difflib
+        json
+        os
         posixpath
         re
         shlex
         consfig.actions [NO-CHANGE Script run run-ok? run-script output
                          write-remote-file remote-exists?]
-        consfig.context [connection]
-        consfig.data [data-sent-event get-data require-data]
-        consfig.host [get-hostname]
+        consfig.context [connection current-host]
+        consfig.data [MissingData Secret secret? data-sent-event data-sources get-data
+                      get-data-bytes get-data-string lookup-data on-target? provide-data
+                      require-data]
+        consfig.host [get-hostattr get-hostattrs get-hostname]
+        consfig.sitefiles [render-template site-directory site-path tree-manifest]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
-        consfig.errors [FailedChange])
+        consfig.errors [AbortedChange ConsfigError FailedChange])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
@@ -117,15 +122,18 @@ the file back exactly."
         (is old None) f"+++ b{path}\n(a new, empty file)\n"
         True f"--- a{path}\n+++ b{path}\n(the bytes differ where they read the same)\n"))
 
-(defn update-file [path new * [mode None] [secret False]]
+(defn update-file [path new * [mode None] [owner None] [group None] [secret False]]
   "Make PATH contain NEW, text or bytes (keeping its mode and owner, or
-setting MODE), and report a diff unless SECRET.  `:no-change` when it
-already has exactly those bytes.  In check mode, change nothing: report
-what would change and return `:would-change`."
+setting MODE, OWNER and GROUP), and report a diff unless SECRET.
+`:no-change` when it already has exactly those bytes, mode and owner.  In
+check mode, change nothing: report what would change and return
+`:would-change`."
   (setv old (read-bytes path)
         new (content->bytes new))
   (when (= old new)
-    (return (if (is mode None) NO-CHANGE (_ensure-mode path mode))))
+    (return (if (= (_ensure-mode path mode) (_ensure-ownership path owner group) NO-CHANGE)
+                NO-CHANGE
+                (if (checking?) WOULD-CHANGE None))))
   (when (checking?)
     (inform (cond (is old None) f"{path} would be created"
                   secret f"{path} would change (secret: no diff)"
@@ -133,9 +141,11 @@ what would change and return `:would-change`."
     (when (not secret)
       (emit (diff-event path (_diff path old new))))
     (return WOULD-CHANGE))
-  (write-remote-file path new :mode mode)
+  (write-remote-file path new :mode mode :owner (_id owner) :group (_id group))
   (when (not secret)
     (emit (diff-event path (_diff path old new)))))
+
+(defn _id [x] (when (is-not x None) (str x)))
 
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
@@ -150,6 +160,7 @@ PATH does not exist, unless CREATE."
   (int (.strip (output "stat" "-c" "%a" "--" path)) 8))
 
 (defn _ensure-mode [path mode]
+  (when (is mode None) (return NO-CHANGE))
   (setv have (_mode-of path))
   (cond (= have mode) NO-CHANGE
         (checking?) (do (inform (_mode-change path have mode)) WOULD-CHANGE)
@@ -416,7 +427,9 @@ returned."
   (setv content (.content item))
   (write-remote-file path (if item.secret (.reveal content) content)
                      :mode mode :owner owner :group group)
-  (emit (data-sent-event item path))
+  ;; On a target, the content came with the host, counted then.
+  (when (not (on-target?))
+    (emit (data-sent-event item path)))
   None)
 
 (defprop data-uploaded :posix [#^ non-empty-line iden1 #^ non-empty-line iden2 #^ abs-path destination
@@ -659,7 +672,310 @@ section is appended.  A section of None means the keys before any section."
   (:apply (map-file-lines path (fn [lines] (_ini-update lines (_ini-triples triples)))
                           :create True)))
 
-(export :objects [has-content exists-with-content contains-lines lacks-lines
+;; Trees.  What a destination holds is listed by one script on the target
+;; (type, mode, owner, and each file's SHA-256), compared on the controller
+;; (or, after a :python hop, on the target) with the manifest of the site's
+;; tree, and only what differs is written, removed or fixed, in a few
+;; commands: a tree that holds already costs one round trip and no transfer.
+
+(setv _LISTING (.join "\n" ["set -e"
+                            "d=$1"
+                            "if [ -L \"$d\" ]; then printf 'link\\0'; exit 0; fi"
+                            "if [ ! -e \"$d\" ]; then printf 'none\\0'; exit 0; fi"
+                            "if [ -d \"$d\" ]; then"
+                            "  printf 'dir\\0'; cd -- \"$d\""
+                            "  find . -printf 'E\\0%y\\0%m\\0%U\\0%G\\0%u\\0%g\\0%l\\0%P\\0'"
+                            "  find . -type f -exec sha256sum -z -- {} +"
+                            "else"
+                            "  printf 'file\\0'"
+                            "  find \"$d\" -maxdepth 0 -printf 'E\\0%y\\0%m\\0%U\\0%G\\0%u\\0%g\\0%l\\0\\0'"
+                            "  if [ -f \"$d\" ]; then sha256sum -z < \"$d\"; fi"
+                            "fi"]))
+
+(setv _TYPES {"f" "file" "d" "dir" "l" "link"})
+
+(defn list-tree [path]
+  "What is at PATH on the target: `#(KIND ENTRIES)`, KIND \"none\", \"dir\"
+or \"file\", ENTRIES a dict of relative path (\"\" for PATH itself) → entry
+as in `consfig.sitefiles.tree-manifest`, with the owner's and group's names
+and numbers (\"users\" \"groups\")."
+  (setv tokens (.split (output (Script _LISTING path) :timeout 600) "\0")
+        kind (get tokens 0)
+        entries {}
+        i 1)
+  (while (< i (len tokens))
+    (setv tok (get tokens i))
+    (cond (= tok "E")
+          (do (setv #(y m U G u g l rel) (cut tokens (+ i 1) (+ i 9))
+                    (get entries rel) {"path" rel "type" (.get _TYPES y y) "mode" (int m 8)
+                                       "users" #(U u) "groups" #(G g) "target" l})
+              (+= i 9))
+          (>= (len tok) 64)
+          (do (setv rel (if (= kind "file") "" (.removeprefix (cut tok 66 None) "./")))
+              (when (in rel entries)
+                (setv (get entries rel "sha256") (cut tok 0 64)))
+              (+= i 1))
+          True (+= i 1)))
+  #(kind entries))
+
+(defn _kind-name [t]
+  (.get {"dir" "directory" "link" "symbolic link"} t t))
+
+(defn dir-mode [mode]
+  "The mode of a directory holding files of MODE: MODE with each
+permission to search where there is one to read (0o640 → 0o750)."
+  (| mode (>> (& mode 0o444) 2)))
+
+(defn _wanted-mode [entry mode]
+  (cond (= (get entry "type") "link") None
+        (is mode None) (get entry "mode")
+        (= (get entry "type") "dir") (dir-mode mode)
+        True mode))
+
+(defn tree-plan [dest manifest have * [mode None] [owner None] [group None] [delete False]]
+  "What makes DEST, whose listing is HAVE (see `list-tree`) hold
+the tree MANIFEST (`consfig.sitefiles.tree-manifest`): a dict of \"remove\",
+\"mkdir\", \"write\" (manifest entries), \"link\" (manifest entries),
+\"chmod\" (mode → paths) and \"chown\" (paths), and \"changes\", what
+differs, for people.  Without DELETE, what the manifest lacks is kept; a
+thing of the wrong type is replaced whatever DELETE says."
+  (setv plan {"remove" [] "mkdir" [] "write" [] "link" [] "chmod" {} "chown" [] "changes" []}
+        wanted (dfor e manifest (get e "path") e))
+  (when (and (in "" have) (!= (get have "" "type") (get wanted "" "type")))
+    (raise (AbortedChange (+ f"{dest} is a {(_kind-name (get have "" "type"))}, "
+                             f"not a {(_kind-name (get wanted "" "type"))}; "
+                             "not replacing it: move it away, or choose another destination"))))
+  (defn note [text] (.append (get plan "changes") text))
+  (defn shown [rel] (or rel "."))
+  (defn removed-above? [rel]
+    (any (gfor r (get plan "remove") (.startswith rel (+ r "/")))))
+  (for [rel (sorted have :key (fn [r] #((.count r "/") r)))]
+    (setv h (get have rel)
+          w (.get wanted rel))
+    (when (and (!= rel "") (not (removed-above? rel))
+               (or (and w (!= (get w "type") (get h "type")))
+                   (and (not w) delete)))
+      (.append (get plan "remove") rel)
+      (when (not w) (note f"{(shown rel)} would be removed"))))
+  (for [e manifest]
+    (setv rel (get e "path")
+          h (.get have rel)
+          gone (or (not h) (removed-above? rel) (in rel (get plan "remove")))
+          want-mode (_wanted-mode e mode)
+          kind (get e "type"))
+    (cond (= kind "dir")
+          (when gone
+            (.append (get plan "mkdir") rel)
+            (note f"{(shown rel)}/ would be created"))
+          (= kind "file")
+          (when (or gone (!= (.get h "sha256") (get e "sha256")))
+            (.append (get plan "write") e)
+            (note f"{(shown rel)} would be {(if gone "written" "updated")}"))
+          (= kind "link")
+          (when (or gone (!= (get h "target") (get e "target")))
+            (.append (get plan "link") e)
+            (note f"{(shown rel)} would link to {(get e "target")}")))
+    (setv fresh (or gone (in e (get plan "write")) (in e (get plan "link"))))
+    (when (and (is-not want-mode None) (not (and fresh (= kind "file")))
+               (or fresh (!= (get h "mode") want-mode)))
+      (.append (.setdefault (get plan "chmod") want-mode []) rel)
+      (when (not fresh)
+        (note f"{(shown rel)}: mode {(format (get h "mode") "o")} → {(format want-mode "o")}")))
+    (when (and (or owner group) (not (and fresh (= kind "file")))
+               (or fresh
+                   (and owner (not-in (str owner) (get h "users")))
+                   (and group (not-in (str group) (get h "groups")))))
+      (.append (get plan "chown") rel)
+      (when (not fresh)
+        (note f"{(shown rel)}: owner {(get h "users" 1)}:{(get h "groups" 1)} → {(or owner (get h "users" 1))}:{(or group (get h "groups" 1))}"))))
+  plan)
+
+(defn plan-empty? [plan]
+  "Whether PLAN (`tree-plan`) has nothing to do."
+  (not (get plan "changes")))
+
+(defn _each [dest code paths]
+  ;; CODE run with the paths PATHS (relative to DEST) as arguments, given
+  ;; NUL-separated on standard input: one command for any number of them.
+  (when paths
+    (run (Script (+ "xargs -0 -r " code))
+         :input (.join "" (gfor p paths (+ (if p (posixpath.join dest p) dest) "\0")))
+         :timeout 600)))
+
+(defn apply-tree-plan [dest plan content * [mode None] [owner None] [group None]
+                       [written None]]
+  "Carry out PLAN (`tree-plan`) in DEST on the target; CONTENT, given a
+manifest entry of a file, returns its bytes.  Each file is written
+atomically (see `write-remote-file`), and WRITTEN, when given, called with
+its entry and path.  `:no-change` when PLAN is empty."
+  (when (plan-empty? plan) (return NO-CHANGE))
+  (_each dest "rm -rf --one-file-system --" (get plan "remove"))
+  (when (in "" (get plan "mkdir"))
+    (run "mkdir" "-p" "--" dest))
+  (_each dest "mkdir --" (lfor r (get plan "mkdir") :if r r))
+  (for [e (get plan "write")]
+    (setv target (if (get e "path") (posixpath.join dest (get e "path")) dest))
+    (write-remote-file target (content e)
+                       :mode (_wanted-mode e mode) :owner (_id owner) :group (_id group))
+    (when written (written e target)))
+  (for [e (get plan "link")]
+    (setv target (posixpath.join dest (get e "path")))
+    (run "ln" "-sfnT" "--" (get e "target") target))
+  (for [[m paths] (.items (get plan "chmod"))]
+    (_each dest f"chmod {(format m "o")} --" paths))
+  (_each dest (+ "chown -h " (shlex.quote (_owner-spec owner group)) " --") (get plan "chown"))
+  None)
+
+;; Content from the site, rendered or read on the controller in :hostattrs and
+;; provided as prerequisite data: the propspec holds only names, and the
+;; content travels as data does (after a :python hop, once per version).
+
+(defn _template-data [secret-used]
+  ;; `data(iden1, iden2)` in a template: read at once, on the controller,
+  ;; and not declared for the host, since only the rendered text travels.
+  ;; It is a secret when its source holds secrets or a property before the
+  ;; template declared it one; then so is the rendered file.
+  (fn [iden1 iden2]
+    (setv host (.get current-host)
+          secret (any (gfor d (get-hostattrs "data")
+                            (and (= #((get d "iden1") (get d "iden2")) #(iden1 iden2))
+                                 (get d "secret"))))
+          item (or (.get host.provided #(iden1 iden2)) (lookup-data iden1 iden2 :secret secret)))
+    (when (is item None)
+      (raise (MissingData (+ f"data({(hy.repr iden1)}, {(hy.repr iden2)}): no data source has it; "
+                             "sources asked: "
+                             (or (.join "; " (gfor s (data-sources) (.describe s))) "none")))))
+    (setv content (.content item))
+    (when (secret? content)
+      (.append secret-used True)
+      (setv content (.reveal content)))
+    (.decode content "utf-8")))
+
+(defn _received [iden1 iden2]
+  ;; A host deployed from a target has its :hostattrs run again there, with
+  ;; no site to read: what the controller rendered or read for it came with
+  ;; the host.  Declare it, and return it.
+  (setv item (lookup-data iden1 iden2))
+  (require-data iden1 iden2 :secret (and item item.secret))
+  item)
+
+(defn template-variables [variables]
+  "What a template sees: `hostname`, `hostattrs` (name → values, newest
+first), `hostattr(name)` (the newest value, or None), and VARIABLES."
+  {"hostname" (get-hostname)
+   "hostattrs" (dict (. (.get current-host) hostattrs))
+   "hostattr" (fn [name] (get-hostattr name))
+   #** (or variables {})})
+
+(setv template-vars (dict-of (one-of string keyword) anything)
+      owner-type (optional (one-of user-name id-number))
+      group-type (optional (one-of group-name id-number)))
+
+(defprop templated :posix [#^ abs-path path #^ path template
+                           * #^ (optional template-vars) [vars None]
+                           #^ owner-type [owner None] #^ group-type [group None]
+                           #^ file-mode [mode None] #^ boolean [secret False]]
+  "PATH has the content of the Jinja2 TEMPLATE, a file of the site (relative
+to the directory of the consfig that defines the host; see
+`consfig.sitefiles`), rendered on the controller before anything connects.
+The template sees `hostname`, `hostattrs` and `hostattr(name)` (what the
+properties before this one declared), `data(iden1, iden2)` (an item of
+prerequisite data, as text) and the variables VARS.  A variable it uses and
+nothing defines is an error naming the template's file and line.  The
+rendered text travels as prerequisite data, not in the propspec.  When the
+template reads a secret (an item from a source of secrets such as :pass, or
+one a property before this one declared secret), or with SECRET, the file is
+a secret: mode 0600 unless MODE says otherwise, and never a diff."
+  (:desc f"{path} rendered from {template}")
+  (:hostattrs
+    (if (on-target?)
+        (_received "--template" path)
+        (do (setv secret-used [])
+            (try
+              (setv text (render-template template (template-variables vars)
+                                          :data (_template-data secret-used)))
+              (except [e ConsfigError]
+                (setv e.message f"file.templated {path}: {e.message}")
+                (raise)))
+            (provide-data "--template" path (if (or secret secret-used) (Secret text) text)))))
+  (:simulates True)
+  (:apply
+    ;; A rendered config file is shown as a diff (in check mode too), as
+    ;; `has-content` shows one; a secret is compared without one.
+    (setv item (get-data "--template" path))
+    (if item.secret
+        (install-data "--template" path path :mode mode :owner owner :group group)
+        (let [r (update-file path (.content item) :mode mode :owner owner :group group)]
+          (when (and (is r None) (not (on-target?)))
+            (emit (data-sent-event item path)))
+          r))))
+
+(defn _site-file-iden [root e]
+  ;; A file of the site is named by its path relative to the site
+  ;; directory, or its absolute path outside it.
+  (setv full (if (get e "path") (os.path.join root (get e "path")) root)
+        site (site-directory))
+  (if (and site (.startswith full (+ site os.sep)))
+      (os.path.relpath full site)
+      full))
+
+(defn _tree-item [dest]
+  (setv manifest (json.loads (get-data-string "--site-tree" dest))
+        #(kind have) (list-tree dest))
+  (when (= kind "link")
+    (raise (AbortedChange f"{dest} is a symbolic link; give the path it points to")))
+  #(manifest have))
+
+(defn _changes [plan]
+  (setv changes (get plan "changes"))
+  (.join "\n" (+ (cut changes 20)
+                 (if (> (len changes) 20) [f"… and {(- (len changes) 20)} more"] []))))
+
+(defprop copied-from-site :posix [#^ abs-path dest #^ path source
+                                  * #^ owner-type [owner None] #^ group-type [group None]
+                                  #^ file-mode [mode None] #^ boolean [delete False]]
+  "DEST is a copy of SOURCE, a file or a directory tree of the site
+(relative to the directory of the consfig that defines the host): its files
+with their content, modes (MODE instead, when given: directories get it with
+x wherever it has r) and symlinks, owned by OWNER and GROUP when given.
+With DELETE, what DEST holds that SOURCE lacks is removed, as rsync's
+--delete does.  Files are compared by SHA-256, listed on the target by one
+command, so an unchanged tree costs no transfer; a file that differs is
+written atomically.  The files travel as prerequisite data."
+  (:desc f"{dest} is a copy of the site's {source}")
+  (:hostattrs
+    (if (on-target?)
+        (let [tree (_received "--site-tree" dest)]
+          (when tree
+            (for [e (json.loads (.content tree)) :if (= (get e "type") "file")]
+              (_received "--site-file" (get e "iden2")))))
+        (do (setv root (site-path source "site file")
+                  manifest (tree-manifest root))
+            (for [e manifest :if (= (get e "type") "file")]
+              (setv (get e "iden2") (_site-file-iden root e))
+              (provide-data "--site-file" (get e "iden2")
+                            (with [f (open (if (get e "path") (os.path.join root (get e "path")) root)
+                                           "rb")]
+                              (.read f))
+                            :version (get e "sha256")))
+            (provide-data "--site-tree" dest (json.dumps manifest :sort-keys True)))))
+  (:check
+    (setv #(manifest have) (_tree-item dest)
+          plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))
+    (or (plan-empty? plan) (Drift (_changes plan))))
+  (:apply
+    (setv #(manifest have) (_tree-item dest)
+          plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))
+    (apply-tree-plan dest plan (fn [e] (get-data-bytes "--site-file" (get e "iden2")))
+                     :mode mode :owner owner :group group
+                     :written (fn [e path]
+                                ;; On a target, the content came with the host.
+                                (when (not (on-target?))
+                                  (emit (data-sent-event (get-data "--site-file" (get e "iden2"))
+                                                         path)))))))
+
+(export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
+                  dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
                   does-not-exist directory-exists directory-does-not-exist
                   containing-directory-exists symlinked is-copy-of data-uploaded

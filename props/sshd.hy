@@ -7,10 +7,14 @@ configuration fails the property and the file stays as it was."
 (require consfig.property [defprop]
          consfig.propspec [defproplist])
 (import consfig.actions [NO-CHANGE write-remote-file run run-script]
+        consfig.data [get-data-bytes require-data]
+        consfig.engine [Drift]
         consfig.errors [FailedChange]
+        consfig.host [get-hostname]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
-                            read-text content->bytes pairs-problem conf-pair]
+                            read-bytes read-text content->bytes pairs-problem conf-pair]
+        consfig.props.ssh [ssh-public-key ssh-key-type]
         consfig.props.service :as service
         consfig.types *)
 
@@ -41,6 +45,38 @@ complaint when it is not valid."
                               (.strip (+ r.stdout r.stderr))))))
     (finally (run "rm" "-f" "--" tmp))))
 
+(defn _reload []
+  (when (not (service.no-services?))
+    (run-script (+ "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; "
+                   "else invoke-rc.d ssh reload; fi")
+                :check False :timeout 120)))
+
+(defn host-key-path [type]
+  "The file of sshd's host key of TYPE: /etc/ssh/ssh_host_TYPE_key."
+  f"/etc/ssh/ssh_host_{type}_key")
+
+(defprop has-host-key :posix [#^ ssh-key-type type #^ ssh-public-key public-key]
+  "sshd's host key of TYPE is the private key held as prerequisite data of
+the host (HOSTNAME, /etc/ssh/ssh_host_TYPE_key), a secret, installed with
+mode 0600, and its .pub is PUBLIC-KEY: the host keeps its identity when it
+is reinstalled, and other hosts can know PUBLIC-KEY from the consfig.  sshd
+reloads when it changed (where services run)."
+  (:desc f"sshd has its {type} host key from data")
+  (:hostattrs (require-data (get-hostname) (host-key-path type) :secret True))
+  (:check
+    (setv key (host-key-path type))
+    (or (and (= (read-bytes key) (.reveal (get-data-bytes (get-hostname) key)))
+             (= (read-bytes (+ key ".pub")) (content->bytes (+ public-key "\n"))))
+        (Drift f"{key} would be installed from data")))
+  (:apply
+    (setv key (host-key-path type))
+    (run "mkdir" "-p" "/etc/ssh")
+    (update-file key (.reveal (get-data-bytes (get-hostname) key))
+                 :mode 0o600 :owner "root" :group "root" :secret True)
+    (update-file (+ key ".pub") (+ public-key "\n") :mode 0o644 :owner "root" :group "root")
+    (_reload)
+    None))
+
 (defprop configured :posix [#^ conf-pair #* pairs]
   "sshd_config sets each keyword of PAIRS (alternating keywords and values,
 or a dict) to its value, as `file.contains-conf-space` does.  The new file is
@@ -58,10 +94,7 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
         NO-CHANGE
         (do (validate (content->bytes new))
             (update-file CONFIG new)
-            (when (not (service.no-services?))
-              (run-script (+ "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; "
-                             "else invoke-rc.d ssh reload; fi")
-                          :check False :timeout 120))
+            (_reload)
             None))))
 
 (defproplist no-passwords :posix []
@@ -69,4 +102,4 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
   (:desc "sshd accepts no passwords")
   (configured "PasswordAuthentication" "no" "KbdInteractiveAuthentication" "no"))
 
-(export :objects [installed configured no-passwords validate CONFIG])
+(export :objects [installed configured no-passwords validate has-host-key host-key-path CONFIG])

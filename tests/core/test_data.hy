@@ -33,6 +33,11 @@
               (.append seen #((.content item) item.version item.sha256)))
           :no-change))
 
+(defprop provides-secret :posix [text]
+  "Provide a secret TEXT and record its item."
+  (:hostattrs (provide-data "--test" "secret" (Secret text)))
+  (:apply (.append seen (get-data "--test" "secret")) :no-change))
+
 (defhost web.test {:deploy :local}
   (reads-data "web.test" "motd"))
 
@@ -187,3 +192,39 @@
   (.write-text (/ tmp-path "x") "x")
   (setv source (try-register-data-source :local-file :location (+ d "/x") :iden1 "a" :iden2 "b"))
   (assert (= (.version source "a" "b") (str (. (os.stat (/ tmp-path "x")) st-mtime-ns))) source))
+
+(defn test-missing-data-stops-a-deployment-before-it-connects [tmp-path]
+  ;; The chain leads nowhere: reaching it would be a connection failure.
+  (register-data-source "files-tree" :location (str tmp-path))
+  (with [e (pytest.raises MissingData)]
+    (deploy* [[:ssh :host "nowhere.invalid" :timeout 1]] "web.test"))
+  (assert (in "(\"web.test\" \"motd\")" (str e.value)) (str e.value)))
+
+(defn test-a-site-may-register-a-source-of-its-own [events]
+  (defclass Constant [DataSource]
+    (defn version [self iden1 iden2] (when (= iden2 "motd") "v1"))
+    (defn fetch [self iden1 iden2] b"constant"))
+  (setv source (register-data-source (Constant)))
+  (deploy* [:local] "web.test" :sink events)
+  (assert (= seen [#(b"constant" "v1")]) seen)
+  (forget-data-source source)
+  (assert (= (data-sources) []) (data-sources)))
+
+(defn test-a-provided-secret-is-not-versioned-by-its-digest [events]
+  (deploy-these* [:local] "bare.test" (provides-secret "hunter2") :sink events)
+  (setv [item] seen)
+  (assert item.secret "a secret")
+  (assert (= item.version "provided") item.version)
+  (assert (= (.content item) (Secret b"hunter2")) "its content"))
+
+(defn test-a-source-that-fails-is-one-error-before-connecting []
+  (defclass Broken [DataSource]
+    (defn version [self iden1 iden2] "1")
+    (defn fetch [self iden1 iden2] (raise (OSError "the disk is on fire")))
+    (defn describe [self] "a broken source"))
+  (register-data-source (Broken))
+  (with [e (pytest.raises DataSourceFailed)]
+    (deploy* [[:ssh :host "nowhere.invalid" :timeout 1]] "web.test"))
+  (setv message (str e.value))
+  (for [part ["web.test" "(\"web.test\" \"motd\")" "a broken source" "the disk is on fire"]]
+    (assert (in part message) message)))
