@@ -41,6 +41,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def log_request(self, code="-", size="-"):
         self.server.answers.append((self.path, int(getattr(code, "value", code))))
+        hook = self.server.after.pop(self.path, None)
+        if hook:
+            hook()
 
     def log_message(self, *args):
         pass
@@ -53,6 +56,7 @@ class ImageServer:
         handler = lambda *a, **kw: _Handler(*a, directory=str(directory), **kw)  # noqa: E731
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.answers = []
+        self.httpd.after = {}
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -69,6 +73,11 @@ class ImageServer:
     def answers(self):
         """`(path, status)` of every request answered so far."""
         return list(self.httpd.answers)
+
+    def after(self, path, hook):
+        """Call HOOK once, right after the next answer to a request for PATH
+        (to change what is served between two requests of one client)."""
+        self.httpd.after[path] = hook
 
     def downloads(self, path):
         """How many times PATH was sent whole (status 200)."""

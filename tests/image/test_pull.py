@@ -336,3 +336,31 @@ def test_no_application_while_another_runs(tmp_path, key):
             r = host.pull()
         assert r.returncode == puller.EX_BUSY, (r.returncode, r.stderr)
         assert "another application is running" in r.stderr and host.applied() == []
+
+
+def test_a_publication_caught_half_way_is_fetched_again(tmp_path, key):
+    out = published(tmp_path, key, "v1", tmp_path / "host/applied")
+    with ImageServer(out) as server:
+        host = Host(tmp_path / "host", server.url, [public_line(key)])
+        assert host.pull().returncode == 0
+        # The publisher has renamed the new image into place, not yet its
+        # signature: the puller reads the old signature, then the new image.
+        new = stand_in_image(tmp_path / "v2.pyz", tmp_path / "host/applied", "v2")
+        new_sig = publish.sign_image(key, HOST, new)
+        (out / HOST).write_bytes(new)
+        server.after(f"/{HOST}", lambda: (out / f"{HOST}.sig").write_bytes(new_sig))
+        r = host.pull()
+        assert r.returncode == 0, r.stderr
+        assert host.applied() == ["v1", "v2"]
+
+
+def test_under_systemd_a_refusal_is_logged_as_an_error(tmp_path, key):
+    other = Ed25519PrivateKey.generate()
+    out = published(tmp_path, other, "v1", tmp_path / "host/applied")
+    with ImageServer(out) as server:
+        host = Host(tmp_path / "host", server.url, [public_line(key)])
+        r = subprocess.run(host.argv, capture_output=True, text=True, timeout=120,
+                           env={"PATH": "/usr/bin:/bin", "JOURNAL_STREAM": "8:1234"})
+        assert r.returncode == puller.EX_REFUSED
+        assert r.stderr.startswith("<3>consfig-pull: REFUSED"), \
+            f"the journal would not see an error: {r.stderr!r}"
