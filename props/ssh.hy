@@ -1,9 +1,12 @@
 "SSH client-side state: users' keys, authorized keys and known hosts."
 
-(require consfig.property [defprop])
+(require consfig.property [defprop]
+         consfig.propspec [defpropspec])
 (import posixpath
         consfig.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.errors [FailedChange]
+        consfig.host [hosts-with-hostattr get-hostattrs]
+        consfig.props.file :as file
         consfig.props.file [add-lines remove-lines]
         consfig.props.user [home-directory]
         consfig.types *)
@@ -83,4 +86,30 @@ the public KEY.  Unapplying removes that line."
     (add-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)]))
   (:unapply (remove-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)])))
 
-(export :objects [authorized-keys has-user-key known-host system-known-host])
+(defn site-known-hosts-lines []
+  "The known_hosts lines of every host the site defines that has an SSH
+host key (hostattr `ssh-host-key`): its hostname and aliases (hostattr
+`aliases`), then the key, one line per key, in the order the hosts were
+defined."
+  (lfor [hostname keys] (.items (hosts-with-hostattr "ssh-host-key"))
+        key (reversed keys)
+        (_known-hosts-line [hostname #* (reversed (get-hostattrs hostname "aliases"))]
+                           (.join " " (cut (.split key) 2)))))
+
+(defpropspec known-hosts-of-site :posix [* #^ (list-of ssh-public-key) [extra #()]]
+  "/etc/ssh/ssh_known_hosts lists the SSH host keys of the site: of every
+host the site defines that has one (hostattr `ssh-host-key`, which
+`sshd.has-host-public-key` pushes), this host too, under its hostname and
+its aliases (hostattr `aliases`); then the EXTRA lines (`github.com
+ssh-ed25519 AAAA…`).  Nothing else: the file is the site's, so a host
+taken out of the site, or whose key changed, loses its old line.  Each
+user's ssh reads it, so hosts of the site reach each other without being
+asked to trust a key."
+  (:desc "SSH known hosts of the site")
+  [(file.directory-exists "/etc/ssh")
+   (file.has-content SYSTEM-KNOWN-HOSTS
+                     (.join "" (gfor l [#* (site-known-hosts-lines) #* extra] (+ l "\n")))
+                     :mode 0o644)])
+
+(export :objects [authorized-keys has-user-key known-host system-known-host
+                  known-hosts-of-site site-known-hosts-lines])

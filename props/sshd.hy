@@ -6,8 +6,10 @@ configuration fails the property and the file stays as it was."
 
 (require consfig.property [defprop]
          consfig.propspec [defproplist])
-(import consfig.actions [NO-CHANGE write-remote-file run run-script]
-        consfig.errors [FailedChange]
+(import consfig.actions [NO-CHANGE output write-remote-file run run-script]
+        consfig.hop [Script]
+        consfig.host [push-hostattr]
+        consfig.errors [AbortedChange FailedChange]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
                             read-text content->bytes pairs-problem conf-pair]
@@ -69,4 +71,35 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
   (:desc "sshd accepts no passwords")
   (configured "PasswordAuthentication" "no" "KbdInteractiveAuthentication" "no"))
 
-(export :objects [installed configured no-passwords validate CONFIG])
+(setv ssh-host-public-key
+      (matching "ssh-host-public-key"
+                "a public key line such as \"ssh-ed25519 AAAA… comment\""
+                r"(ssh-[a-z0-9-]+|ecdsa-sha2-[a-z0-9-]+|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( [^\n\r\x00]*)?"))
+
+(defn _key-of [line]
+  ;; A public key without its comment: its type and its base64 data.
+  (.join " " (cut (.split line) 2)))
+
+(defn _host-public-keys []
+  (lfor line (.splitlines (output (Script "cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null || :")
+                                  :timeout 60))
+        :if (.strip line)
+        (_key-of line)))
+
+(defprop has-host-public-key :posix [#^ ssh-host-public-key key]
+  "This host's SSH host key is KEY (`ssh-ed25519 AAAA…`, as in
+/etc/ssh/ssh_host_ed25519_key.pub): the site records it as hostattr
+`ssh-host-key`, for other hosts to know it (`ssh.known-hosts-of-site`).
+Applying it checks that one of /etc/ssh/ssh_host_*_key.pub is KEY, and
+fails, changing nothing, when none is: the key recorded is wrong, or the
+host has a new one."
+  (:desc f"SSH host key {(get (.split key) 0)} recorded")
+  (:hostattrs (push-hostattr "ssh-host-key" (_key-of key)))
+  (:check (in (_key-of key) (_host-public-keys)))
+  (:apply
+    (raise (AbortedChange
+             (+ f"no /etc/ssh/ssh_host_*_key.pub holds the key recorded for this host ({(_key-of key)}); "
+                "record the one the host has")))))
+
+(export :objects [installed configured no-passwords validate CONFIG has-host-public-key
+                  ssh-host-public-key])

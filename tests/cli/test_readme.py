@@ -52,6 +52,19 @@ def test_readme_tour_consfig_loads_and_preprocesses(tmp_path):
     assert '"type" "debian-stable"' in result.stdout
 
 
+def test_readme_facts_from_other_hosts_example_reads_the_other_hosts(tmp_path):
+    code = re.search(r"```hy\n(\(require.*?)```", section("Facts from other hosts"), re.S).group(1)
+    site = tmp_path / "facts.hy"
+    site.write_text(code)
+    result = subprocess.run(
+        [sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), "lb", "--dry-run"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "server web1.example.org web1.example.org:8080 check" in result.stdout, result.stdout
+    assert "web1.example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFdlYjFob3N0a2V5" in result.stdout, result.stdout
+    assert "lb.example.org ssh-ed25519" in result.stdout, result.stdout
+
+
 def test_property_reference_is_up_to_date():
     result = subprocess.run([sys.executable, str(REPO / "docs" / "gen_reference.py"), "--check"],
                             capture_output=True, text=True, timeout=120)
