@@ -20,8 +20,6 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
         socket
         threading
         time
-        fabric
-        paramiko
         consfig.errors [ChainError CommandTimedOut ConnectionFailed]
         consfig.frames [OUTPUT-LIMIT OutputBuffer]
         consfig.hop [Connection Hop PORT SECONDS STRING STRINGS one-of]
@@ -42,28 +40,47 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
                                  b"=")
                         "ascii")))
 
-(defclass _UnknownHostKey [paramiko.SSHException]
-  (defn __init__ [self hostname key]
-    (.__init__ (super) hostname)
-    (setv self.hostname hostname
-          self.key key)))
+(setv fabric None
+      paramiko None
+      _UnknownHostKey None
+      _HostKeyPolicy None)
 
-(defclass _HostKeyPolicy [paramiko.MissingHostKeyPolicy]
-  "What to do with a host key that is not in known_hosts, as
+(defn _import-ssh-libraries []
+  ;; Fabric and paramiko take a tenth of a second to import: a chain is
+  ;; parsed and checked without them, and only a deployment that connects
+  ;; over :ssh pays for them.
+  (global fabric paramiko _UnknownHostKey _HostKeyPolicy)
+  (when (is paramiko None)
+    (import fabric :as fab
+            paramiko :as pm)
+    (setv #(_UnknownHostKey _HostKeyPolicy) (_host-key-classes pm)
+          fabric fab
+          paramiko pm)))
+
+(defn _host-key-classes [paramiko]
+  (defclass _UnknownHostKey [paramiko.SSHException]
+    (defn __init__ [self hostname key]
+      (.__init__ (super) hostname)
+      (setv self.hostname hostname
+            self.key key)))
+
+  (defclass _HostKeyPolicy [paramiko.MissingHostKeyPolicy]
+    "What to do with a host key that is not in known_hosts, as
 StrictHostKeyChecking says: refuse it (yes), add it (accept-new) or use it
 this once (no).  A key that differs from the known one is always refused —
 paramiko does that before asking a policy."
-  (defn __init__ [self mode known-hosts-file]
-    (setv self.mode mode
-          self.known-hosts-file known-hosts-file))
-  (defn missing-host-key [self client hostname key]
-    (cond
-      (= self.mode "no") None
-      (and (= self.mode "accept-new") self.known-hosts-file)
-      (do (os.makedirs (os.path.dirname self.known-hosts-file) :mode 0o700 :exist-ok True)
-          (with [f (open self.known-hosts-file "a")]
-            (.write f f"{hostname} {(.get-name key)} {(.get-base64 key)}\n")))
-      True (raise (_UnknownHostKey hostname key)))))
+    (defn __init__ [self mode known-hosts-file]
+      (setv self.mode mode
+            self.known-hosts-file known-hosts-file))
+    (defn missing-host-key [self client hostname key]
+      (cond
+        (= self.mode "no") None
+        (and (= self.mode "accept-new") self.known-hosts-file)
+        (do (os.makedirs (os.path.dirname self.known-hosts-file) :mode 0o700 :exist-ok True)
+            (with [f (open self.known-hosts-file "a")]
+              (.write f f"{hostname} {(.get-name key)} {(.get-base64 key)}\n")))
+        True (raise (_UnknownHostKey hostname key)))))
+  #(_UnknownHostKey _HostKeyPolicy))
 
 (defn _strictness [hop-value ssh-config]
   (setv v (if (is hop-value None)
@@ -380,6 +397,7 @@ JUMPS; None to connect directly."
   "Open an SSH connection to HOST and return the `SSHConnection`."
   (setv alias (or host (get-hostname)))
   (_check-upstream upstream alias)
+  (_import-ssh-libraries)
   (setv fc (_fabric-connection alias user port config timeout)
         user-kh (_trust-host-keys fc strict-host-key-checking)
         jumps [])
