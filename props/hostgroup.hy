@@ -5,7 +5,7 @@ peers: a file on one host that lists the hosts of a group, built on the
 controller from the hosts the site defines and their hostattrs, the way
 Puppet's exported resources are collected."
 
-(require consfig.propspec [defpropspec])
+(eval-when-compile (require consfig.propspec [defpropspec]))
 (import string [Formatter]
         consfig.errors [PropspecError]
         consfig.host [get-hostattr hosts-in-group]

@@ -1,7 +1,8 @@
 "SSH client-side state: users' keys, authorized keys and known hosts."
 
-(require consfig.property [defprop]
-         consfig.propspec [defpropspec])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defpropspec]))
 (import posixpath
         consfig.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.errors [FailedChange]

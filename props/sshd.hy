@@ -4,8 +4,9 @@ A change to sshd_config is checked with `sshd -t` on a copy before the real
 file is touched, so that a typo never leaves a host unreachable: an invalid
 configuration fails the property and the file stays as it was."
 
-(require consfig.property [defprop]
-         consfig.propspec [defproplist])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defproplist]))
 (import consfig.actions [NO-CHANGE output write-remote-file run run-script]
         consfig.hop [Script]
         consfig.host [push-hostattr]

@@ -1,6 +1,6 @@
 "Users and groups, through the shadow utilities (useradd, usermod, …)."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import consfig.actions [run run-ok? output]
         consfig.engine [Drift]
         consfig.errors [FailedChange]
