@@ -144,16 +144,20 @@ being started when the end came, before it was recorded)."
       (cond (is-not mode None) (os.chmod tmp mode)
             old (os.chmod tmp (& old.st_mode 0o7777))
             True (os.chmod tmp (& 0o666 (bnot (_umask)))))
+      ;; As over a POSIX hop: the old file's owner and group are kept, but
+      ;; for what OWNER and GROUP (names, or numbers as text) say.
+      (when (and old (or (!= old.st_uid (os.getuid)) (!= old.st_gid (os.getgid))))
+        (os.chown tmp old.st_uid old.st_gid))
       (when (or owner group)
         (import shutil)
-        (shutil.chown tmp :user owner :group group))
-      (when (and old (not (or owner group))
-                 (or (!= old.st_uid (os.getuid)) (!= old.st_gid (os.getgid))))
-        (os.chown tmp old.st_uid old.st_gid))
+        (shutil.chown tmp :user (_id-or-name owner) :group (_id-or-name group)))
       (os.replace tmp path)
       (except [BaseException]
         (try (os.unlink tmp) (except [FileNotFoundError] None))
         (raise)))))
+
+(defn _id-or-name [x]
+  (if (and (isinstance x str) (.isdigit x)) (int x) x))
 
 (defn _await [threads proc deadline script timeout]
   ;; Wait in short slices: a signal handler (the target's Python told to

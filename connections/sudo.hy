@@ -4,9 +4,11 @@
 commands as USER without a password (NOPASSWD), and `sudo -n` is used.
 
 `[:sudo :from \"deploy@db1\"]`: USER may need a password, that of deploy on
-db1.  It comes from the first of `password-sources` that knows it — the
-place where prerequisite data will plug in — or else is asked for once on
-the controller's terminal, and kept for the rest of the deployment.
+db1.  It is the prerequisite data item (`--user-passwd--db1`, `deploy`),
+from whichever data source has it (a `:pass` store, a `:pgp` file, …), or
+else is asked for once on the controller's terminal, and kept for the rest
+of the deployment.  After a `:python` hop it comes with the host's data
+(consfig.deployment carries it), never from the target's terminal.
 
 How the password travels.  It must never be on a command line (`ps` shows
 those to every user), in the environment (root can read it in /proc, and it
@@ -27,36 +29,40 @@ still open, for the caller to write its own protocol to.  The password thus
 goes down the same pipe or SSH channel as everything else the process reads,
 and is consumed before anything the caller writes."
 
-(import getpass
-        secrets
+(import secrets
         shlex
         threading
         consfig.context [deployment-cache]
+        consfig.data [DataItem lookup-data]
+        consfig.datasources [USER-PASSWORD ask-secret terminal?]
         consfig.errors [ConnectionFailed]
         consfig.frames [OUTPUT-LIMIT]
         consfig.hop [Connection Hop STRING PROBE-TIMEOUT Script])
 
-;; Each is called with the `:from` designator (\"user@host\") and returns the
-;; password, or None when it does not know it.
-(setv password-sources [])
+(defn password-item [designator]
+  "The prerequisite data item holding the password of DESIGNATOR
+(\"user@host\"): (`--user-passwd--HOST`, USER)."
+  (setv #(user _ host) (.rpartition designator "@"))
+  (when (not (and user host))
+    (raise (ConnectionFailed f"sudo :from takes \"user@host\", not {(hy.repr designator)}")))
+  #(f"{USER-PASSWORD}{host}" user))
 
 (defn _ask [designator where]
   ;; getpass would fall back to reading standard input, with a warning, when
   ;; there is no terminal; a deployment from cron must fail instead.
-  (try
-    (.close (open "/dev/tty"))
-    (except [OSError]
-      (raise (ConnectionFailed (+ f"sudo needs the password of {designator}, no password source "
-                                  "knows it and there is no terminal to ask for it on")
-                               where))))
-  (getpass.getpass f"[consfig] sudo password for {designator} ({where}): "))
+  (when (not (terminal?))
+    (raise (ConnectionFailed (+ f"sudo needs the password of {designator}, no data source "
+                                f"has it (item {(hy.repr (password-item designator))}) "
+                                "and there is no terminal to ask for it on")
+                             where)))
+  (.reveal (ask-secret f"sudo password for {designator} ({where})")))
 
 ;; Hosts deployed at once ask beforehand (`ask-beforehand`); a deployment
 ;; nested in one of them may still ask while others run: one at a time.
 (setv _asking (threading.Lock))
 
 (defn sudo-password [designator where]
-  "The password of DESIGNATOR (\"user@host\"): from `password-sources`, else
+  "The password of DESIGNATOR (\"user@host\"): from the data sources, else
 asked for on the terminal; once per deployment."
   (with [_asking]
     (_sudo-password designator where)))
@@ -65,17 +71,27 @@ asked for on the terminal; once per deployment."
   (setv cache (deployment-cache)
         key #("sudo-password" designator))
   (when (not-in key cache)
-    (setv password None)
-    (for [source password-sources]
-      (setv password (source designator))
-      (when (is-not password None) (break)))
-    (when (is password None)
-      (setv password (_ask designator where)))
+    (setv item (lookup-data #* (password-item designator) :secret True)
+          ;; A password kept in a file usually ends with a newline.
+          password (if item
+                       (.removesuffix (.decode (.reveal (.content item)) "utf-8") "\n")
+                       (_ask designator where)))
     (when (in "\n" password)
       (raise (ConnectionFailed f"the sudo password of {designator} contains a newline, which sudo cannot read"
                                where)))
     (setv (get cache key) password))
   (get cache key))
+
+(defn password-carried [designator]
+  "The item holding DESIGNATOR's password, for a `:sudo` hop established on
+a target after a `:python` hop: from the data sources, else asked for on
+this terminal when the host's data is sent."
+  (setv #(iden1 iden2) (password-item designator)
+        item (lookup-data iden1 iden2 :secret True))
+  (or item
+      (DataItem iden1 iden2 "asked" :secret True
+                :fetch (fn [] (.encode (sudo-password designator "before connecting") "utf-8"))
+                :source "the prompt")))
 
 (defn forget-sudo-password [designator]
   (.pop (deployment-cache) #("sudo-password" designator) None))
@@ -188,12 +204,12 @@ asked for on the terminal; once per deployment."
 
 (defn ask-beforehand [where * [user "root"] [from_ None]]
   "Get the password of the `:from` designator, if any, before several hosts
-start (asking for it if no password source knows it), so that it is asked
+start (asking for it if no data source has it), so that it is asked
 for once, on the main thread, whether or not each host's sudo will want it."
   (when from_
     (sudo-password from_ where)))
 
 (setv HOP (Hop "sudo" {"user" STRING "from" STRING} establish :ask-beforehand ask-beforehand))
 
-(export :objects [SudoConnection HOP password-sources sudo-password
+(export :objects [SudoConnection HOP password-item password-carried sudo-password
                   forget-sudo-password sudo-without-password?])

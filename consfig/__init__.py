@@ -1,17 +1,18 @@
 """consfig: declarative configuration management and deployment in Hy.
 
 ``(require consfig *)`` brings in the macros (defprop, defproplist,
-defpropspec, defhost, deploy, deploy-these, props, propapp, use-props);
+defpropspec, defhost, deploy, deploy-these, props, propapp, use-props,
+try-register-data-source);
 ``(import consfig *)`` the functions a consfig and its properties use.
 """
 
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
-from consfig import (actions, chain, combinators, context, deployment, engine,
-                     errors, fleet, hop, host, property, propspec, result)
+from consfig import (actions, chain, combinators, context, data, datasources, deployment,
+                     engine, errors, fleet, hop, host, property, propspec, result)
 
 _MODULES = (property, propspec, host, deployment, fleet, combinators, result, actions,
-            context, chain, hop, engine, errors)
+            context, chain, hop, engine, errors, data, datasources)
 
 __all__ = []
 _hy_macros = {}

@@ -8,8 +8,9 @@ syntax error: no f-strings, no walrus, nothing newer than Python 3.0's syntax.
 
 It finds the user's bundle cache (refusing any directory someone else could
 write to), checks the cached bundle the controller names against its
-manifest, asks for the bundle when there is none or it is damaged, unpacks
-it, and hands over to `consfig.serve.serve`.  The controller imports it too,
+manifest, says which versions of prerequisite data it keeps (so that the
+controller sends only the others), asks for the bundle when there is none
+or it is damaged, unpacks it, and hands over to `consfig.serve.serve`.  The controller imports it too,
 for `cache_directory`, so that both sides agree on where the cache is.
 
 Exit codes the controller interprets: 97, the Python is too old; 98, no
@@ -19,7 +20,7 @@ cache directory is safe to use; 3, the controller went away first.
 import os
 import sys
 
-PROTOCOL = 2
+PROTOCOL = 3
 MANIFEST = ".consfig-manifest"
 TOO_OLD, NO_SAFE_CACHE, CONTROLLER_GONE = 97, 98, 3
 
@@ -114,6 +115,31 @@ def cache_directory(environ, uid, home):
             return os.path.join(root, "consfig"), None
         reasons.append(why)
     return None, "; ".join(reasons)
+
+
+def data_entry(iden1, iden2, version):
+    """The names, in a data cache, of the directory of the item (IDEN1,
+    IDEN2) and of the file holding its VERSION: digests, so that no
+    identifier needs quoting and none is too long for a file name."""
+    import hashlib
+    import json
+    item = hashlib.sha256(json.dumps([iden1, iden2]).encode("utf-8")).hexdigest()[:32]
+    return item, hashlib.sha256(version.encode("utf-8")).hexdigest()[:32]
+
+
+def data_inventory(cache, uid):
+    """The prerequisite data the user UID keeps in CACHE/data, as {item
+    directory: [version file, ...]} (see `data_entry`); None when that
+    directory is not safe to keep data in, and so is not used."""
+    directory = os.path.join(cache, "data")
+    if _private_directory(directory, uid):
+        return None
+    inventory = {}
+    for item in os.listdir(directory):
+        path = os.path.join(directory, item)
+        if unsafe(path, uid) is None:
+            inventory[item] = [v for v in os.listdir(path) if not v.startswith(".")]
+    return inventory
 
 
 def file_sizes(directory):
@@ -245,7 +271,8 @@ def main():
     have = os.path.isdir(directory)
     write_frame(output, {"op": "hello", "protocol": PROTOCOL, "python": list(sys.version_info[:3]),
                          "executable": sys.executable, "have": have,
-                         "tag": sys.implementation.cache_tag, "magic": importlib.util.MAGIC_NUMBER.hex()})
+                         "tag": sys.implementation.cache_tag, "magic": importlib.util.MAGIC_NUMBER.hex(),
+                         "data": data_inventory(cache, uid)})
     pending = []
     fetched = not have
     if fetched:

@@ -25,6 +25,7 @@ error.  A usage error exits 64."
         sys
         traceback
         consfig.chain [chain->data parse-chain]
+        consfig.data [resolve-data]
         consfig.engine [SinkFailed]
         consfig.errors [ConsfigError]
         consfig.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
@@ -182,6 +183,13 @@ error.  A usage error exits 64."
   (print "  hostattrs:")
   (for [[k v] (.items prepared.hostattrs)]
     (print f"    :{k} {(hy.repr v)}"))
+  ;; Resolved as a deployment would, so that a missing item shows here too;
+  ;; identifiers and versions only, never content.
+  (when (resolve-data prepared)
+    (print "  data:")
+    (for [item (.values prepared.data)]
+      (print (+ f"    ({(hy.repr item.iden1)} {(hy.repr item.iden2)}) version {item.version}"
+                (if item.secret " (secret)" "") f" from {item.source}"))))
   (print "  propspec:")
   (for [line (.splitlines (propspec->tree prepared.propspec))]
     (print (+ "    " line))))

@@ -8,6 +8,7 @@ and a bare hostname symbol."
 (import hy.models [Keyword String]
         consfig.chain [parse-chain establish-chain close-chain chain->data]
         consfig.context [applying connection current-host establishing-for]
+        consfig.data [resolve-data]
         consfig.engine [Reported announced-count apply-and-announce apply-host
                         check-propspec-fits checking? current-run]
         consfig.errors [ConsfigError FailedChange]
@@ -37,15 +38,17 @@ establishes the chain and applies it."
 (defn prepare-deployment [chain host * [propspec None] [additional None]]
   "Everything about deploying HOST (a Host or hostname) over CHAIN (its
 default chain when None) that can be checked on the controller — the chain,
-the propspec's arguments, every :hostattrs — checked, before connecting: a
-`Prepared`.  PROPSPEC replaces the host's propspec; ADDITIONAL is applied
-after it."
+the propspec's arguments, every :hostattrs, the prerequisite data they
+declare — checked, before connecting: a `Prepared`.  PROPSPEC replaces the
+host's propspec; ADDITIONAL is applied after it."
   (setv host (find-host host)
         parsed (_chain-for chain host)
         propspec (or propspec host.propspec))
   (when additional
     (setv propspec ((find-property "consfig.combinators.seqprops") propspec additional)))
   (setv prepared (preprocess-host host propspec))
+  (resolve-data prepared)
+  (_carry-hop-passwords prepared parsed True)
   (check-propspec-fits prepared.propspec
                        (or (any (gfor [name _] parsed (= name "python")))
                            (all (gfor [name _] parsed (= name "local"))))
@@ -176,7 +179,28 @@ of `deploy*` may come among them: `:check True`."
   (when additional
     (setv propspec ((find-property "consfig.combinators.seqprops")
                      (or propspec host.propspec) additional)))
-  #(parsed (preprocess-host host propspec)))
+  (setv prepared (preprocess-host host propspec)
+        outer (.get current-host None))
+  (resolve-data prepared)
+  ;; What the host deploying this one carries over a :python hop, for the
+  ;; deployment made from its target.
+  (when outer
+    (_carry-hop-passwords outer parsed False)
+    (.update outer.nested-data prepared.nested-data)
+    (.update outer.nested-data prepared.data))
+  #(parsed prepared))
+
+(defn _carry-hop-passwords [host chain top]
+  ;; A [:sudo :from …] hop established on a target (after the :python hop of
+  ;; a TOP chain, anywhere in a nested deployment's) finds its password in
+  ;; the data sent with the host: the target has no terminal of ours.
+  (import consfig.connections.sudo [password-carried])
+  (setv remote (not top))
+  (for [[name kwargs] chain]
+    (when (and remote (= name "sudo") (.get kwargs "from"))
+      (setv item (password-carried (get kwargs "from"))
+            (get host.nested-data #(item.iden1 item.iden2)) item))
+    (when (= name "python") (setv remote True))))
 
 (defn _forwarding-sink []
   ;; Events of a deployment applied by another Python, nested under this

@@ -111,14 +111,14 @@ exception E was raised: `file.hy:LINE` of the innermost such frame of its
 traceback, or None when it arose in consfig or a library."
   (setv found None)
   (for [frame (traceback.extract-tb e.__traceback__)]
-    (when (_site-file? frame.filename)
+    (when (site-file? frame.filename)
       (setv found f"{(os.path.basename frame.filename)}:{frame.lineno}")))
   found)
 
-(defn _site-file? [filename]
-  ;; Site code is Hy that is neither consfig's own (its core, its property
-  ;; library, its connections) nor Hy's or hyrule's; the example sites
-  ;; shipped in consfig/hosts are site code too.
+(defn site-file? [filename]
+  "Whether FILENAME is site code: Hy that is neither consfig's own (its
+core, its property library, its connections) nor Hy's or hyrule's; the
+example sites shipped in consfig/hosts are site code too."
   (setv path (os.path.realpath filename))
   (and (.endswith path ".hy")
        (not (any (gfor d _LIBRARY-DIRS (.startswith path d))))))
@@ -135,4 +135,4 @@ traceback, or None when it arose in consfig or a library."
 
 (export :objects [ConsfigError PropspecError ChainError ConnectionFailed
                   InapplicableProperty FailedChange AbortedChange ConnectionLost
-                  CommandFailed CommandTimedOut site-location])
+                  CommandFailed CommandTimedOut site-location site-file?])

@@ -21,7 +21,9 @@ The five kinds:
            names the property (its short name) on failed events.
   output   text a property reports: \"text\", and \"stream\": \"note\" (something
            the operator should read; always shown), \"command\" (a
-           command's output; shown at -v), \"run\" (a command about to
+           command's output; shown at -v), \"data\" (an item of prerequisite
+           data was sent to the target: also \"iden1\", \"iden2\",
+           \"version\", never the content; shown at -v), \"run\" (a command about to
            run, as a person would type it; shown at -vv) or \"wire\" (a
            frame of the :python hop's protocol; shown at -vvv).
   diff     a unified diff of a change to a file.  \"path\", \"text\".

@@ -161,12 +161,13 @@ it.  Return the answers, a dict to seed each deployment's cache with."
   (for [d deployments]
     (for [[name kwargs] d.chain]
       (setv spec (hop-spec name))
+      ;; A hop after :python is established on the target, but what it asks
+      ;; for is asked here all the same: the answer travels with the host's
+      ;; data (a sudo password, consfig.deployment).
       (when spec.ask-beforehand
         (setv #(_ _ names) (.setdefault hops (hy.repr (chain->data [#(name kwargs)]))
                                         #(spec kwargs [])))
-        (.append names d.hostname))
-      ;; What follows a :python hop is established on the target.
-      (when spec.takes-rest (break))))
+        (.append names d.hostname))))
   (when (not hops) (return {}))
   (with [_ (establishing-for (. (get deployments 0) host))]
     (for [[spec kwargs names] (.values hops)]

@@ -260,7 +260,7 @@ that a killed write left (see `STALE-MINUTES`)."
     (when (is-not mode None)
       (.append lines f"chmod {(format mode "o")} \"$tmp\""))
     (when (or owner group)
-      (.append lines f"chown {(q (+ (or owner "") (if group f":{group}" "")))} \"$tmp\""))
+      (.append lines f"chown {(q (+ (str (or owner "")) (if group f":{group}" "")))} \"$tmp\""))
     (.extend lines ["sync -- \"$tmp\" 2>/dev/null || true"
                     f"mv -f -- \"$tmp\" {(q path)}"
                     "trap - EXIT"])

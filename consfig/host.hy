@@ -41,13 +41,22 @@ naming the hosts in it, raised before any connection."
   "A host: hostname, propspec, hostattrs, and how to deploy it by default.
 Call it to deploy it with that default chain."
   (defn __init__ [self hostname propspec * [deploy None] [desc None] [hostattrs None]
-                 [groups None]]
+                 [groups None] [site-file None]]
     (setv self.hostname hostname
           self.propspec propspec
           self.deploy deploy
           self.desc desc
           self.groups (list (or groups []))
-          self.hostattrs (or hostattrs {})))
+          self.hostattrs (or hostattrs {})
+          ;; The consfig file that defines the host: a site's templates and
+          ;; files are found relative to its directory (`consfig.sitefiles`).
+          self.site-file site-file
+          ;; Prerequisite data: what its :hostattrs provided, (iden1, iden2)
+          ;; -> DataItem, every declared item once resolved (consfig.data),
+          ;; and those of the hosts it deploys, which a :python hop carries.
+          self.provided {}
+          self.data {}
+          self.nested-data {}))
 
   (defn __call__ [self #** kwargs]
     (import consfig.deployment [deploy*])
@@ -67,9 +76,10 @@ Call it to deploy it with that default chain."
     (Host (get data "hostname") (data->propspec (get data "propspec"))
           :hostattrs (data->propspec (get data "hostattrs")))))
 
-(defn make-host [hostname options desc propspec [where None]]
+(defn make-host [hostname options desc propspec [where None] [site-file None]]
   "Make and register a host.  OPTIONS is the defhost options dict; WHERE
-(file:line of the defhost) places a mistake in it."
+(file:line of the defhost) places a mistake in it; SITE-FILE is the consfig
+file that defines it."
   (setv opts (dfor [k v] (.items (or options {})) (_key k) v)
         unknown (- (set opts) #{"deploy" "groups"}))
   (when unknown
@@ -79,7 +89,8 @@ Call it to deploy it with that default chain."
     (import consfig.chain [parse-chain])
     (parse-chain (get opts "deploy") (+ (if where f"{where}: " "") f"defhost {hostname}: :deploy")))
   (setv host (Host hostname propspec :deploy (.get opts "deploy") :desc desc
-                   :groups (_groups-option (.get opts "groups") hostname where))
+                   :groups (_groups-option (.get opts "groups") hostname where)
+                   :site-file site-file)
         (get hosts hostname) host)
   host)
 
@@ -142,7 +153,14 @@ property is tried even when an earlier one failed."
            ~hostname ~options ~desc
            ((hy.I.consfig/property.find-property "consfig.combinators.seqprops")
              #* (gfor p [~@walked] :if (is-not p None) p))
-           ~(hy.I.consfig/property.definition-where _hy_compiler name))))
+           ~(hy.I.consfig/property.definition-where _hy_compiler name)
+           ~(_site-file _hy_compiler))))
+
+(defn _site-file [compiler]
+  ;; The file a defhost is read from; None at the REPL.
+  (import os)
+  (setv f compiler.filename)
+  (when (and f (os.path.isfile f)) (os.path.abspath f)))
 
 ;; The hostattrs API
 
@@ -217,7 +235,8 @@ building it as a chroot) is HOST's parent meanwhile.  Inside a
 (defn _preprocess [facts host propspec parent]
   (import consfig.property [preprocess-propapp propapp-hostattrs expanding-afresh])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
-                  :groups host.groups :hostattrs {"hostname" [host.hostname]}))
+                  :groups host.groups :hostattrs {"hostname" [host.hostname]}
+                  :site-file host.site-file))
   (.append facts.computing host.hostname)
   (try
     (with [_ (applying new :parent parent)

@@ -457,11 +457,17 @@ the propspec they stand for, and do the same for every propapp inside."
                        (lfor x a (if (isinstance x Propapp) (preprocess-propapp x) x))
                        True a))))
 
+;; The propapp whose :hostattrs is running: what a declaration of
+;; prerequisite data names as the property that needs it.
+(setv hostattrs-of (contextvars.ContextVar "consfig-hostattrs-of" :default None))
+
 (defn propapp-hostattrs [propapp]
   "Run PROPAPP's `:hostattrs`; by default, that of each propapp it contains."
   (setv prop (find-property propapp.name))
   (if prop.hostattrs
-      (_leaving-out-deferred prop propapp)
+      (do (setv token (.set hostattrs-of propapp))
+          (try (_leaving-out-deferred prop propapp)
+               (finally (.reset hostattrs-of token))))
       (for [p (propapps-in propapp.args)]
         (propapp-hostattrs p))))
 
@@ -554,5 +560,5 @@ as a propspec.  `(help {name})` shows its parameters and their types."
 (export :objects [Propapp Property properties define-property find-property
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
-                  propapp-desc default-desc preprocess-propapp propapp-hostattrs]
+                  propapp-desc default-desc preprocess-propapp propapp-hostattrs hostattrs-of]
         :macros [defprop])

@@ -6,17 +6,23 @@ The two sides exchange frames (`consfig.frames`) over the child's stdin and
 stdout:
 
   controller → target   {op hello protocol bundle}        the bundle's hash
-                        {op apply host unapply chain …}   sent at once, no wait
-  target → controller   {op hello protocol python have}   which bytecode it makes
-                        {op need-bundle discarded}        it lacks the bundle (or
+                        {op apply host data unapply …}    sent at once, no wait;
+                                                          data: the manifest of
+                                                          the items it needs
+  target → controller   {op hello protocol python have    which bytecode it makes,
+                         data}                            the data versions it keeps
+  controller → target   {op data items} + content         what it does not keep,
+                                                          and every secret
+  target → controller   {op need-bundle discarded}        it lacks the bundle (or
                                                           its copy was damaged)
+                        {op need-data items}              a kept version was damaged
   controller → target   {op bundle} + tar.gz payload      only when asked
   target → controller   {op events events [...]}          as they happen
                         {op tick}                         every few seconds
                         {op done changes failures}        or {op error …}
 
 The target runs `consfig/boot.py` (see there), then `consfig.serve`; the
-bundle is made by `consfig.bundle`."
+bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
 
 (import ast
         queue
@@ -24,6 +30,7 @@ bundle is made by `consfig.bundle`."
         time
         consfig.boot [NO-SAFE-CACHE PROTOCOL TOO-OLD]
         consfig.bundle [bundle-for bytecode-matches? compiled-archive]
+        consfig.datacache [data-frame data-manifest items-to-carry kept? sent-events]
         consfig.errors [ConnectionFailed ConsfigError _indent]
         consfig.events [output-event]
         consfig.frames [frame read-frame]
@@ -82,7 +89,8 @@ bundle is made by `consfig.bundle`."
 (setv FRAME-LIMIT (* 64 1024 1024))
 
 ;; Counters, for tests and the benchmark: what this controller sent.
-(setv stats {"sessions" 0 "bundles-sent" 0 "bundle-bytes" 0 "bytes-sent" 0})
+(setv stats {"sessions" 0 "bundles-sent" 0 "bundle-bytes" 0 "bytes-sent" 0
+             "data-items-sent" 0})
 
 (defclass Session []
   "The controller's end of a conversation with a target: frames in and out
@@ -197,15 +205,24 @@ has exited or WAIT seconds have passed."
   (+= (get stats "sessions") 1)
   (Session process))
 
-(defn _send-host [session bundle host chain settings]
+(defn _send-host [session bundle host items chain settings]
   ;; All at once: the target reads the apply message once it is ready.
   ;; SETTINGS: unapply, check, verbosity, command-timeout, no-services.
   (import consfig.propspec [propspec->data])
   (.send session {"op" "hello" "protocol" PROTOCOL "bundle" bundle.hash})
   (.send session {"op" "apply"
                   "host" (.->data host)
+                  "data" (data-manifest items)
                   "chain" (lfor [n kw] chain [n (propspec->data kw)])
                   #** settings}))
+
+(defn _send-data [session items sink name]
+  ;; The content of ITEMS, in one frame; each item sent is an event, so
+  ;; that what a deployment uploads can be counted.
+  (setv #(msg payload) (data-frame items))
+  (.send session msg payload)
+  (+= (get stats "data-items-sent") (len items))
+  (for [e (sent-events items name)] (sink e)))
 
 (defn _check-hello [hello session interpreter name where]
   (when (is hello None)
@@ -255,9 +272,10 @@ has exited or WAIT seconds have passed."
            (= op "hello") f" protocol {(.get m "protocol")} have-bundle {(.get m "have")}"
            True "")))
 
-(defn _converse [session bundle hello sink name where timeout verbosity]
+(defn _converse [session bundle hello items sink name where timeout verbosity]
   ;; Answer the target until it is done: the bundle when it asks (once),
-  ;; its events to SINK.  The `Outcome`, or an error.
+  ;; data it found damaged in its cache (ITEMS: all it may ask for), its
+  ;; events to SINK.  The `Outcome`, or an error.
   (import consfig.engine [Outcome])
   (setv note (fn [text] (_tell sink name text))
         sent False
@@ -281,6 +299,9 @@ has exited or WAIT seconds have passed."
                 ;; Until it has imported consfig, a target that compiles it
                 ;; (a slow machine, another Python) cannot say it is alive.
                 wait (max timeout 300)))
+      (= op "need-data")
+      (do (setv wanted (sfor [i1 i2] (get m "items") #(i1 i2)))
+          (_send-data session (lfor i items :if (in #(i.iden1 i.iden2) wanted) i) sink name))
       (= op "events") (for [e (get m "events")] (sink e))
       (= op "done") (return (Outcome name (get m "changes") (get m "failures")))
       (= op "error")
@@ -303,9 +324,10 @@ command gives none."
   (setv where (or where upstream.where)
         name host.hostname
         bundle (bundle-for host.propspec modules)
+        items (items-to-carry host)
         session (_start upstream interpreter name where))
   (try
-    (_send-host session bundle host chain
+    (_send-host session bundle host items chain
                 {"unapply" unapply "check" check "verbosity" verbosity
                  "command-timeout" command-timeout
                  ;; Reached through a chroot (say), the target's Python is
@@ -317,7 +339,9 @@ command gives none."
     (_check-hello hello session interpreter name where)
     (when (>= verbosity 3)
       (_tell sink name (_frame-summary hello) "wire"))
-    (_converse session bundle hello sink name where timeout verbosity)
+    (when items
+      (_send-data session (lfor i items :if (not (kept? i (.get hello "data"))) i) sink name))
+    (_converse session bundle hello items sink name where timeout verbosity)
     (finally (.close session))))
 
 (export :objects [bootstrap apply-remotely Session stats])

@@ -13,7 +13,8 @@ verbosity:
   0   one line per property; notes; a failure's reason (a failing command's
       last lines)
   -v  the output of commands that succeeded, diffs, tracebacks of bugs, each
-      property's duration and the five slowest
+      property's duration and the five slowest, each item of prerequisite
+      data sent to the target
   -vv the commands as they are run
   -vvv the frames of the :python hop's conversation with the target
 
@@ -98,7 +99,7 @@ with STDERR, `sys.stderr` is when a line is printed)."
 ;; The order counts are given in, in a summary.
 (setv COUNTED ["ok" "changed" "would-change" "cannot-check" "failed" "skipped"])
 
-(setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "run" 2 "wire" 3})
+(setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "data" 1 "run" 2 "wire" 3})
 
 (defclass _Progress []
   ;; The live line's text, computed whenever rich redraws it, so that the

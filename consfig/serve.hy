@@ -96,13 +96,21 @@ nothing has happened for a while."
   (while (is-not (read-frame stream) None))
   (_die))
 
-(defn _next-apply [stream pending]
-  (for [m pending]
-    (when (= (get m "op") "apply") (return m)))
+(defn _next [op stream pending]
+  ;; The next message OP, from those the bootstrap read first or the stream.
+  (for [m (list pending)]
+    (when (= (get m "op") op)
+      (.remove pending m)
+      (return m)))
   (while True
     (setv m (read-frame stream))
     (when (is m None) (_die 3))
-    (when (= (get m "op") "apply") (return m))))
+    (when (= (get m "op") op) (return m))
+    (.append pending m)))
+
+(defn _data-root [bundle-dir]
+  ;; Beside the bundles: CACHE/bundles/HASH -> CACHE/data.
+  (os.path.join (os.path.dirname (os.path.dirname bundle-dir)) "data"))
 
 (defclass _TargetConnection [LocalConnection]
   "The target's own connection: a `LocalConnection` whose commands are
@@ -169,16 +177,24 @@ and stream the events back to OUT."
   ;; but there for :python properties that use the target's own libraries.
   (import site)
   (.extend sys.path (gfor p (.getsitepackages site) :if (os.path.isdir p) p))
-  (setv msg (_next-apply in pending)
+  (setv msg (_next "apply" in pending)
         writer (_Writer out))
   (for [s [signal.SIGTERM signal.SIGHUP]]
     (signal.signal s (fn [#* _] (_die))))
-  (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
-                            :name "consfig-watcher"))
-  (import consfig.host [Host])
+  (import consfig.host [Host]
+          consfig.data [resolve-data]
+          consfig.datacache [receive-data received-items])
   (try
-    (setv host (Host.<-data (get msg "host"))
-          outcome (_apply-here host msg writer.event))
+    ;; Before the watcher takes over the input: the data comes on it.
+    (setv entries (receive-data msg (fn [] (_next "data" in pending)) writer.message
+                                (_data-root bundle-dir)))
+    (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
+                              :name "consfig-watcher"))
+    (setv host (Host.<-data (get msg "host")))
+    (resolve-data host)
+    ;; A hop after this one carries on all that came here.
+    (setv host.nested-data (received-items entries))
+    (setv outcome (_apply-here host msg writer.event))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
     (except [e Exception]
       (.message writer (_error-message e))))

@@ -2,7 +2,9 @@
 
 Every property here is `:posix`: it reads and writes through the connection,
 so it works over any chain.  A change to a file's content is reported as a
-unified diff event (shown at -v), except for content marked secret.
+unified diff event (shown at -v), except for a secret's.  Content given
+inline is in the propspec; a secret comes from prerequisite data instead
+(`secret-uploaded`, docs/data.md).
 
 Content is compared as bytes: desired text is encoded as UTF-8, `bytes` are
 written as they are, and a file is never decoded lossily.  The properties
@@ -13,15 +15,22 @@ unchanged, as is every line the property has no business with."
 (eval-when-compile (require consfig.property [defprop]))
 (import consfig.types *)
 (import difflib
+        json
+        os
         posixpath
         re
         shlex
         consfig.actions [NO-CHANGE Script run run-ok? run-script output
                          write-remote-file remote-exists?]
-        consfig.context [connection]
+        consfig.context [connection current-host]
+        consfig.data [MissingData Secret secret? data-sent-event data-sources get-data
+                      get-data-bytes get-data-string lookup-data on-target? provide-data
+                      require-data]
+        consfig.host [get-hostattr get-hostattrs get-hostname]
+        consfig.sitefiles [render-template site-directory site-path tree-manifest]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
-        consfig.errors [FailedChange])
+        consfig.errors [AbortedChange ConsfigError FailedChange])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
@@ -113,15 +122,18 @@ the file back exactly."
         (is old None) f"+++ b{path}\n(a new, empty file)\n"
         True f"--- a{path}\n+++ b{path}\n(the bytes differ where they read the same)\n"))
 
-(defn update-file [path new * [mode None] [secret False]]
+(defn update-file [path new * [mode None] [owner None] [group None] [secret False]]
   "Make PATH contain NEW, text or bytes (keeping its mode and owner, or
-setting MODE), and report a diff unless SECRET.  `:no-change` when it
-already has exactly those bytes.  In check mode, change nothing: report
-what would change and return `:would-change`."
+setting MODE, OWNER and GROUP), and report a diff unless SECRET.
+`:no-change` when it already has exactly those bytes, mode and owner.  In
+check mode, change nothing: report what would change and return
+`:would-change`."
   (setv old (read-bytes path)
         new (content->bytes new))
   (when (= old new)
-    (return (if (is mode None) NO-CHANGE (_ensure-mode path mode))))
+    (return (if (= (_ensure-mode path mode) (_ensure-ownership path owner group) NO-CHANGE)
+                NO-CHANGE
+                (if (checking?) WOULD-CHANGE None))))
   (when (checking?)
     (inform (cond (is old None) f"{path} would be created"
                   secret f"{path} would change (secret: no diff)"
@@ -129,9 +141,11 @@ what would change and return `:would-change`."
     (when (not secret)
       (emit (diff-event path (_diff path old new))))
     (return WOULD-CHANGE))
-  (write-remote-file path new :mode mode)
+  (write-remote-file path new :mode mode :owner (_id owner) :group (_id group))
   (when (not secret)
     (emit (diff-event path (_diff path old new)))))
+
+(defn _id [x] (when (is-not x None) (str x)))
 
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
@@ -146,6 +160,7 @@ PATH does not exist, unless CREATE."
   (int (.strip (output "stat" "-c" "%a" "--" path)) 8))
 
 (defn _ensure-mode [path mode]
+  (when (is mode None) (return NO-CHANGE))
   (setv have (_mode-of path))
   (cond (= have mode) NO-CHANGE
         (checking?) (do (inform (_mode-change path have mode)) WOULD-CHANGE)
@@ -159,24 +174,33 @@ PATH does not exist, unless CREATE."
       f"{(get xs 0)} does not exist"
       f"{(.join ", " xs)} do not exist"))
 
+(setv _INLINE-SECRET
+      (+ "inline secret content is refused: the propspec is printed, logged and shipped, "
+         "and a secret must never be in it.  Keep the secret in prerequisite data "
+         "(a :files-tree, :pass or :pgp source) and install it with "
+         "(file.secret-uploaded IDEN1 IDEN2 PATH); see docs/data.md"))
+
 (defprop has-content :posix [#^ abs-path path #^ content content
                               * #^ file-mode [mode None] #^ boolean [secret False]]
   "PATH has exactly CONTENT: a string (written as UTF-8), `bytes` (written
 as they are), or a list of lines (joined, with a final newline).  The file's
-mode and owner are kept, unless MODE is given.  With SECRET, no diff of the
-content is ever reported."
+mode and owner are kept, unless MODE is given.  SECRET True is refused:
+content written here is in the propspec for all to see, so a secret comes
+from prerequisite data instead (`secret-uploaded`)."
   (:simulates True)
   (:desc f"{path} has content")
-  (:apply (update-file path (_text content) :mode mode :secret secret)))
+  (:invariant (not secret) _INLINE-SECRET)
+  (:apply (update-file path (_text content) :mode mode)))
 
 (defprop exists-with-content :posix [#^ abs-path path #^ content content
                                       * #^ file-mode [mode None] #^ boolean [secret False]]
   "Like `has-content`, but unapplying deletes PATH rather than restoring what
 was there before: for files the deployment creates, not for files that came
-with the OS."
+with the OS.  SECRET True is refused, as there."
   (:simulates True)
   (:desc f"{path} exists with content")
-  (:apply (update-file path (_text content) :mode mode :secret secret))
+  (:invariant (not secret) _INLINE-SECRET)
+  (:apply (update-file path (_text content) :mode mode))
   (:unapply
     (cond (not (remote-exists? path)) NO-CHANGE
           (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
@@ -354,6 +378,126 @@ mode, ownership and times."
                              "trap - EXIT"])
                 dest source (_parent dest))))
 
+;; Files from prerequisite data.  The content never goes into the propspec:
+;; the property names the item, the data layer supplies it (consfig.data).
+;; A destination is compared by digest on the target (`sha256sum`), so an
+;; unchanged file costs no transfer; a secret's destination is read and
+;; compared in memory instead, since a digest of a short secret is enough
+;; to guess it and would show in a command's output.
+
+(defn _digest-on-target [path]
+  (setv r (run-script "[ -f \"$1\" ] || exit 66; exec sha256sum < \"$1\"" path :check False))
+  (cond (= r.exit-code 66) None
+        r.ok? (get (.split r.stdout) 0)
+        True (raise (FailedChange f"cannot read the digest of {path}: {(.strip (+ r.stdout r.stderr))}"))))
+
+(defn _same-content? [item path]
+  (if item.secret
+      (= (read-bytes path) (.reveal (.content item)))
+      (= (_digest-on-target path) item.sha256)))
+
+(defn _ensure-ownership [path owner group]
+  (cond (or (and (is owner None) (is group None)) (is (_has-ownership? path owner group) True))
+        NO-CHANGE
+        (checking?) (do (inform f"{path} would get owner {(_owner-spec owner group)}") WOULD-CHANGE)
+        (is owner None) (run "chgrp" "--" (str group) path)
+        True (run "chown" "--" (_owner-spec owner group) path)))
+
+(defn install-data [iden1 iden2 path * [mode None] [owner None] [group None]]
+  "Make PATH on the target hold the content of the prerequisite data item
+(IDEN1, IDEN2), declared by the caller's `:hostattrs`: written (atomically,
+with MODE, OWNER and GROUP) only when its content differs, else only its
+mode and owner set.  A secret item gets mode 0600 unless MODE says
+otherwise, and is never shown in a diff.  `:no-change` when nothing was to
+do; in check mode, what would change is reported and `:would-change`
+returned."
+  (setv item (get-data iden1 iden2))
+  (when (and item.secret (is mode None))
+    (setv mode 0o600))
+  (when (_same-content? item path)
+    (setv changes [(if (is mode None) NO-CHANGE (_ensure-mode path mode))
+                   (_ensure-ownership path owner group)])
+    (return (cond (in WOULD-CHANGE changes) WOULD-CHANGE
+                  (all (gfor c changes (= c NO-CHANGE))) NO-CHANGE
+                  True None)))
+  (when (checking?)
+    (inform (+ f"{path} would be written from data ({iden1} {iden2}) version {item.version}"
+               (if item.secret " (secret: no diff)" "")))
+    (return WOULD-CHANGE))
+  (setv content (.content item))
+  (write-remote-file path (if item.secret (.reveal content) content)
+                     :mode mode :owner owner :group group)
+  ;; On a target, the content came with the host, counted then.
+  (when (not (on-target?))
+    (emit (data-sent-event item path)))
+  None)
+
+(defprop data-uploaded :posix [#^ non-empty-line iden1 #^ non-empty-line iden2 #^ abs-path destination
+                               * #^ (optional file-mode) [mode None]
+                               #^ (optional (one-of user-name id-number)) [owner None]
+                               #^ (optional (one-of group-name id-number)) [group None]]
+  "DESTINATION holds the prerequisite data item (IDEN1, IDEN2), from the
+data sources the consfig registers (docs/data.md), with MODE, OWNER and
+GROUP when given (a secret item: mode 0600 unless MODE).  It is written
+only when its content differs."
+  (:simulates True)
+  (:desc f"{destination} has data {iden1} {iden2}")
+  (:hostattrs (require-data iden1 iden2))
+  (:apply (install-data iden1 iden2 destination :mode mode :owner owner :group group)))
+
+(defprop secret-uploaded :posix [#^ non-empty-line iden1 #^ non-empty-line iden2 #^ abs-path destination
+                                 * #^ file-mode [mode 0o600]
+                                 #^ (optional (one-of user-name id-number)) [owner None]
+                                 #^ (optional (one-of group-name id-number)) [group None]]
+  "DESTINATION holds the secret item (IDEN1, IDEN2), mode 0600 unless MODE
+says otherwise.  It is compared with DESTINATION in memory and never shown."
+  (:simulates True)
+  (:desc f"{destination} has secret {iden1} {iden2}")
+  (:hostattrs (require-data iden1 iden2 :secret True))
+  (:apply (install-data iden1 iden2 destination :mode mode :owner owner :group group)))
+
+(defprop host-data-uploaded :posix [#^ abs-path destination
+                                    * #^ (optional file-mode) [mode None]
+                                    #^ (optional (one-of user-name id-number)) [owner None]
+                                    #^ (optional (one-of group-name id-number)) [group None]]
+  "DESTINATION holds the item (HOSTNAME, DESTINATION) of the host it is
+applied to, as `data-uploaded`."
+  (:simulates True)
+  (:desc f"{destination} has this host's data")
+  (:hostattrs (require-data (get-hostname) destination))
+  (:apply (install-data (get-hostname) destination destination :mode mode :owner owner :group group)))
+
+(defprop host-secret-uploaded :posix [#^ abs-path destination
+                                      * #^ file-mode [mode 0o600]
+                                      #^ (optional (one-of user-name id-number)) [owner None]
+                                      #^ (optional (one-of group-name id-number)) [group None]]
+  "DESTINATION holds the secret item (HOSTNAME, DESTINATION) of the host it
+is applied to, as `secret-uploaded`."
+  (:simulates True)
+  (:desc f"{destination} has this host's secret")
+  (:hostattrs (require-data (get-hostname) destination :secret True))
+  (:apply (install-data (get-hostname) destination destination :mode mode :owner owner :group group)))
+
+(defprop data-cache-purged :posix []
+  "The prerequisite data the target's user keeps after `:python` deployments
+(`~/.cache/consfig/data`, or under $XDG_CACHE_HOME) is removed: what this
+deployment needs it already holds in memory; the next one sends it again."
+  (:simulates True)
+  (:desc "data cache purged")
+  (:apply
+    (setv dirs (lfor d (.splitlines (output (Script _DATA-CACHES)))
+                     :if (run-ok? "test" "-d" d) d))
+    (cond (not dirs) NO-CHANGE
+          (checking?) (do (inform f"{(.join " " dirs)} would be removed") WOULD-CHANGE)
+          True (run "rm" "-rf" "--" #* dirs))))
+
+;; Where a target's Python keeps data (consfig.boot's cache_directory): under
+;; an absolute $XDG_CACHE_HOME, else under the user's home directory as the
+;; password database has it (sudo may leave $HOME as the invoking user's).
+(setv _DATA-CACHES (.join "\n" ["case \"$XDG_CACHE_HOME\" in /*) echo \"$XDG_CACHE_HOME/consfig/data\"; exit;; esac"
+                                "home=$(getent passwd \"$(id -u)\" | cut -d: -f6)"
+                                "echo \"${home:-$HOME}/.cache/consfig/data\""]))
+
 ;; Config files.  A line that sets a key is found by a regular expression
 ;; applied to the line with any leading comment characters removed, so that
 ;; a commented-out default ("#PermitRootLogin prohibit-password") can be
@@ -528,10 +672,315 @@ section is appended.  A section of None means the keys before any section."
   (:apply (map-file-lines path (fn [lines] (_ini-update lines (_ini-triples triples)))
                           :create True)))
 
-(export :objects [has-content exists-with-content contains-lines lacks-lines
+;; Trees.  What a destination holds is listed by one script on the target
+;; (type, mode, owner, and each file's SHA-256), compared on the controller
+;; (or, after a :python hop, on the target) with the manifest of the site's
+;; tree, and only what differs is written, removed or fixed, in a few
+;; commands: a tree that holds already costs one round trip and no transfer.
+
+(setv _LISTING (.join "\n" ["set -e"
+                            "d=$1"
+                            "if [ -L \"$d\" ]; then printf 'link\\0'; exit 0; fi"
+                            "if [ ! -e \"$d\" ]; then printf 'none\\0'; exit 0; fi"
+                            "if [ -d \"$d\" ]; then"
+                            "  printf 'dir\\0'; cd -- \"$d\""
+                            "  find . -printf 'E\\0%y\\0%m\\0%U\\0%G\\0%u\\0%g\\0%l\\0%P\\0'"
+                            "  find . -type f -exec sha256sum -z -- {} +"
+                            "else"
+                            "  printf 'file\\0'"
+                            "  find \"$d\" -maxdepth 0 -printf 'E\\0%y\\0%m\\0%U\\0%G\\0%u\\0%g\\0%l\\0\\0'"
+                            "  if [ -f \"$d\" ]; then sha256sum -z < \"$d\"; fi"
+                            "fi"]))
+
+(setv _TYPES {"f" "file" "d" "dir" "l" "link"})
+
+(defn list-tree [path]
+  "What is at PATH on the target: `#(KIND ENTRIES)`, KIND \"none\", \"dir\"
+or \"file\", ENTRIES a dict of relative path (\"\" for PATH itself) → entry
+as in `consfig.sitefiles.tree-manifest`, with the owner's and group's names
+and numbers (\"users\" \"groups\")."
+  (setv tokens (.split (output (Script _LISTING path) :timeout 600) "\0")
+        kind (get tokens 0)
+        entries {}
+        i 1)
+  (while (< i (len tokens))
+    (setv tok (get tokens i))
+    (cond (= tok "E")
+          (do (setv #(y m U G u g l rel) (cut tokens (+ i 1) (+ i 9))
+                    (get entries rel) {"path" rel "type" (.get _TYPES y y) "mode" (int m 8)
+                                       "users" #(U u) "groups" #(G g) "target" l})
+              (+= i 9))
+          (>= (len tok) 64)
+          (do (setv rel (if (= kind "file") "" (.removeprefix (cut tok 66 None) "./")))
+              (when (in rel entries)
+                (setv (get entries rel "sha256") (cut tok 0 64)))
+              (+= i 1))
+          True (+= i 1)))
+  #(kind entries))
+
+(defn _kind-name [t]
+  (.get {"dir" "directory" "link" "symbolic link"} t t))
+
+(defn dir-mode [mode]
+  "The mode of a directory holding files of MODE: MODE with each
+permission to search where there is one to read (0o640 → 0o750)."
+  (| mode (>> (& mode 0o444) 2)))
+
+(defn _wanted-mode [entry mode]
+  (cond (= (get entry "type") "link") None
+        (is mode None) (get entry "mode")
+        (= (get entry "type") "dir") (dir-mode mode)
+        True mode))
+
+(defn tree-plan [dest manifest have * [mode None] [owner None] [group None] [delete False]]
+  "What makes DEST, whose listing is HAVE (see `list-tree`) hold
+the tree MANIFEST (`consfig.sitefiles.tree-manifest`): a dict of \"remove\",
+\"mkdir\", \"write\" (manifest entries), \"link\" (manifest entries),
+\"chmod\" (mode → paths) and \"chown\" (paths), and \"changes\", what
+differs, for people.  Without DELETE, what the manifest lacks is kept; a
+thing of the wrong type is replaced whatever DELETE says."
+  (setv plan {"remove" [] "mkdir" [] "write" [] "link" [] "chmod" {} "chown" [] "changes" []}
+        wanted (dfor e manifest (get e "path") e))
+  (when (and (in "" have) (!= (get have "" "type") (get wanted "" "type")))
+    (raise (AbortedChange (+ f"{dest} is a {(_kind-name (get have "" "type"))}, "
+                             f"not a {(_kind-name (get wanted "" "type"))}; "
+                             "not replacing it: move it away, or choose another destination"))))
+  (defn note [text] (.append (get plan "changes") text))
+  (defn shown [rel] (or rel "."))
+  (defn removed-above? [rel]
+    (any (gfor r (get plan "remove") (.startswith rel (+ r "/")))))
+  (for [rel (sorted have :key (fn [r] #((.count r "/") r)))]
+    (setv h (get have rel)
+          w (.get wanted rel))
+    (when (and (!= rel "") (not (removed-above? rel))
+               (or (and w (!= (get w "type") (get h "type")))
+                   (and (not w) delete)))
+      (.append (get plan "remove") rel)
+      (when (not w) (note f"{(shown rel)} would be removed"))))
+  (for [e manifest]
+    (setv rel (get e "path")
+          h (.get have rel)
+          gone (or (not h) (removed-above? rel) (in rel (get plan "remove")))
+          want-mode (_wanted-mode e mode)
+          kind (get e "type"))
+    (cond (= kind "dir")
+          (when gone
+            (.append (get plan "mkdir") rel)
+            (note f"{(shown rel)}/ would be created"))
+          (= kind "file")
+          (when (or gone (!= (.get h "sha256") (get e "sha256")))
+            (.append (get plan "write") e)
+            (note f"{(shown rel)} would be {(if gone "written" "updated")}"))
+          (= kind "link")
+          (when (or gone (!= (get h "target") (get e "target")))
+            (.append (get plan "link") e)
+            (note f"{(shown rel)} would link to {(get e "target")}")))
+    (setv fresh (or gone (in e (get plan "write")) (in e (get plan "link"))))
+    (when (and (is-not want-mode None) (not (and fresh (= kind "file")))
+               (or fresh (!= (get h "mode") want-mode)))
+      (.append (.setdefault (get plan "chmod") want-mode []) rel)
+      (when (not fresh)
+        (note f"{(shown rel)}: mode {(format (get h "mode") "o")} → {(format want-mode "o")}")))
+    (when (and (or owner group) (not (and fresh (= kind "file")))
+               (or fresh
+                   (and owner (not-in (str owner) (get h "users")))
+                   (and group (not-in (str group) (get h "groups")))))
+      (.append (get plan "chown") rel)
+      (when (not fresh)
+        (note f"{(shown rel)}: owner {(get h "users" 1)}:{(get h "groups" 1)} → {(or owner (get h "users" 1))}:{(or group (get h "groups" 1))}"))))
+  plan)
+
+(defn plan-empty? [plan]
+  "Whether PLAN (`tree-plan`) has nothing to do."
+  (not (get plan "changes")))
+
+(defn _each [dest code paths]
+  ;; CODE run with the paths PATHS (relative to DEST) as arguments, given
+  ;; NUL-separated on standard input: one command for any number of them.
+  (when paths
+    (run (Script (+ "xargs -0 -r " code))
+         :input (.join "" (gfor p paths (+ (if p (posixpath.join dest p) dest) "\0")))
+         :timeout 600)))
+
+(defn apply-tree-plan [dest plan content * [mode None] [owner None] [group None]
+                       [written None]]
+  "Carry out PLAN (`tree-plan`) in DEST on the target; CONTENT, given a
+manifest entry of a file, returns its bytes.  Each file is written
+atomically (see `write-remote-file`), and WRITTEN, when given, called with
+its entry and path.  `:no-change` when PLAN is empty."
+  (when (plan-empty? plan) (return NO-CHANGE))
+  (_each dest "rm -rf --one-file-system --" (get plan "remove"))
+  (when (in "" (get plan "mkdir"))
+    (run "mkdir" "-p" "--" dest))
+  (_each dest "mkdir --" (lfor r (get plan "mkdir") :if r r))
+  (for [e (get plan "write")]
+    (setv target (if (get e "path") (posixpath.join dest (get e "path")) dest))
+    (write-remote-file target (content e)
+                       :mode (_wanted-mode e mode) :owner (_id owner) :group (_id group))
+    (when written (written e target)))
+  (for [e (get plan "link")]
+    (setv target (posixpath.join dest (get e "path")))
+    (run "ln" "-sfnT" "--" (get e "target") target))
+  (for [[m paths] (.items (get plan "chmod"))]
+    (_each dest f"chmod {(format m "o")} --" paths))
+  (_each dest (+ "chown -h " (shlex.quote (_owner-spec owner group)) " --") (get plan "chown"))
+  None)
+
+;; Content from the site, rendered or read on the controller in :hostattrs and
+;; provided as prerequisite data: the propspec holds only names, and the
+;; content travels as data does (after a :python hop, once per version).
+
+(defn _template-data [secret-used]
+  ;; `data(iden1, iden2)` in a template: read at once, on the controller,
+  ;; and not declared for the host, since only the rendered text travels.
+  ;; It is a secret when its source holds secrets or a property before the
+  ;; template declared it one; then so is the rendered file.
+  (fn [iden1 iden2]
+    (setv host (.get current-host)
+          secret (any (gfor d (get-hostattrs "data")
+                            (and (= #((get d "iden1") (get d "iden2")) #(iden1 iden2))
+                                 (get d "secret"))))
+          item (or (.get host.provided #(iden1 iden2)) (lookup-data iden1 iden2 :secret secret)))
+    (when (is item None)
+      (raise (MissingData (+ f"data({(hy.repr iden1)}, {(hy.repr iden2)}): no data source has it; "
+                             "sources asked: "
+                             (or (.join "; " (gfor s (data-sources) (.describe s))) "none")))))
+    (setv content (.content item))
+    (when (secret? content)
+      (.append secret-used True)
+      (setv content (.reveal content)))
+    (.decode content "utf-8")))
+
+(defn _received [iden1 iden2]
+  ;; A host deployed from a target has its :hostattrs run again there, with
+  ;; no site to read: what the controller rendered or read for it came with
+  ;; the host.  Declare it, and return it.
+  (setv item (lookup-data iden1 iden2))
+  (require-data iden1 iden2 :secret (and item item.secret))
+  item)
+
+(defn template-variables [variables]
+  "What a template sees: `hostname`, `hostattrs` (name → values, newest
+first), `hostattr(name)` (the newest value, or None), and VARIABLES."
+  {"hostname" (get-hostname)
+   "hostattrs" (dict (. (.get current-host) hostattrs))
+   "hostattr" (fn [name] (get-hostattr name))
+   #** (or variables {})})
+
+(setv template-vars (dict-of (one-of string keyword) anything)
+      owner-type (optional (one-of user-name id-number))
+      group-type (optional (one-of group-name id-number)))
+
+(defprop templated :posix [#^ abs-path path #^ path template
+                           * #^ (optional template-vars) [vars None]
+                           #^ owner-type [owner None] #^ group-type [group None]
+                           #^ file-mode [mode None] #^ boolean [secret False]]
+  "PATH has the content of the Jinja2 TEMPLATE, a file of the site (relative
+to the directory of the consfig that defines the host; see
+`consfig.sitefiles`), rendered on the controller before anything connects.
+The template sees `hostname`, `hostattrs` and `hostattr(name)` (what the
+properties before this one declared), `data(iden1, iden2)` (an item of
+prerequisite data, as text) and the variables VARS.  A variable it uses and
+nothing defines is an error naming the template's file and line.  The
+rendered text travels as prerequisite data, not in the propspec.  When the
+template reads a secret (an item from a source of secrets such as :pass, or
+one a property before this one declared secret), or with SECRET, the file is
+a secret: mode 0600 unless MODE says otherwise, and never a diff."
+  (:desc f"{path} rendered from {template}")
+  (:hostattrs
+    (if (on-target?)
+        (_received "--template" path)
+        (do (setv secret-used [])
+            (try
+              (setv text (render-template template (template-variables vars)
+                                          :data (_template-data secret-used)))
+              (except [e ConsfigError]
+                (setv e.message f"file.templated {path}: {e.message}")
+                (raise)))
+            (provide-data "--template" path (if (or secret secret-used) (Secret text) text)))))
+  (:simulates True)
+  (:apply
+    ;; A rendered config file is shown as a diff (in check mode too), as
+    ;; `has-content` shows one; a secret is compared without one.
+    (setv item (get-data "--template" path))
+    (if item.secret
+        (install-data "--template" path path :mode mode :owner owner :group group)
+        (let [r (update-file path (.content item) :mode mode :owner owner :group group)]
+          (when (and (is r None) (not (on-target?)))
+            (emit (data-sent-event item path)))
+          r))))
+
+(defn _site-file-iden [root e]
+  ;; A file of the site is named by its path relative to the site
+  ;; directory, or its absolute path outside it.
+  (setv full (if (get e "path") (os.path.join root (get e "path")) root)
+        site (site-directory))
+  (if (and site (.startswith full (+ site os.sep)))
+      (os.path.relpath full site)
+      full))
+
+(defn _tree-item [dest]
+  (setv manifest (json.loads (get-data-string "--site-tree" dest))
+        #(kind have) (list-tree dest))
+  (when (= kind "link")
+    (raise (AbortedChange f"{dest} is a symbolic link; give the path it points to")))
+  #(manifest have))
+
+(defn _changes [plan]
+  (setv changes (get plan "changes"))
+  (.join "\n" (+ (cut changes 20)
+                 (if (> (len changes) 20) [f"… and {(- (len changes) 20)} more"] []))))
+
+(defprop copied-from-site :posix [#^ abs-path dest #^ path source
+                                  * #^ owner-type [owner None] #^ group-type [group None]
+                                  #^ file-mode [mode None] #^ boolean [delete False]]
+  "DEST is a copy of SOURCE, a file or a directory tree of the site
+(relative to the directory of the consfig that defines the host): its files
+with their content, modes (MODE instead, when given: directories get it with
+x wherever it has r) and symlinks, owned by OWNER and GROUP when given.
+With DELETE, what DEST holds that SOURCE lacks is removed, as rsync's
+--delete does.  Files are compared by SHA-256, listed on the target by one
+command, so an unchanged tree costs no transfer; a file that differs is
+written atomically.  The files travel as prerequisite data."
+  (:desc f"{dest} is a copy of the site's {source}")
+  (:hostattrs
+    (if (on-target?)
+        (let [tree (_received "--site-tree" dest)]
+          (when tree
+            (for [e (json.loads (.content tree)) :if (= (get e "type") "file")]
+              (_received "--site-file" (get e "iden2")))))
+        (do (setv root (site-path source "site file")
+                  manifest (tree-manifest root))
+            (for [e manifest :if (= (get e "type") "file")]
+              (setv (get e "iden2") (_site-file-iden root e))
+              (provide-data "--site-file" (get e "iden2")
+                            (with [f (open (if (get e "path") (os.path.join root (get e "path")) root)
+                                           "rb")]
+                              (.read f))
+                            :version (get e "sha256")))
+            (provide-data "--site-tree" dest (json.dumps manifest :sort-keys True)))))
+  (:check
+    (setv #(manifest have) (_tree-item dest)
+          plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))
+    (or (plan-empty? plan) (Drift (_changes plan))))
+  (:apply
+    (setv #(manifest have) (_tree-item dest)
+          plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))
+    (apply-tree-plan dest plan (fn [e] (get-data-bytes "--site-file" (get e "iden2")))
+                     :mode mode :owner owner :group group
+                     :written (fn [e path]
+                                ;; On a target, the content came with the host.
+                                (when (not (on-target?))
+                                  (emit (data-sent-event (get-data "--site-file" (get e "iden2"))
+                                                         path)))))))
+
+(export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
+                  dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
                   does-not-exist directory-exists directory-does-not-exist
-                  containing-directory-exists symlinked is-copy-of
+                  containing-directory-exists symlinked is-copy-of data-uploaded
+                  secret-uploaded host-data-uploaded host-secret-uploaded
+                  data-cache-purged install-data
                   contains-conf-space contains-conf-equals contains-conf-shell
                   contains-ini-settings update-file map-file-lines read-bytes read-text
                   content->bytes add-lines conf-space-text conf-pairs

@@ -5,7 +5,10 @@
            consfig.propspec [defproplist]))
 (import posixpath
         consfig.combinators [with-unapply unapplied]
-        consfig.actions [NO-CHANGE run run-ok? remote-exists?]
+        consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]
+        consfig.data [data-version get-data-bytes require-data]
+        consfig.engine [Drift]
+        consfig.props.file [read-text]
         consfig.errors [AbortedChange]
         consfig.props [package]
         consfig.types *)
@@ -104,5 +107,57 @@ brought up to date with `git pull --ff-only`."
   (:apply (git repo "config" "--local" key (str value)))
   (:unapply (git repo "config" "--local" "--unset-all" key)))
 
-(export :objects [git origin-url clone-exists head-pulled installed cloned
+(defn _snapshot-version-file [directory name]
+  (posixpath.join directory f".consfig-snapshot-{name}"))
+
+;; The tarball (tar or tar.gz) goes in on standard input and is unpacked beside the old
+;; tree, which is swapped out only once the new one is whole: an interrupted
+;; extraction leaves the old tree (and its version) as they were.  A tarball
+;; holding one directory NAME/ is that directory; else its top is the tree.
+(setv _EXTRACT (.join "\n" ["set -e"
+                            "dir=$1 name=$2 version=$3"
+                            "mkdir -p -- \"$dir\""
+                            "new=$(mktemp -d \"$dir/.consfig-new-XXXXXXXX\")"
+                            "tarball=$(mktemp \"$dir/.consfig-tar-XXXXXXXX\")"
+                            "trap 'rm -rf --one-file-system -- \"$new\" \"$tarball\"' EXIT"
+                            ;; tar tells gzip from plain tar in a file, not in a pipe.
+                            "cat >\"$tarball\""
+                            "tar -x -f \"$tarball\" -C \"$new\" --no-same-owner"
+                            "tree=$new"
+                            "if [ \"$(ls -A -- \"$new\")\" = \"$name\" ] && [ -d \"$new/$name\" ] && [ ! -L \"$new/$name\" ]; then tree=$new/$name; fi"
+                            "chmod 755 -- \"$tree\""
+                            "if [ -e \"$dir/$name\" ] || [ -L \"$dir/$name\" ]; then"
+                            "  old=$(mktemp -d \"$dir/.consfig-old-XXXXXXXX\")"
+                            "  mv -- \"$dir/$name\" \"$old/\""
+                            "fi"
+                            "mv -T -- \"$tree\" \"$dir/$name\""
+                            "printf '%s\\n' \"$version\" >\"$dir/.consfig-snapshot-$name.tmp\""
+                            "mv -f -- \"$dir/.consfig-snapshot-$name.tmp\" \"$dir/.consfig-snapshot-$name\""
+                            "if [ -n \"${old:-}\" ]; then rm -rf --one-file-system -- \"$old\"; fi"]))
+
+(defprop snapshot-extracted :posix [#^ abs-path directory #^ name snapshot-name]
+  "DIRECTORY/SNAPSHOT-NAME holds the latest snapshot SNAPSHOT-NAME of a git
+repository, the prerequisite data (`--git-snapshot` SNAPSHOT-NAME) a
+`:git-snapshot` source makes: a tarball, versioned by its commit.  It is
+unpacked with tar, so the target needs no git; the version is recorded in
+DIRECTORY/.consfig-snapshot-SNAPSHOT-NAME, and a new one replaces the whole
+tree (files the new commit lacks go too), the old one staying until the new
+one is whole.  Unapplying removes the tree and the record."
+  (:desc f"git snapshot {snapshot-name} extracted to {directory}")
+  (:hostattrs (require-data "--git-snapshot" snapshot-name))
+  (:check
+    (setv have (.strip (or (read-text (_snapshot-version-file directory snapshot-name)) ""))
+          want (data-version "--git-snapshot" snapshot-name))
+    (or (and (= have want) (run-ok? "test" "-d" (posixpath.join directory snapshot-name)))
+        (Drift (if have
+                   f"{snapshot-name}: version {have} → {want}"
+                   f"{snapshot-name} would be extracted at version {want}"))))
+  (:apply
+    (run (Script _EXTRACT directory snapshot-name (data-version "--git-snapshot" snapshot-name))
+         :input (get-data-bytes "--git-snapshot" snapshot-name) :timeout GIT-TIMEOUT))
+  (:unapply
+    (run "rm" "-rf" "--one-file-system" "--" (posixpath.join directory snapshot-name)
+         (_snapshot-version-file directory snapshot-name) :timeout 600)))
+
+(export :objects [snapshot-extracted git origin-url clone-exists head-pulled installed cloned
                   pulled repo-configured])

@@ -5,10 +5,12 @@
            consfig.propspec [defpropspec]))
 (import posixpath
         consfig.actions [NO-CHANGE run run-ok? remote-exists?]
+        consfig.data [get-data-bytes require-data]
+        consfig.engine [Drift]
         consfig.errors [FailedChange]
-        consfig.host [hosts-with-hostattr get-hostattrs]
+        consfig.host [get-hostname get-hostattrs hosts-with-hostattr]
         consfig.props.file :as file
-        consfig.props.file [add-lines remove-lines]
+        consfig.props.file [add-lines remove-lines content->bytes read-bytes update-file]
         consfig.props.user [home-directory]
         consfig.types *)
 
@@ -52,18 +54,45 @@ removes KEYS from it."
   (:apply (_user-file-lines username "authorized_keys" keys False))
   (:unapply (_user-file-lines username "authorized_keys" keys True)))
 
-(defprop has-user-key :posix [#^ user-name username * #^ ssh-key-type [type "ed25519"]]
-  "USERNAME has an SSH key pair of TYPE, ~/.ssh/id_TYPE and its .pub,
-generated on the target if missing, so that the private key never leaves it.
-Needs ssh-keygen (openssh-client)."
+(defn user-key-iden2 [username type]
+  "The second identifier of USERNAME's private key of TYPE, as data of the
+current host: `~USERNAME/.ssh/id_TYPE`."
+  f"~{username}/.ssh/id_{type}")
+
+(defn _key-pair-holds? [key private public]
+  (and (= (read-bytes key) private)
+       (= (read-bytes (+ key ".pub")) (content->bytes (+ public "\n")))))
+
+(defprop has-user-key :posix [#^ user-name username * #^ ssh-key-type [type "ed25519"]
+                              #^ (optional ssh-public-key) [public-key None]]
+  "USERNAME has an SSH key pair of TYPE, ~/.ssh/id_TYPE and its .pub.
+Without PUBLIC-KEY, it is generated on the target if missing, so that the
+private key never leaves it (this needs ssh-keygen, from openssh-client).
+With PUBLIC-KEY, the private key is prerequisite data of the host
+(HOSTNAME, `~USERNAME/.ssh/id_TYPE`), a secret, installed with mode 0600, and
+the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
   (:desc f"{username} has an {type} SSH key")
-  (:check (remote-exists? (posixpath.join (home-directory username) ".ssh" f"id_{type}")))
+  (:hostattrs
+    (when public-key
+      (require-data (get-hostname) (user-key-iden2 username type) :secret True)))
+  (:check
+    (setv key (posixpath.join (home-directory username) ".ssh" f"id_{type}"))
+    (if public-key
+        (or (_key-pair-holds? key (.reveal (get-data-bytes (get-hostname) (user-key-iden2 username type)))
+                              public-key)
+            (Drift f"{key} would be installed from data"))
+        (remote-exists? key)))
   (:apply
-    (when (not (run-ok? "command" "-v" "ssh-keygen"))
-      (raise (FailedChange "ssh-keygen is not installed; add (apt.installed \"openssh-client\") first")))
-    (setv key (posixpath.join (_ssh-dir username) f"id_{type}"))
-    (run "ssh-keygen" "-q" "-t" type "-N" "" "-C" username "-f" key :timeout 120)
-    (run "chown" f"{username}:" "--" key (+ key ".pub"))))
+    (setv key (posixpath.join (_ssh-dir username) f"id_{type}")
+          group (_group-of username))
+    (if public-key
+        (do (update-file key (.reveal (get-data-bytes (get-hostname) (user-key-iden2 username type)))
+                         :mode 0o600 :owner username :group group :secret True)
+            (update-file (+ key ".pub") (+ public-key "\n") :mode 0o644 :owner username :group group))
+        (do (when (not (run-ok? "command" "-v" "ssh-keygen"))
+              (raise (FailedChange "ssh-keygen is not installed; add (apt.installed \"openssh-client\") first")))
+            (run "ssh-keygen" "-q" "-t" type "-N" "" "-C" username "-f" key :timeout 120)
+            (run "chown" f"{username}:" "--" key (+ key ".pub"))))))
 
 (defn _known-hosts-line [hosts key]
   (+ (.join "," (if (isinstance hosts #(list tuple)) hosts [hosts])) " " key))
@@ -113,4 +142,5 @@ asked to trust a key."
                      :mode 0o644)])
 
 (export :objects [authorized-keys has-user-key known-host system-known-host
-                  known-hosts-of-site site-known-hosts-lines])
+                  user-key-iden2 ssh-public-key ssh-key-type known-hosts-of-site
+                  site-known-hosts-lines])

@@ -8,12 +8,15 @@ configuration fails the property and the file stays as it was."
   (require consfig.property [defprop]
            consfig.propspec [defproplist]))
 (import consfig.actions [NO-CHANGE output write-remote-file run run-script]
-        consfig.hop [Script]
-        consfig.host [push-hostattr]
+        consfig.data [get-data-bytes require-data]
+        consfig.engine [Drift]
         consfig.errors [AbortedChange FailedChange]
+        consfig.hop [Script]
+        consfig.host [get-hostname push-hostattr]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
-                            read-text content->bytes pairs-problem conf-pair]
+                            read-bytes read-text content->bytes pairs-problem conf-pair]
+        consfig.props.ssh [ssh-public-key ssh-key-type]
         consfig.props.service :as service
         consfig.types *)
 
@@ -44,6 +47,42 @@ complaint when it is not valid."
                               (.strip (+ r.stdout r.stderr))))))
     (finally (run "rm" "-f" "--" tmp))))
 
+(defn _reload []
+  (when (not (service.no-services?))
+    (run-script (+ "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; "
+                   "else invoke-rc.d ssh reload; fi")
+                :check False :timeout 120)))
+
+(defn host-key-path [type]
+  "The file of sshd's host key of TYPE: /etc/ssh/ssh_host_TYPE_key."
+  f"/etc/ssh/ssh_host_{type}_key")
+
+(defprop has-host-key :posix [#^ ssh-key-type type #^ ssh-public-key public-key]
+  "sshd's host key of TYPE is the private key held as prerequisite data of
+the host (HOSTNAME, /etc/ssh/ssh_host_TYPE_key), a secret, installed with
+mode 0600, and its .pub is PUBLIC-KEY: the host keeps its identity when it
+is reinstalled, and other hosts can know PUBLIC-KEY from the consfig (it is
+hostattr `ssh-host-key`, as for `has-host-public-key`).  sshd
+reloads when it changed (where services run)."
+  (:desc f"sshd has its {type} host key from data")
+  (:hostattrs
+    (require-data (get-hostname) (host-key-path type) :secret True)
+    ;; Other hosts know it: ssh.known-hosts-of-site.
+    (push-hostattr "ssh-host-key" (_key-of public-key)))
+  (:check
+    (setv key (host-key-path type))
+    (or (and (= (read-bytes key) (.reveal (get-data-bytes (get-hostname) key)))
+             (= (read-bytes (+ key ".pub")) (content->bytes (+ public-key "\n"))))
+        (Drift f"{key} would be installed from data")))
+  (:apply
+    (setv key (host-key-path type))
+    (run "mkdir" "-p" "/etc/ssh")
+    (update-file key (.reveal (get-data-bytes (get-hostname) key))
+                 :mode 0o600 :owner "root" :group "root" :secret True)
+    (update-file (+ key ".pub") (+ public-key "\n") :mode 0o644 :owner "root" :group "root")
+    (_reload)
+    None))
+
 (defprop configured :posix [#^ conf-pair #* pairs]
   "sshd_config sets each keyword of PAIRS (alternating keywords and values,
 or a dict) to its value, as `file.contains-conf-space` does.  The new file is
@@ -61,10 +100,7 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
         NO-CHANGE
         (do (validate (content->bytes new))
             (update-file CONFIG new)
-            (when (not (service.no-services?))
-              (run-script (+ "if [ -d /run/systemd/system ]; then systemctl try-reload-or-restart ssh.service; "
-                             "else invoke-rc.d ssh reload; fi")
-                          :check False :timeout 120))
+            (_reload)
             None))))
 
 (defproplist no-passwords :posix []
@@ -102,5 +138,5 @@ host has a new one."
              (+ f"no /etc/ssh/ssh_host_*_key.pub holds the key recorded for this host ({(_key-of key)}); "
                 "record the one the host has")))))
 
-(export :objects [installed configured no-passwords validate CONFIG has-host-public-key
-                  ssh-host-public-key])
+(export :objects [installed configured no-passwords validate has-host-key host-key-path CONFIG
+                  has-host-public-key ssh-host-public-key])

@@ -1,8 +1,11 @@
 "Users and groups, through the shadow utilities (useradd, usermod, …)."
 
 (eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [run run-ok? output]
+(import re
+        consfig.actions [Script run run-ok? output]
+        consfig.data [get-data-string require-data]
         consfig.engine [Drift]
+        consfig.host [get-hostname]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines]
         consfig.types *)
@@ -125,6 +128,33 @@ has set is left alone."
         (raise (FailedChange f"{username} has no password to enable; give :initial-password")))
       (run "chpasswd" :input f"{username}:{initial-password}\n" :timeout 60))))
 
-(export :objects [has-account has-account-with-uid group-exists has-groups
+(defn password-iden1 []
+  "The first identifier of the hashed passwords of the current host's users:
+`--user-passwd--HOSTNAME`."
+  (+ "--user-passwd--" (get-hostname)))
+
+(defn _password-hash [username]
+  ;; The hash as it goes into /etc/shadow: one field of one line.
+  (setv h (.strip (.reveal (get-data-string (password-iden1) username))))
+  (when (not (re.fullmatch r"[^:\s]+" h))
+    (raise (FailedChange (+ f"the data item ({(password-iden1)} {username}) is not a hashed "
+                            "password (one line, no ':'; make one with mkpasswd)"))))
+  h)
+
+(defprop has-password :posix [#^ user-name username]
+  "USERNAME's password is the hashed password (crypt(3), as `mkpasswd -m
+yescrypt` makes it) held as prerequisite data (`--user-passwd--HOSTNAME`
+USERNAME), a secret.  It is compared with /etc/shadow on the target and set
+with `chpasswd -e`, the hash on standard input, never on a command line."
+  (:desc f"{username} has its password from data")
+  (:hostattrs (require-data (password-iden1) username :secret True))
+  (:check
+    (or (run-ok? (Script "test \"$(getent shadow -- \"$1\" | cut -d: -f2)\" = \"$(cat)\"" username)
+                 :input (_password-hash username) :timeout 60)
+        (Drift f"{username}'s password would be set")))
+  (:apply (run "chpasswd" "-e" :input f"{username}:{(_password-hash username)}\n" :timeout 60)))
+
+(export :objects [has-password password-iden1
+                  has-account has-account-with-uid group-exists has-groups
                   has-login-shell has-locked-password has-enabled-password
                   passwd-entry home-directory])

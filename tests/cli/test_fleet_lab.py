@@ -8,13 +8,12 @@ import subprocess
 import sys
 import termios
 import textwrap
-import threading
 import time
 
 import hy  # noqa: F401
+import pytest
 from hy.models import Keyword as K
 
-import consfig.connections.sudo as sudo
 import consfig.fleet
 from consfig.combinators import eseqprops
 from consfig.host import make_host
@@ -22,6 +21,7 @@ from consfig.props import file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from clirun import REPO  # noqa: E402
+from sshlab import sudo_password_known  # noqa: E402
 
 deploy_hosts = getattr(consfig.fleet, hy.mangle("deploy-hosts*"))
 
@@ -39,21 +39,14 @@ def root_only_directory(tmp_path):
 def test_a_password_two_hosts_need_is_got_once_on_the_main_thread(sshlab, tmp_path):
     asked = []
 
-    def source(designator):
-        asked.append((designator, threading.current_thread() is threading.main_thread()))
-        return sshlab.password if designator == "pw@lab" else None
-
     d = root_only_directory(tmp_path)
     chain = [[K("ssh"), K("config"), sshlab.config, K("host"), "lab-pw"],
              [K("sudo"), K("from"), "pw@lab"]]
     hosts = [make_host(f"pw{i}.fleet.test", None, None,
                        eseqprops(file.has_content(f"{d}/f{i}", "x\n")))
              for i in range(2)]
-    sudo.password_sources.append(source)
-    try:
+    with sudo_password_known(sshlab.password, asked=asked):
         outcomes = deploy_hosts(chain, hosts, sink=lambda event: None, jobs=2)
-    finally:
-        sudo.password_sources.remove(source)
     assert [o.status for o in outcomes] == ["changed", "changed"], outcomes
     assert asked == [("pw@lab", True)], asked
     assert sorted(p.name for p in d.iterdir()) == ["f0", "f1"]
@@ -78,7 +71,11 @@ def _read_until(fd, predicate, timeout, seen):
     return seen
 
 
-def test_the_sudo_prompt_of_a_fleet_is_shown_and_read_once(sshlab, tmp_path):
+@pytest.mark.parametrize("after", ['[:sudo :from "pw@lab"]', ':python [:sudo :from "pw@lab"]'],
+                         ids=["sudo", "python-then-sudo"])
+def test_the_sudo_prompt_of_a_fleet_is_shown_and_read_once(sshlab, tmp_path, after):
+    # After :python, sudo runs on the target, and its password travels there
+    # with the host's data: still asked for once, here, before hosts start.
     d = root_only_directory(tmp_path)
     site = tmp_path / "site.hy"
     site.write_text(textwrap.dedent(f"""\
@@ -88,7 +85,7 @@ def test_the_sudo_prompt_of_a_fleet_is_shown_and_read_once(sshlab, tmp_path):
         (for [i (range 3)]
           (make-host f"pw{{i}}.test"
                      {{:deploy [[:ssh :config "{sshlab.config}" :host "lab-pw"]
-                               [:sudo :from "pw@lab"]]}}
+                               {after}]}}
                      None
                      (eseqprops (file.has-content f"{d}/f{{i}}" "x\\n"))))
         """))

@@ -1,5 +1,6 @@
 """The README's examples work as written."""
 
+import os
 import re
 import subprocess
 import sys
@@ -71,3 +72,43 @@ def test_property_reference_is_up_to_date():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, (
         "docs/properties.md is stale; run python3 docs/gen_reference.py\n" + result.stdout + result.stderr)
+
+
+def test_readme_data_site_checks_and_names_a_template_mistake(tmp_path):
+    text = section("A tour of a consfig").split("### Files, templates and secrets from the site\n", 1)[1]
+    consfig = re.search(r"```hy\n(.*?)```", text, re.S).group(1)
+    template = re.search(r"with `templates/site.conf.j2`:\n\n```\n(.*?)```", text, re.S).group(1)
+    site = tmp_path / "site"
+    secret = "TLS-KEY-NEVER-SHOWN"
+    for rel, content in {"consfig.hy": consfig,
+                         "templates/site.conf.j2": template,
+                         "data/_web/banner": "Welcome\n",
+                         # The secret comes from the data tree here: this
+                         # machine's user has no password store.
+                         "data/_web/tls.key": secret + "\n",
+                         "data/web.example.org/etc/ssl/certs/web.pem": "CERT\n",
+                         "www/index.html": "<p>hi</p>\n"}.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(content)
+    env = dict(os.environ, PASSWORD_STORE_DIR=str(tmp_path / "no-store"))
+
+    def check():
+        # Check mode over :local changes nothing on this machine; it reads
+        # what the properties compare with.
+        return subprocess.run(
+            [sys.executable, "-m", "consfig", "deploy", "--consfig", str(site / "consfig.hy"),
+             "web", "--via", ":local", "--check", "--diff", "-v"],
+            capture_output=True, text=True, timeout=120, env=env)
+
+    result = check()
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "/etc/nginx/sites-enabled/default rendered from templates/site.conf.j2" in out, out
+    assert "/etc/ssl/private/web.key" in out, out
+    assert secret not in out, "the secret is shown"
+    (site / "templates/site.conf.j2").write_text(template.replace("{{ port }}", "{{ prot }}"))
+    result = check()
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert "site.conf.j2:2: file.templated /etc/nginx/sites-enabled/default: undefined variable 'prot'" \
+        in error, result.stdout + result.stderr

@@ -17,7 +17,6 @@ from hy.models import Keyword as K
 
 import consfig.deployment
 import consfig.errors
-import consfig.connections.sudo as sudo
 from consfig.combinators import eseqprops, seqprops
 from consfig.chain import close_chain, establish_chain, parse_chain
 from consfig.hop import Script
@@ -27,7 +26,7 @@ from consfig.host import make_host, preprocess_host
 from consfig.props import cmd, file
 from consfig.report import Reporter
 from harness import running, wait_until
-from sshlab import processes_seen
+from sshlab import processes_seen, sudo_password_known
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
 deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
@@ -64,10 +63,8 @@ CHAIN_IDS = ["local", "ssh", "ssh-sudo", "ssh-sudo-user", "ssh-sudo-password",
 @pytest.fixture
 def lab(sshlab):
     """The lab, with its sudo password known to consfig for this test."""
-    source = lambda designator: sshlab.password if designator == "pw@lab" else None  # noqa: E731
-    sudo.password_sources.append(source)
-    yield sshlab
-    sudo.password_sources.remove(source)
+    with sudo_password_known(sshlab.password):
+        yield sshlab
 
 
 def directory_for(lab, user):
@@ -126,17 +123,16 @@ HOSTILE = {
 @pytest.fixture(scope="module")
 def established(sshlab):
     """Every chain, established once for the module's tests."""
-    sudo.password_sources.append(lambda d: sshlab.password if d == "pw@lab" else None)
     made = {}
     try:
         host = make_host("lab", None, None, eseqprops())
-        for chain_id in CHAIN_IDS:
-            chain, user = chains(sshlab)[chain_id]
-            with establishing_for(host):
-                made[chain_id] = (establish_chain(parse_chain(chain)), user)
+        with sudo_password_known(sshlab.password):
+            for chain_id in CHAIN_IDS:
+                chain, user = chains(sshlab)[chain_id]
+                with establishing_for(host):
+                    made[chain_id] = (establish_chain(parse_chain(chain)), user)
         yield made
     finally:
-        sudo.password_sources.pop()
         for conns, _ in made.values():
             close_chain(conns)
 

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from labservers import second_server, ssh_hop as ssh  # noqa: E402
 from consfig.props import cmd, file
 from harness import running, wait_until
+from sshlab import sudo_password_known
 
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
 
@@ -123,14 +124,10 @@ def test_unknown_hop_argument_fails_before_connecting():
 
 
 def test_wrong_sudo_password(sshlab):
-    source = lambda designator: "not-the-password"  # noqa: E731
-    sudo.password_sources.append(source)
-    try:
+    with sudo_password_known("not-the-password"):
         message = fail_to_establish([ssh(sshlab.config, host="lab-pw"),
                                      [K("sudo"), K("from"), "pw@lab"]],
                                     "wrong sudo password for pw@lab", 15)
-    finally:
-        sudo.password_sources.remove(source)
     assert "not-the-password" not in message
 
 

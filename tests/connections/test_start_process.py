@@ -15,14 +15,13 @@ from hy.models import Keyword as K
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-import consfig.connections.sudo as sudo  # noqa: E402
 from consfig.combinators import eseqprops  # noqa: E402
 from consfig.chain import close_chain, establish_chain, parse_chain
 from consfig.context import establishing_for  # noqa: E402
 from consfig.host import make_host  # noqa: E402
 from minichroot import make_minichroot  # noqa: E402
 from harness import running, wait_until  # noqa: E402
-from sshlab import processes_seen  # noqa: E402
+from sshlab import processes_seen, sudo_password_known  # noqa: E402
 
 
 def ssh(lab, host="lab"):
@@ -50,17 +49,15 @@ def established(sshlab, tmp_path_factory):
     """Every chain, established once for the module's tests."""
     chroot_dir = str(tmp_path_factory.mktemp("chroot"))
     make_minichroot(chroot_dir)
-    source = lambda d: sshlab.password if d == "pw@lab" else None  # noqa: E731
-    sudo.password_sources.append(source)
     made = {}
     try:
         host = make_host("lab", None, None, eseqprops())
-        for chain_id, chain in chains(sshlab, chroot_dir).items():
-            with establishing_for(host):
-                made[chain_id] = establish_chain(parse_chain(chain))
+        with sudo_password_known(sshlab.password):
+            for chain_id, chain in chains(sshlab, chroot_dir).items():
+                with establishing_for(host):
+                    made[chain_id] = establish_chain(parse_chain(chain))
         yield {k: conns[-1] for k, conns in made.items()}
     finally:
-        sudo.password_sources.remove(source)
         for conns in made.values():
             close_chain(conns)
 

@@ -4,6 +4,7 @@
 (require consfig *)
 (import os
         pytest
+        consfig.errors [PropspecError]
         proptest [LOCAL apply-twice deploy-propspec diffs unapply in-chroot])
 (use-props consfig.props [file])
 
@@ -31,12 +32,13 @@
   (setv text (get (diffs events) 0 "text"))
   (assert (and (in "-old" text) (in "+new" text)) text))
 
-(defn test-secret-content-has-no-diff [tmp-path]
-  (setv p (str (/ tmp-path "secret"))
-        events (apply-twice LOCAL (file.has-content p "hunter2\n" :mode 0o600 :secret True)))
-  (assert (not (diffs events)) "no diff for a secret")
-  (assert (not-in "hunter2" (str events)) "secret nowhere in the events")
-  (assert (= (& (. (os.stat p) st_mode) 0o777) 0o600) "mode set"))
+(defn test-inline-secret-content-is-refused-pointing-to-the-data-layer [tmp-path]
+  (for [prop [file.has-content file.exists-with-content]]
+    (with [e (pytest.raises PropspecError)]
+      (prop (str (/ tmp-path "secret")) "hunter2\n" :secret True))
+    (assert (in "secret-uploaded" (str e.value)) (str e.value))
+    (assert (in "docs/data.md" (str e.value)) (str e.value))
+    (assert (not-in "hunter2" (str e.value)) "the refusal does not show the content")))
 
 (defn test-exists-with-content-unapply-deletes [tmp-path]
   (setv p (str (/ tmp-path "new file")))

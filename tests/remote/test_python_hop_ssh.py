@@ -16,11 +16,10 @@ from harness import running, wait_until  # noqa: E402
 from remote_helpers import (deploy, mixed_host, rp,  # noqa: E402
                             seqprops, shape, single)
 
-import consfig.connections.sudo as sudo  # noqa: E402
 
 from consfig.errors import ConnectionFailed  # noqa: E402
 from consfig.host import Host  # noqa: E402
-from sshlab import processes_seen  # noqa: E402
+from sshlab import processes_seen, sudo_password_known  # noqa: E402
 
 
 def ssh(config, host="lab", **kw):
@@ -115,19 +114,15 @@ def test_a_dropped_ssh_connection_fails_fast_and_leaves_nothing_on_the_target(ss
 
 
 def test_ssh_sudo_python_with_a_sudo_password(sshlab, tmp_path, events):
-    source = lambda d: sshlab.password if d == "pw@lab" else None  # noqa: E731
-    sudo.password_sources.append(source)
     d = str(tmp_path / "with-password")
     chain = [ssh(sshlab.config, "lab-pw"), [K("sudo"), K("from"), "pw@lab"], K("python")]
-    try:
+    with sudo_password_known(sshlab.password):
         with processes_seen() as seen:
             outcome = deploy(chain, mixed(d), sink=events)
             assert outcome.status == "changed", events.ends()
             assert os.stat(f"{d}/etc/py").st_uid == 0
             events.events.clear()
             assert deploy(chain, mixed(d), sink=events).status == "no-change", events.ends()
-    finally:
-        sudo.password_sources.remove(source)
     assert len(seen) > 10
     assert not [s for s in seen if sshlab.password.encode() in s], \
         "the password showed in ps or an environ"

@@ -1,0 +1,229 @@
+"Where prerequisite data is kept between deployments, and how it travels
+over a `:python` hop.
+
+Both sides keep non-secret versions in the same layout, in the user's
+consfig cache (`~/.cache/consfig/data`, or under $XDG_CACHE_HOME; mode
+0700): a directory per item and a file (0600) per version, both named by
+digests (`consfig.boot.data-entry`).  The controller keeps there what a
+source was slow to make (a git snapshot); a target, what it was sent, so
+that a version travels once.  Writing a version prunes the item's others;
+an item no deployment has used for `UNUSED-DAYS` goes too.
+Secrets are kept in neither: they travel in memory, each deployment.
+
+Over a `:python` hop the controller sends, with the host, the manifest of
+the items it carries (its own and those of the hosts deployed from it),
+without their content.  The target's hello lists the versions it keeps;
+the controller answers it with one `data` frame holding the content of the
+others and of every secret.  A version the target finds damaged it asks for
+again (`need-data`).  The target then resolves the host's declarations
+against what it holds (`ReceivedData`), and a hop after `:python` gets its
+data from there, not from the controller."
+
+(import hashlib
+        os
+        tempfile
+        consfig.boot [data-entry _private-directory]
+        consfig.data [DataItem DataSource Secret data-sent-event use-only-source])
+
+(defn _sha256 [b] (.hexdigest (hashlib.sha256 b)))
+
+;; An item a target has not been sent or used for this long is dropped from
+;; its cache (a host that no longer needs it, an old chroot's).
+(setv UNUSED-DAYS 30)
+
+(defclass DataCache []
+  "A directory of cached data versions (see the module's docstring), made
+0700 if missing and refused when someone else could write to it."
+  (defn __init__ [self root]
+    (setv self.root root
+          why (_private-directory root (os.geteuid)))
+    (when why
+      (raise (OSError f"cannot keep data in {root}: {why}"))))
+
+  (defn path [self iden1 iden2 version]
+    "The file holding VERSION of (IDEN1, IDEN2)."
+    (os.path.join self.root #* (data-entry iden1 iden2 version)))
+
+  (defn load [self iden1 iden2 version [sha256 None]]
+    "The cached content of VERSION of (IDEN1, IDEN2), or None when it is not
+kept, or (its digest not SHA256) damaged, and so discarded."
+    (setv path (.path self iden1 iden2 version))
+    (try (with [f (open path "rb")] (setv content (.read f)))
+         (except [OSError] (return None)))
+    (when (and sha256 (!= (_sha256 content) sha256))
+      (try (os.unlink path) (except [OSError] None))
+      (return None))
+    content)
+
+  (defn store [self iden1 iden2 version content]
+    "Keep CONTENT as VERSION of (IDEN1, IDEN2), atomically, and forget the
+item's other versions."
+    (setv #(item name) (data-entry iden1 iden2 version)
+          directory (os.path.join self.root item)
+          why (_private-directory directory (os.geteuid)))
+    (when why (raise (OSError f"cannot keep data in {directory}: {why}")))
+    (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".tmp-"))
+    (try
+      (with [f (os.fdopen fd "wb")]
+        (.write f content)
+        (.flush f)
+        (os.fsync (.fileno f)))
+      (os.replace tmp (os.path.join directory name))
+      (except [BaseException]
+        (try (os.unlink tmp) (except [FileNotFoundError] None))
+        (raise)))
+    (for [other (os.listdir directory)]
+      (when (!= other name)
+        (try (os.unlink (os.path.join directory other)) (except [OSError] None)))))
+
+  (defn used [self iden1 iden2]
+    "Note that (IDEN1, IDEN2) was used now, so that `prune` keeps it."
+    (try (os.utime (os.path.join self.root (get (data-entry iden1 iden2 "") 0)))
+         (except [OSError] None)))
+
+  (defn prune [self [days UNUSED-DAYS]]
+    "Remove the items not used for DAYS."
+    (import shutil time)
+    (setv limit (- (time.time) (* days 86400)))
+    (for [item (os.listdir self.root)]
+      (setv path (os.path.join self.root item))
+      (try (when (< (. (os.lstat path) st-mtime) limit)
+             (shutil.rmtree path))
+           (except [OSError] None)))))
+
+(defn cache-root []
+  "The data cache of the user this process runs as (`data` in the consfig
+cache, as `consfig.boot.cache-directory` finds it), or None when no cache
+directory is safe."
+  (import pwd
+          consfig.boot [cache-directory])
+  (setv uid (os.geteuid)
+        #(path why) (cache-directory os.environ uid (. (pwd.getpwuid uid) pw-dir)))
+  (when path (os.path.join path "data")))
+
+(defn controller-cache []
+  "The controller's `DataCache`, or None when it cannot have one."
+  (setv root (cache-root))
+  (when root
+    (try (DataCache root)
+         (except [OSError] None))))
+
+;; The controller's side
+
+(defn items-to-carry [host]
+  "The resolved items a `:python` hop carries for HOST: its own and those
+of the hosts deployed from it."
+  (list (.values {#** host.nested-data #** host.data})))
+
+(defn data-manifest [items]
+  "What the apply message says of ITEMS: identifiers, version, whether
+secret, and a non-secret's digest; never content."
+  (lfor i items
+        {"iden1" i.iden1 "iden2" i.iden2 "version" i.version "secret" i.secret
+         "sha256" (if i.secret None i.sha256)}))
+
+(defn kept? [item inventory]
+  "Whether a target whose hello listed INVENTORY keeps ITEM's version."
+  (setv #(entry name) (data-entry item.iden1 item.iden2 item.version))
+  (and (not item.secret)
+       (isinstance inventory dict)
+       (in name (.get inventory entry []))))
+
+(defn data-frame [items]
+  "The `data` message and payload carrying the content of ITEMS."
+  (setv parts (lfor i items (let [c (.content i)] (if i.secret (.reveal c) c))))
+  #({"op" "data"
+     "items" (lfor [i c] (zip items parts)
+                   {"iden1" i.iden1 "iden2" i.iden2 "version" i.version "size" (len c)})}
+    (.join b"" parts)))
+
+(defn sent-events [items hostname]
+  "The events saying ITEMS were sent to HOSTNAME's target."
+  (lfor i items {#** (data-sent-event i) "host" hostname "depth" 0}))
+
+;; The target's side
+
+(defclass ReceivedData [DataSource]
+  "On a target: the items that came with the host (or were kept from an
+earlier deployment), the only data source there."
+  (defn __init__ [self entries]
+    (setv self.entries entries))
+  (defn version [self iden1 iden2]
+    (setv e (.get self.entries #(iden1 iden2)))
+    (when e (get e "version")))
+  (defn secret? [self iden1 iden2]
+    (get self.entries #(iden1 iden2) "secret"))
+  (defn fetch [self iden1 iden2]
+    (setv e (get self.entries #(iden1 iden2)))
+    (if (get e "secret") (Secret (get e "content")) (get e "content")))
+  (defn describe [self] "the data sent with the host"))
+
+(defn _split-payload [msg]
+  (setv payload (get msg "_payload") at 0 out {})
+  (for [i (get msg "items")]
+    (setv size (get i "size")
+          (get out #((get i "iden1") (get i "iden2") (get i "version")))
+          (bytes (cut payload at (+ at size))))
+    (+= at size))
+  out)
+
+(defn receive-data [msg next-data ask root]
+  "On a target, for the apply message MSG: take each item its manifest
+names from the cache at ROOT (None: keep nothing) or from the `data`
+frames NEXT-DATA returns, asking with ASK (a message to send) for what is
+still missing, keep the non-secret ones, and make them the only data
+source here."
+  (setv manifest (.get msg "data" [])
+        cache (when root (try (DataCache root) (except [OSError] None)))
+        entries {}
+        missing [])
+  (for [m manifest]
+    (setv content (when (and cache (not (get m "secret")))
+                    (.load cache (get m "iden1") (get m "iden2") (get m "version") (get m "sha256"))))
+    (if (is content None)
+        (.append missing m)
+        (setv (get entries #((get m "iden1") (get m "iden2"))) (dict m :content content))))
+  ;; The controller answers the hello with one data frame when it carries
+  ;; anything; what it held back and this cache lacks after all is asked for.
+  (when manifest
+    (setv received (_split-payload (next-data))
+          still [])
+    (for [m missing]
+      (setv content (.get received #((get m "iden1") (get m "iden2") (get m "version"))))
+      (if (is content None)
+          (.append still m)
+          (_take m content entries cache)))
+    (when still
+      (ask {"op" "need-data" "items" (lfor m still [(get m "iden1") (get m "iden2")])})
+      (setv received (_split-payload (next-data)))
+      (for [m still]
+        (setv content (.get received #((get m "iden1") (get m "iden2") (get m "version"))))
+        (when (is content None)
+          (raise (OSError f"the controller did not send data {(_named m)}")))
+        (_take m content entries cache))))
+  (when cache
+    (for [m manifest :if (not (get m "secret"))]
+      (.used cache (get m "iden1") (get m "iden2")))
+    (.prune cache))
+  (use-only-source (ReceivedData entries))
+  entries)
+
+(defn received-items [entries]
+  "The items ENTRIES (from `receive-data`) hold, as `DataItem`s."
+  (dfor [key e] (.items entries)
+        key (DataItem #* key (get e "version") :secret (get e "secret") :content (get e "content")
+                      :source "the data sent with the host")))
+
+(defn _named [m]
+  (setv iden1 (get m "iden1") iden2 (get m "iden2") version (get m "version"))
+  f"({iden1} {iden2}) version {version}")
+
+(defn _take [m content entries cache]
+  (when (and (not (get m "secret")) (get m "sha256") (!= (_sha256 content) (get m "sha256")))
+    (raise (OSError f"data {(_named m)} arrived damaged")))
+  (when (and cache (not (get m "secret")))
+    (.store cache (get m "iden1") (get m "iden2") (get m "version") content))
+  (setv (get entries #((get m "iden1") (get m "iden2"))) (dict m :content content)))
+
+(export :objects [DataCache cache-root controller-cache items-to-carry data-manifest kept?
+                  data-frame sent-events ReceivedData receive-data received-items])

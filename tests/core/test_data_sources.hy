@@ -1,0 +1,177 @@
+;; The data sources that call programs: :pass, :pgp, :git-snapshot, :prompt,
+;; with a real gpg key (no passphrase) in a temporary GNUPGHOME, a real
+;; password store and a real git repository.
+
+(require consfig *)
+(import consfig *
+        consfig.datasources [pgp-get-data pgp-set-data]
+        io
+        os
+        shutil
+        subprocess
+        tarfile
+        tempfile
+        pytest)
+
+(setv seen [])
+
+(defprop reads :posix [iden1 iden2]
+  "Record the content of (IDEN1, IDEN2) and whether it is a secret."
+  (:hostattrs (require-data iden1 iden2))
+  (:apply (let [item (get-data iden1 iden2)]
+            (.append seen #((.content item) item.secret item.version)))
+          :no-change))
+
+(defhost bare.test {:deploy :local})
+
+(defn [(pytest.fixture :autouse True)] clean []
+  (.clear seen)
+  (reset-data-sources)
+  (yield)
+  (reset-data-sources))
+
+(defn _run [#* argv [input None] [cwd None]]
+  (subprocess.run argv :input input :cwd cwd :check True :capture-output True :timeout 120))
+
+(defn [(pytest.fixture :scope "module")] gnupg []
+  ;; A short path: gpg-agent's socket lives in it.
+  (setv home (tempfile.mkdtemp :prefix "cfg-gpg-")
+        old (os.environ.get "GNUPGHOME"))
+  (os.chmod home 0o700)
+  (setv (get os.environ "GNUPGHOME") home)
+  (_run "gpg" "--batch" "--passphrase" "" "--quick-gen-key"
+        "consfig test <test@consfig.invalid>" "default" "default" "never")
+  (yield home)
+  (subprocess.run ["gpgconf" "--kill" "gpg-agent"] :timeout 30)
+  (if (is old None) (del (get os.environ "GNUPGHOME")) (setv (get os.environ "GNUPGHOME") old))
+  (shutil.rmtree home True))
+
+(defn [(pytest.fixture)] store [gnupg tmp-path monkeypatch]
+  (setv d (/ tmp-path "store"))
+  (monkeypatch.setenv "PASSWORD_STORE_DIR" (str d))
+  (_run "pass" "init" "test@consfig.invalid")
+  (_run "pass" "insert" "-m" "_db/password" :input b"hunter2\nsecond line\n")
+  (_run "pass" "insert" "-m" "web.test/deploy" :input b"sudo-pw\n")
+  d)
+
+(defn test-pass-item-is-a-secret-read-from-the-store [store events]
+  (register-data-source "pass")
+  (deploy-these* [:local] "bare.test" (reads "_db" "password") :sink events)
+  (setv [[content secret version]] seen)
+  (assert (= content (Secret b"hunter2\nsecond line\n")) "the whole entry")
+  (assert secret "every item of :pass is a secret")
+  (assert (= version (str (. (os.stat (/ store "_db" "password.gpg")) st-mtime-ns))) version))
+
+(defn test-pass-user-password-is-the-first-line-of-host-slash-user [store]
+  (setv item (lookup-data "--user-passwd--web.test" "deploy"
+                          :secret False))
+  (assert (is item None) "no source registered yet")
+  (register-data-source "pass" :location (str store))
+  (setv item (lookup-data "--user-passwd--web.test" "deploy"))
+  (assert (= (.content item) (Secret b"sudo-pw")) "first line"))
+
+(defn test-pass-without-the-program-is-skipped [store monkeypatch capsys]
+  (monkeypatch.setenv "PATH" "/nonexistent")
+  (assert (is (try-register-data-source :pass) None) "skipped")
+  (assert (in "pass program is not installed" (. (capsys.readouterr) err)) "says why"))
+
+(defn test-pass-without-a-store-is-skipped [gnupg tmp-path capsys]
+  (assert (is (try-register-data-source :pass :location (str (/ tmp-path "none"))) None) "skipped")
+  (assert (in "no password store" (. (capsys.readouterr) err)) "says why"))
+
+(defn test-pass-missing-entry-is-missing-data-naming-the-store [store]
+  (register-data-source "pass")
+  (with [e (pytest.raises MissingData)]
+    (deploy-these* [:local] "bare.test" (reads "_db" "absent")))
+  (assert (in (str store) (str e.value)) (str e.value)))
+
+(defn test-pgp-file-holds-many-versioned-items [gnupg tmp-path events]
+  (setv f (str (/ tmp-path "secrets.gpg")))
+  (assert (= (pgp-set-data f "_db" "password" "s3cret") 1) "first version")
+  (pgp-set-data f "_tls" "key" b"\xff\x00binary")
+  (assert (= (pgp-set-data f "_db" "password" "s3cret-2") 2) "a newer version")
+  (assert (= (pgp-get-data f "_db" "password") (Secret "s3cret-2")) "read back")
+  (assert (is (pgp-get-data f "_db" "absent") None) "absent")
+  (with [h (open f "rb")]
+    (assert (not-in b"s3cret" (.read h)) "the file is encrypted"))
+  (try-register-data-source :pgp :location f)
+  (deploy-these* [:local] "bare.test" (eseqprops (reads "_db" "password") (reads "_tls" "key"))
+                 :sink events)
+  (assert (= seen [#((Secret b"s3cret-2") True "2") #((Secret b"\xff\x00binary") True "1")]) seen))
+
+(defn test-pgp-source-sees-a-changed-file [gnupg tmp-path]
+  (setv f (str (/ tmp-path "secrets.gpg")))
+  (pgp-set-data f "_db" "password" "one")
+  (setv source (register-data-source "pgp" :location f))
+  (assert (= (.version source "_db" "password") "1") "version 1")
+  (pgp-set-data f "_db" "password" "two")
+  (assert (= (.version source "_db" "password") "2") "re-read after a change"))
+
+(defn test-pgp-without-its-file-is-skipped [capsys tmp-path]
+  (assert (is (try-register-data-source :pgp :location (str (/ tmp-path "x.gpg"))) None) "skipped")
+  (assert (in "no such file" (. (capsys.readouterr) err)) "says why"))
+
+(defn [(pytest.fixture)] repo [tmp-path]
+  (setv d (/ tmp-path "repo"))
+  (.mkdir d)
+  (_run "git" "init" "-q" "-b" "main" :cwd d)
+  (.write-text (/ d "README") "first\n")
+  (_run "git" "add" "README" :cwd d)
+  (_run "git" "-c" "user.name=t" "-c" "user.email=t@t" "commit" "-qm" "one" :cwd d)
+  d)
+
+(defn _head [d]
+  (.strip (.decode (. (_run "git" "rev-parse" "HEAD" :cwd d) stdout))))
+
+(defn _tar-files [content]
+  (with [t (tarfile.open :fileobj (io.BytesIO content))]
+    (dfor m (.getmembers t) :if (.isfile m) m.name (.read (.extractfile t m)))))
+
+(defn test-git-snapshot-is-a-tarball-versioned-by-commit [repo tmp-path monkeypatch events]
+  (monkeypatch.setenv "XDG_CACHE_HOME" (str (/ tmp-path "cache")))
+  (register-data-source "git-snapshot" :name "app" :repo (str repo) :branch "main")
+  (deploy-these* [:local] "bare.test" (reads "--git-snapshot" "app") :sink events)
+  (setv [[content secret version]] seen)
+  (assert (= version (_head repo)) version)
+  (assert (not secret) "a snapshot is no secret")
+  (assert (= (_tar-files content) {"README" b"first\n"}) (_tar-files content)))
+
+(defn test-git-snapshot-is-kept-in-the-controller-cache [repo tmp-path monkeypatch]
+  (monkeypatch.setenv "XDG_CACHE_HOME" (str (/ tmp-path "cache")))
+  (register-data-source "git-snapshot" :name "app" :repo (str repo))
+  (setv item (lookup-data "--git-snapshot" "app"))
+  (.content item)
+  (setv data (/ tmp-path "cache" "consfig" "data"))
+  (assert (= (& (. (os.stat data) st-mode) 0o777) 0o700) "a private cache")
+  (setv kept (lfor [d _ files] (os.walk data) f files (os.path.join d f)))
+  (assert (= (len kept) 1) kept)
+  (with [f (open (get kept 0) "rb")]
+    (assert (= (.read f) (.content item)) "the snapshot is what is kept"))
+  ;; The next deployment takes that version from the cache, not from git.
+  (with [f (open (get kept 0) "wb")] (.write f b"kept"))
+  (assert (= (.content (lookup-data "--git-snapshot" "app")) b"kept") "from the cache"))
+
+(defn test-git-snapshot-of-a-missing-repository-is-skipped [tmp-path capsys]
+  (assert (is (try-register-data-source :git-snapshot :name "x" :repo (str (/ tmp-path "no")))
+              None)
+          "skipped")
+  (assert (in "no such repository" (. (capsys.readouterr) err)) "says why"))
+
+(defn test-prompt-without-a-terminal-is-missing-data-before-connecting []
+  ;; The test runs without a controlling terminal (pytest's stdin is not one
+  ;; when run by the suite); skip where it has one.
+  (when (hy.I.consfig/datasources.terminal?)
+    (pytest.skip "this process has a terminal"))
+  (register-data-source "prompt")
+  (with [e (pytest.raises MissingData)]
+    (deploy-these* [:local] "bare.test" (reads "--user-passwd--web.test" "deploy")))
+  (assert (in ":prompt (no terminal here)" (str e.value)) (str e.value)))
+
+(defn test-pgp-file-that-cannot-be-decrypted-fails-before-connecting [gnupg tmp-path]
+  (setv f (/ tmp-path "secrets.gpg"))
+  (.write-bytes f b"not encrypted at all")
+  (register-data-source "pgp" :location (str f))
+  (with [e (pytest.raises DataSourceFailed)]
+    (deploy-these* [[:ssh :host "nowhere.invalid" :timeout 1]] "bare.test" (reads "_db" "password")))
+  (assert (in "gpg failed" (str e.value)) (str e.value))
+  (assert (in (str f) (str e.value)) (str e.value)))
