@@ -106,3 +106,9 @@
   (with [e (pytest.raises ConsfigError)]
     (hostgroup.listed-in-file "/etc/backends.cfg" "web" :line "{} {0}"))
   (assert (in "never {} or {0}" (str e.value)) (str e.value)))
+
+(defn test-a-host-key-installed-from-data-is-known-to-the-other-hosts []
+  (setv h (make-host "a.site.test" {} None (eseqprops (sshd.has-host-key "ed25519" KEY-A))))
+  (assert (= (get-hostattrs "ssh-host-key" (preprocess-host h))
+             ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyOfHostAaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"])
+          "the key, without its comment"))
