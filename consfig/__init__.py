@@ -9,9 +9,9 @@ try-register-data-source);
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 from consfig import (actions, chain, combinators, context, data, datasources, deployment,
-                     engine, errors, fleet, hop, host, property, propspec, result)
+                     engine, errors, fleet, hop, host, image, property, propspec, result)
 
-_MODULES = (property, propspec, host, deployment, fleet, combinators, result, actions,
+_MODULES = (property, propspec, host, deployment, fleet, image, combinators, result, actions,
             context, chain, hop, engine, errors, data, datasources)
 
 __all__ = []

@@ -203,16 +203,25 @@ def discard(directory):
 
 
 def unpack(archive, directory):
-    """Unpack ARCHIVE (a gzipped tar) as the bundle DIRECTORY, mode 0700, its
-    manifest written last; a bundle racing us there first is kept."""
-    import io
+    """Unpack ARCHIVE (a gzipped tar) as the bundle DIRECTORY (see `place`)."""
+    def extract(temporary):
+        import io
+        import tarfile
+        options = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(temporary, **options)
+    place(extract, directory)
+
+
+def place(extract, directory):
+    """Make the bundle DIRECTORY, mode 0700: EXTRACT fills the private
+    temporary directory it is given, beside DIRECTORY; the manifest is written
+    last and the whole renamed into place.  A bundle racing us there first is
+    kept.  (An image unpacks itself with this too, see `consfig.image`.)"""
     import shutil
-    import tarfile
     import tempfile
     temporary = tempfile.mkdtemp(prefix=os.path.basename(directory) + ".tmp", dir=os.path.dirname(directory))
-    options = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(temporary, **options)
+    extract(temporary)
     write_manifest(temporary)
     try:
         os.rename(temporary, directory)

@@ -7,6 +7,11 @@
                  [-j N] [--max-fail N|N%] [--serial N|N%]
                  [--check [--diff]] [-v…] [--json] [--detailed-exitcode]
   consfig hosts [--consfig FILE] [PATTERN…] [--limit PATTERN]
+  consfig image [--consfig FILE] HOST -o FILE [--no-secrets]
+  consfig status [--consfig FILE] HOST [--via CHAIN] [--json]
+  consfig keygen -o KEYFILE [--comment TEXT]
+  consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE
+                 [--limit PATTERN] [--with-secrets]
   consfig repl [FILE]
   consfig --version
 
@@ -36,10 +41,9 @@ error.  A usage error exits 64."
 
 (setv EX-USAGE 64)
 
-(defclass _Parser [argparse.ArgumentParser]
-  ;; argparse exits 2 on a usage error, which --detailed-exitcode means as
-  ;; "changes made": use sysexits' EX_USAGE instead, after the usage of the
-  ;; subcommand that was mistyped.
+(defclass Parser [argparse.ArgumentParser]
+  "An argument parser whose usage errors exit 64 (sysexits' EX_USAGE):
+argparse's 2 is what --detailed-exitcode means by \"changes made\"."
   (defn error [self message]
     (.print-usage self sys.stderr)
     (.exit self EX-USAGE f"{self.prog}: error: {message}\n")))
@@ -60,8 +64,29 @@ error.  A usage error exits 64."
     (print f"consfig {(_version)}")
     (.exit parser)))
 
+(defn via-option [sp]
+  "Add --via, a connection chain replacing the host's :deploy, to the
+argument parser SP."
+  (.add-argument sp "--via" :metavar "CHAIN"
+                 :help "connection chain as Hy data, e.g. ':local' or '[[:ssh :user \"root\"] :python]' (default: the host's :deploy)"))
+
+(defn output-options [sp]
+  "Add the options of a deployment's report and exit status (-v, --check,
+--diff, --json, --detailed-exitcode) to the argument parser SP: `consfig
+deploy`'s, and an image's."
+  (.add-argument sp "-v" "--verbose" :action "count" :default 0
+                 :help "-v: commands' output, diffs, tracebacks, durations; -vv, -vvv: more")
+  (.add-argument sp "--check" :action "store_true"
+                 :help "report what holds and what would change; change nothing")
+  (.add-argument sp "--diff" :action "store_true"
+                 :help "show the diffs of files that change (or would, with --check)")
+  (.add-argument sp "--json" :action "store_true"
+                 :help "write the events as JSON lines instead of a report")
+  (.add-argument sp "--detailed-exitcode" :action "store_true"
+                 :help "exit 0 for no changes, 2 for changes, 1 for failures"))
+
 (defn _parser []
-  (setv p (_Parser
+  (setv p (Parser
             :prog "consfig"
             :description "Declarative configuration management and deployment in Hy."
             :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
@@ -87,18 +112,8 @@ error.  A usage error exits 64."
                    :help "start no more hosts once N (or N%% of them) have failed")
     (.add-argument sp "--serial" :metavar "N|N%"
                    :help "deploy in batches of N hosts (or N%% of them), each finishing before the next starts")
-    (.add-argument sp "--via" :metavar "CHAIN"
-                   :help "connection chain as Hy data, e.g. ':local' or '[[:ssh :user \"root\"] :python]' (default: the host's :deploy)")
-    (.add-argument sp "-v" "--verbose" :action "count" :default 0
-                   :help "-v: commands' output, diffs, tracebacks, durations; -vv, -vvv: more")
-    (.add-argument sp "--check" :action "store_true"
-                   :help "connect and report what holds and what would change; change nothing")
-    (.add-argument sp "--diff" :action "store_true"
-                   :help "show the diffs of files that change (or would, with --check)")
-    (.add-argument sp "--json" :action "store_true"
-                   :help "write the events as JSON lines instead of a report")
-    (.add-argument sp "--detailed-exitcode" :action "store_true"
-                   :help "exit 0 for no changes, 2 for changes, 1 for failures"))
+    (via-option sp)
+    (output-options sp))
 
   (setv d (.add-parser sub "deploy" :help "deploy hosts"))
   (consfig-option d)
@@ -119,6 +134,47 @@ error.  A usage error exits 64."
   (consfig-option h)
   (.add-argument h "patterns" :nargs "*" :metavar "PATTERN")
   (limit-option h)
+
+  (setv i (.add-parser sub "image" :help "write a host's self-applying image"
+                      :description (+ "Write the image of HOST: one file that applies HOST's configuration "
+                                      "to the machine it runs on, with `python3 FILE` (see docs/images.md).")))
+  (consfig-option i)
+  (.add-argument i "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
+  (.add-argument i "-o" "--output" :metavar "FILE" :required True :help "where to write the image")
+  (.add-argument i "--no-secrets" :action "store_true"
+                 :help "leave out the properties that hold a secret (on the host they fail, saying so)")
+
+  (setv s (.add-parser sub "status" :help "what the last run of a host's image recorded there"
+                       :description (+ "Read back, over the host's chain, what the last run of its image "
+                                       "recorded on it.  Exit status: 0 the last run succeeded, 1 it "
+                                       "failed (or reading failed), 3 the image never ran there.")))
+  (consfig-option s)
+  (.add-argument s "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
+  (via-option s)
+  (.add-argument s "--json" :action "store_true" :help "print the recorded state as JSON")
+
+  (setv k (.add-parser sub "keygen" :help "make an Ed25519 key pair to sign published images"
+                       :description (+ "Write a private key to KEYFILE (mode 0600) and its public key to "
+                                       "KEYFILE.pub, the line hosts are given to trust (image.pulled-from "
+                                       ":public-key).  An existing KEYFILE is never overwritten.")))
+  (.add-argument k "-o" "--output" :metavar "KEYFILE" :required True :help "where to write the private key")
+  (.add-argument k "--comment" :metavar "TEXT" :help "a name for the key in KEYFILE.pub (default: KEYFILE's name)")
+
+  (setv u (.add-parser sub "publish" :help "write hosts' signed images where they pull them from"
+                       :description (+ "Build the image of each chosen host and write it, signed, to DIR "
+                                       "(DIR/HOST, DIR/HOST.sig, DIR/index.json), for any static file "
+                                       "server to serve to hosts with image.pulled-from.  Files are "
+                                       "replaced whole (written aside, then renamed); an unchanged image "
+                                       "is left untouched.  Images are built without secrets unless "
+                                       "--with-secrets (see docs/images.md).")))
+  (consfig-option u)
+  (.add-argument u "hosts" :nargs "+" :metavar "PATTERN" :help "hosts to publish: a name, a glob, @group…")
+  (limit-option u)
+  (.add-argument u "--to" :metavar "DIR" :required True :help "the directory a server serves")
+  (.add-argument u "--signing-key" :metavar "KEYFILE" :required True
+                 :help "the private key (from consfig keygen)")
+  (.add-argument u "--with-secrets" :action "store_true"
+                 :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone")
 
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
@@ -147,7 +203,9 @@ error.  A usage error exits 64."
   (parse-chain chain "--via")
   chain)
 
-(defn _sink [args]
+(defn output-sink [args]
+  "The sink the parsed options ARGS (`output-options`) ask for: JSON lines
+or a report."
   (if args.json
       (JsonSink)
       (Reporter :verbosity args.verbose :check args.check :diff args.diff)))
@@ -155,7 +213,7 @@ error.  A usage error exits 64."
 (defn _deploy-all [args targets [propspec None]]
   ;; One sink for all hosts, so that the end of the run can recap them.
   (setv chain (when (is-not args.via None) (read-chain args.via))
-        sink (_sink args))
+        sink (output-sink args))
   (try
     (setv outcomes (deploy-hosts* chain targets :propspec propspec :sink sink
                                   :verbosity args.verbose :check args.check
@@ -226,17 +284,77 @@ in order (an implicit `eseqprops`)."
                                    [(get r 3)])))))
   0)
 
+(defn _image [args]
+  (import consfig.image [write-image])
+  (_load args)
+  (setv image (write-image args.host args.output :no-secrets args.no-secrets))
+  (print (+ f"{args.output}: the image of {image.hostname}, {(len image.data)} bytes, "
+            f"sha256 {image.sha256}"))
+  (when image.secrets
+    (print (+ f"{args.output} holds secrets, so it is mode 0600: keep it as private as they "
+              "are, or build it with --no-secrets.  Secret values in:")
+           :file sys.stderr)
+    (for [s image.secrets]
+      (print f"  {s}" :file sys.stderr)))
+  0)
+
+(defn _status [args]
+  (import json
+          consfig.host [find-host]
+          consfig.image [format-status host-status])
+  (_load args)
+  (setv host (find-host args.host)
+        state (host-status host :via (when (is-not args.via None) (read-chain args.via))))
+  (if args.json
+      (print (json.dumps state :indent 1 :sort-keys True))
+      (print (format-status host.hostname state)))
+  (cond (not-in "status" state) 3
+        (in (get state "status") #("failed" "error")) 1
+        True 0))
+
+(defn _keygen [args]
+  (import consfig.publish [keygen])
+  (setv line (keygen args.output args.comment))
+  (print f"{args.output}: private key (mode 0600; keep it off the hosts)")
+  (print f"{args.output}.pub: give hosts this line to trust, as image.pulled-from's :public-key:")
+  (print (.rstrip line))
+  0)
+
+(defn _publish [args]
+  (import consfig.image [make-image]
+          consfig.publish [load-signing-key publish-images])
+  (_load args)
+  (setv key (load-signing-key args.signing-key)
+        images (dfor host (select-hosts args.hosts args.limit)
+                     host.hostname (make-image host :no-secrets (not args.with-secrets)))
+        secret (sfor [h i] (.items images) :if i.secrets h))
+  (for [[host sha changed] (publish-images (dfor [h i] (.items images) h i.data) args.to key
+                                           :private secret)]
+    (print (+ f"{host}: " (if changed "published" "unchanged")
+              f", sha256 {sha}, {(len (. (get images host) data))} bytes")))
+  (when secret
+    (print (+ f"{(.join ", " (sorted secret))}: the image holds secrets, so its file is mode 0600; "
+              "whoever can fetch it can read them")
+           :file sys.stderr))
+  0)
+
 (defn _repl [args]
   (import consfig.repl [run-repl])
   (run-repl (_consfig-path args.file)))
 
-(setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "repl" _repl})
+(setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
+                "status" _status "keygen" _keygen "publish" _publish "repl" _repl})
 
 (defn main [[argv None]]
   "Run the consfig command with ARGV; return the exit status."
   (setv args (.parse-args (_parser) argv))
+  (guarded args (get COMMANDS args.command)))
+
+(defn guarded [args command]
+  "(COMMAND ARGS), its value the exit status; a `ConsfigError` printed as an
+error (with its traceback at -v) is status 1, an interrupt 130."
   (try
-    ((get COMMANDS args.command) args)
+    (command args)
     (except [e ConsfigError]
       (when (>= (getattr args "verbose" 0) 1)
         (traceback.print-exc))
@@ -260,4 +378,5 @@ in order (an implicit `eseqprops`)."
       (setv status 141)))
   (sys.exit status))
 
-(export :objects [main run read-chain read-propspecs])
+(export :objects [main run read-chain read-propspecs guarded output-options output-sink via-option
+                  Parser EX-USAGE])

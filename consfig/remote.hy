@@ -34,7 +34,8 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
         consfig.errors [ConnectionFailed ConsfigError _indent]
         consfig.events [output-event]
         consfig.frames [frame read-frame]
-        consfig.noservices [no-services-reason])
+        consfig.noservices [no-services-reason]
+        consfig.payload [host-payload])
 
 (defn _minify [source]
   ;; The parse tree drops comments and layout; docstrings go too.  What is
@@ -211,7 +212,7 @@ has exited or WAIT seconds have passed."
   (import consfig.propspec [propspec->data])
   (.send session {"op" "hello" "protocol" PROTOCOL "bundle" bundle.hash})
   (.send session {"op" "apply"
-                  "host" (.->data host)
+                  #** (host-payload host)
                   "data" (data-manifest items)
                   "chain" (lfor [n kw] chain [n (propspec->data kw)])
                   #** settings}))

@@ -153,10 +153,11 @@ they give no timeout of their own."
    "message" (if (isinstance e ConsfigError) (str e) f"{(. (type e) __name__)}: {e}")
    "traceback" (traceback.format-exc)})
 
-(defn _tidy-cache [bundle-dir new]
-  ;; Bytecode made during this run joins the manifest, so that it too is
-  ;; checked next time; a new bundle makes the older ones candidates for
-  ;; pruning.
+(defn tidy-cache [bundle-dir new]
+  "After a run from the bundle in BUNDLE-DIR (NEW: unpacked for this run):
+add the bytecode made meanwhile to its manifest, so that it too is checked
+next time (and not removed as unknown); a new bundle makes the older ones
+candidates for pruning."
   (try
     (import json)
     (with [f (open (os.path.join bundle-dir MANIFEST))]
@@ -181,16 +182,16 @@ and stream the events back to OUT."
         writer (_Writer out))
   (for [s [signal.SIGTERM signal.SIGHUP]]
     (signal.signal s (fn [#* _] (_die))))
-  (import consfig.host [Host]
-          consfig.data [resolve-data]
-          consfig.datacache [receive-data received-items])
+  (import consfig.data [resolve-data]
+          consfig.datacache [receive-data received-items]
+          consfig.payload [payload-host])
   (try
     ;; Before the watcher takes over the input: the data comes on it.
     (setv entries (receive-data msg (fn [] (_next "data" in pending)) writer.message
                                 (_data-root bundle-dir)))
     (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
                               :name "consfig-watcher"))
-    (setv host (Host.<-data (get msg "host")))
+    (setv host (payload-host msg))
     (resolve-data host)
     ;; A hop after this one carries on all that came here.
     (setv host.nested-data (received-items entries))
@@ -200,10 +201,10 @@ and stream the events back to OUT."
       (.message writer (_error-message e))))
   (.set _finished)
   (.close writer)
-  (_tidy-cache bundle-dir new)
+  (tidy-cache bundle-dir new)
   ;; Not a normal exit: that would wait for the thread still reading stdin
   ;; (and then fail to take its lock), which is both slow and noisy.
   (.flush sys.stderr)
   (os._exit 0))
 
-(export :objects [serve HEARTBEAT])
+(export :objects [serve tidy-cache HEARTBEAT])

@@ -1,0 +1,364 @@
+"Images: a host's configuration in one file that applies itself.
+
+`(write-image host path)` writes the image of HOST; `python3 IMAGE` then
+applies HOST's propspec to the machine it runs on, over a `:local`
+connection, with `consfig deploy`'s report, options and exit statuses.
+Nothing needs to be installed there but a Python 3.9 or later.
+
+An image is a zip file that Python runs, after a `#!/usr/bin/env python3`
+line:
+
+  __main__.py          consfig/imageboot.py: unpacks the bundle into the
+                       user's cache once, imports it, calls `run-image`
+  consfig-image.json   {format hostname bundle secrets}
+  host.json            the preprocessed host, as the `:python` hop sends it
+                       (`consfig.payload.host-payload`)
+  bundle/…             the bundle (`consfig.bundle.bundle-for`: hy, consfig,
+                       the site's modules), and rich for the report
+
+Every entry has the same date (1980-01-01), the entries are sorted, and
+nothing in them names a time or a path of the machine that built it: the
+same site and host give the same bytes, so an image's hash says whether
+anything changed.
+
+Each run records its outcome on the machine it ran on (`state-file`);
+`host-status` reads that back over the host's chain."
+
+(import hashlib
+        io
+        json
+        os
+        socket
+        sys
+        time
+        zipfile
+        hy.models [Keyword]
+        consfig.bundle [bundle-for running-from]
+        consfig.errors [ConsfigError]
+        consfig.payload [host-payload payload-host payload-secrets secret-values])
+
+(setv FORMAT 1)
+;; Besides what a `:python` target imports: the report's library (the
+;; target of a hop reports through the controller; an image, itself).
+(setv IMAGE-MODULES #("rich" "typing_extensions"))
+(setv _DATE #(1980 1 1 0 0 0))
+(setv SHEBANG b"#!/usr/bin/env python3\n")
+
+(defclass Image []
+  "A built image: its bytes (`data`), the host it applies (`hostname`), the
+secret values it holds (`secrets`, descriptions of the properties holding
+them) and `sha256`, the hex digest of its bytes."
+  (defn __init__ [self data hostname secrets]
+    (setv self.data data
+          self.hostname hostname
+          self.secrets secrets
+          self.sha256 (.hexdigest (hashlib.sha256 data))))
+  (defn __repr__ [self]
+    f"<image of {self.hostname}, {(len self.data)} bytes, sha256 {(cut self.sha256 0 12)}>"))
+
+(defn _zip [entries]
+  ;; ENTRIES: name -> bytes.  Fixed date, order and attributes: the same
+  ;; entries always make the same bytes.
+  (setv buf (io.BytesIO))
+  (.write buf SHEBANG)
+  (with [z (zipfile.ZipFile buf "w")]
+    (for [name (sorted entries)]
+      (setv info (zipfile.ZipInfo name :date-time _DATE))
+      (setv info.compress-type zipfile.ZIP-DEFLATED
+            info.external-attr (<< 0o100644 16)
+            info.create-system 3)
+      (.writestr z info (get entries name) :compresslevel 9)))
+  (.getvalue buf))
+
+(defn _read [path]
+  (with [f (open path "rb")] (.read f)))
+
+(defn _hop-modules [host]
+  ;; What the host's own :python hop is told to ship besides: the image
+  ;; applies the host as that hop would.
+  (import consfig.chain [parse-chain])
+  (if host.deploy
+      (lfor [name kwargs] (parse-chain host.deploy)
+            :if (= name "python")
+            m (.get kwargs "modules" [])
+            m)
+      []))
+
+(defn _check-no-secret-in-code [host entries bundle]
+  ;; A secret written in a site module is in the image with that module,
+  ;; whatever --no-secrets leaves out of the host: refuse rather than say
+  ;; the image holds none.
+  (for [[desc value] (secret-values host.propspec)
+        ;; Line by line: in the source, a newline is written `\n`.
+        line (.splitlines (if (isinstance value str) (.encode value) value))
+        :setv needle (.strip line)
+        :if (>= (len needle) 4)
+        [name data] (.items entries)
+        :if (in needle data)]
+    (raise (ConsfigError
+             (+ f"{host.hostname}: the secret of \"{desc}\" is written in "
+                f"{(get bundle.files (cut name (len "bundle/") None))}, which the image "
+                "must carry (it defines properties the host uses), so --no-secrets cannot "
+                "leave it out; keep secrets out of the site's code (as prerequisite data)")))))
+
+(defn make-image [host * [no-secrets False]]
+  "The `Image` of HOST (a Host or a hostname): its hostattrs are computed
+here, as for a deployment.  With NO-SECRETS, the properties that hold a
+secret are left out: on the host they fail, saying why."
+  (import consfig.deployment [prepare-deployment])
+  (setv prepared (. (prepare-deployment (Keyword "local") host) host)
+        payload (host-payload prepared :secrets (not no-secrets))
+        secrets (if no-secrets [] (payload-secrets prepared))
+        bundle (bundle-for prepared.propspec [#* IMAGE-MODULES #* (_hop-modules prepared)])
+        entries (dfor [rel path] (.items bundle.files)
+                      (+ "bundle/" (.replace rel os.sep "/")) (_read path)))
+  (when no-secrets
+    (_check-no-secret-in-code prepared entries bundle))
+  (import consfig.imageboot)
+  (setv (get entries "__main__.py") (_read consfig.imageboot.__file__)
+        (get entries "consfig-image.json")
+        (.encode (json.dumps {"format" FORMAT "hostname" prepared.hostname
+                              "bundle" bundle.hash "secrets" (bool secrets)}
+                             :sort-keys True))
+        (get entries "host.json") (.encode (json.dumps payload :ensure-ascii False) "utf-8"))
+  (Image (_zip entries) prepared.hostname secrets))
+
+(defn build-image [host * [no-secrets False]]
+  "The bytes of HOST's image (see `make-image`)."
+  (. (make-image host :no-secrets no-secrets) data))
+
+(defn write-image [host path * [no-secrets False]]
+  "Write HOST's image to PATH, atomically, and return it (an `Image`).  An
+image holding secrets is mode 0600; one without, 0755 (it runs as
+`./IMAGE` too)."
+  (setv image (make-image host :no-secrets no-secrets)
+        path (os.fspath path)
+        tmp (os.path.join (or (os.path.dirname path) ".")
+                          f".{(os.path.basename path)}.tmp{(os.getpid)}"))
+  (try
+    (setv fd (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-EXCL) 0o600))
+    (try
+      (with [f (os.fdopen fd "wb")]
+        (.write f image.data)
+        (.flush f)
+        (os.fsync (.fileno f)))
+      (os.chmod tmp (if image.secrets 0o600 0o755))
+      (os.replace tmp path)
+      (except [BaseException]
+        (try (os.unlink tmp) (except [OSError] None))
+        (raise)))
+    (except [e OSError]
+      (raise (ConsfigError f"cannot write the image of {image.hostname} to {path}: {e.strerror}")
+             :from e)))
+  image)
+
+;; Running an image
+
+(defn _this-host? [hostname]
+  ;; Hostnames are compared whole, or by their first label when one of
+  ;; them has no other (`athena` is athena.example.com).
+  (setv here (socket.gethostname))
+  (or (= here hostname)
+      (and (or (not-in "." here) (not-in "." hostname))
+           (= (get (.split here ".") 0) (get (.split hostname ".") 0)))))
+
+(defn _parser [hostname archive]
+  (import consfig.cli [Parser output-options])
+  (setv p (Parser :prog f"python3 {(os.path.basename archive)}"
+                  :description f"Apply the configuration of {hostname} to this machine."
+                  :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
+                             "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
+                             "64 a usage error.")))
+  (output-options p)
+  (.add-argument p "--as-host" :action "store_true"
+                 :help f"apply {hostname}'s configuration even though this machine's hostname is not {hostname}")
+  p)
+
+(defclass _Tally []
+  ;; Passes events on to SINK, keeping what the state file records.
+  (defn __init__ [self sink]
+    (setv self.sink sink
+          self.counts {}
+          self.failed []
+          self.summary None))
+  (defn __call__ [self event]
+    (setv kind (get event "event"))
+    (when (= kind "end")
+      (setv status (get event "status")
+            (get self.counts status) (+ (.get self.counts status 0) 1))
+      (when (and (= status "failed") (in "message" event))
+        (.append self.failed {"property" (.get event "property" (get event "desc"))
+                              "desc" (get event "desc")
+                              "message" (get event "message")})))
+    (when (and (= kind "summary") (= (.get event "depth" 0) 0))
+      (setv self.summary event))
+    (self.sink event)))
+
+(defn run-image [archive image meta directory new argv]
+  "Apply the host of the image ARCHIVE (the open zip IMAGE, its META, its
+bundle unpacked in DIRECTORY, just now when NEW) to this machine, as the
+command-line arguments ARGV ask; return the exit status.  Called by the
+image's `__main__.py`."
+  (import consfig.cli [guarded])
+  (setv args (.parse-args (_parser (get meta "hostname") archive) argv))
+  (guarded args (fn [args] (_run args archive image meta directory new))))
+
+(defn _run [args archive image meta directory new]
+  (import consfig.chain [parse-chain]
+          consfig.cli [output-sink]
+          consfig.deployment [Prepared run-prepared]
+          consfig.engine [announced-count]
+          consfig.fleet [fleet-exit-code]
+          consfig.serve [tidy-cache])
+  (setv hostname (get meta "hostname"))
+  (when (and (not args.as-host) (not (_this-host? hostname)))
+    (raise (ConsfigError (+ f"this is the image of {hostname}, and this machine is "
+                            f"{(socket.gethostname)}: nothing was applied.  Run it with "
+                            "--as-host to apply it here all the same."))))
+  ;; A :python hop from here (a chroot, say) ships this very bundle.
+  (running-from directory)
+  (setv host (payload-host (json.loads (.decode (.read image "host.json") "utf-8")))
+        sink (output-sink args)
+        tally (_Tally sink)
+        run {"hostname" hostname
+             "image" (.hexdigest (hashlib.sha256 (_read archive)))
+             "started" (time.time)
+             "check" args.check
+             "as-host" args.as-host})
+  (when (hasattr sink "expect")
+    (.expect sink hostname (announced-count host.propspec)))
+  (try
+    (setv outcome (run-prepared (Prepared host (parse-chain (Keyword "local"))) tally
+                                :check args.check :verbosity args.verbose))
+    (.finish sink)
+    (except [e Exception]
+      (_record run tally "error" (str e))
+      (raise))
+    (finally
+      (.close sink)
+      (tidy-cache directory new)))
+  (_record run tally outcome.status None)
+  (fleet-exit-code [outcome] args.detailed-exitcode))
+
+;; The state of the runs
+
+(defn state-directory []
+  "Where a run of an image records its outcome: /var/lib/consfig for root,
+else consfig under $XDG_STATE_HOME (when absolute) or ~/.local/state."
+  (if (= (os.geteuid) 0)
+      "/var/lib/consfig"
+      (do (setv given (os.environ.get "XDG_STATE_HOME" ""))
+          (os.path.join (if (os.path.isabs given)
+                            given
+                            (os.path.join (os.path.expanduser "~") ".local" "state"))
+                        "consfig"))))
+
+(defn _checked-hostname [hostname]
+  (when (or (not hostname) (in "/" hostname) (.startswith hostname ".") (in "\n" hostname))
+    (raise (ConsfigError f"{hostname !r} cannot name a state file")))
+  hostname)
+
+(defn state-file [hostname]
+  "The file in which runs of HOSTNAME's image on this machine record their
+outcome (see `state-directory`)."
+  (os.path.join (state-directory) "runs" f"{(_checked-hostname hostname)}.json"))
+
+(defn _record [run tally status error]
+  ;; The outcome of RUN, replacing the previous one; a machine that cannot
+  ;; keep it still applied its configuration, so only say so.
+  (setv finished (time.time)
+        state {#** run
+               "finished" finished
+               "seconds" (round (- finished (get run "started")) 3)
+               "status" status
+               "counts" tally.counts
+               "failures" tally.failed})
+  (when error (setv (get state "error") error))
+  (setv path (state-file (get run "hostname"))
+        tmp f"{path}.tmp{(os.getpid)}")
+  (try
+    (os.makedirs (os.path.dirname path) 0o700 :exist-ok True)
+    (with [f (os.fdopen (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-TRUNC) 0o600) "w")]
+      (json.dump state f :indent 1 :sort-keys True)
+      (.write f "\n"))
+    (os.replace tmp path)
+    (except [e OSError]
+      (print f"consfig: could not record this run in {path}: {e.strerror}" :file sys.stderr))))
+
+;; Reading it back, over the host's chain
+
+;; The same place as `state-directory`, found by the shell of whatever
+;; user the chain ends as; $1 is the hostname.
+(setv _READ-STATE "
+if [ \"$(id -u)\" = 0 ]; then d=/var/lib/consfig
+else case \"${XDG_STATE_HOME:-}\" in
+  /*) d=\"$XDG_STATE_HOME/consfig\" ;;
+  *) d=\"$HOME/.local/state/consfig\" ;;
+esac; fi
+f=\"$d/runs/$1.json\"
+if [ -f \"$f\" ]; then printf 'state %s\\n' \"$f\"; cat -- \"$f\"
+else printf 'none %s\\n' \"$f\"; fi")
+
+(defn host-status [host * [via None]]
+  "What the last run of HOST's image on HOST recorded, read over VIA (a
+chain; by default the host's :deploy), its `:python` hops left out: a dict
+(see `state-file`) with \"path\" added, or {\"path\" …} alone when the
+image never ran there."
+  (import consfig.chain [parse-chain establish-chain close-chain]
+          consfig.context [establishing-for]
+          consfig.hop [Script]
+          consfig.host [find-host Host])
+  (setv host (find-host host)
+        chain (or via host.deploy))
+  (when (is chain None)
+    (raise (ConsfigError f"host {host.hostname} has no default chain (:deploy in its defhost options); give one with --via")))
+  (setv posix (lfor hop (parse-chain chain) :if (!= (get hop 0) "python") hop)
+        conns [])
+  (with [_ (establishing-for (Host host.hostname None :hostattrs {"hostname" [host.hostname]}))]
+    (try
+      (setv conns (establish-chain posix)
+            out (. (.run (get conns -1) (Script _READ-STATE (_checked-hostname host.hostname)))
+                   stdout))
+      (finally (close-chain conns))))
+  (setv #(head _ body) (.partition out "\n")
+        #(kind _ path) (.partition head " "))
+  (cond (= kind "none") {"path" path}
+        (= kind "state")
+        (try {#** (json.loads body) "path" path}
+             (except [e ValueError]
+               (raise (ConsfigError f"{host.hostname}: {path} is not a state file of consfig's: {e}"))))
+        True (raise (ConsfigError f"{host.hostname}: reading the state of its runs gave {out !r}"))))
+
+(setv _STATUS-WORDS {"no-change" "no changes"
+                     "changed" "changes made"
+                     "failed" "failures"
+                     "error" "error"})
+
+(defn _when [seconds]
+  (+ (time.strftime "%Y-%m-%d %H:%M:%S UTC" (time.gmtime seconds))
+     (let [ago (- (time.time) seconds)]
+       (cond (< ago 120) f" ({(int ago)} s ago)"
+             (< ago 7200) f" ({(int (/ ago 60))} min ago)"
+             (< ago 172800) f" ({(int (/ ago 3600))} h ago)"
+             True f" ({(int (/ ago 86400))} days ago)"))))
+
+(defn format-status [hostname state]
+  "STATE (from `host-status`) as lines for a person."
+  (when (not-in "status" state)
+    (return f"{hostname}: its image has never run there (no {(get state "path")})"))
+  (setv counts (get state "counts")
+        lines [f"{hostname}: last run {(_when (get state "started"))}, {(get state "seconds") :.1f} s"
+               (+ f"  status: {(.get _STATUS-WORDS (get state "status") (get state "status"))}"
+                  (if (get state "check") " (a check: nothing was changed)" "")
+                  (if (get state "as-host") " (run with --as-host)" ""))
+               (+ "  properties: "
+                  (or (.join ", " (gfor [k v] (sorted (.items counts)) f"{v} {k}")) "none"))
+               f"  image: sha256 {(get state "image")}"])
+  (when (.get state "error")
+    (.append lines f"  error: {(get state "error")}"))
+  (for [f (get state "failures")]
+    (.append lines f"  failed: {(get f "property")}: {(get (+ (.splitlines (get f "message")) [""]) 0)}"))
+  (.join "\n" lines))
+
+(export :objects [Image make-image build-image write-image run-image state-directory
+                  state-file host-status format-status])

@@ -1,0 +1,350 @@
+"""Images: built reproducibly, run by a Python with nothing of consfig
+installed, applying their host with deploy's report and exit statuses, and
+recording each run for `consfig status`."""
+
+import io
+import json
+import os
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import uuid
+import zipfile
+
+import pytest
+
+from hy.models import Keyword as K
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+from clirun import consfig  # noqa: E402
+
+import consfig.image as image  # noqa: E402
+from consfig.errors import ConsfigError  # noqa: E402
+from consfig.chain import close_chain, establish_chain, parse_chain  # noqa: E402
+from consfig.site import load_consfig  # noqa: E402
+
+# A Python with nothing of consfig's: hy, rich and consfig come from the image.
+BARE_PYTHON = "/usr/bin/python3"
+SECRET = "image-test-secret-4f1d"
+
+SITE = """
+(require consfig *)
+(import consfig *)
+(use-props consfig.props [file])
+
+(defhost {here} {{:deploy :local}}
+  "This machine, applying itself."
+  (file.directory-exists "{out}")
+  (file.has-content "{out}/motd" "hello\\n")
+  (file.contains-lines "{out}/conf" "a=1" "b=2"))
+
+(defhost failing-{tag}.image.test {{:deploy :local}}
+  (file.has-content "{out}/reached" "yes\\n")
+  (file.has-content "{out}/no-such-directory/f" "x\\n"))
+
+(defhost secret-{tag}.image.test {{:deploy :local}}
+  (file.has-content "{out}/public" "public\\n")
+  (file.has-content "{out}/private" "{secret}\\n" :secret True))
+
+(defhost status-{tag}.image.test {{:deploy :local}}
+  (file.has-content "{out}/status" "recorded\\n"))
+
+(defprop site-marker :posix [path]
+  "A property of the site's own: the image must carry the site's code."
+  (:desc f"{{path}} is marked")
+  (:check (= (read-remote-file path) "marked\\n"))
+  (:apply (write-remote-file path "marked\\n")))
+
+(defhost leaky-{tag}.image.test {{:deploy :local}}
+  (site-marker "{out}/marked")
+  (file.has-content "{out}/leaky" "{secret}-leaky\\n" :secret True))
+
+(defhost modules-{tag}.image.test {{:deploy [:local [:python :modules ["colorsys"]]]}}
+  (file.has-content "{out}/modules" "shipped\\n"))
+"""
+
+
+@pytest.fixture(scope="module")
+def bare_python():
+    if not os.path.exists(BARE_PYTHON):
+        pytest.skip(f"{BARE_PYTHON} is needed to run an image as a host would")
+    has_hy = subprocess.run([BARE_PYTHON, "-c", "import hy"], capture_output=True,
+                            env={"PATH": "/usr/bin:/bin"})
+    if has_hy.returncode == 0:
+        pytest.skip(f"{BARE_PYTHON} has hy installed: it would not show an image needs nothing")
+    return BARE_PYTHON
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A consfig with the hosts above; `out` is where they write."""
+    root = tmp_path_factory.mktemp("image-site")
+    tag = uuid.uuid4().hex[:8]
+    out = root / "out"
+    path = root / "site.hy"
+    path.write_text(SITE.format(here=socket.gethostname(), out=out, tag=tag, secret=SECRET))
+    load_consfig(str(path))
+    yield {"path": path, "out": out, "tag": tag, "root": root}
+    for host in ["failing", "secret", "status"]:
+        try:
+            os.unlink(image.state_file(f"{host}-{tag}.image.test"))
+        except FileNotFoundError:
+            pass
+
+
+def write(site, host, name, **kw):
+    path = site["root"] / name
+    image.write_image(host, path, **kw)
+    return path
+
+
+def contents(path):
+    """Every entry of the image at PATH, uncompressed, end to end."""
+    with zipfile.ZipFile(path) as z:
+        return b"".join(z.read(name) for name in z.namelist())
+
+
+def run(python, path, *args, cache):
+    """`python3 IMAGE ARGS…` with an environment that names nothing of consfig's."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(cache)}
+    return subprocess.run([python, str(path), *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def applied(site, bare_python, tmp_path_factory):
+    """This machine's image, built, and run once."""
+    cache = tmp_path_factory.mktemp("image-cache")
+    path = write(site, socket.gethostname(), "here.pyz")
+    first = run(bare_python, path, "--detailed-exitcode", cache=cache)
+    return {"path": path, "cache": cache, "first": first}
+
+
+def test_building_an_image_twice_gives_the_same_bytes(site):
+    host = f"status-{site['tag']}.image.test"
+    assert image.build_image(host) == image.build_image(host)
+
+
+def test_an_image_holds_no_time_and_no_path_of_the_controller(site):
+    data = image.build_image(f"status-{site['tag']}.image.test")
+    z = zipfile.ZipFile(io.BytesIO(data))
+    assert {i.date_time for i in z.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    assert z.namelist() == sorted(z.namelist())
+    checkout = os.fsencode(image.__file__.rsplit("/consfig/", 1)[0])
+    assert checkout in os.fsencode(image.__file__)
+    assert checkout not in b"".join(z.read(name) for name in z.namelist())
+
+
+def test_an_image_ships_the_modules_its_hosts_python_hop_is_told_to(site):
+    data = image.build_image(f"modules-{site['tag']}.image.test")
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert "bundle/colorsys.py" in names, names
+
+
+def test_consfig_image_writes_the_same_file_as_the_function(site):
+    host = f"status-{site['tag']}.image.test"
+    out = site["root"] / "cli.pyz"
+    r = consfig("image", "--consfig", site["path"], host, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == image.build_image(host)
+    assert image.make_image(host).sha256 in r.stdout
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+
+
+def test_an_image_applies_its_host_with_a_python_that_has_nothing_installed(site, applied):
+    r = applied["first"]
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Changes were made." in r.stdout, r.stdout
+    assert (site["out"] / "motd").read_text() == "hello\n"
+    assert (site["out"] / "conf").read_text() == "a=1\nb=2\n"
+
+
+def test_a_second_run_of_an_image_changes_nothing(site, bare_python, applied):
+    r = run(bare_python, applied["path"], "--detailed-exitcode", cache=applied["cache"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "No changes were made." in r.stdout, r.stdout
+
+
+def test_an_image_unpacks_into_a_private_cache_once(applied, bare_python):
+    images = applied["cache"] / "consfig" / "images"
+    [bundle] = list(images.iterdir())
+    for d in [images, bundle]:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    assert list(bundle.rglob("*.pyc")), "the first run left no bytecode"
+    before = bundle.stat().st_ino
+    r = run(bare_python, applied["path"], cache=applied["cache"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert bundle.stat().st_ino == before, "a warm run unpacked the image again"
+    assert list(bundle.rglob("*.pyc")), "a warm run threw its bytecode away"
+
+
+def test_an_image_in_check_mode_changes_nothing(site, bare_python, applied):
+    motd = site["out"] / "motd"
+    motd.write_text("edited\n")
+    r = run(bare_python, applied["path"], "--check", "--diff", "--detailed-exitcode",
+            cache=applied["cache"])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "would change" in r.stdout and "+hello" in r.stdout, r.stdout
+    assert motd.read_text() == "edited\n"
+    r = run(bare_python, applied["path"], cache=applied["cache"])
+    assert r.returncode == 0 and motd.read_text() == "hello\n", r.stdout + r.stderr
+
+
+def test_an_image_writes_json_events_when_asked(bare_python, applied):
+    r = run(bare_python, applied["path"], "--json", cache=applied["cache"])
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in r.stdout.splitlines()]
+    assert events[-1]["event"] == "summary" and events[-1]["status"] == "no-change", events[-1]
+
+
+def test_an_image_given_an_unknown_option_exits_as_deploy_does(bare_python, applied):
+    r = run(bare_python, applied["path"], "--no-such-option", cache=applied["cache"])
+    assert r.returncode == 64, r.stdout + r.stderr
+    assert "usage: python3 here.pyz" in r.stderr, r.stderr
+
+
+def test_an_image_refuses_a_machine_with_another_hostname(site, bare_python, tmp_path):
+    path = write(site, f"failing-{site['tag']}.image.test", "failing.pyz")
+    r = run(bare_python, path, cache=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"failing-{site['tag']}.image.test" in r.stderr and "--as-host" in r.stderr, r.stderr
+    assert not (site["out"] / "reached").exists()
+
+
+def test_a_failing_property_gives_the_exit_status_of_deploy(site, bare_python, tmp_path):
+    path = write(site, f"failing-{site['tag']}.image.test", "failing.pyz")
+    r = run(bare_python, path, "--as-host", "--detailed-exitcode", cache=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "There were failures." in r.stdout, r.stdout
+    assert (site["out"] / "reached").read_text() == "yes\n"
+
+
+def test_an_image_that_cannot_be_written_is_an_error_naming_where(site, tmp_path):
+    r = consfig("image", "--consfig", site["path"], f"status-{site['tag']}.image.test",
+                "-o", tmp_path / "no-such-directory" / "x.pyz")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "cannot write the image" in r.stderr and "no-such-directory" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_image_with_secrets_is_private_and_says_so(site, tmp_path):
+    host = f"secret-{site['tag']}.image.test"
+    out = tmp_path / "secret.pyz"
+    r = consfig("image", "--consfig", site["path"], host, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert SECRET.encode() in contents(out)
+    assert "holds secrets" in r.stderr and "private has content" in r.stderr, r.stderr
+
+
+def test_an_image_without_secrets_holds_none_and_fails_where_one_is_needed(site, bare_python,
+                                                                          tmp_path):
+    host = f"secret-{site['tag']}.image.test"
+    path = tmp_path / "nosecret.pyz"
+    built = image.write_image(host, path, no_secrets=True)
+    assert built.secrets == [] and stat.S_IMODE(path.stat().st_mode) == 0o755
+    assert SECRET.encode() not in contents(path)
+    r = run(bare_python, path, "--as-host", cache=tmp_path / "cache")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "--no-secrets" in r.stdout, r.stdout
+    assert (site["out"] / "public").read_text() == "public\n"
+    assert not (site["out"] / "private").exists()
+
+
+def test_no_secrets_refuses_a_secret_written_in_site_code_the_image_carries(site, tmp_path):
+    with pytest.raises(ConsfigError) as e:
+        image.write_image(f"leaky-{site['tag']}.image.test", tmp_path / "leaky.pyz",
+                          no_secrets=True)
+    assert str(site["path"]) in str(e.value) and "leaky" in str(e.value), e.value
+    assert SECRET not in str(e.value), e.value
+    assert not (tmp_path / "leaky.pyz").exists()
+
+
+def test_status_says_an_image_never_ran_then_what_its_last_run_did(site, bare_python, tmp_path):
+    host = f"status-{site['tag']}.image.test"
+    r = consfig("status", "--consfig", site["path"], host)
+    assert r.returncode == 3 and "never run" in r.stdout, r.stdout + r.stderr
+    path = write(site, host, "status.pyz")
+    assert run(bare_python, path, "--as-host", cache=tmp_path).returncode == 0
+    r = consfig("status", "--consfig", site["path"], host)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "changes made" in r.stdout and "1 changed" in r.stdout, r.stdout
+    state = image.host_status(host)
+    assert state["status"] == "changed" and state["counts"] == {"changed": 1}, state
+    assert state["image"] == image.make_image(host).sha256, state
+
+
+def test_status_records_the_failures_of_the_last_run(site, bare_python, tmp_path):
+    host = f"failing-{site['tag']}.image.test"
+    path = write(site, host, "failing.pyz")
+    run(bare_python, path, "--as-host", cache=tmp_path)
+    r = consfig("status", "--consfig", site["path"], host)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "failed: file.has-content" in r.stdout, r.stdout
+
+
+LAB_SITE = """
+(require consfig *)
+(import consfig *)
+(use-props consfig.props [file])
+
+(defhost lab-{tag}.image.test {{:deploy [[:ssh :host "lab" :config "{config}"]]}}
+  (file.has-content "{out}/over-ssh" "applied by its image\\n"))
+"""
+
+
+def test_an_image_run_over_ssh_applies_its_host_and_status_reads_it_back(sshlab, bare_python,
+                                                                       tmp_path):
+    home = pwd.getpwnam(sshlab.user).pw_dir
+    out = os.path.join(home, "image-out")
+    subprocess.run(["rm", "-rf", out], check=True)
+    tag = uuid.uuid4().hex[:8]
+    host = f"lab-{tag}.image.test"
+    site = tmp_path / "lab.hy"
+    site.write_text(LAB_SITE.format(tag=tag, config=sshlab.config, out=out))
+    load_consfig(str(site))
+    path = os.path.join(home, "lab.pyz")
+    image.write_image(host, path)
+    shutil.chown(path, sshlab.user)
+    assert "never run" in image.format_status(host, image.host_status(host))
+    conns = establish_chain(parse_chain([[K("ssh"), K("host"), "lab", K("config"), sshlab.config]]))
+    try:
+        r = conns[-1].run(["mkdir", "-p", out], check=False)
+        assert r.exit_code == 0, r.stderr
+        r = conns[-1].run([bare_python, path, "--as-host"], check=False, timeout=300)
+    finally:
+        close_chain(conns)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert open(os.path.join(out, "over-ssh")).read() == "applied by its image\n"
+    state = image.host_status(host)
+    assert state["status"] == "changed", state
+    assert state["path"].startswith(home), state
+
+
+def pyenv_python(version):
+    """The pyenv Python VERSION (a prefix: "3.9"), or a skip."""
+    root = os.path.expanduser("~/.pyenv/versions")
+    found = sorted(v for v in (os.listdir(root) if os.path.isdir(root) else [])
+                   if v.startswith(version + "."))
+    if not found:
+        pytest.skip(f"no Python {version} here (pyenv)")
+    return os.path.join(root, found[-1], "bin", "python3")
+
+
+def test_an_image_runs_on_the_oldest_python_consfig_supports(site, tmp_path):
+    python = pyenv_python("3.9")
+    path = write(site, f"status-{site['tag']}.image.test", "py39.pyz")
+    r = run(python, path, "--as-host", "--check", cache=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Changes would be made." in r.stdout or "Nothing would change." in r.stdout, r.stdout
+
+
+def test_an_image_run_by_a_too_old_python_says_so(site, tmp_path):
+    python = pyenv_python("3.8")
+    path = write(site, f"status-{site['tag']}.image.test", "py38.pyz")
+    r = run(python, path, cache=tmp_path)
+    assert r.returncode == 97, r.stdout + r.stderr
+    assert "needs Python 3.9 or later" in r.stderr, r.stderr

@@ -1,0 +1,127 @@
+"""`consfig keygen` and `consfig publish` as a user runs them, and a real
+published image pulled by the puller — run as a host runs it, by a Python
+with nothing of consfig installed — from a loopback HTTP server, and
+applied."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+from clirun import consfig  # noqa: E402
+
+import hy  # noqa: F401,E402
+import consfig.image as image  # noqa: E402
+from consfig import puller  # noqa: E402
+from imageserver import ImageServer  # noqa: E402
+
+BARE_PYTHON = "/usr/bin/python3"
+
+SITE = """
+(require consfig *)
+(import consfig *)
+(use-props consfig.props [file])
+
+(defhost {host} {{:deploy :local}}
+  (file.has-content "{out}/pulled" "{text}\\n"))
+"""
+
+
+@pytest.fixture
+def site(tmp_path):
+    host = f"pull-{uuid.uuid4().hex[:8]}.image.test"
+    path = tmp_path / "site.hy"
+
+    def write(text):
+        path.write_text(SITE.format(host=host, out=tmp_path / "out", text=text))
+    write("one")
+    (tmp_path / "out").mkdir()
+    yield {"path": path, "host": host, "out": tmp_path / "out", "write": write}
+    try:
+        os.unlink(image.state_file(host))
+    except FileNotFoundError:
+        pass
+
+
+def test_keygen_writes_the_pair_and_prints_the_public_line(tmp_path):
+    r = consfig("keygen", "-o", tmp_path / "fleet", "--comment", "fleet-2026")
+    assert r.returncode == 0, r.stderr
+    pub = (tmp_path / "fleet.pub").read_text()
+    assert pub.startswith("consfig-ed25519 ") and pub.endswith(" fleet-2026\n"), pub
+    assert pub.strip() in r.stdout, r.stdout
+    assert (tmp_path / "fleet").stat().st_mode & 0o777 == 0o600
+
+
+def test_keygen_refuses_to_overwrite_a_key(tmp_path):
+    assert consfig("keygen", "-o", tmp_path / "k").returncode == 0
+    r = consfig("keygen", "-o", tmp_path / "k")
+    assert r.returncode == 1 and "not overwriting a key" in r.stderr, r.stderr
+
+
+def test_publish_writes_signed_images_and_leaves_unchanged_ones(tmp_path, site):
+    assert consfig("keygen", "-o", tmp_path / "k").returncode == 0
+    args = ["publish", "--consfig", site["path"], site["host"], "--to", tmp_path / "pub",
+            "--signing-key", tmp_path / "k"]
+    r = consfig(*args)
+    assert r.returncode == 0, r.stderr
+    assert f"{site['host']}: published, sha256 " in r.stdout, r.stdout
+    sig = (tmp_path / "pub" / f"{site['host']}.sig").read_bytes()
+    key = puller.public_key_bytes((tmp_path / "k.pub").read_text())
+    fields = puller.check_statement(sig, [key], site["host"])
+    index = json.loads((tmp_path / "pub/index.json").read_text())
+    assert index["hosts"][site["host"]]["sha256"] == fields["sha256"]
+    mtimes = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "pub").iterdir()}
+    r = consfig(*args)
+    assert r.returncode == 0 and f"{site['host']}: unchanged" in r.stdout, r.stdout + r.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "pub").iterdir()} == mtimes
+
+
+def test_publish_names_a_signing_key_it_cannot_use(tmp_path, site):
+    (tmp_path / "k").write_text("not a key\n")
+    r = consfig("publish", "--consfig", site["path"], site["host"], "--to", tmp_path / "pub",
+                "--signing-key", tmp_path / "k")
+    assert r.returncode == 1 and "is not an unencrypted PEM private key" in r.stderr, r.stderr
+    assert not (tmp_path / "pub").exists(), "published without a key"
+
+
+def test_a_published_image_is_pulled_and_applied(tmp_path, site):
+    if not os.path.exists(BARE_PYTHON):
+        pytest.skip(f"{BARE_PYTHON} is needed to run the puller as a host would")
+    assert consfig("keygen", "-o", tmp_path / "k").returncode == 0
+    publish = ["publish", "--consfig", site["path"], site["host"], "--to", tmp_path / "pub",
+               "--signing-key", tmp_path / "k"]
+    assert consfig(*publish).returncode == 0
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("puller.py", "ed25519.py"):
+        shutil.copyfile(pathlib.Path(puller.__file__).with_name(name), lib / name)
+    with ImageServer(tmp_path / "pub") as server:
+        config = tmp_path / "pull.json"
+        config.write_text(json.dumps({
+            "url": server.url, "host": site["host"],
+            "public-keys": [(tmp_path / "k.pub").read_text()],
+            "state-directory": str(tmp_path / "state"), "python": BARE_PYTHON,
+            # The image is of another host than this machine.
+            "arguments": ["--as-host"]}))
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+        def pull():
+            return subprocess.run([BARE_PYTHON, str(lib / "puller.py"), str(config)],
+                                   capture_output=True, text=True, env=env, timeout=300)
+        r = pull()
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (site["out"] / "pulled").read_text() == "one\n"
+        r = pull()
+        assert r.returncode == 0 and "No changes were made." in r.stdout, r.stdout + r.stderr
+        assert server.downloads(f"/{site['host']}") == 1, server.answers
+        site["write"]("two")
+        assert consfig(*publish).returncode == 0
+        r = pull()
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert (site["out"] / "pulled").read_text() == "two\n"

@@ -1,0 +1,336 @@
+"""image.pulled-from and image.applied-periodically, inside a Debian chroot
+with python3 (and, for the systemd tests, systemd) installed.
+
+No systemd runs in the chroot, and tests never touch this machine's own
+services, so a timer is never started: the tests check the units with
+`systemd-analyze verify` and then run the service's own command (its
+ExecStart=) inside the chroot, as the timer would.  The cron fallback is
+run the same way, through the job's script.  Images are stand-ins (a zip
+application noting each run in /var/tmp/applied); the puller fetches them
+from a loopback HTTP server outside the chroot."""
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import zipfile
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword
+from consfig import publish, puller
+from consfig.props import apt, file, image, service
+
+from harness import in_ci
+from imageserver import ImageServer, stand_in_image
+from consfig.combinators import eseqprops
+from consfig.deployment import __dict__ as _deployment
+from consfig.host import make_host
+from proptest import (HOSTNAME, apply_twice, deploy_propspec, failure_text, in_chroot, this_os,
+                      unapply)
+
+deploy = _deployment[hy.mangle("deploy*")]
+
+pytestmark = pytest.mark.chroot
+
+MARKER = "/var/tmp/applied"
+SYSTEMD = Keyword("systemd")
+CRON = Keyword("cron")
+
+
+@pytest.fixture(scope="module")
+def root(debian_chroot, chroot_chain):
+    # python3.11 brings the whole standard library the puller uses (urllib,
+    # json); python3-minimal the python3 command.  No `cryptography`: the
+    # puller checks signatures in pure Python here.
+    deploy_propspec(chroot_chain, [this_os(), service.without_starting_services(
+        apt.installed_minimally("systemd", "python3-minimal", "python3.11", "cron"))])
+    assert in_chroot(debian_chroot, "python3 -c 'import cryptography'", check=False).returncode
+    return debian_chroot
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    publish.keygen(str(d / "good"))
+    publish.keygen(str(d / "bad"))
+    return {name: (publish.load_signing_key(str(d / name)), (d / f"{name}.pub").read_text())
+            for name in ("good", "bad")}
+
+
+@pytest.fixture
+def server(tmp_path):
+    with ImageServer(tmp_path / "pub") as s:
+        s.directory = tmp_path / "pub"
+        yield s
+
+
+def publish_stand_in(server, key, text):
+    data = stand_in_image(server.directory.parent / "image.pyz", MARKER, text)
+    publish.publish_images({HOSTNAME: data}, str(server.directory), key)
+
+
+def applied(root):
+    marker = root / MARKER.lstrip("/")
+    return marker.read_text().splitlines() if marker.exists() else []
+
+
+def reset(root):
+    """Leave nothing of an earlier test's images, pullers or schedules."""
+    (root / MARKER.lstrip("/")).unlink(missing_ok=True)
+    for d in ["var/lib/consfig", "usr/local/lib/consfig", "etc/consfig"]:
+        shutil.rmtree(root / d, ignore_errors=True)
+    for pattern in ["etc/systemd/system/consfig-*", "etc/systemd/system/timers.target.wants/consfig-*",
+                    "etc/cron.d/consfig-*", "usr/local/bin/consfig-*_cronjob"]:
+        for path in root.glob(pattern):
+            path.unlink()
+
+
+def unit_text(root, name):
+    return (root / f"etc/systemd/system/{name}").read_text()
+
+
+def exec_start(root, name):
+    line = re.search(r"^ExecStart=(.*)$", unit_text(root, name), re.M).group(1)
+    return shlex.split(line)
+
+
+def verified(root, *units):
+    """Assert `systemd-analyze verify` accepts UNITS, in ROOT, without a word."""
+    if not shutil.which("systemd-analyze"):
+        if in_ci():
+            pytest.fail("systemd-analyze is missing, and CI must verify the units")
+        pytest.skip("systemd-analyze is not installed here (apt-get install systemd)")
+    r = subprocess.run(["systemd-analyze", "verify", f"--root={root}",
+                        *[f"/etc/systemd/system/{u}" for u in units]],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), \
+        f"systemd-analyze verify: {r.returncode}\n{r.stdout}{r.stderr}"
+
+
+def run_in(root, argv):
+    return in_chroot(root, shlex.join(argv), check=False)
+
+
+def pulled(server, key_line, via, **kw):
+    return image.pulled_from(server.url, public_key=key_line, every="15min", via=via, **kw)
+
+
+def test_pulled_from_installs_a_timer_systemd_accepts(chroot_chain, root, keys, server):
+    reset(root)
+    apply_twice(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
+    verified(root, "consfig-pull.service", "consfig-pull.timer")
+    timer = unit_text(root, "consfig-pull.timer")
+    assert "OnUnitActiveSec=15min\n" in timer and "RandomizedDelaySec=225\n" in timer, timer
+    assert (root / "etc/systemd/system/timers.target.wants/consfig-pull.timer").is_symlink()
+    assert "After=network-online.target" in unit_text(root, "consfig-pull.service")
+
+
+def test_the_installed_puller_fetches_checks_and_applies(chroot_chain, root, keys, server):
+    reset(root)
+    deploy_propspec(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
+    publish_stand_in(server, keys["good"][0], "v1")
+    command = exec_start(root, "consfig-pull.service")
+    r = run_in(root, command)
+    assert r.returncode == 0, r.stderr
+    assert "checked with pure-Python Ed25519" in r.stdout, r.stdout
+    assert applied(root) == ["v1"]
+    before = server.answers
+    assert run_in(root, command).returncode == 0
+    assert sorted(server.answers[len(before):]) == [(f"/{HOSTNAME}", 304), (f"/{HOSTNAME}.sig", 304)], \
+        "a second pull downloaded something"
+    assert applied(root) == ["v1", "v1"]
+
+
+def test_the_installed_puller_refuses_a_tampered_image(chroot_chain, root, keys, server):
+    reset(root)
+    deploy_propspec(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
+    publish_stand_in(server, keys["good"][0], "v1")
+    command = exec_start(root, "consfig-pull.service")
+    assert run_in(root, command).returncode == 0
+    (server.directory / HOSTNAME).write_bytes(
+        stand_in_image(server.directory.parent / "evil.pyz", MARKER, "evil"))
+    r = run_in(root, command)
+    assert r.returncode == puller.EX_REFUSED and "REFUSED" in r.stderr, (r.returncode, r.stderr)
+    assert applied(root) == ["v1"], "something was applied after a refusal"
+
+
+def test_the_installed_puller_refuses_another_key(chroot_chain, root, keys, server):
+    reset(root)
+    deploy_propspec(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
+    publish_stand_in(server, keys["bad"][0], "v1")
+    r = run_in(root, exec_start(root, "consfig-pull.service"))
+    assert r.returncode == puller.EX_REFUSED and "not by a trusted key" in r.stderr, r.stderr
+    assert applied(root) == []
+
+
+def test_unapplying_pulled_from_removes_timer_puller_and_state(chroot_chain, root, keys, server):
+    reset(root)
+    p = pulled(server, keys["good"][1], SYSTEMD)
+    deploy_propspec(chroot_chain, [this_os(), p])
+    publish_stand_in(server, keys["good"][0], "v1")
+    assert run_in(root, exec_start(root, "consfig-pull.service")).returncode == 0
+    unapply(chroot_chain, p)
+    for path in ["etc/systemd/system/consfig-pull.service", "etc/systemd/system/consfig-pull.timer",
+                 "etc/systemd/system/timers.target.wants/consfig-pull.timer",
+                 "usr/local/lib/consfig/puller.py", "etc/consfig/pull.json", "var/lib/consfig/pull"]:
+        assert not (root / path).exists() and not (root / path).is_symlink(), f"{path} is left"
+
+
+def test_pulled_from_uses_cron_where_systemd_does_not_run(chroot_chain, root, keys, server):
+    reset(root)
+    p = pulled(server, keys["good"][1], Keyword("auto"))
+    apply_twice(chroot_chain, [this_os(), service.without_starting_services(p)])
+    assert not (root / "etc/systemd/system/consfig-pull.timer").exists()
+    job = (root / "etc/cron.d/consfig-pull").read_text()
+    assert "*/15 * * * *\troot\t/usr/local/bin/consfig-pull_cronjob\n" in job, job
+    publish_stand_in(server, keys["good"][0], "v1")
+    # The job's own script, without its random delay.
+    script = (root / "usr/local/bin/consfig-pull_cronjob").read_text()
+    (root / "usr/local/bin/consfig-pull_cronjob").write_text(re.sub(r"sleep \$\([^)]*\); ", "", script))
+    r = in_chroot(root, "/usr/local/bin/consfig-pull_cronjob", check=False)
+    assert r.returncode == 0 and r.stdout == "", f"{r.returncode}: {r.stdout}{r.stderr}"
+    assert applied(root) == ["v1"]
+    unapply(chroot_chain, p)
+    assert not (root / "etc/cron.d/consfig-pull").exists()
+
+
+def test_switching_to_systemd_removes_the_cron_job(chroot_chain, root, keys, server):
+    reset(root)
+    deploy_propspec(chroot_chain, [this_os(), service.without_starting_services(
+        pulled(server, keys["good"][1], CRON))])
+    assert (root / "etc/cron.d/consfig-pull").exists()
+    deploy_propspec(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
+    assert not (root / "etc/cron.d/consfig-pull").exists(), "two schedulers would pull"
+    assert (root / "etc/systemd/system/consfig-pull.timer").exists()
+    unapply(chroot_chain, pulled(server, keys["good"][1], SYSTEMD))
+
+
+def install_stand_in(root, text):
+    (root / "var/lib/consfig").mkdir(mode=0o700, parents=True, exist_ok=True)
+    stand_in_image(root / image.IMAGE_PATH.lstrip("/"), MARKER, text)
+
+
+def test_applied_periodically_runs_the_image_from_a_timer(chroot_chain, root):
+    reset(root)
+    p = image.applied_periodically(every=Keyword("daily"), via=SYSTEMD)
+    apply_twice(chroot_chain, [this_os(), p])
+    verified(root, "consfig-apply.service", "consfig-apply.timer")
+    timer = unit_text(root, "consfig-apply.timer")
+    assert "OnUnitActiveSec=1d\n" in timer and "RandomizedDelaySec=3600\n" in timer, timer
+    install_stand_in(root, "periodic")
+    command = exec_start(root, "consfig-apply.service")
+    r = run_in(root, command)
+    assert r.returncode == 0, r.stderr
+    assert applied(root) == ["periodic"]
+
+
+def test_applied_periodically_runs_one_application_at_a_time(chroot_chain, root):
+    reset(root)
+    deploy_propspec(chroot_chain, [this_os(), image.applied_periodically(via=SYSTEMD)])
+    install_stand_in(root, "periodic")
+    command = exec_start(root, "consfig-apply.service")
+    assert "SuccessExitStatus=75" in unit_text(root, "consfig-apply.service")
+    r = in_chroot(root, f"flock {image.APPLY_LOCK} {shlex.join(command)}", check=False)
+    assert r.returncode == image.EX_BUSY, (r.returncode, r.stderr)
+    assert applied(root) == [], "applied while another application held the lock"
+
+
+def test_unapplying_applied_periodically_removes_the_timer(chroot_chain, root):
+    reset(root)
+    p = image.applied_periodically(via=SYSTEMD)
+    deploy_propspec(chroot_chain, [this_os(), p])
+    unapply(chroot_chain, p)
+    for path in ["etc/systemd/system/consfig-apply.service", "etc/systemd/system/consfig-apply.timer",
+                 "etc/systemd/system/timers.target.wants/consfig-apply.timer"]:
+        assert not (root / path).exists() and not (root / path).is_symlink(), f"{path} is left"
+
+
+def test_applied_periodically_uses_cron_where_systemd_does_not_run(chroot_chain, root):
+    reset(root)
+    p = image.applied_periodically(every="2h", random_delay=0)
+    apply_twice(chroot_chain, [this_os(), service.without_starting_services(p)])
+    job = (root / "etc/cron.d/consfig-apply").read_text()
+    assert "0 */2 * * *\troot\t/usr/local/bin/consfig-apply_cronjob\n" in job, job
+    install_stand_in(root, "from cron")
+    r = in_chroot(root, "/usr/local/bin/consfig-apply_cronjob", check=False)
+    assert r.returncode == 0 and r.stdout == "", f"{r.returncode}: {r.stdout}{r.stderr}"
+    assert applied(root) == ["from cron"]
+    unapply(chroot_chain, p)
+    assert not (root / "etc/cron.d/consfig-apply").exists()
+    assert not (root / "usr/local/bin/consfig-apply_cronjob").exists()
+
+
+def deploy_host(chain, props, **kw):
+    """Deploy the host whose own propspec is PROPS (as a defhost would make
+    it: `installed` puts the image of the host's own propspec, not of what
+    `deploy-these` adds); return the outcome."""
+    events = []
+    host = make_host(HOSTNAME, None, None, eseqprops(this_os(), *props))
+    outcome = deploy(chain, host, sink=events.append, **kw)
+    assert outcome.status != "failed", failure_text(events)
+    return outcome
+
+
+def image_bytes(root):
+    return (root / image.IMAGE_PATH.lstrip("/")).read_bytes()
+
+
+def test_installed_puts_the_hosts_own_image_on_it(chroot_chain, root):
+    reset(root)
+    apply_twice(chroot_chain, [this_os(), image.installed()])
+    installed = root / image.IMAGE_PATH.lstrip("/")
+    assert installed.stat().st_mode & 0o777 == 0o755, oct(installed.stat().st_mode)
+    assert (root / "var/lib/consfig").stat().st_mode & 0o777 == 0o700
+    with zipfile.ZipFile(installed) as z:
+        meta = json.loads(z.read("consfig-image.json"))
+    assert meta["hostname"] == HOSTNAME, meta
+
+
+def test_the_installed_image_applies_and_leaves_itself_alone(chroot_chain, root):
+    reset(root)
+    deploy_host(chroot_chain, [image.installed(), file.has_content("/var/tmp/from-image", "hi\n")])
+    (root / "var/tmp/from-image").unlink()
+    before = image_bytes(root)
+    r = in_chroot(root, f"python3 {image.IMAGE_PATH} --as-host", check=False)
+    assert r.returncode == 0, f"{r.returncode}: {r.stdout}{r.stderr}"
+    assert (root / "var/tmp/from-image").read_text() == "hi\n", "the image did not apply"
+    assert image_bytes(root) == before, "the image replaced itself"
+
+
+def test_installed_rewrites_the_image_only_when_it_changed(chroot_chain, root):
+    reset(root)
+    deploy_host(chroot_chain, [image.installed()])
+    first = image_bytes(root)
+    assert deploy_host(chroot_chain, [image.installed()]).status == "no-change"
+    outcome = deploy_host(chroot_chain, [image.installed(), file.has_content("/var/tmp/more", "x\n")])
+    assert outcome.status == "changed" and image_bytes(root) != first, "the image was not updated"
+    unapply(chroot_chain, image.installed())
+    assert not (root / image.IMAGE_PATH.lstrip("/")).exists()
+
+
+def test_a_timer_applies_the_installed_image(chroot_chain, root):
+    reset(root)
+    deploy_host(chroot_chain, [image.installed(),
+                               image.applied_periodically(via=SYSTEMD, arguments=["--as-host"]),
+                               file.has_content("/var/tmp/periodic", "p\n")])
+    verified(root, "consfig-apply.service", "consfig-apply.timer")
+    (root / "var/tmp/periodic").unlink()
+    r = run_in(root, exec_start(root, "consfig-apply.service"))
+    assert r.returncode == 0, f"{r.returncode}: {r.stdout}{r.stderr}"
+    assert (root / "var/tmp/periodic").read_text() == "p\n", "the service did not apply the image"
+    state = json.loads((root / f"var/lib/consfig/runs/{HOSTNAME}.json").read_text())
+    assert state["status"] == "changed", state
+
+
+def test_check_mode_installs_nothing(chroot_chain, root, keys, server):
+    reset(root)
+    props = [this_os(), image.installed(), pulled(server, keys["good"][1], SYSTEMD),
+             image.applied_periodically(via=SYSTEMD)]
+    outcome, _ = deploy_propspec(chroot_chain, props, check_mode=True)
+    assert outcome.status == "changed", "check mode saw nothing to do"
+    for path in ["var/lib/consfig/image.pyz", "usr/local/lib/consfig/puller.py",
+                 "etc/systemd/system/consfig-pull.timer", "etc/systemd/system/consfig-apply.timer"]:
+        assert not (root / path).exists(), f"check mode wrote {path}"
