@@ -13,6 +13,12 @@ Measures, in one run against one sshd, the median over --runs of:
   warm        the same, nothing to change
   posix       W1 N=100 over [[:ssh …] :sudo], cold and warm, and the SSH
               round trips (commands run) per property
+  consfig     the whole `consfig deploy --consfig SITE lab` command (a site
+              consfig written out with the W1 host), W1 N=100 warm, each run
+              next to a run of the floor: with Python's bytecode cache (as
+              usual; the target: within 0.25 s of the floor) and with
+              PYTHONDONTWRITEBYTECODE=1 and no cache (everything compiled
+              every time, as on a machine that sets it and never wrote one)
   pyinfra     pyinfra 3.x, W1 N=100 warm, over the same server (if --pyinfra
               names its command: install it in a venv of its own, it is no
               dependency of consfig's)
@@ -25,6 +31,7 @@ two users and a sudoers rule, removed at the end.
 """
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -154,6 +161,76 @@ assert status == "no-change", status
 """
 
 
+SITE = """(require consfig *)
+(import consfig *)
+(use-props consfig.props [file])
+
+(defhost lab.example {{:deploy [[:ssh :host "lab" :config {config}] :sudo :python]}}
+  "W1: a directory and {n} files of fixed content."
+  (file.directory-exists {target})
+{files})
+"""
+
+
+def write_site(path, config, n):
+    """A site consfig whose host lab.example is W1 of N files, written out
+    property by property as a site would be."""
+    q = json.dumps  # a JSON string is a Hy string
+    files = "\n".join(f"  (file.has-content {q(f'{TARGET}/f{i}')} {q(CONTENT)})" for i in range(n))
+    with open(path, "w") as f:
+        f.write(SITE.format(config=q(config), n=n, target=q(TARGET), files=files))
+    return path
+
+
+def consfig_command():
+    """`consfig` as installed next to this Python (python -m consfig if not)."""
+    script = os.path.join(os.path.dirname(sys.executable), "consfig")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "consfig"]
+
+
+def clear_bytecode(site):
+    """Every compiled module of consfig and of the site consfig."""
+    import consfig.connections
+    import consfig.props
+    roots = [os.path.dirname(site), *consfig.__path__, *consfig.props.__path__,
+             *consfig.connections.__path__]
+    for root in roots:
+        for d, dirs, _ in os.walk(root):
+            if "__pycache__" in dirs:
+                shutil.rmtree(os.path.join(d, "__pycache__"), ignore_errors=True)
+
+
+def measure_cli(lab, site, runs, write_bytecode):
+    """Whole-process `consfig deploy --consfig SITE lab` (W1 warm) and the
+    floor, run in turns so that both see the same load: their medians.
+    WRITE_BYTECODE: with PYTHONDONTWRITEBYTECODE unset (Python caches the
+    compiled modules, the site consfig too, as usual) or set (nothing is
+    cached: every module compiled every time, as on a machine that sets it
+    and never wrote a cache)."""
+    env = dict(os.environ)
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    if write_bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    clear_bytecode(site)
+    argv = consfig_command() + ["deploy", "--consfig", site, "lab"]
+    subprocess.run(argv, env=env, check=True, capture_output=True)  # converges, caches
+    floors, whole = [], []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(["ssh", "-F", lab.config, "lab", "sudo python3 -c pass"], check=True)
+        floors.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        r = subprocess.run(argv, env=env, capture_output=True, text=True)
+        whole.append(time.perf_counter() - started)
+        if r.returncode != 0 or "No changes" not in r.stdout:
+            raise SystemExit(f"consfig deploy: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    if not write_bytecode:
+        clear_bytecode(site)
+    return median(floors), median(whole)
+
+
 def measure_process(lab, n, runs):
     env = dict(os.environ, PYTHONPYCACHEPREFIX=os.path.join(tempfile.gettempdir(), "consfig-bench-pyc"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -223,7 +300,7 @@ def row(label, value, floor_s, limit=None):
     over = value - floor_s
     verdict = ""
     if limit is not None:
-        verdict = f"  target floor+{limit:.1f} s: {'met' if over <= limit else 'MISSED'}"
+        verdict = f"  target floor+{limit:g} s: {'met' if over <= limit else 'MISSED'}"
     return f"  {label:<44} {value:7.3f} s   floor+{over:6.3f} s{verdict}"
 
 
@@ -253,6 +330,8 @@ def main():
             clear_target_cache()
             clear_controller_cache()
             both_cold = timed(py_chain, w1(sizes[0]), "changed")
+        else:
+            clear_files()  # left by an earlier run that did not finish
         timed(py_chain, w1(sizes[0]), "no-change" if args.cold_controller else "changed")
         base = floor(lab, args.runs)
         lines.append(f"W1 = file.directory-exists + N x file.has-content, to {TARGET} "
@@ -272,6 +351,14 @@ def main():
             lines.append(row(f"first-ever N={sizes[0]}, controller cache empty too", both_cold, base))
         process = measure_process(lab, sizes[0], args.runs)
         lines.append(row(f"warm N={sizes[0]}, as a whole python3 process", process, base))
+        site = write_site(os.path.join(workdir, "w1site.hy"), lab.config, sizes[0])
+        for write_bytecode in [True, False]:
+            cli_floor, cli = measure_cli(lab, site, args.runs, write_bytecode)
+            lines.append(f"`consfig deploy` W1 N={sizes[0]} warm, whole process, floor measured in turn"
+                         + ("" if write_bytecode else ", PYTHONDONTWRITEBYTECODE=1 (no bytecode cache)"))
+            lines.append(f"  {'floor: ssh lab sudo python3 -c pass':<44} {cli_floor:7.3f} s")
+            lines.append(row("consfig deploy --consfig SITE lab", cli,
+                             cli_floor, 0.25 if write_bytecode else None))
         if not args.no_posix:
             cold, warm, trips = measure_posix(posix_chain, 100, args.runs)
             lines.append("[[:ssh …] :sudo] (POSIX: every check and write a command), N=100")

@@ -1,7 +1,7 @@
 "The `:ssh` hop: run scripts on another machine over one SSH connection.
 
-`[:ssh :host \"db1\" :user \"deploy\"]` opens one SSH connection, with Fabric
-and paramiko, when the chain is established and runs every script of the
+`[:ssh :host \"db1\" :user \"deploy\"]` opens one SSH connection, with
+paramiko, when the chain is established and runs every script of the
 deployment on its own channel of that connection.  The host defaults to the
 hostname of the host being deployed.  `~/.ssh/config` (or the file `:config`
 names) supplies HostName, Port, User, IdentityFile, ProxyJump, ProxyCommand,
@@ -12,16 +12,18 @@ An `:ssh` hop after another one connects through it (a `direct-tcpip`
 channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
 
 (import base64
+        getpass
         hashlib
+        io
         os
         os.path
+        re
         select
         shlex
         socket
+        sys
         threading
         time
-        fabric
-        paramiko
         consfig.errors [ChainError CommandTimedOut ConnectionFailed]
         consfig.frames [OUTPUT-LIMIT OutputBuffer]
         consfig.hop [Connection Hop PORT SECONDS STRING STRINGS one-of]
@@ -42,28 +44,63 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
                                  b"=")
                         "ascii")))
 
-(defclass _UnknownHostKey [paramiko.SSHException]
-  (defn __init__ [self hostname key]
-    (.__init__ (super) hostname)
-    (setv self.hostname hostname
-          self.key key)))
+(setv paramiko None
+      _UnknownHostKey None
+      _HostKeyPolicy None)
 
-(defclass _HostKeyPolicy [paramiko.MissingHostKeyPolicy]
-  "What to do with a host key that is not in known_hosts, as
+(defn _import-ssh-libraries []
+  ;; paramiko takes a tenth of a second to import: a chain is parsed and
+  ;; checked without it, and only a deployment that connects over :ssh
+  ;; pays for it.
+  (global paramiko _UnknownHostKey _HostKeyPolicy)
+  (when (is paramiko None)
+    (setv pm (_import-paramiko)
+          #(_UnknownHostKey _HostKeyPolicy) (_host-key-classes pm)
+          paramiko pm)))
+
+(defn _import-paramiko []
+  ;; paramiko imports invoke, which is half of its import time, only to run
+  ;; the commands of ssh_config's `Match exec`: it is imported without it,
+  ;; and `_ssh-config` hands it over when a configuration uses that.
+  (when (in "invoke" sys.modules)
+    (import paramiko)
+    (return paramiko))
+  (setv (get sys.modules "invoke") None)
+  (try
+    (import paramiko)
+    (except [ImportError]
+      ;; A paramiko that cannot do without: let it have invoke.
+      (del (get sys.modules "invoke"))
+      (import paramiko))
+    (finally
+      (when (is (.get sys.modules "invoke" False) None)
+        (del (get sys.modules "invoke")))))
+  paramiko)
+
+(defn _host-key-classes [paramiko]
+  (defclass _UnknownHostKey [paramiko.SSHException]
+    (defn __init__ [self hostname key]
+      (.__init__ (super) hostname)
+      (setv self.hostname hostname
+            self.key key)))
+
+  (defclass _HostKeyPolicy [paramiko.MissingHostKeyPolicy]
+    "What to do with a host key that is not in known_hosts, as
 StrictHostKeyChecking says: refuse it (yes), add it (accept-new) or use it
 this once (no).  A key that differs from the known one is always refused —
 paramiko does that before asking a policy."
-  (defn __init__ [self mode known-hosts-file]
-    (setv self.mode mode
-          self.known-hosts-file known-hosts-file))
-  (defn missing-host-key [self client hostname key]
-    (cond
-      (= self.mode "no") None
-      (and (= self.mode "accept-new") self.known-hosts-file)
-      (do (os.makedirs (os.path.dirname self.known-hosts-file) :mode 0o700 :exist-ok True)
-          (with [f (open self.known-hosts-file "a")]
-            (.write f f"{hostname} {(.get-name key)} {(.get-base64 key)}\n")))
-      True (raise (_UnknownHostKey hostname key)))))
+    (defn __init__ [self mode known-hosts-file]
+      (setv self.mode mode
+            self.known-hosts-file known-hosts-file))
+    (defn missing-host-key [self client hostname key]
+      (cond
+        (= self.mode "no") None
+        (and (= self.mode "accept-new") self.known-hosts-file)
+        (do (os.makedirs (os.path.dirname self.known-hosts-file) :mode 0o700 :exist-ok True)
+            (with [f (open self.known-hosts-file "a")]
+              (.write f f"{hostname} {(.get-name key)} {(.get-base64 key)}\n")))
+        True (raise (_UnknownHostKey hostname key)))))
+  #(_UnknownHostKey _HostKeyPolicy))
 
 (defn _strictness [hop-value ssh-config]
   (setv v (if (is hop-value None)
@@ -99,12 +136,12 @@ paramiko does that before asking a policy."
 `exec /bin/sh -c SCRIPT` whatever the user's login shell."
   (setv hop-name "ssh")
 
-  (defn __init__ [self upstream fabric-conn alias * [jumps None]
+  (defn __init__ [self upstream target alias * [jumps None]
                   [command-timeout None] [alive-interval DEFAULT-ALIVE-INTERVAL]
                   [alive-count DEFAULT-ALIVE-COUNT] [channel-timeout DEFAULT-CONNECT-TIMEOUT]]
     (.__init__ (super) upstream)
-    (setv self.fabric fabric-conn
-          self.transport fabric-conn.transport
+    (setv self.target target
+          self.transport target.transport
           self.alias alias
           self.jumps (or jumps [])
           self.command-timeout command-timeout
@@ -114,7 +151,7 @@ paramiko does that before asking a policy."
           self._probe None
           self._last-alive (time.monotonic)))
 
-  (defn describe [self] f"ssh:{self.fabric.user}@{self.alias}")
+  (defn describe [self] f"ssh:{self.target.user}@{self.alias}")
 
   (defn _lost [self [why None]]
     (ConnectionFailed (+ "the SSH connection was lost"
@@ -200,7 +237,7 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
     (SSHProcess chan self.where))
 
   (defn close [self]
-    (.close self.fabric)
+    (.close self.target)
     (for [j (reversed self.jumps)]
       (.close j))))
 
@@ -295,13 +332,29 @@ this one; closing the channel gives whatever is left end of file."
     f"connection refused by {hp}"
     True f"cannot connect to {hp}: {(. (type e) __name__)}: {e}"))
 
-(defn _fabric-config [config]
-  (try
-    (if config
-        (fabric.Config :runtime-ssh-path (os.path.expanduser config))
-        (fabric.Config))
-    (except [e OSError]
-      (raise (ConnectionFailed f"cannot read SSH config {config}: {e.strerror}") :from e))))
+(defn _ssh-config [config]
+  ;; The file CONFIG names, or ~/.ssh/config then /etc/ssh/ssh_config, as
+  ;; ssh(1) reads them: the first value found for a keyword wins.
+  (setv parsed (paramiko.SSHConfig)
+        paths (if config [(os.path.expanduser config)]
+                  (lfor p ["~/.ssh/config" "/etc/ssh/ssh_config"] (os.path.expanduser p))))
+  (for [path paths]
+    (try
+      (with [f (open path)]
+        (setv text (.read f)))
+      (except [e OSError]
+        (when config
+          (raise (ConnectionFailed f"cannot read SSH config {config}: {e.strerror}") :from e))
+        (continue)))
+    (when (re.search r"(?im)^\s*match\b.*\bexec\b" text)
+      (_let-paramiko-run-commands))
+    (.parse parsed (io.StringIO text)))
+  parsed)
+
+(defn _let-paramiko-run-commands []
+  ;; `Match exec` runs a command, which paramiko does with invoke.
+  (import invoke paramiko.config)
+  (setv paramiko.config.invoke invoke))
 
 (defn _check-upstream [upstream alias]
   (when (not alias)
@@ -310,44 +363,61 @@ this one; closing the channel gives whatever is left end of file."
     (raise (ChainError (+ f":ssh can follow :local or another :ssh hop, not {upstream.where}; "
                           "put the :ssh hops first in the chain")))))
 
-(defn _fabric-connection [alias user port config timeout]
-  (fabric.Connection alias :user user :port port :config (_fabric-config config)
-                     :gateway False
-                     :connect-timeout (int (or timeout DEFAULT-CONNECT-TIMEOUT))))
+(defclass _Target []
+  "Where and as whom to connect, worked out as ssh(1) would from the
+ssh_config and the hop's arguments, which win; and the paramiko client."
+  (defn __init__ [self alias user port config timeout]
+    (setv #(host alias-user alias-port) (_parse-jump alias)
+          self.ssh-config (.lookup (_ssh-config config) host)
+          self.host (.get self.ssh-config "hostname" host)
+          self.user (or user alias-user (.get self.ssh-config "user") (getpass.getuser))
+          self.port (or port alias-port (int (.get self.ssh-config "port" 22)))
+          self.connect-timeout (int (or timeout DEFAULT-CONNECT-TIMEOUT))
+          self.connect-kwargs {}
+          self.client (paramiko.SSHClient)
+          self.transport None)
+    (when (.get self.ssh-config "identityfile")
+      (setv (get self.connect-kwargs "key_filename") (list (get self.ssh-config "identityfile")))))
+  (defn open [self]
+    (.connect self.client :hostname self.host :port self.port :username self.user
+              :timeout self.connect-timeout #** self.connect-kwargs)
+    (setv self.transport (.get-transport self.client)))
+  (defn close [self]
+    (.close self.client)))
 
-(defn _trust-host-keys [fc strict-host-key-checking]
-  "Load known_hosts into FC's client and set the policy for unknown keys;
+(defn _trust-host-keys [dest strict-host-key-checking]
+  "Load known_hosts into DEST's client and set the policy for unknown keys;
 return the user's known_hosts files (the first is where keys are added)."
-  (setv #(user-kh global-kh) (_known-hosts-files fc.ssh-config)
-        client fc.client)
+  (setv #(user-kh global-kh) (_known-hosts-files dest.ssh-config)
+        client dest.client)
   (for [f [#* global-kh #* user-kh]]
     (when (os.path.exists f) (.load-system-host-keys client f)))
   (.set-missing-host-key-policy
-    client (_HostKeyPolicy (_strictness strict-host-key-checking fc.ssh-config)
+    client (_HostKeyPolicy (_strictness strict-host-key-checking dest.ssh-config)
                            (when user-kh (get user-kh 0))))
   user-kh)
 
-(defn _set-authentication [fc identity]
-  (.update fc.connect-kwargs {"banner_timeout" fc.connect-timeout
-                              "auth_timeout" fc.connect-timeout})
+(defn _set-authentication [dest identity]
+  (.update dest.connect-kwargs {"banner_timeout" dest.connect-timeout
+                                "auth_timeout" dest.connect-timeout})
   (when identity
-    (setv (get fc.connect-kwargs "key_filename")
+    (setv (get dest.connect-kwargs "key_filename")
           (lfor i (if (isinstance identity str) [identity] identity) (os.path.expanduser i))))
-  (when (= (.lower (.get fc.ssh-config "identitiesonly" "no")) "yes")
-    (setv (get fc.connect-kwargs "allow_agent") False
-          (get fc.connect-kwargs "look_for_keys") False)))
+  (when (= (.lower (.get dest.ssh-config "identitiesonly" "no")) "yes")
+    (setv (get dest.connect-kwargs "allow_agent") False
+          (get dest.connect-kwargs "look_for_keys") False)))
 
 (defn _configured? [ssh-config key]
   (and (in key ssh-config) (!= (.lower (get ssh-config key)) "none")))
 
-(defn _open-jumps [fc upstream jumps config timeout strict-host-key-checking]
+(defn _open-jumps [dest upstream jumps config timeout strict-host-key-checking]
   "The `SSHConnection` to tunnel through: the upstream :ssh hop, or the last
 of the ProxyJump hosts, connected one through the other and appended to
 JUMPS; None to connect directly."
   (cond
     (isinstance upstream SSHConnection) upstream
-    (_configured? fc.ssh-config "proxyjump")
-    (do (for [j (.split (get fc.ssh-config "proxyjump") ",")]
+    (_configured? dest.ssh-config "proxyjump")
+    (do (for [j (.split (get dest.ssh-config "proxyjump") ",")]
           (setv #(jh ju jp) (_parse-jump (.strip j)))
           (.append jumps (connect (if jumps (get jumps -1) upstream)
                                   :host jh :user ju :port jp :config config
@@ -356,23 +426,23 @@ JUMPS; None to connect directly."
         (get jumps -1))
     True None))
 
-(defn _set-socket [fc via]
+(defn _set-socket [dest via]
   (cond
     via
-    (setv (get fc.connect-kwargs "sock")
-          (.open-channel via.transport "direct-tcpip" #(fc.host fc.port) #("" 0)
-                         :timeout fc.connect-timeout))
-    (_configured? fc.ssh-config "proxycommand")
-    (setv (get fc.connect-kwargs "sock") (paramiko.ProxyCommand (get fc.ssh-config "proxycommand")))))
+    (setv (get dest.connect-kwargs "sock")
+          (.open-channel via.transport "direct-tcpip" #(dest.host dest.port) #("" 0)
+                         :timeout dest.connect-timeout))
+    (_configured? dest.ssh-config "proxycommand")
+    (setv (get dest.connect-kwargs "sock") (paramiko.ProxyCommand (get dest.ssh-config "proxycommand")))))
 
-(defn _tune-transport [fc]
+(defn _tune-transport [dest]
   "Set TCP_NODELAY and the keepalive; return the keepalive interval."
   ;; Every command is a few small round trips; without TCP_NODELAY, Nagle's
   ;; algorithm and delayed ACKs add 40 ms to each.
-  (when (isinstance fc.transport.sock socket.socket)
-    (.setsockopt fc.transport.sock socket.IPPROTO_TCP socket.TCP_NODELAY 1))
-  (setv interval (or (int (.get fc.ssh-config "serveraliveinterval" 0)) DEFAULT-ALIVE-INTERVAL))
-  (.set-keepalive fc.transport interval)
+  (when (isinstance dest.transport.sock socket.socket)
+    (.setsockopt dest.transport.sock socket.IPPROTO_TCP socket.TCP_NODELAY 1))
+  (setv interval (or (int (.get dest.ssh-config "serveraliveinterval" 0)) DEFAULT-ALIVE-INTERVAL))
+  (.set-keepalive dest.transport interval)
   interval)
 
 (defn connect [upstream * [host None] [user None] [port None] [config None] [identity None]
@@ -380,29 +450,30 @@ JUMPS; None to connect directly."
   "Open an SSH connection to HOST and return the `SSHConnection`."
   (setv alias (or host (get-hostname)))
   (_check-upstream upstream alias)
-  (setv fc (_fabric-connection alias user port config timeout)
-        user-kh (_trust-host-keys fc strict-host-key-checking)
+  (_import-ssh-libraries)
+  (setv dest (_Target alias user port config timeout)
+        user-kh (_trust-host-keys dest strict-host-key-checking)
         jumps [])
-  (_set-authentication fc identity)
+  (_set-authentication dest identity)
   (try
-    (_set-socket fc (_open-jumps fc upstream jumps config timeout strict-host-key-checking))
-    (.open fc)
+    (_set-socket dest (_open-jumps dest upstream jumps config timeout strict-host-key-checking))
+    (.open dest)
     (except [e Exception]
-      (.close fc)
+      (.close dest)
       (for [j (reversed jumps)] (.close j))
       (when (isinstance e #(ConnectionFailed ChainError)) (raise))
       (raise (ConnectionFailed (+ f"ssh {alias}: "
-                                  (_connect-error e alias fc.host fc.port fc.user
-                                                  fc.connect-timeout user-kh))
+                                  (_connect-error e alias dest.host dest.port dest.user
+                                                  dest.connect-timeout user-kh))
                                upstream.where)
              :from e)))
-  (setv interval (_tune-transport fc))
-  (SSHConnection upstream fc alias
+  (setv interval (_tune-transport dest))
+  (SSHConnection upstream dest alias
                  :jumps jumps
                  :command-timeout command-timeout
                  :alive-interval interval
-                 :alive-count (int (.get fc.ssh-config "serveralivecountmax" DEFAULT-ALIVE-COUNT))
-                 :channel-timeout fc.connect-timeout))
+                 :alive-count (int (.get dest.ssh-config "serveralivecountmax" DEFAULT-ALIVE-COUNT))
+                 :channel-timeout dest.connect-timeout))
 
 (setv HOP (Hop "ssh" {"host" STRING "user" STRING "port" PORT "config" STRING
                       "identity" STRINGS "timeout" SECONDS

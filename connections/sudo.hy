@@ -37,7 +37,7 @@ and is consumed before anything the caller writes."
         consfig.datasources [USER-PASSWORD ask-secret terminal?]
         consfig.errors [ConnectionFailed]
         consfig.frames [OUTPUT-LIMIT]
-        consfig.hop [Connection Hop STRING PROBE-TIMEOUT])
+        consfig.hop [Connection Hop STRING PROBE-TIMEOUT Script])
 
 (defn password-item [designator]
   "The prerequisite data item holding the password of DESIGNATOR
@@ -173,11 +173,24 @@ this terminal when the host's data is sent."
                  f"sudo to {user} failed: {(or said (+ "exit code " (str r.exit-code)))}")
              upstream.where))))
 
+(setv _NO-SUDO 127)
+
+(defn _sudo-state [upstream user]
+  ;; Whether there is a sudo, and whether it lets us be USER without a
+  ;; password: one round trip, which is most of what establishing costs.
+  (setv r (_probe upstream (Script (+ f"command -v sudo >/dev/null 2>&1 || exit {_NO-SUDO}; "
+                                      "exec sudo -n -k -u \"$1\" -- /bin/sh -c :")
+                                   user)))
+  (cond (= r.exit-code _NO-SUDO) "absent"
+        r.ok? "no-password"
+        True "password"))
+
 (defn establish [upstream * [user "root"] [from_ None]]
-  (when (not (. (_probe upstream ["command" "-v" "sudo"]) ok?))
+  (setv state (_sudo-state upstream user))
+  (when (= state "absent")
     (raise (ConnectionFailed "there is no sudo here" upstream.where)))
   (cond
-    (sudo-without-password? upstream user) (SudoConnection upstream user)
+    (= state "no-password") (SudoConnection upstream user)
     from_ (do (setv password (sudo-password from_ upstream.where))
               (_check-password upstream user password from_)
               (SudoConnection upstream user password))

@@ -26,7 +26,6 @@ with --check, changes that would be made) and no failures, 1 failures or an
 error.  A usage error exits 64."
 
 (import argparse
-        importlib.metadata
         os
         sys
         traceback
@@ -50,8 +49,20 @@ argparse's 2 is what --detailed-exitcode means by \"changes made\"."
     (.exit self EX-USAGE f"{self.prog}: error: {message}\n")))
 
 (defn _version []
+  (import importlib.metadata)
   (try (importlib.metadata.version "consfig")
        (except [importlib.metadata.PackageNotFoundError] "unknown")))
+
+(defclass _VersionAction [argparse.Action]
+  ;; --version: the installed version is looked up (importlib.metadata, a
+  ;; few tens of ms) only when asked for, not by every command.
+  (defn __init__ [self option-strings [dest argparse.SUPPRESS] [default argparse.SUPPRESS]
+                  [help "show the version and exit"]]
+    (.__init__ (super) :option-strings option-strings :dest dest :default default
+               :nargs 0 :help help))
+  (defn __call__ [self parser namespace values [option-string None]]
+    (print f"consfig {(_version)}")
+    (.exit parser)))
 
 (defn via-option [sp]
   "Add --via, a connection chain replacing the host's :deploy, to the
@@ -81,7 +92,7 @@ deploy`'s, and an image's."
             :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
                        "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
                        "64 a usage error.")))
-  (.add-argument p "--version" :action "version" :version f"consfig {(_version)}")
+  (.add-argument p "--version" :action _VersionAction)
   (setv sub (.add-subparsers p :dest "command" :metavar "COMMAND"))
   (setv sub.required True)
 

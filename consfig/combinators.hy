@@ -8,7 +8,7 @@ In check mode they are run as they are (they are `:simulates`): each applies
 the propapps it holds in check mode, so nothing changes.  `with-flagfile`
 answers from its flag file."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import posixpath
         hy.models [Keyword]
         consfig.actions [NO-CHANGE run remote-exists?]

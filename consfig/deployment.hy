@@ -4,7 +4,7 @@
 `deploy` and `deploy-these` are the macros that take an unevaluated propspec
 and a bare hostname symbol."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import hy.models [Keyword String]
         consfig.chain [parse-chain establish-chain close-chain chain->data]
         consfig.context [applying connection current-host establishing-for]

@@ -33,6 +33,12 @@ property, and the combinators decide what happens to the rest."
   "Raised from a `:hostattrs` subroutine: this property cannot apply to this host.
 The deployment stops before any connection is made.")
 
+(defclass DeferredRead [BaseException]
+  "Raised by a read of another host's hostattrs while a host's hostattrs are
+computed without other hosts' (see `consfig.host`): the property that read
+is left out of that computation.  Not an `Exception`, so that nothing on the
+way mistakes it for a failure of the property.")
+
 (defclass FailedChange [Exception]
   "A property failed to apply; something may have changed on the way."
   (defn __init__ [self message]

@@ -30,7 +30,8 @@ deploys in batches (a rolling deploy)."
         consfig.engine [Outcome announced-count]
         consfig.errors [ChainError ConnectionFailed ConsfigError]
         consfig.events [end-event summary-event]
-        consfig.host [Host hosts find-host get-hostattrs preprocess-host])
+        consfig.host [Host hosts find-host get-hostattrs host-groups-of preprocess-host
+                      site-facts-scope])
 
 (setv DEFAULT-JOBS 10)
 
@@ -41,13 +42,8 @@ deploys in batches (a rolling deploy)."
 properties push as hostattr `groups` (from PREPARED, the preprocessed host,
 computed when not given)."
   (setv host (find-host host)
-        prepared (or prepared (preprocess-host host))
-        found (list host.groups))
-  (for [value (reversed (get-hostattrs "groups" prepared))]
-    (for [g (if (isinstance value #(list tuple)) value [value])]
-      (when (not-in (str g) found)
-        (.append found (str g)))))
-  found)
+        prepared (or prepared (preprocess-host host)))
+  (host-groups-of host (get-hostattrs "groups" prepared)))
 
 (defclass _Groups []
   ;; Each host's groups, its hostattrs computed once, when a term needs them.
@@ -117,6 +113,10 @@ computed when not given)."
 the syntax), narrowed to those LIMIT, a pattern too, also matches: a list of
 `Host`s, each once, in the order the patterns name them.  A pattern that
 matches nothing is an error naming it."
+  (with [_ (site-facts-scope)]
+    (_select-hosts patterns limit)))
+
+(defn _select-hosts [patterns limit]
   (setv groups (_Groups)
         chosen {})
   (for [p patterns]
@@ -269,8 +269,10 @@ The hostattrs of every host are computed before anything connects, and
 what a hop asks for (a sudo password) is asked for once, before the hosts
 start.  A host whose chain cannot be established fails on its own; the
 others carry on."
-  (setv deployments (lfor h hosts (prepare-deployment chain h :propspec propspec
-                                                      :additional additional))
+  (setv deployments (with [_ (site-facts-scope)]
+                      ;; Every host's hostattrs computed once, however many read them.
+                      (lfor h hosts (prepare-deployment chain h :propspec propspec
+                                                        :additional additional)))
         n (len deployments)
         jobs (if (is jobs None) (max 1 (min DEFAULT-JOBS n)) (parse-count jobs n "--jobs"))
         max-fail (parse-count max-fail n "--max-fail")

@@ -4,13 +4,28 @@ A host is a hostname, a propspec and, once preprocessed, its hostattrs: a
 mapping of attribute name → list of values, newest first.  `defhost` defines a
 host; the hostattrs API (`push-hostattr`, `get-hostattr`, …) is what
 `:hostattrs` subroutines use on the controller, and what `:check`/`:apply`
-subroutines read on the target."
+subroutines read on the target.
 
-(import copy
+On the controller, a property's `:hostattrs` and a defpropspec's body may
+also read the hostattrs of the other hosts the site defines:
+`(get-hostattrs \"db1.example.org\" \"ip\")`, `(hosts-with-hostattr
+\"ssh-host-key\")`, `(hosts-in-group \"web\")`.  Reading a host computes its
+hostattrs first, once per preparation (`site-facts-scope`).  Hosts may read
+each other — every host's known_hosts lists every host's key — as long as
+what one reads does not itself depend on what the other reads: a host still
+being computed is read as its hostattrs without the properties that read
+other hosts, and once everything is computed each such read is checked
+against the host's complete hostattrs.  A difference is a cycle, an error
+naming the hosts in it, raised before any connection."
+
+(import contextlib
+        contextvars
+        copy
         re
+        sys
         hy.models [Dict String Symbol]
         consfig.context [applying current-host parent-host]
-        consfig.errors [ConsfigError InapplicableProperty PropspecError]
+        consfig.errors [ConsfigError DeferredRead InapplicableProperty PropspecError]
         consfig.property [note-definition]
         consfig.util [keyword-name])
 
@@ -160,13 +175,25 @@ property is tried even when an earlier one failed."
         key (_key k))
   (setv (get attrs key) [#* values #* (.get attrs key [])]))
 
-(defn get-hostattrs [k [host None]]
-  "All values of hostattr K, newest first."
-  (list (.get (. (or host (_host)) hostattrs) (_key k) [])))
+(defn get-hostattrs [a [b None]]
+  "All values of a hostattr, newest first:
 
-(defn get-hostattr [k [host None]]
-  "The newest value of hostattr K, or None."
-  (setv vs (get-hostattrs k host))
+  (get-hostattrs K)                  hostattr K of the current host
+  (get-hostattrs HOST K)             hostattr K of HOST, a host the site defines
+                                     (its hostname, first label, or Host object),
+                                     its hostattrs computed first when needed
+  (get-hostattrs K PREPARED)         hostattr K of PREPARED, a preprocessed Host
+
+A preprocessed Host passed first is read as it is too."
+  (cond (is b None) (list (.get (. (_host) hostattrs) (_key a) []))
+        (isinstance b Host) (list (.get b.hostattrs (_key a) []))
+        (and (isinstance a Host) a.hostattrs) (list (.get a.hostattrs (_key b) []))
+        True (_read-site-host a b)))
+
+(defn get-hostattr [a [b None]]
+  "The newest value of a hostattr, or None; takes the arguments of
+`get-hostattrs`: `(get-hostattr K)`, `(get-hostattr HOST K)`."
+  (setv vs (get-hostattrs a b))
   (if vs (get vs 0) None))
 
 (defn get-hostname []
@@ -196,23 +223,167 @@ hosts deployed from other hosts); an empty list at the top."
 its hostattrs computed, on the controller, before any connection.  With
 PROPSPEC, the hostattrs of HOST's own propspec are computed first.  The host
 being preprocessed or applied when this is called (one deploying HOST, or
-building it as a chroot) is HOST's parent meanwhile."
-  (import consfig.property [preprocess-propapp propapp-hostattrs])
+building it as a chroot) is HOST's parent meanwhile.  Inside a
+`site-facts-scope`, a host the site defines is computed once."
+  (setv parent (.get current-host None))
+  (with [facts (site-facts-scope)]
+    (if (and (is parent None) (is (.get hosts host.hostname) host)
+             (or (is propspec None) (is propspec host.propspec)))
+        (_full-facts facts host)
+        (_preprocess facts host propspec parent))))
+
+(defn _preprocess [facts host propspec parent]
+  (import consfig.property [preprocess-propapp propapp-hostattrs expanding-afresh])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
                   :groups host.groups :hostattrs {"hostname" [host.hostname]}
                   :site-file host.site-file))
-  (with [(applying new :parent (.get current-host None))]
-    (try
-      (when (and propspec host.propspec)
-        ;; deploy-these: the host keeps the hostattrs its own propspec declares.
-        (propapp-hostattrs (preprocess-propapp host.propspec)))
-      (setv new.propspec (preprocess-propapp (or propspec host.propspec)))
-      (propapp-hostattrs new.propspec)
-      (except [e PropspecError]
-        (raise (PropspecError f"{host.hostname}: {e}")))))
+  (.append facts.computing host.hostname)
+  (try
+    (with [_ (applying new :parent parent)
+           ;; A site host's own propspec, whatever host is being expanded now.
+           _ (if (is parent None) (expanding-afresh) (contextlib.nullcontext))]
+      (try
+        (when (and propspec host.propspec (is-not propspec host.propspec))
+          ;; deploy-these: the host keeps the hostattrs its own propspec declares.
+          (propapp-hostattrs (preprocess-propapp host.propspec)))
+        (setv new.propspec (preprocess-propapp (or propspec host.propspec)))
+        (propapp-hostattrs new.propspec)
+        (except [e PropspecError]
+          (raise (PropspecError f"{host.hostname}: {e}")))))
+    (finally (.pop facts.computing)))
   new)
+
+;; Facts from other hosts
+
+;; Reads of hosts nested deeper than this are answered like those of a host
+;; still being computed (and checked at the end): it bounds the recursion
+;; when every host reads every other.  Each level of reading costs 10 to 30
+;; Python frames, so past a few levels the recursion limit is raised to
+;; leave room for this many.
+(setv MAX-READ-DEPTH 32
+      _FRAMES-PER-READ 60)
+
+(setv _site-facts (contextvars.ContextVar "consfig-site-facts" :default None))
+
+(defclass _SiteFacts []
+  ;; The hostattrs of the site's hosts, computed during one preparation.
+  (defn __init__ [self]
+    (setv self.full {}
+          ;; Hostname → its hostattrs without the properties that read other hosts.
+          self.partial {}
+          ;; Hostnames being preprocessed, outermost first.
+          self.computing []
+          ;; True while a partial computation runs: reads are left out.
+          self.deferring False
+          ;; #(reader path hostname key values) read from partial hostattrs.
+          self.reads [])))
+
+(defn [contextlib.contextmanager] site-facts-scope []
+  "A context in which every host the site defines has its hostattrs
+computed at most once, however many hosts read them; what was read of a
+host still being computed is checked when the outermost scope ends.
+`preprocess-host` opens one when none is open; open one around the
+preparation of several hosts (`consfig.fleet` does) to share it."
+  (setv facts (.get _site-facts))
+  (if facts
+      (yield facts)
+      (do (setv facts (_SiteFacts)
+                token (.set _site-facts facts))
+          (try
+            (yield facts)
+            (_check-reads facts)
+            (finally (.reset _site-facts token))))))
+
+(defn _full-facts [facts host]
+  (when (not-in host.hostname facts.full)
+    (setv (get facts.full host.hostname) (_preprocess facts host None None)))
+  (get facts.full host.hostname))
+
+(defn _partial-facts [facts host]
+  (when (not-in host.hostname facts.partial)
+    (setv deferring facts.deferring
+          facts.deferring True)
+    (try
+      (setv (get facts.partial host.hostname)
+            (try (. (_preprocess facts host None None) hostattrs)
+                 (except [DeferredRead]
+                   ;; A read outside any property's :hostattrs (in a :preprocess).
+                   {"hostname" [host.hostname]})))
+      (finally (setv facts.deferring deferring))))
+  (get facts.partial host.hostname))
+
+(defn _read-site-host [designator k]
+  (setv host (find-host designator)
+        name host.hostname
+        key (_key k))
+  (with [facts (site-facts-scope)]
+    (cond
+      (in name facts.full)
+      (list (.get (. (get facts.full name) hostattrs) key []))
+      facts.deferring
+      (raise (DeferredRead))
+      (or (in name facts.computing) (>= (len facts.computing) MAX-READ-DEPTH))
+      (do (setv values (list (.get (_partial-facts facts host) key []))
+                path (if (in name facts.computing)
+                         (cut facts.computing (.index facts.computing name) None)
+                         (list facts.computing)))
+          (.append facts.reads #((or (get-hostname) "the REPL") [#* path name] name key values
+                                 (in name facts.computing)))
+          values)
+      True
+      (do (when (> (len facts.computing) 4)
+            (sys.setrecursionlimit (max (sys.getrecursionlimit)
+                                        (+ 1000 (* _FRAMES-PER-READ MAX-READ-DEPTH)))))
+          (list (.get (. (_full-facts facts host) hostattrs) key []))))))
+
+(defn _check-reads [facts]
+  ;; A host read while it was being computed was read without the properties
+  ;; that read other hosts: right only if those did not change what was read.
+  (while facts.reads
+    (setv #(reader path name key values cycle) (.pop facts.reads 0)
+          final (list (.get (. (_full-facts facts (get hosts name)) hostattrs) key [])))
+    (when (!= final values)
+      (raise (ConsfigError
+               (if cycle
+                   (+ f"the hostattrs of {(.join " -> " path)} depend on each other: "
+                      f"{reader} reads {name}'s \"{key}\", which {name} computes from what it "
+                      "reads of other hosts; break the cycle by making one of them stop reading the other")
+                   (+ f"{reader} reads {name}'s \"{key}\" through more than {MAX-READ-DEPTH} "
+                      f"hosts, each reading the next ({(.join " -> " (cut path 0 3))} -> … -> {name}), "
+                      f"and {name} computes it from what it reads of other hosts: read it from fewer hosts")))))))
+
+(defn hosts-with-hostattr [k]
+  "The hosts the site defines that have hostattr K (the current host too):
+a dict of hostname → values (newest first), in the order the hosts were
+defined.  Their hostattrs are computed first when needed."
+  (with [_ (site-facts-scope)]
+    (dfor [name host] (list (.items hosts))
+          :setv values (_read-site-host host k)
+          :if values
+          name values)))
+
+(defn host-groups-of [host pushed]
+  "The groups HOST belongs to: those its defhost declares, then those in
+PUSHED, the values of its hostattr `groups` (newest first; each a group name
+or a list of them)."
+  (setv found (list host.groups))
+  (for [value (reversed pushed)]
+    (for [g (if (isinstance value #(list tuple)) value [value])]
+      (when (not-in (str g) found)
+        (.append found (str g)))))
+  found)
+
+(defn hosts-in-group [group]
+  "The hostnames of the hosts the site defines that are in GROUP (declared
+in their defhost options, or pushed as hostattr `groups`), in the order they
+were defined.  Their hostattrs are computed first when needed."
+  (with [_ (site-facts-scope)]
+    (lfor [name host] (list (.items hosts))
+          :if (in group (host-groups-of host (_read-site-host host "groups")))
+          name)))
 
 (export :objects [Host hosts make-host find-host binding-name push-hostattr
                   get-hostattrs get-hostattr get-hostname get-parent-hostattrs
-                  preserving-hostattrs inapplicable preprocess-host]
+                  preserving-hostattrs inapplicable preprocess-host site-facts-scope
+                  hosts-with-hostattr hosts-in-group host-groups-of]
         :macros [defhost])

@@ -13,7 +13,7 @@ Secrets: `payload-secrets` says which secret values a payload would hold
 `secrets` replaces each property holding one with `withheld-secret`, which
 fails on the host saying why."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import consfig.errors [FailedChange]
         consfig.property [Propapp find-property propapp-desc]
         consfig.types [_Secret annotation-type])

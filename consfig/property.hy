@@ -10,13 +10,16 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
 :amd64)` has the keyword `:amd64` as a value, while in `(cmd.single \"ls\"
 :cwd \"/tmp\")` `:cwd` names a parameter and so passes a keyword argument."
 
-(import contextvars
+(import contextlib
+        contextvars
         difflib
         importlib
         inspect
         keyword
         hy.models [Keyword]
-        consfig.errors [ConsfigError FailedChange PropspecError site-location site-file?]
+        consfig.context [current-host]
+        consfig.errors [ConsfigError DeferredRead FailedChange PropspecError site-location
+                        site-file?]
         consfig.types [annotation-type show]
         consfig.util [keyword-name])
 
@@ -427,6 +430,13 @@ a user would write them: what describes a property without a `:desc`."
 ;; The defproplist/defpropspec propapps being expanded, outermost first.
 (setv _expanding (contextvars.ContextVar "consfig-expanding" :default #()))
 
+(defn [contextlib.contextmanager] expanding-afresh []
+  "A context in which no propapp is being expanded: another host's propspec
+expanded while this one's is (see `consfig.host`) may use the same
+properties without seeming to include itself."
+  (setv token (.set _expanding #()))
+  (try (yield) (finally (.reset _expanding token))))
+
 (defn _expand [prop propapp]
   ;; A propapp that (through others) expands to itself would never end.
   (setv stack (.get _expanding))
@@ -440,6 +450,9 @@ a user would write them: what describes a property without a `:desc`."
   (setv token (.set _expanding (+ stack #(propapp))))
   (try
     (setv expansion (preprocess-propapp (call-subroutine prop "propspec" propapp)))
+    (except [DeferredRead]
+      ;; Computed without other hosts' hostattrs (see consfig.host).
+      (setv expansion ((find-property "consfig.combinators.eseqprops"))))
     (finally (.reset _expanding token)))
   (when (and (= prop.declared-type "posix") (= (propapp-type expansion) "python"))
     (raise (PropspecError
@@ -477,10 +490,22 @@ the propspec they stand for, and do the same for every propapp inside."
   (setv prop (find-property propapp.name))
   (if prop.hostattrs
       (do (setv token (.set hostattrs-of propapp))
-          (try (call-subroutine prop "hostattrs" propapp)
+          (try (_leaving-out-deferred prop propapp)
                (finally (.reset hostattrs-of token))))
       (for [p (propapps-in propapp.args)]
         (propapp-hostattrs p))))
+
+(defn _leaving-out-deferred [prop propapp]
+  ;; While a host's hostattrs are computed without other hosts' (see
+  ;; consfig.host), a property that reads them is left out, with whatever
+  ;; it pushed before it read.  push-hostattr replaces a hostattr's list,
+  ;; never changes it in place, so a copy of the dict is a snapshot.
+  (setv host (.get current-host None)
+        saved (when host (dict host.hostattrs)))
+  (try
+    (call-subroutine prop "hostattrs" propapp)
+    (except [DeferredRead]
+      (when host (setv host.hostattrs saved)))))
 
 (defn _subroutine-form [params form]
   `(fn ~params ~@(cut form 1 None)))

@@ -19,17 +19,65 @@ verbosity:
   -vvv the frames of the :python hop's conversation with the target
 
 `JsonSink` writes every event as one JSON object per line (see
-`consfig.events` and the README for the fields)."
+`consfig.events` and the README for the fields).
+
+Output that is not a terminal (a pipe, a file, a CI log) has no colour and
+no live line, and is written without rich, which a controller then never
+imports: it costs a tenth of the start-up of `consfig deploy`."
 
 (import json
+        os
         sys
         threading
         time
-        rich.console [Console]
-        rich.live [Live]
-        rich.table [Table]
-        rich.text [Text]
         consfig.terminal [collapse-carriage-returns printable printable-event])
+
+(defclass PlainText []
+  "The little of rich's `Text` a line of the report needs, without styles:
+what is printed where there is no terminal to show them."
+  (defn __init__ [self [text ""] * [style None]]
+    (setv self.plain (str text)))
+  (defn [classmethod] assemble [cls #* parts]
+    (cls (.join "" (gfor p parts (if (isinstance p tuple) (get p 0) (str p))))))
+  (defn _plain [self other]
+    (if (isinstance other PlainText) other.plain (str other)))
+  (defn __add__ [self other]
+    (PlainText (+ self.plain (self._plain other))))
+  (defn append [self text [style None]]
+    (+= self.plain (self._plain text))
+    self)
+  (defn __str__ [self] self.plain))
+
+(defclass PlainConsole []
+  "A console for output that is not a terminal: each line written whole,
+tabs expanded as rich would, to STREAM (by default whatever `sys.stdout` or,
+with STDERR, `sys.stderr` is when a line is printed)."
+  (setv is-terminal False)
+  (defn __init__ [self [stream None] * [stderr False]]
+    (setv self._stream stream
+          self.stderr stderr))
+  (defn [property] file [self]
+    (or self._stream (if self.stderr sys.stderr sys.stdout)))
+  (defn print [self text]
+    (setv f self.file)
+    (.write f (+ (.expandtabs (str text) 8) "\n"))
+    (.flush f)))
+
+(defn _terminal? [stream]
+  (or (bool (.get os.environ "FORCE_COLOR"))
+      (try (.isatty stream) (except [Exception] False))))
+
+(defn default-console [[stderr False]]
+  "A rich `Console` on a terminal (stdout, or STDERR), else a `PlainConsole`."
+  (if (_terminal? (if stderr sys.stderr sys.stdout))
+      (do (import rich.console [Console])
+          (Console :stderr stderr :highlight False :soft-wrap True))
+      (PlainConsole :stderr stderr)))
+
+(defn _text-class [console]
+  (if (isinstance console PlainConsole)
+      PlainText
+      (do (import rich.text [Text]) Text)))
 
 (setv STATUS-WORDS {"ok" #("ok" "green")
                     "changed" #("done" "bold yellow")
@@ -61,6 +109,7 @@ verbosity:
   (defn __init__ [self reporter]
     (setv self.reporter reporter))
   (defn __rich__ [self]
+    (import rich.text [Text])
     (setv record (.get self.reporter.hosts self.reporter.current-host))
     (if (or (not record) (not (get record "current")))
         (Text "")
@@ -71,6 +120,7 @@ verbosity:
   (defn __init__ [self reporter]
     (setv self.reporter reporter))
   (defn __rich__ [self]
+    (import rich.table [Table])
     (setv records (list (.items self.reporter.hosts))
           running (lfor [h r] records :if (is (get r "status") None) #(h r))
           table (Table :title f"{(- (len records) (len running))}/{(len records)} hosts finished"
@@ -100,7 +150,8 @@ never interleave line by line; on a terminal a live table shows the hosts
 still running."
 
   (defn __init__ [self [console None] [verbosity 0] [diff False] [check False]]
-    (setv self.console (or console (Console :highlight False :soft-wrap True))
+    (setv self.console (or console (default-console))
+          self.Text (_text-class self.console)
           self.verbosity verbosity
           self.show-diffs (or diff (>= verbosity 1))
           self.check check
@@ -160,7 +211,7 @@ as they come."
             (= kind "summary") (self._summary event))))
 
   (defn _prefix [self event [depth None]]
-    (Text.assemble #((str (.get event "host" "")) "bold")
+    (.assemble self.Text #((str (.get event "host" "")) "bold")
                    " :: "
                    (* "  " (if (is depth None) (get event "depth") depth))))
 
@@ -174,7 +225,7 @@ as they come."
     (setv host (.get event "host" ""))
     (for [entry (get (self._record host) "open")]
       (when (not (get entry 2))
-        (self._print (+ (self._prefix event (get entry 0)) (Text (get entry 1))) host)
+        (self._print (+ (self._prefix event (get entry 0)) (self.Text (get entry 1))) host)
         (setv (get entry 2) True))))
 
   (defn _start [self event]
@@ -204,12 +255,12 @@ as they come."
     (+= (get record "done") 1)
     (when (= status "failed") (setv (get record "state") "failing"))
     (setv #(word style) (get STATUS-WORDS status)
-          line (+ (self._prefix event) (Text (get event "desc")) " ... "
-                  (Text word :style style)))
+          line (+ (self._prefix event) (self.Text (get event "desc")) " ... "
+                  (self.Text word :style style)))
     (when (is-not duration None)
       (.append self.durations #(duration host (get event "desc")))
       (when (>= self.verbosity 1)
-        (.append line (Text f" ({duration :.2f} s)" :style "dim"))))
+        (.append line (self.Text f" ({duration :.2f} s)" :style "dim"))))
     (self._print line host)
     (when (.get event "message")
       (.append self.failures event)
@@ -228,7 +279,7 @@ as they come."
     ;; returns that redraw a progress line.
     (for [line (.split (.rstrip text "\n") "\n")]
       (self._print (+ (self._prefix event (+ (get event "depth") extra))
-                      (Text (collapse-carriage-returns line) :style style))
+                      (self.Text (collapse-carriage-returns line) :style style))
                    (.get event "host" ""))))
 
   (defn _output [self event]
@@ -245,7 +296,7 @@ as they come."
       (for [line (.splitlines (get event "text"))]
         (self._print
           (+ (self._prefix event (+ (get event "depth") 1))
-             (Text line :style (cond (.startswith line "+") "green"
+             (self.Text line :style (cond (.startswith line "+") "green"
                                      (.startswith line "-") "red"
                                      True "dim")))
           (.get event "host" "")))))
@@ -267,10 +318,10 @@ as they come."
           (get record "current") None
           #(text style) (get (if self.check CHECK-SUMMARIES SUMMARIES) status))
     (when (not self.grouped) (self._stop-spinner))
-    (self._print (+ (self._prefix event 0) (Text text :style style)
+    (self._print (+ (self._prefix event 0) (self.Text text :style style)
                     (if (= status "not-started")
                         ""
-                        (+ (Text "  ") (Text (self._counts host) :style "dim"))))
+                        (+ (self.Text "  ") (self.Text (self._counts host) :style "dim"))))
                  host)
     (self._flush host))
 
@@ -290,17 +341,19 @@ every failure again, and a recap of the hosts when there were several."
       (for [host (list self.hosts)]
         (self._flush host))
       (when (and (>= self.verbosity 1) self.durations)
-        (.print self.console (Text "Slowest:" :style "bold"))
+        (.print self.console (self.Text "Slowest:" :style "bold"))
         (for [[d host desc] (cut (sorted self.durations :reverse True) 5)]
-          (.print self.console (Text f"  {d :8.2f} s  {host} :: {desc}"))))
+          (.print self.console (self.Text f"  {d :8.2f} s  {host} :: {desc}"))))
       (when self.failures
-        (.print self.console (Text "Failures:" :style "bold red"))
+        (.print self.console (self.Text "Failures:" :style "bold red"))
         (for [e self.failures]
           (setv first-line (get (+ (.splitlines (get e "message")) [""]) 0))
-          (.print self.console (Text.assemble "  " #((.get e "host" "") "bold") " :: "
-                                              (.get e "property" (get e "desc")) ": "
-                                              first-line))))
+          (.print self.console (.assemble self.Text "  " #((.get e "host" "") "bold") " :: "
+                                          (.get e "property" (get e "desc")) ": "
+                                          first-line))))
       (when (> (len self.hosts) 1)
+        (import rich.table [Table]
+                rich.text [Text])
         (setv table (Table :title "Recap" :title-justify "left"))
         ;; Hostnames and statuses whole, on a narrow console too: the
         ;; count columns give way first.
@@ -312,10 +365,19 @@ every failure again, and a recap of the hosts when there were several."
         (for [[host record] (.items self.hosts)]
           (.add-row table (Text host) (or (get record "status") "not finished")
                     #* (gfor s COUNTED (str (get (get record "counts") s)))))
-        (.print self.console table))))
+        (.print (self._rich-console) table))))
+
+  (defn _rich-console [self]
+    ;; The recap is a rich table, whatever the console: where there is no
+    ;; terminal, rich writes it without colour on the same stream.
+    (if (isinstance self.console PlainConsole)
+        (do (import rich.console [Console])
+            (Console :file self.console.file :highlight False :soft-wrap True))
+        self.console))
 
   (defn _spin [self]
     (when (and self.console.is-terminal (not self.status))
+      (import rich.live [Live])
       (setv self.status (if self.grouped
                             (Live (_FleetTable self) :console self.console
                                   :refresh-per-second 4 :transient True)
@@ -354,7 +416,9 @@ are written one whole line at a time."
 
 (defn error [message [console None]]
   "Print a user-facing error MESSAGE."
-  (.print (or console (Console :stderr True :highlight False :soft-wrap True))
-          (Text.assemble #("consfig: error: " "bold red") (printable (str message)))))
+  (setv console (or console (default-console :stderr True)))
+  (.print console (.assemble (_text-class console)
+                             #("consfig: error: " "bold red") (printable (str message)))))
 
-(export :objects [Reporter JsonSink error collapse-carriage-returns])
+(export :objects [Reporter JsonSink error collapse-carriage-returns PlainConsole PlainText
+                  default-console])

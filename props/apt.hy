@@ -7,8 +7,9 @@ packages are installed is asked of dpkg once per connection and remembered
 changes it, so that a host with a hundred `apt.installed` properties runs
 `dpkg-query` once, not a hundred times."
 
-(require consfig.property [defprop]
-         consfig.propspec [defproplist])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defproplist]))
 (import re
         consfig.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script]
         consfig.context [forget-connattr get-connattr set-connattr]

@@ -11,7 +11,7 @@ to bootstrap.  It is applied through a `[:chroot :into ROOT]` hop on top of
 the connection the enclosing host is applied through, as part of the same
 deployment: its properties are reported under the `os-bootstrapped` line."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import posixpath
         hy.models [Keyword]
         consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]

@@ -1,6 +1,6 @@
 "Running commands."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import posixpath
         consfig.actions [Script run remote-exists?]
         consfig.hop [command->script]

@@ -1,7 +1,8 @@
 "cron jobs: system jobs in /etc/cron.*, and users' crontabs."
 
-(require consfig.property [defprop]
-         consfig.propspec [defproplist defpropspec])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defproplist defpropspec]))
 (import posixpath
         re
         shlex

@@ -1,8 +1,9 @@
 "Settings in /etc/default: the shell fragments Debian's init scripts and
 package scripts read."
 
-(require consfig.property [defprop]
-         consfig.propspec [defproplist])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defproplist]))
 (import posixpath
         consfig.props [file]
         consfig.props.file [pairs-problem shell-pair]

@@ -12,7 +12,7 @@ that edit lines read a file with `read-text`, whose undecodable bytes come
 back as lone surrogates (Python's \"surrogateescape\") and are written back
 unchanged, as is every line the property has no business with."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import consfig.types *)
 (import difflib
         json

@@ -3,7 +3,7 @@
 An entry is one fstab line, such as \"UUID=… /srv ext4 defaults 0 2\"; entries
 are matched to existing lines by their mount point, the second field."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import consfig.props.file [map-file-lines]
         consfig.types *)
 

@@ -1,7 +1,8 @@
 "git repositories: clones kept up to date, and their settings."
 
-(require consfig.property [defprop]
-         consfig.propspec [defproplist])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defproplist]))
 (import posixpath
         consfig.combinators [with-unapply unapplied]
         consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]

@@ -1,6 +1,6 @@
 "The host's name: the hostattr, /etc/hostname, /etc/hosts and /etc/mailname."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import re
         consfig.actions [NO-CHANGE Script run run-ok? output]
         consfig.host [push-hostattr get-hostattr]

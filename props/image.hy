@@ -7,8 +7,9 @@ installed at `IMAGE-PATH`.  Both schedule with a systemd timer where systemd
 runs and with a cron job where it does not (`systemd-or-cron`); the host
 needs nothing but a Python 3.9+ and flock(1)."
 
-(require consfig.property [defprop]
-         consfig.propspec [defpropspec])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defpropspec]))
 (import contextvars
         json
         os

@@ -1,8 +1,9 @@
 "Locales: generating them, and choosing them for the system (Debian's
 `locales` package: /etc/locale.gen, locale-gen, update-locale)."
 
-(require consfig.property [defprop]
-         consfig.propspec [defproplist])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defproplist]))
 (import re
         shlex
         consfig.combinators [with-unapply unapplied]

@@ -1,6 +1,6 @@
 "Mounted filesystems (Linux: findmnt(8) and umount(8) from util-linux)."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import posixpath
         consfig.actions [NO-CHANGE run run-ok? output]
         consfig.props.os [required]

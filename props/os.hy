@@ -4,7 +4,7 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 \"suite\" \"bookworm\" \"arch\" \"amd64\"}.  Types form a hierarchy
 (debian-stable is a debian is a linux), which `required` and `isa?` follow."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import hy.models [Keyword]
         consfig.actions [NO-CHANGE]
         consfig.engine [apply-propapp unapply-propapp]

@@ -1,6 +1,6 @@
 "Packages, through whichever package manager the target has."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import consfig.actions [run run-ok?]
         consfig.context [get-connattr set-connattr]
         consfig.errors [FailedChange]

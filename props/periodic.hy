@@ -1,6 +1,6 @@
 "Applying expensive properties now and then rather than every time."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import posixpath
         re
         consfig.actions [NO-CHANGE Script run run-script output remote-exists?]

@@ -7,7 +7,7 @@ the properties here and in `systemd` that start, stop or reload services do
 nothing, and /usr/sbin/policy-rc.d answers 101 (\"action forbidden\") so that
 packages installed meanwhile do not start theirs either."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import contextlib
         contextvars
         consfig.actions [NO-CHANGE run run-ok? read-remote-file write-remote-file

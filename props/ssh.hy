@@ -1,12 +1,15 @@
 "SSH client-side state: users' keys, authorized keys and known hosts."
 
-(require consfig.property [defprop])
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defpropspec]))
 (import posixpath
         consfig.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.data [get-data-bytes require-data]
         consfig.engine [Drift]
         consfig.errors [FailedChange]
-        consfig.host [get-hostname]
+        consfig.host [get-hostname get-hostattrs hosts-with-hostattr]
+        consfig.props.file :as file
         consfig.props.file [add-lines remove-lines content->bytes read-bytes update-file]
         consfig.props.user [home-directory]
         consfig.types *)
@@ -113,5 +116,31 @@ the public KEY.  Unapplying removes that line."
     (add-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)]))
   (:unapply (remove-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)])))
 
+(defn site-known-hosts-lines []
+  "The known_hosts lines of every host the site defines that has an SSH
+host key (hostattr `ssh-host-key`): its hostname and aliases (hostattr
+`aliases`), then the key, one line per key, in the order the hosts were
+defined."
+  (lfor [hostname keys] (.items (hosts-with-hostattr "ssh-host-key"))
+        key (reversed keys)
+        (_known-hosts-line [hostname #* (reversed (get-hostattrs hostname "aliases"))]
+                           (.join " " (cut (.split key) 2)))))
+
+(defpropspec known-hosts-of-site :posix [* #^ (list-of ssh-public-key) [extra #()]]
+  "/etc/ssh/ssh_known_hosts lists the SSH host keys of the site: of every
+host the site defines that has one (hostattr `ssh-host-key`, which
+`sshd.has-host-public-key` pushes), this host too, under its hostname and
+its aliases (hostattr `aliases`); then the EXTRA lines (`github.com
+ssh-ed25519 AAAA…`).  Nothing else: the file is the site's, so a host
+taken out of the site, or whose key changed, loses its old line.  Each
+user's ssh reads it, so hosts of the site reach each other without being
+asked to trust a key."
+  (:desc "SSH known hosts of the site")
+  [(file.directory-exists "/etc/ssh")
+   (file.has-content SYSTEM-KNOWN-HOSTS
+                     (.join "" (gfor l [#* (site-known-hosts-lines) #* extra] (+ l "\n")))
+                     :mode 0o644)])
+
 (export :objects [authorized-keys has-user-key known-host system-known-host
-                  user-key-iden2 ssh-public-key ssh-key-type])
+                  user-key-iden2 ssh-public-key ssh-key-type known-hosts-of-site
+                  site-known-hosts-lines])

@@ -4,13 +4,15 @@ A change to sshd_config is checked with `sshd -t` on a copy before the real
 file is touched, so that a typo never leaves a host unreachable: an invalid
 configuration fails the property and the file stays as it was."
 
-(require consfig.property [defprop]
-         consfig.propspec [defproplist])
-(import consfig.actions [NO-CHANGE write-remote-file run run-script]
+(eval-when-compile
+  (require consfig.property [defprop]
+           consfig.propspec [defproplist]))
+(import consfig.actions [NO-CHANGE output write-remote-file run run-script]
         consfig.data [get-data-bytes require-data]
         consfig.engine [Drift]
-        consfig.errors [FailedChange]
-        consfig.host [get-hostname]
+        consfig.errors [AbortedChange FailedChange]
+        consfig.hop [Script]
+        consfig.host [get-hostname push-hostattr]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
                             read-bytes read-text content->bytes pairs-problem conf-pair]
@@ -59,10 +61,14 @@ complaint when it is not valid."
   "sshd's host key of TYPE is the private key held as prerequisite data of
 the host (HOSTNAME, /etc/ssh/ssh_host_TYPE_key), a secret, installed with
 mode 0600, and its .pub is PUBLIC-KEY: the host keeps its identity when it
-is reinstalled, and other hosts can know PUBLIC-KEY from the consfig.  sshd
+is reinstalled, and other hosts can know PUBLIC-KEY from the consfig (it is
+hostattr `ssh-host-key`, as for `has-host-public-key`).  sshd
 reloads when it changed (where services run)."
   (:desc f"sshd has its {type} host key from data")
-  (:hostattrs (require-data (get-hostname) (host-key-path type) :secret True))
+  (:hostattrs
+    (require-data (get-hostname) (host-key-path type) :secret True)
+    ;; Other hosts know it: ssh.known-hosts-of-site.
+    (push-hostattr "ssh-host-key" (_key-of public-key)))
   (:check
     (setv key (host-key-path type))
     (or (and (= (read-bytes key) (.reveal (get-data-bytes (get-hostname) key)))
@@ -102,4 +108,35 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
   (:desc "sshd accepts no passwords")
   (configured "PasswordAuthentication" "no" "KbdInteractiveAuthentication" "no"))
 
-(export :objects [installed configured no-passwords validate has-host-key host-key-path CONFIG])
+(setv ssh-host-public-key
+      (matching "ssh-host-public-key"
+                "a public key line such as \"ssh-ed25519 AAAA… comment\""
+                r"(ssh-[a-z0-9-]+|ecdsa-sha2-[a-z0-9-]+|sk-[a-z0-9@.-]+) [A-Za-z0-9+/=]+( [^\n\r\x00]*)?"))
+
+(defn _key-of [line]
+  ;; A public key without its comment: its type and its base64 data.
+  (.join " " (cut (.split line) 2)))
+
+(defn _host-public-keys []
+  (lfor line (.splitlines (output (Script "cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null || :")
+                                  :timeout 60))
+        :if (.strip line)
+        (_key-of line)))
+
+(defprop has-host-public-key :posix [#^ ssh-host-public-key key]
+  "This host's SSH host key is KEY (`ssh-ed25519 AAAA…`, as in
+/etc/ssh/ssh_host_ed25519_key.pub): the site records it as hostattr
+`ssh-host-key`, for other hosts to know it (`ssh.known-hosts-of-site`).
+Applying it checks that one of /etc/ssh/ssh_host_*_key.pub is KEY, and
+fails, changing nothing, when none is: the key recorded is wrong, or the
+host has a new one."
+  (:desc f"SSH host key {(get (.split key) 0)} recorded")
+  (:hostattrs (push-hostattr "ssh-host-key" (_key-of key)))
+  (:check (in (_key-of key) (_host-public-keys)))
+  (:apply
+    (raise (AbortedChange
+             (+ f"no /etc/ssh/ssh_host_*_key.pub holds the key recorded for this host ({(_key-of key)}); "
+                "record the one the host has")))))
+
+(export :objects [installed configured no-passwords validate has-host-key host-key-path CONFIG
+                  has-host-public-key ssh-host-public-key])

@@ -10,7 +10,7 @@ say so and do nothing.
 With `:user-instance True` a property acts on the user's own service manager
 (`systemctl --user`) of the user the connection runs as."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import consfig.actions [NO-CHANGE Script run run-ok?]
         consfig.engine [Drift inform]
         consfig.props.service [no-services? skip-for-no-services]

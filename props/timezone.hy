@@ -1,6 +1,6 @@
 "The system timezone."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import posixpath
         re
         consfig.actions [run run-ok? read-remote-file write-remote-file

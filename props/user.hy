@@ -1,6 +1,6 @@
 "Users and groups, through the shadow utilities (useradd, usermod, …)."
 
-(require consfig.property [defprop])
+(eval-when-compile (require consfig.property [defprop]))
 (import re
         consfig.actions [Script run run-ok? output]
         consfig.data [get-data-string require-data]

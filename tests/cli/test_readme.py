@@ -41,16 +41,30 @@ def test_readme_commands_are_what_ci_runs():
     assert test_command.group(1) in ci
 
 
-def test_readme_tour_consfig_loads_and_preprocesses(tmp_path):
-    code = re.search(r"```hy\n(.*?)```", section("A tour of a consfig"), re.S).group(1)
-    site = tmp_path / "example.hy"
+def dry_run(tmp_path, code, host):
+    """`consfig deploy --dry-run HOST` of a site consfig made of CODE."""
+    site = tmp_path / "site.hy"
     site.write_text(code)
     result = subprocess.run(
-        [sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), "athena", "--dry-run"],
+        [sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), host, "--dry-run"],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_readme_tour_consfig_loads_and_preprocesses(tmp_path):
+    code = re.search(r"```hy\n(.*?)```", section("A tour of a consfig"), re.S).group(1)
+    result = dry_run(tmp_path, code, "athena")
     assert 'chain: [[:ssh :user "root"] :python]' in result.stdout
     assert '"type" "debian-stable"' in result.stdout
+
+
+def test_readme_facts_from_other_hosts_example_reads_the_other_hosts(tmp_path):
+    code = re.search(r"```hy\n(\(require.*?)```", section("Facts from other hosts"), re.S).group(1)
+    result = dry_run(tmp_path, code, "lb")
+    assert "server web1.example.org web1.example.org:8080 check" in result.stdout, result.stdout
+    assert "web1.example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFdlYjFob3N0a2V5" in result.stdout, result.stdout
+    assert "lb.example.org ssh-ed25519" in result.stdout, result.stdout
 
 
 def test_property_reference_is_up_to_date():

@@ -1,0 +1,87 @@
+"""The :ssh hop without Fabric: what it reads of ssh_config, and what a
+controller imports for it."""
+
+import os
+import subprocess
+import sys
+
+import hy  # noqa: F401
+from hy.models import Keyword as K
+
+from consfig.chain import close_chain, establish_chain, parse_chain
+from consfig.combinators import eseqprops
+from consfig.context import establishing_for
+from consfig.host import make_host
+
+LAB_CONFIG = """Match exec "test -e {marker}"
+    HostName 127.0.0.1
+    Port {port}
+    User {user}
+    IdentityFile {key}
+    IdentitiesOnly yes
+    UserKnownHostsFile {known}
+"""
+
+
+def whoami_over(config, host):
+    chain = parse_chain([[K("ssh"), K("config"), config, K("host"), host]])
+    with establishing_for(make_host(host, None, None, eseqprops())):
+        conns = establish_chain(chain)
+    try:
+        return conns[-1].run(["id", "-un"]).stdout.strip()
+    finally:
+        close_chain(conns)
+
+
+WHOAMI = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_ssh_config import whoami_over
+print(whoami_over({config!r}, {host!r}))
+"""
+
+
+def test_match_exec_in_ssh_config_is_honoured(sshlab, tmp_path):
+    # paramiko runs Match exec's command with invoke, which consfig does
+    # not import unless a configuration needs it.  (In a process of its own:
+    # invoke reads the standard input, which pytest refuses.)
+    marker = tmp_path / "marker"
+    marker.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(LAB_CONFIG.format(marker=marker, port=sshlab.port, user=sshlab.user,
+                                        key=sshlab.client_key, known=sshlab.known_hosts))
+    code = WHOAMI.format(tests=os.path.dirname(__file__), config=str(config), host="matched.invalid")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == sshlab.user, r.stdout
+
+
+def test_user_at_host_port_in_host_is_understood(sshlab):
+    host = f"{sshlab.user}@127.0.0.1:{sshlab.port}"
+    config = sshlab.write_config(os.path.join(sshlab.root, "ssh_config_plain"), sshlab.port)
+    # Only the lab's key and known hosts from the "lab" block are needed:
+    # give them for every host.
+    with open(config, "a") as f:
+        f.write(f"Host *\n    IdentityFile {sshlab.client_key}\n    IdentitiesOnly yes\n"
+                f"    UserKnownHostsFile {sshlab.known_hosts}\n")
+    assert whoami_over(config, host) == sshlab.user
+
+
+CHILD = """
+import sys, hy
+from hy.models import Keyword as K
+from consfig.chain import parse_chain
+parse_chain([[K("ssh"), K("host"), "db1.example.org"], K("sudo"), K("python")])
+import consfig.connections.ssh as ssh
+before = sorted(m for m in ("paramiko", "fabric", "invoke") if m in sys.modules)
+ssh._import_ssh_libraries()
+after = sorted(m for m in ("fabric", "invoke") if m in sys.modules)
+print(before, after)
+"""
+
+
+def test_parsing_an_ssh_chain_imports_no_ssh_library_and_connecting_no_fabric_or_invoke():
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split("\n")[0]
+    assert out == "[] []", out
