@@ -61,7 +61,10 @@ that a deployment costs one exchange of messages, not several."
     (setv self.rest rest
           self.interpreter interpreter
           self.timeout timeout
-          self.modules (tuple modules)))
+          self.modules (tuple modules)
+          ;; A `consfig.remote.Keeper` when the chain is kept between
+          ;; deployments (`consfig.keep`): the target's Python stays.
+          self.keeper None))
 
   (defn _interpreter [self]
     ;; `[:local :python]` without :interpreter: the controller's own Python
@@ -90,7 +93,12 @@ return the `Outcome`."
                     :timeout self.timeout
                     :command-timeout (.chain-command-timeout self.upstream)
                     :modules self.modules
-                    :where self.where))
+                    :where self.where
+                    :keeper self.keeper))
+
+  (defn close [self]
+    (when self.keeper
+      (.close self.keeper)))
 
   ;; A property applied through this connection directly (not by the
   ;; target) acts through the chain before it.

@@ -9,10 +9,10 @@ try-register-data-source);
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 from consfig import (actions, chain, combinators, context, data, datasources, deployment,
-                     engine, errors, fleet, hop, host, image, property, propspec, result)
+                     engine, errors, fleet, hop, host, image, keep, property, propspec, result)
 
 _MODULES = (property, propspec, host, deployment, fleet, image, combinators, result, actions,
-            context, chain, hop, engine, errors, data, datasources)
+            context, chain, hop, engine, errors, data, datasources, keep)
 
 __all__ = []
 _hy_macros = {}

@@ -13,6 +13,7 @@ and a bare hostname symbol."
                         check-propspec-fits checking? current-run]
         consfig.errors [ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
+        consfig.keep [chain-key idle-limit keepable? keep-chain take-kept]
         consfig.lock [holding-target-lock]
         consfig.property [find-property]
         consfig.propspec [dotted->name walk-body]
@@ -56,10 +57,15 @@ host's propspec; ADDITIONAL is applied after it."
   (Prepared prepared parsed))
 
 (defn run-prepared [deployment sink * [unapply False] [check False] [verbosity 0]
-                    [secrets None]]
+                    [secrets None] [keep None]]
   "Establish the chain of the `Prepared` DEPLOYMENT and apply its host,
 sending events to SINK; return an `Outcome`.  SECRETS seeds the
-deployment's cache (passwords asked for beforehand, see `consfig.fleet`)."
+deployment's cache (passwords asked for beforehand, see `consfig.fleet`).
+KEEP: seconds to keep the chain open afterwards for the next deployment
+of the host over it (`consfig.keep`), when it has a `:python` hop."
+  (when (and keep (keepable? deployment.chain))
+    (return (_run-kept deployment sink keep :unapply unapply :check check
+                       :verbosity verbosity :secrets secrets)))
   (setv prepared deployment.host
         conns [])
   (with [_ (establishing-for prepared :seed secrets)]
@@ -74,8 +80,37 @@ deployment's cache (passwords asked for beforehand, see `consfig.fleet`)."
       (finally
         (close-chain conns)))))
 
+(defn _run-kept [deployment sink idle * unapply check verbosity secrets]
+  ;; Over the chain kept from the last deployment of this host, if it is
+  ;; still there; else over a fresh one, kept afterwards.  A kept one that
+  ;; turns out to have ended before the host reached it is replaced, once.
+  (import consfig.lock [lock-request]
+          consfig.remote [Keeper KeptSessionLost])
+  (setv prepared deployment.host
+        key (chain-key deployment.chain prepared.hostname))
+  (with [_ (establishing-for prepared :seed secrets)]
+    (while True
+      (setv conns (take-kept key)
+            reused (bool conns))
+      (when (not reused)
+        (setv conns (establish-chain deployment.chain)
+              (. (get conns -1) keeper) (Keeper None)))
+      (setv target (get conns -1)
+            target.keeper.lock (lock-request prepared.hostname))
+      (try
+        (setv outcome (.apply-remotely target prepared sink :unapply unapply
+                                       :verbosity verbosity :check check))
+        (except [KeptSessionLost]
+          (close-chain conns)
+          (if reused (continue) (raise)))
+        (except [BaseException]
+          (close-chain conns)
+          (raise)))
+      (keep-chain key conns idle)
+      (return outcome))))
+
 (defn deploy* [chain host * [propspec None] [additional None] [sink None]
-               [verbosity 0] [unapply False] [check False] [diff False]]
+               [verbosity 0] [unapply False] [check False] [diff False] [persist None]]
   "Deploy HOST (a Host or hostname) over CHAIN (its default chain when None)
 and return an `Outcome`.  PROPSPEC replaces the host's propspec; ADDITIONAL
 is applied after it.  With CHECK, change nothing: connect, run every check
@@ -85,7 +120,13 @@ told the hostname and how many announced properties are coming.
 
 Everything that can be checked on the controller — the chain, the
 propspec's arguments, every :hostattrs — is checked before connecting.
-`consfig.fleet.deploy-hosts*` deploys several hosts at once."
+`consfig.fleet.deploy-hosts*` deploys several hosts at once.
+
+PERSIST keeps a chain with a `:python` hop open afterwards, so that the
+next deployment of HOST over it starts at once (`consfig.keep`): True for
+`consfig.keep.IDLE-LIMIT` seconds without a deployment, a number for that
+many, False never; None (the default) does what the REPL says, keep (in
+`consfig repl`) or not (elsewhere).  `(disconnect)` closes them."
   (setv deployment (prepare-deployment chain host :propspec propspec :additional additional)
         reporter (when (is sink None)
                    ;; Imported here, not at the top: a target applying a host
@@ -96,7 +137,8 @@ propspec's arguments, every :hostattrs — is checked before connecting.
   (when (hasattr sink "expect")
     (.expect sink deployment.hostname (announced-count deployment.host.propspec)))
   (try
-    (run-prepared deployment sink :unapply unapply :check check :verbosity verbosity)
+    (run-prepared deployment sink :unapply unapply :check check :verbosity verbosity
+                  :keep (idle-limit persist))
     (finally
       (when reporter
         (.finish reporter)
@@ -114,7 +156,7 @@ propspec's arguments, every :hostattrs — is checked before connecting.
   ;; A bare `:local` in a function call would mark a keyword argument.
   (if (isinstance chain Keyword) `(quote ~chain) chain))
 
-(setv _DEPLOY-OPTIONS #{"check" "diff" "verbosity" "unapply" "sink"})
+(setv _DEPLOY-OPTIONS #{"check" "diff" "verbosity" "unapply" "sink" "persist"})
 
 (defn _split-options [forms]
   ;; `(deploy :ssh athena :check True (extra …))`: the keywords that name

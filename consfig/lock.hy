@@ -71,6 +71,12 @@ reap \"$3\"")
   (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), deploying {hostname}, "
      f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"))
 
+(defn lock-request [hostname]
+  "What a kept session's Python (see `consfig.keep`) is told in order to
+take the lock itself for a deployment of HOSTNAME: how long to wait, and
+who holds it, for whoever waits."
+  {"wait" LOCK-WAIT "holder" (_holder hostname)})
+
 (defn _acquire [connection hostname wait]
   (setv token (secrets.token-hex 16)
         process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
@@ -124,4 +130,4 @@ which may be held by the controller, out of this process's sight."
               (setv connection.deployment-token None)
               (_release process))))))
 
-(export :objects [holding-target-lock LOCK-WAIT])
+(export :objects [holding-target-lock lock-request LOCK-WAIT])

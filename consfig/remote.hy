@@ -129,7 +129,10 @@ on threads of their own, so that every wait here has a timeout."
         (.write self.process.stdin data)
         (.flush self.process.stdin)
         (+= (get stats "bytes-sent") (len data)))
-      (except [OSError] None))
+      ;; The far end is gone (a dead SSH connection says so with EOFError
+      ;; or paramiko's own errors): the reader sees the end of its output
+      ;; and that is reported.
+      (except [Exception] None))
     ;; The far end may be gone already, and a channel says so with errors
     ;; of its own.
     (try (.close self.process.stdin) (except [Exception] None)))
@@ -144,6 +147,18 @@ on threads of their own, so that every wait here has a timeout."
         (.extend self.stderr-tail chunk)
         (del (cut self.stderr-tail 0 (max 0 (- (len self.stderr-tail) 16384)))))
       (except [Exception] None)))
+
+  (defn usable? [self silence]
+    "Whether this session, kept between deployments, may serve another:
+its process runs, nothing it said was end of file, and it said something
+(a tick at least) within SILENCE seconds.  Drops what it said meanwhile."
+    (try (while True
+           (when (is (.get-nowait self.inbox) None)
+             (.put self.inbox None)
+             (return False)))
+         (except [queue.Empty] None))
+    (and (is (.wait self.process 0) None)
+         (< (- (time.monotonic) self.last-heard) silence)))
 
   (defn send [self msg [payload b""]]
     (.put self.outbox (frame msg payload)))
@@ -312,37 +327,100 @@ has exited or WAIT seconds have passed."
                       (+ "\n" (_indent (get m "traceback")))
                       "")))))))
 
+(defclass KeptSessionLost [ConnectionFailed]
+  "A session kept from an earlier deployment (see `consfig.keep`) turned
+out to have ended before this deployment's host reached it: nothing was
+applied, and a fresh chain may be tried.")
+
+(defclass Keeper []
+  "Where a kept chain's `:python` hop keeps its session between
+deployments: the session and the bundle its Python runs (None, None when
+there is none).  LOCK: what the target's Python is told about the
+deployment lock, which it takes itself for each apply."
+  (defn __init__ [self lock]
+    (setv self.session None
+          self.bundle None
+          self.lock lock))
+  (defn close [self]
+    "End the kept session, if any: its Python ends, and all it started."
+    (when self.session
+      (.close self.session)
+      (setv self.session None
+            self.bundle None))))
+
+(defn _hello-skipping-ticks [session timeout name where]
+  ;; A kept session's Python ticks while idle: a tick may come first.
+  (while True
+    (setv m (_receive session timeout name where "start"))
+    (when (or (is m None) (!= (get m "op") "tick"))
+      (return m))))
+
 (defn apply-remotely [upstream host sink * [interpreter "python3"] [chain #()]
                       [unapply False] [check False] [verbosity 0] [timeout 60]
-                      [modules #()] [command-timeout None] [where None]]
+                      [modules #()] [command-timeout None] [where None] [keeper None]]
   "Apply the preprocessed HOST in a Python started through UPSTREAM, passing
 each event to SINK as it arrives, and return an `Outcome`; with CHECK,
 change nothing and report what would change.  CHAIN (parsed hops) is
 established on the target first.  TIMEOUT is how many seconds the
 target may stay silent before the deployment is given up; COMMAND-TIMEOUT,
 the seconds after which a command the target runs is stopped, when the
-command gives none."
+command gives none.
+
+With a `Keeper`, the Python is left running afterwards, serving the next
+deployment made through it: one it kept is used when it is still there and
+runs the same bundle.  When that one turns out to have ended before it got
+the host, `KeptSessionLost` is raised."
+  (import consfig.serve [HEARTBEAT])
   (setv where (or where upstream.where)
         name host.hostname
         bundle (bundle-for host.propspec modules)
         items (items-to-carry host)
-        session (_start upstream interpreter name where))
+        had (and keeper keeper.session)
+        alive (and had (.usable? keeper.session (* 3 HEARTBEAT))))
+  (when (and had (not alive))
+    ;; The chain it ran over is likely gone with it.
+    (.close keeper)
+    (raise (KeptSessionLost f"{name}: the kept session has ended" where)))
+  (setv reused (and alive (= keeper.bundle bundle.hash)))
+  (when (and keeper (not reused))
+    ;; Other code (the consfig was edited): another Python, same chain.
+    (.close keeper))
+  (setv session (if reused
+                    keeper.session
+                    (try (_start upstream interpreter name where)
+                         (except [e ConnectionFailed]
+                           (if had
+                               (raise (KeptSessionLost (str e) where) :from e)
+                               (raise)))))
+        kept False)
+  (when keeper
+    (setv keeper.session None))
   (try
     (_send-host session bundle host items chain
                 {"unapply" unapply "check" check "verbosity" verbosity
                  "command-timeout" command-timeout
                  ;; Reached through a chroot (say), the target's Python is
                  ;; where no service may start, as the hops before it know.
-                 "no-services" (no-services-reason upstream)})
+                 "no-services" (no-services-reason upstream)
+                 #** (if keeper {"persist" True "lock" keeper.lock} {})})
     (when (>= verbosity 3)
-      (_tell sink name f"→ hello (bundle {bundle.hash}), apply {name}" "wire"))
-    (setv hello (_receive session timeout name where "start"))
+      (_tell sink name (+ f"→ hello (bundle {bundle.hash}), apply {name}"
+                          (if reused " (kept session)" "")) "wire"))
+    (setv hello (_hello-skipping-ticks session timeout name where))
+    (when (and reused (is hello None))
+      (raise (KeptSessionLost f"{name}: the kept session ended before this deployment" where)))
     (_check-hello hello session interpreter name where)
     (when (>= verbosity 3)
       (_tell sink name (_frame-summary hello) "wire"))
     (when items
       (_send-data session (lfor i items :if (not (kept? i (.get hello "data"))) i) sink name))
-    (_converse session bundle hello items sink name where timeout verbosity)
-    (finally (.close session))))
+    (setv outcome (_converse session bundle hello items sink name where timeout verbosity)
+          kept (bool keeper))
+    outcome
+    (finally
+      (if kept
+          (setv keeper.session session
+                keeper.bundle bundle.hash)
+          (.close session)))))
 
-(export :objects [bootstrap apply-remotely Session stats])
+(export :objects [bootstrap apply-remotely Session Keeper KeptSessionLost stats])

@@ -62,10 +62,16 @@ number of hosts it defines."
 
 (defn run-repl [[file None]]
   "Start an interactive REPL in `repl-module`; return its exit status: 1
-when a deployment made in it failed, else 0."
+when a deployment made in it failed, else 0.  Deployments made in it keep
+their chains open (`consfig.keep`); `(disconnect)` closes them, and they
+are closed when it exits."
+  (import consfig.keep)
+  ;; What is deployed from here is deployed again soon: keep its chain.
+  (setv consfig.keep.persist-by-default True)
   (setv module (repl-module file)
         repl (REPL :locals module.__dict__))
-  (.run repl)
+  (try (.run repl)
+       (finally (consfig.keep.disconnect)))
   (if repl.failed? 1 0))
 
 (export :objects [REPL repl-module run-repl])

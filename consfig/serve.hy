@@ -10,7 +10,8 @@ the process exits at once.
 
 Nothing here imports fabric, paramiko or rich: none of them is on a target."
 
-(import os
+(import contextlib
+        os
         queue
         signal
         sys
@@ -168,11 +169,120 @@ candidates for pruning."
       (prune-bundles (os.path.dirname bundle-dir) bundle-dir))
     (except [#(OSError ValueError)] None)))
 
+(defn _apply-one [msg next-data writer bundle-dir [started None]]
+  ;; One apply message: take its data, apply its host, send `done` (or
+  ;; `error`).  STARTED runs once the data is in, when the input is free
+  ;; for whoever watches it.
+  (import consfig.data [resolve-data]
+          consfig.datacache [receive-data received-items]
+          consfig.payload [payload-host])
+  (try
+    (setv entries (receive-data msg next-data writer.message (_data-root bundle-dir)))
+    (when started (started))
+    (setv host (payload-host msg))
+    (resolve-data host)
+    ;; A hop after this one carries on all that came here.
+    (setv host.nested-data (received-items entries))
+    (setv outcome (with [_ (_target-lock bundle-dir (.get msg "lock"))]
+                    (_apply-here host msg writer.event)))
+    (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
+    (except [e Exception]
+      (.message writer (_error-message e)))))
+
+(defn [contextlib.contextmanager] _target-lock [bundle-dir request]
+  ;; A kept session (see `consfig.keep`) takes the deployment lock itself,
+  ;; for each apply: the same flock(2) on the same file as the holder
+  ;; `consfig.lock` starts, without the round trip of starting one.  Its
+  ;; processes are this one's, which `_die` ends.  REQUEST: None (the
+  ;; controller holds the lock) or {wait holder}.
+  (if (not request)
+      (yield)
+      (do (import fcntl time)
+          (setv cache (os.path.dirname (os.path.dirname bundle-dir))
+                wait (get request "wait")
+                deadline (+ (time.monotonic) wait)
+                fd (os.open (os.path.join cache "deploy.lock")
+                            (| os.O-WRONLY os.O-APPEND os.O-CREAT) 0o600))
+          (try
+            (while True
+              (try (fcntl.flock fd (| fcntl.LOCK-EX fcntl.LOCK-NB))
+                   (break)
+                   (except [BlockingIOError]
+                     (when (> (time.monotonic) deadline)
+                       (raise (ConsfigError
+                                (+ "another deployment holds this target: "
+                                   (_read-or (os.path.join cache "deploy.holder") "(unknown)")
+                                   f"; waited {wait} s for it to end"))))
+                     (time.sleep 0.1))))
+            (with [f (open (os.path.join cache "deploy.holder") "w")]
+              (.write f (+ (get request "holder") "\n")))
+            (yield)
+            (finally (os.close fd))))))
+
+(defn _read-or [path default]
+  (try (with [f (open path)] (.strip (.read f)))
+       (except [OSError] default)))
+
+(defn _hello [bundle-dir]
+  ;; What the bootstrap says first, said again for each apply of a kept
+  ;; session: the data versions kept here change as data arrives.
+  (import importlib.util
+          consfig.boot [PROTOCOL data-inventory])
+  {"op" "hello" "protocol" PROTOCOL "python" (list (cut sys.version-info 3))
+   "executable" sys.executable "have" True "tag" sys.implementation.cache-tag
+   "magic" (.hex importlib.util.MAGIC-NUMBER)
+   "data" (data-inventory (os.path.dirname (os.path.dirname bundle-dir)) (os.geteuid))})
+
+(defn _read-into [stream frames]
+  ;; A kept session reads its input all the time: end of file, whether it
+  ;; comes while applying or while idle, means the controller is gone.
+  (while True
+    (setv m (read-frame stream))
+    (when (is m None) (_die))
+    (.put frames m)))
+
+(defn _serve-kept [msg in pending writer bundle-dir new]
+  ;; Apply MSG, then every further host the controller sends (a hello and
+  ;; an apply each), until it closes the input.  The writer's ticks go on
+  ;; between applies: they are the controller's keepalive.
+  (setv frames (queue.SimpleQueue)
+        held (list pending))
+  (.start (threading.Thread :target _read-into :args #(in frames) :daemon True
+                            :name "consfig-reader"))
+  (defn next-op [op]
+    (for [m (list held)]
+      (when (= (get m "op") op)
+        (.remove held m)
+        (return m)))
+    (while True
+      (setv m (.get frames))
+      (when (= (get m "op") op) (return m))
+      (.append held m)))
+  (setv bundle (os.path.basename bundle-dir)
+        first True)
+  (while True
+    (_apply-one msg (fn [] (next-op "data")) writer bundle-dir)
+    (when first
+      (tidy-cache bundle-dir new)
+      (setv first False))
+    (setv hello (next-op "hello"))
+    (when (!= (get hello "bundle") bundle)
+      ;; The controller starts another Python for other code; say so
+      ;; rather than apply with this one.
+      (.message writer {"op" "error" "type" "ConsfigError" "traceback" ""
+                        "message" f"this Python runs bundle {bundle}, not {(get hello "bundle")}"})
+      (.close writer)
+      (os._exit 0))
+    (.message writer (_hello bundle-dir))
+    (setv msg (next-op "apply"))))
+
 (defn serve [in out pending bundle-dir new]
   "The target's main loop, called by the bootstrap once the bundle is in
 BUNDLE-DIR (NEW if it was just unpacked): apply the host the controller
 sends, reading frames from IN (PENDING: those the bootstrap read already),
-and stream the events back to OUT."
+and stream the events back to OUT.  An apply message marked `persist`
+(a kept chain's, see `consfig.keep`) keeps this Python serving further
+ones until the controller closes its input."
   (running-from bundle-dir)
   ;; After the bundle, so that nothing installed on the target shadows it,
   ;; but there for :python properties that use the target's own libraries.
@@ -182,23 +292,12 @@ and stream the events back to OUT."
         writer (_Writer out))
   (for [s [signal.SIGTERM signal.SIGHUP]]
     (signal.signal s (fn [#* _] (_die))))
-  (import consfig.data [resolve-data]
-          consfig.datacache [receive-data received-items]
-          consfig.payload [payload-host])
-  (try
-    ;; Before the watcher takes over the input: the data comes on it.
-    (setv entries (receive-data msg (fn [] (_next "data" in pending)) writer.message
-                                (_data-root bundle-dir)))
-    (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
-                              :name "consfig-watcher"))
-    (setv host (payload-host msg))
-    (resolve-data host)
-    ;; A hop after this one carries on all that came here.
-    (setv host.nested-data (received-items entries))
-    (setv outcome (_apply-here host msg writer.event))
-    (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
-    (except [e Exception]
-      (.message writer (_error-message e))))
+  (when (.get msg "persist")
+    (_serve-kept msg in pending writer bundle-dir new))
+  ;; Before the watcher takes over the input: the data comes on it.
+  (_apply-one msg (fn [] (_next "data" in pending)) writer bundle-dir
+              (fn [] (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
+                                               :name "consfig-watcher"))))
   (.set _finished)
   (.close writer)
   (tidy-cache bundle-dir new)

@@ -73,9 +73,9 @@ def sent(events, secret=False):
             if e.get("stream") == "data" and e.get("secret") == secret]
 
 
-def run(chain, dest):
+def run(chain, dest, **kw):
     events = []
-    outcome = deploy(chain, host(dest), sink=events.append, verbosity=3)
+    outcome = deploy(chain, host(dest), sink=events.append, verbosity=3, **kw)
     assert outcome.status != "failed", [e for e in events if e.get("status") == "failed"]
     return outcome, events
 
@@ -124,6 +124,29 @@ def test_each_version_is_sent_once(sshlab, site, chain_id):
     assert outcome.status == "changed"
     assert sent(events) == [("_shared", "motd")], "only the bumped item travels"
     assert (dest / "motd").read_text() == "bumped\n"
+
+
+def test_each_version_is_sent_once_over_a_kept_chain(sshlab, site):
+    import consfig.keep
+    import consfig.remote
+    chain, dest = chains(sshlab)["ssh-sudo-python"], site["dest"]
+    try:
+        outcome, events = run(chain, dest, persist=60)
+        assert outcome.status == "changed"
+        assert sorted(sent(events)) == [("_shared", "motd"), (HOST, "app.conf")], sent(events)
+        sessions = consfig.remote.stats["sessions"]
+        outcome, events = run(chain, dest, persist=60)
+        assert outcome.status == "no-change"
+        assert sent(events) == [], "the kept Python has it all"
+        assert sent(events, secret=True) == [(HOST, "app.key")], "a secret is sent each time"
+        bump(site["tree"] / "_shared" / "motd", "bumped\n")
+        outcome, events = run(chain, dest, persist=60)
+        assert outcome.status == "changed"
+        assert sent(events) == [("_shared", "motd")], "only the bumped item travels"
+        assert (dest / "motd").read_text() == "bumped\n"
+        assert consfig.remote.stats["sessions"] == sessions, "all over the one kept Python"
+    finally:
+        consfig.keep.disconnect()
 
 
 def test_a_secret_travels_in_memory_each_time_over_python(sshlab, site):
