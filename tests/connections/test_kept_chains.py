@@ -176,3 +176,71 @@ def test_leaving_the_repl_closes_its_kept_chains(lab, tmp_path):
     assert "kept 1" in result.stdout, result.stdout + result.stderr
     wait_until(lambda: not lab["server"].session_pids(), 15,
                "the REPL's kept chain to be closed when it exits")
+
+
+EDITED = """(require consfig *)
+(import consfig *)
+(use-props consfig.props [file])
+(defprop motd :python [text]
+  "The message of the day, %s: code of the site's, which travels in the bundle."
+  (:apply (with [f (open %s "w")] (.write f text)) None))
+(defhost kept.example (motd "%s\\n"))
+"""
+
+
+def connections(server):
+    """The sshd processes serving one connection each (the server's children)."""
+    pid = server.proc.pid
+    return sorted(open(f"/proc/{pid}/task/{pid}/children").read().split())
+
+
+def test_edited_code_gets_a_new_python_over_the_same_ssh_connection(lab, tmp_path):
+    from consfig.site import load_consfig
+    site = tmp_path / "edited.hy"
+    outcomes = []
+    # Of other sizes: Python would take the edit written within the same
+    # second at the same size for the cached compilation.
+    for text in ["one", "three"]:
+        site.write_text(EDITED % (text, json.dumps(lab["path"]), text))
+        load_consfig(str(site))
+        outcomes.append(deploy(lab["chain"], "kept.example", sink=lambda e: None, persist=60))
+        if text == "one":
+            sessions, ssh = remote.stats["sessions"], connections(lab["server"])
+            [python] = pythons(lab["server"])
+    assert [o.status for o in outcomes] == ["changed", "changed"], outcomes
+    assert open(lab["path"]).read() == "three\n"
+    assert remote.stats["sessions"] == sessions + 1, "the edited bundle needs another Python"
+    assert python not in pythons(lab["server"]), "the old one has gone"
+    assert connections(lab["server"]) == ssh, "over the same SSH connection"
+
+
+KILLED = """
+import sys, time
+import hy
+from hy.models import Keyword as K
+import consfig.deployment
+from consfig.combinators import eseqprops
+from consfig.host import make_host
+from consfig.props import file
+deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+chain = [[K("ssh"), K("host"), "lab", K("config"), sys.argv[1]], K("sudo"), K("python")]
+host = make_host("lab", None, None, eseqprops(file.has_content(sys.argv[2], "x\\n")))
+assert deploy(chain, host, sink=lambda e: None, persist=600).status == "changed"
+print("kept", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_repl_leaves_nothing_on_the_target(lab):
+    import subprocess
+    config = lab["chain"][0][lab["chain"][0].index(K("config")) + 1]
+    controller = subprocess.Popen([sys.executable, "-c", KILLED, config, lab["path"]],
+                                  stdout=subprocess.PIPE, text=True)
+    try:
+        assert controller.stdout.readline() == "kept\n"
+        assert pythons(lab["server"]), "the chain is kept while the controller lives"
+    finally:
+        controller.kill()
+        controller.wait(10)
+    wait_until(lambda: not lab["server"].session_pids(), 15,
+               "the target's Python and the SSH session to end with their controller")
