@@ -9,7 +9,9 @@ the chain kept between deployments as the REPL keeps it (`deploy*`
 one next to a run of the other so that both see the same load: their
 medians, and the ratio (the target: the redeploy at least 3x faster than
 the floor).  For comparison, the same deployment connecting afresh each
-time.  Needs root, as w1.py does.
+time, and both over the POSIX chain [[:ssh …] :sudo] (kept, it saves the
+SSH handshake; each deployment still starts the lock's holder and runs a
+command or two per property).  Needs root, as w1.py does.
 """
 
 import argparse
@@ -69,6 +71,14 @@ def main():
         keep.disconnect()
         for _ in range(args.runs):
             fresh.append(timed(chain, w1.w1(args.n), False))
+        posix = w1.chains(lab.config)[1]
+        posix_kept, posix_fresh = [], []
+        timed(posix, w1.w1(args.n), 300)
+        for _ in range(args.runs):
+            posix_kept.append(timed(posix, w1.w1(args.n), 300))
+        keep.disconnect()
+        for _ in range(args.runs):
+            posix_fresh.append(timed(posix, w1.w1(args.n), False))
         base, warm, cold = w1.median(floors), w1.median(kept), w1.median(fresh)
         print(f"W1 N={args.n} warm (nothing to change), [[:ssh …] :sudo :python], loopback sshd, "
               f"median of {args.runs}")
@@ -77,6 +87,9 @@ def main():
               f"{base / warm:5.1f}x faster than the floor (target >= 3x: "
               f"{'met' if base / warm >= 3 else 'MISSED'})")
         print(f"  {'the same, connecting afresh (deploy*)':<44} {cold:7.3f} s")
+        print(f"[[:ssh …] :sudo] (POSIX), W1 N={args.n} warm")
+        print(f"  {'REPL redeploy over the kept chain':<44} {w1.median(posix_kept):7.3f} s")
+        print(f"  {'the same, connecting afresh (deploy*)':<44} {w1.median(posix_fresh):7.3f} s")
     finally:
         keep.disconnect()
         w1.clear_files()

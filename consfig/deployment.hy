@@ -11,7 +11,7 @@ and a bare hostname symbol."
         consfig.data [resolve-data]
         consfig.engine [Reported announced-count apply-and-announce apply-host
                         check-propspec-fits checking? current-run]
-        consfig.errors [ConsfigError FailedChange]
+        consfig.errors [ConnectionFailed ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
         consfig.keep [chain-key idle-limit keepable? keep-chain take-kept]
         consfig.lock [holding-target-lock]
@@ -62,7 +62,7 @@ host's propspec; ADDITIONAL is applied after it."
 sending events to SINK; return an `Outcome`.  SECRETS seeds the
 deployment's cache (passwords asked for beforehand, see `consfig.fleet`).
 KEEP: seconds to keep the chain open afterwards for the next deployment
-of the host over it (`consfig.keep`), when it has a `:python` hop."
+of the host over it, when it is one `consfig.keep` can keep."
   (when (and keep (keepable? deployment.chain))
     (return (_run-kept deployment sink keep :unapply unapply :check check
                        :verbosity verbosity :secrets secrets)))
@@ -93,13 +93,17 @@ of the host over it (`consfig.keep`), when it has a `:python` hop."
       (setv conns (take-kept key)
             reused (bool conns))
       (when (not reused)
-        (setv conns (establish-chain deployment.chain)
-              (. (get conns -1) keeper) (Keeper None)))
-      (setv target (get conns -1)
-            target.keeper.lock (lock-request prepared.hostname))
+        (setv conns (establish-chain deployment.chain))
+        (when (.apply-remotely? (get conns -1))
+          (setv (. (get conns -1) keeper) (Keeper None))))
+      (setv target (get conns -1))
       (try
-        (setv outcome (.apply-remotely target prepared sink :unapply unapply
-                                       :verbosity verbosity :check check))
+        (if (.apply-remotely? target)
+            (do (setv target.keeper.lock (lock-request prepared.hostname)
+                      outcome (.apply-remotely target prepared sink :unapply unapply
+                                               :verbosity verbosity :check check)))
+            (setv outcome (_apply-kept-posix conns reused prepared sink
+                                             :unapply unapply :check check)))
         (except [KeptSessionLost]
           (close-chain conns)
           (if reused (continue) (raise)))
@@ -108,6 +112,23 @@ of the host over it (`consfig.keep`), when it has a `:python` hop."
           (raise)))
       (keep-chain key conns idle)
       (return outcome))))
+
+(defn _apply-kept-posix [conns reused prepared sink * unapply check]
+  ;; Under the lock, as over a fresh chain.  Taking it is the first thing
+  ;; sent: when that fails because a REUSED chain has died meanwhile,
+  ;; nothing was applied and a fresh chain may be tried.
+  (import consfig.keep [chain-alive?]
+          consfig.remote [KeptSessionLost])
+  (setv target (get conns -1)
+        locked False)
+  (try
+    (with [_ (holding-target-lock target prepared.hostname)]
+      (setv locked True)
+      (apply-host prepared target sink :unapply unapply :check check))
+    (except [e ConnectionFailed]
+      (if (and reused (not locked) (not (chain-alive? conns)))
+          (raise (KeptSessionLost (str e) target.where) :from e)
+          (raise)))))
 
 (defn deploy* [chain host * [propspec None] [additional None] [sink None]
                [verbosity 0] [unapply False] [check False] [diff False] [persist None]]
@@ -122,8 +143,9 @@ Everything that can be checked on the controller — the chain, the
 propspec's arguments, every :hostattrs — is checked before connecting.
 `consfig.fleet.deploy-hosts*` deploys several hosts at once.
 
-PERSIST keeps a chain with a `:python` hop open afterwards, so that the
-next deployment of HOST over it starts at once (`consfig.keep`): True for
+PERSIST keeps the chain open afterwards, so that the next deployment of
+HOST over it starts at once (a chain with a `:python` hop, or of `:ssh`
+and user hops: see `consfig.keep`): True for
 `consfig.keep.IDLE-LIMIT` seconds without a deployment, a number for that
 many, False never; None (the default) does what the REPL says, keep (in
 `consfig repl`) or not (elsewhere).  `(disconnect)` closes them."

@@ -10,16 +10,19 @@ instead of exiting.  The next deployment over the same chain to the same
 host finds it and sends just the host (and the data and bundle the target
 lacks, as always); the target takes the deployment lock for each apply.
 
-Only chains with a `:python` hop are kept: that is where the time goes.
-A kept chain is closed
+Chains with a `:python` hop are kept, and POSIX chains of `:ssh` and
+user hops (`[[:ssh] :sudo]`): over those, each deployment still starts the
+lock's holder through the chain, but skips the SSH handshake.  A kept
+chain is closed
 
 - after `IDLE-LIMIT` seconds (5 minutes) without a deployment, or the
   number of seconds `:persist` gives, by a timer thread;
 - when it has died (sshd restarted, the target's Python killed): the
   target's Python says something every few seconds (`consfig.serve`'s
-  tick, the keepalive), so a chain silent for three of them is dead.  A
-  deployment that finds its kept chain dead establishes a fresh one, once,
-  and reports nothing of it;
+  tick, the keepalive), so a chain silent for three of them is dead, and
+  paramiko's keepalive finds a dead SSH connection.  A deployment that
+  finds its kept chain dead, before anything was applied, establishes a
+  fresh one, once, and reports nothing of it;
 - by `(disconnect)`, all of them, or `(disconnect host)`, those to HOST;
 - when the Python running the REPL exits.
 
@@ -47,10 +50,20 @@ end of any deployment does."
           self.idle idle
           self.expires (+ (time.monotonic) idle)))
   (defn [property] hostname [self] (get self.key 1))
-  (defn alive? [self]
-    (import consfig.serve [HEARTBEAT])
-    (setv keeper (. (get self.conns -1) keeper))
-    (and keeper keeper.session (.usable? keeper.session (* 3 HEARTBEAT)))))
+  (defn alive? [self] (chain-alive? self.conns)))
+
+(defn chain-alive? [conns]
+  "Whether the kept chain CONNS still lives, as far as can be told without
+asking the target: its SSH connections are up (paramiko's keepalive finds
+a dead one), and its `:python` hop's Python, if any, is running and has
+ticked lately."
+  (import consfig.serve [HEARTBEAT])
+  (setv keeper (getattr (get conns -1) "keeper" None))
+  (and (all (gfor c conns
+                  :setv transport (getattr c "transport" None)
+                  (or (is transport None) (.is-active transport))))
+       (or (not (.apply-remotely? (get conns -1)))
+           (and keeper keeper.session (.usable? keeper.session (* 3 HEARTBEAT))))))
 
 (defn idle-limit [persist]
   "The seconds a deployment's chain is kept for, given `deploy*`'s PERSIST
@@ -62,8 +75,12 @@ not kept."
         True persist))
 
 (defn keepable? [chain]
-  "Whether the parsed CHAIN may be kept: it has a `:python` hop."
-  (any (gfor [name _] chain (= name "python"))))
+  "Whether the parsed CHAIN may be kept: it has a `:python` hop, or it is
+`:ssh` hops and then users (`:sudo`, `:su`, `:as`)."
+  (setv names (lfor [name _] chain name))
+  (or (in "python" names)
+      (and names (= (get names 0) "ssh")
+           (all (gfor n names (in n #("ssh" "sudo" "su" "as")))))))
 
 (defn chain-key [chain hostname]
   "What a kept chain is found by: the parsed CHAIN and the HOSTNAME."

@@ -32,15 +32,25 @@ from consfig.props import file  # noqa: E402
 deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
 
 
-@pytest.fixture
-def lab(sshlab, tmp_path):
-    """An sshd of this test's own, a :python chain to it, and a file to write;
-    every kept chain closed afterwards."""
+def _lab(sshlab, tmp_path, kind):
     server, config = second_server(sshlab, tmp_path)
-    yield {"server": server, "chain": [ssh_hop(config), K("sudo"), K("python")],
-           "path": str(tmp_path / "motd")}
+    chain = [ssh_hop(config), K("sudo")] + ([K("python")] if kind == "python" else [])
+    yield {"server": server, "chain": chain, "kind": kind, "path": str(tmp_path / "motd")}
     keep.disconnect()
     server.stop()
+
+
+@pytest.fixture
+def lab(sshlab, tmp_path):
+    """An sshd of this test's own, a [[:ssh …] :sudo :python] chain to it,
+    and a file to write; every kept chain closed afterwards."""
+    yield from _lab(sshlab, tmp_path, "python")
+
+
+@pytest.fixture(params=["python", "posix"])
+def any_lab(sshlab, tmp_path, request):
+    """The same, over [[:ssh …] :sudo :python] and over [[:ssh …] :sudo]."""
+    yield from _lab(sshlab, tmp_path, request.param)
 
 
 def write(lab, text, **kw):
@@ -60,6 +70,12 @@ def pythons(server):
     return out
 
 
+def connections(server):
+    """The sshd processes serving one connection each (the server's children)."""
+    pid = server.proc.pid
+    return sorted(open(f"/proc/{pid}/task/{pid}/children").read().split())
+
+
 def test_a_second_deployment_reuses_the_kept_connection_and_python(lab):
     assert write(lab, "one\n", persist=60).status == "changed"
     sessions, processes = remote.stats["sessions"], sorted(lab["server"].session_pids())
@@ -73,20 +89,34 @@ def test_a_second_deployment_reuses_the_kept_connection_and_python(lab):
     assert [h for h, _, _ in keep.kept_chains()] == ["lab"], keep.kept_chains()
 
 
-def test_a_deployment_not_asked_to_persist_leaves_nothing_open(lab):
+def test_a_second_deployment_reuses_the_kept_ssh_connection(any_lab):
+    lab = any_lab
+    assert write(lab, "one\n", persist=60).status == "changed"
+    ssh = connections(lab["server"])
+    assert len(ssh) == 1, ssh
+    outcome = write(lab, "two\n", persist=60)
+    assert outcome.status == "changed", outcome
+    assert open(lab["path"]).read() == "two\n", "the second host was applied"
+    assert connections(lab["server"]) == ssh, "over the same SSH connection"
+
+
+def test_a_deployment_not_asked_to_persist_leaves_nothing_open(any_lab):
+    lab = any_lab
     assert write(lab, "one\n").status == "changed"
     assert keep.kept_chains() == [], "consfig deploy keeps nothing"
     wait_until(lambda: not lab["server"].session_pids(), 15, "the SSH connection to close")
 
 
-def test_a_kept_chain_is_closed_once_idle_for_its_limit(lab):
+def test_a_kept_chain_is_closed_once_idle_for_its_limit(any_lab):
+    lab = any_lab
     assert write(lab, "one\n", persist=1).status == "changed"
     assert lab["server"].session_pids(), "kept at first"
     wait_until(lambda: not keep.kept_chains() and not lab["server"].session_pids(), 20,
                "the timer to close the chain idle for 1 s, and its processes to end")
 
 
-def test_disconnect_closes_the_chain_and_leaves_no_process_on_the_target(lab):
+def test_disconnect_closes_the_chain_and_leaves_no_process_on_the_target(any_lab):
+    lab = any_lab
     assert write(lab, "one\n", persist=60).status == "changed"
     assert keep.disconnect("lab") == 1, "one chain to lab was kept"
     assert keep.kept_chains() == []
@@ -106,7 +136,8 @@ def test_a_killed_target_python_is_replaced_without_a_failure(lab):
     assert remote.stats["sessions"] == sessions + 1, "one fresh Python, started once"
 
 
-def test_a_chain_whose_server_dropped_it_is_established_again(lab):
+def test_a_chain_whose_server_dropped_it_is_established_again(any_lab):
+    lab = any_lab
     assert write(lab, "one\n", persist=60).status == "changed"
     for pid in lab["server"].session_pids():
         try:
@@ -118,7 +149,8 @@ def test_a_chain_whose_server_dropped_it_is_established_again(lab):
     assert open(lab["path"]).read() == "two\n"
 
 
-def test_a_kept_chain_takes_the_target_lock_for_each_deployment(lab, monkeypatch):
+def test_a_kept_chain_takes_the_target_lock_for_each_deployment(any_lab, monkeypatch):
+    lab = any_lab
     assert write(lab, "one\n", persist=60).status == "changed"
     monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
     with establishing_for(make_host("lab", None, None, eseqprops())):
@@ -186,12 +218,6 @@ EDITED = """(require consfig *)
   (:apply (with [f (open %s "w")] (.write f text)) None))
 (defhost kept.example (motd "%s\\n"))
 """
-
-
-def connections(server):
-    """The sshd processes serving one connection each (the server's children)."""
-    pid = server.proc.pid
-    return sorted(open(f"/proc/{pid}/task/{pid}/children").read().split())
 
 
 def test_edited_code_gets_a_new_python_over_the_same_ssh_connection(lab, tmp_path):
