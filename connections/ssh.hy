@@ -56,7 +56,13 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
   (when (is paramiko None)
     (setv pm (_import-paramiko)
           #(_UnknownHostKey _HostKeyPolicy) (_host-key-classes pm)
-          paramiko pm)))
+          paramiko pm)
+    ;; A dropped connection is reported in consfig's words, where it
+    ;; matters; without a handler of its own, paramiko's log would reach
+    ;; Python's last resort and print "Socket exception: …" whenever it
+    ;; happens (an idle connection the REPL keeps, dying).
+    (import logging)
+    (.addHandler (logging.getLogger "paramiko") (logging.NullHandler))))
 
 (defn _import-paramiko []
   ;; paramiko imports invoke, which is half of its import time, only to run
