@@ -129,11 +129,12 @@ prompt) that should ask only when it is used."
 (defn _declarer []
   ;; What a MissingData names: the property (with its arguments) and where
   ;; it is, preferring the line of site code that made the declaration.
-  (import consfig.property [default-desc find-property hostattrs-of])
+  (import consfig.property [default-desc find-property hostattrs-of site-where])
   (setv propapp (.get hostattrs-of)
         by (if propapp (default-desc propapp) "(no property)")
         where (or (_site-frame)
-                  (when propapp (. (find-property propapp.name) where))))
+                  (when propapp
+                    (or (site-where propapp) (. (find-property propapp.name) where)))))
   #(by where))
 
 (defn _site-frames []

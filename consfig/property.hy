@@ -16,17 +16,20 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         inspect
         keyword
         hy.models [Keyword]
-        consfig.errors [ConsfigError FailedChange PropspecError site-location]
+        consfig.errors [ConsfigError FailedChange PropspecError site-location site-file?]
         consfig.types [annotation-type show]
         consfig.util [keyword-name])
 
 (defclass Propapp []
   "One application of a property: its qualified name and its arguments."
-  (setv __slots__ #("name" "args")
+  (setv __slots__ #("name" "args" "where")
         __hash__ None)
-  (defn __init__ [self name args]
+  (defn __init__ [self name args [where None]]
+    ;; WHERE (file:line of the form that wrote it) is for messages only: it
+    ;; is neither compared, printed nor sent.
     (setv self.name name
-          self.args (tuple args)))
+          self.args (tuple args)
+          self.where where))
   (defn __eq__ [self other]
     (and (isinstance other Propapp)
          (= self.name other.name)
@@ -362,8 +365,24 @@ raise is a mistake in the consfig: a `PropspecError` naming the property."
       (raise (PropspecError (+ f"{prop.short-name}: its :{which} failed: "
                                (if (isinstance e FailedChange) "" f"{(. (type e) __name__)}: ")
                                (str e))
-                            (site-location e))
+                            (or (site-location e) (site-where propapp)))
              :from e))))
+
+(defn site-where [propapp]
+  "Where in site code PROPAPP was written (file:line), or None when it was
+not (it was built by a library, read from data, or typed at a REPL)."
+  (setv where (getattr propapp "where" None))
+  (when (and where (site-file? (get (.rsplit where ":" 1) 0)))
+    where))
+
+(defn _inherit-where [x where]
+  ;; The propapps of a defproplist's expansion were written in the library
+  ;; that defines it; a message about one of them names the site's line
+  ;; that used the defproplist.
+  (cond (isinstance x Propapp)
+        (do (when (not (site-where x)) (setv x.where where))
+            (for [a x.args] (_inherit-where a where)))
+        (isinstance x list) (for [a x] (_inherit-where a where))))
 
 (defn propapps-in [args]
   "The propapps among ARGS, looking one level into lists."
@@ -433,17 +452,21 @@ a user would write them: what describes a property without a `:desc`."
 the propspec they stand for, and do the same for every propapp inside."
   (setv prop (find-property propapp.name))
   (when prop.preprocess
-    (setv propapp (Propapp propapp.name (call-subroutine prop "preprocess" propapp)))
+    (setv propapp (Propapp propapp.name (call-subroutine prop "preprocess" propapp)
+                           propapp.where))
     (.bind prop propapp.args))
   (when prop.propspec
     (setv desc (propapp-desc propapp))
-    (return ((find-property "consfig.combinators.desc") desc (_expand prop propapp))))
+    (setv expansion (_expand prop propapp))
+    (when (site-where propapp) (_inherit-where expansion propapp.where))
+    (return ((find-property "consfig.combinators.desc") desc expansion)))
   (Propapp propapp.name
            (lfor a propapp.args
                  (cond (isinstance a Propapp) (preprocess-propapp a)
                        (and (isinstance a list) (any (gfor x a (isinstance x Propapp))))
                        (lfor x a (if (isinstance x Propapp) (preprocess-propapp x) x))
-                       True a))))
+                       True a))
+           propapp.where))
 
 ;; The propapp whose :hostattrs is running: what a declaration of
 ;; prerequisite data names as the property that needs it.
@@ -536,5 +559,6 @@ as a propspec.  `(help {name})` shows its parameters and their types."
 (export :objects [Propapp Property properties define-property find-property
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
-                  propapp-desc default-desc preprocess-propapp propapp-hostattrs hostattrs-of]
+                  propapp-desc default-desc preprocess-propapp propapp-hostattrs hostattrs-of
+                  site-where]
         :macros [defprop])

@@ -153,11 +153,14 @@ variable) stays a value either way."
     (except [e [NameError AttributeError]]
       (raise (PropspecError (_unknown-message name e head) where))))
   (try
-    (cond (isinstance f Property)
-          (do (setv args (lfor a args (if (isinstance a LiteralKeyword) a.keyword a)))
-              (if dotted (dotted-propapp f args) (f #* args)))
-          dotted (raise (PropspecError f"{name}* is a dotted propapp, but {name} is not a property"))
-          True (_call-with-keywords f args))
+    (setv made (cond (isinstance f Property)
+                     (do (setv args (lfor a args (if (isinstance a LiteralKeyword) a.keyword a)))
+                         (if dotted (dotted-propapp f args) (f #* args)))
+                     dotted (raise (PropspecError f"{name}* is a dotted propapp, but {name} is not a property"))
+                     True (_call-with-keywords f args)))
+    (when (and (isinstance made Propapp) (is made.where None))
+      (setv made.where where))
+    made
     (except [e PropspecError]
       (when (is e.where None) (setv e.where where))
       (raise))))

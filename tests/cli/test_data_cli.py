@@ -53,6 +53,7 @@ def test_missing_data_is_one_error_before_connecting(tmp_path):
     assert r.returncode != 0
     assert "missing prerequisite data" in r.stderr + r.stdout, r.stderr
     assert '("_app" "absent")' in r.stderr + r.stdout, r.stderr
+    assert "site.hy:9\n" in r.stderr, "the site's line that wrote the property: " + r.stderr
     assert "nowhere.invalid" not in r.stderr + r.stdout, "nothing tried to connect"
     assert "Traceback" not in r.stderr, r.stderr
 
