@@ -182,19 +182,15 @@ and stream the events back to OUT."
         writer (_Writer out))
   (for [s [signal.SIGTERM signal.SIGHUP]]
     (signal.signal s (fn [#* _] (_die))))
-  (import consfig.data [resolve-data]
-          consfig.datacache [receive-data received-items]
-          consfig.payload [payload-host])
+  (import consfig.datacache [receive-data]
+          consfig.payload [host-on-target])
   (try
     ;; Before the watcher takes over the input: the data comes on it.
     (setv entries (receive-data msg (fn [] (_next "data" in pending)) writer.message
                                 (_data-root bundle-dir)))
     (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
                               :name "consfig-watcher"))
-    (setv host (payload-host msg))
-    (resolve-data host)
-    ;; A hop after this one carries on all that came here.
-    (setv host.nested-data (received-items entries))
+    (setv host (host-on-target msg :entries entries))
     (setv outcome (_apply-here host msg writer.event))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
     (except [e Exception]
