@@ -16,14 +16,17 @@ without their content.  The target's hello lists the versions it keeps;
 the controller answers it with one `data` frame holding the content of the
 others and of every secret.  A version the target finds damaged it asks for
 again (`need-data`).  The target then resolves the host's declarations
-against what it holds (`ReceivedData`), and a hop after `:python` gets its
-data from there, not from the controller."
+against what it holds (`ReceivedData`, made the only source by
+`consfig.payload.host-on-target`), and a hop after `:python` gets its data
+from there, not from the controller.  An image holds the same manifest with
+the content inside (`consfig.payload.host-payload`)."
 
 (import hashlib
         os
         tempfile
         consfig.boot [data-entry _private-directory]
-        consfig.data [DataItem DataSource Secret data-sent-event use-only-source])
+        consfig.data [DataItem DataSource Secret data-sent-event]
+        consfig.errors [FailedChange])
 
 (defn _sha256 [b] (.hexdigest (hashlib.sha256 b)))
 
@@ -143,9 +146,20 @@ secret, and a non-secret's digest; never content."
 
 ;; The target's side
 
+(defn withheld-message [iden1 iden2]
+  "Why the secret (IDEN1, IDEN2) cannot be had on a host whose image was
+built without secrets, and what to do."
+  (+ f"the secret ({iden1} {iden2}) is not in this image (it was built with --no-secrets); "
+     "deploy this host with `consfig deploy`, or build its image with its secrets"))
+
 (defclass ReceivedData [DataSource]
   "On a target: the items that came with the host (or were kept from an
-earlier deployment), the only data source there."
+earlier deployment), the only data source there.  An item an image was
+built without (a secret, with --no-secrets) has a version but no content:
+the property reading it fails, saying why, and the others apply."
+  ;; The content is here already; a withheld item must fail its property
+  ;; alone, not the whole host before anything applies.
+  (setv prefetch False)
   (defn __init__ [self entries]
     (setv self.entries entries))
   (defn version [self iden1 iden2]
@@ -155,6 +169,8 @@ earlier deployment), the only data source there."
     (get self.entries #(iden1 iden2) "secret"))
   (defn fetch [self iden1 iden2]
     (setv e (get self.entries #(iden1 iden2)))
+    (when (.get e "withheld")
+      (raise (FailedChange (withheld-message iden1 iden2))))
     (if (get e "secret") (Secret (get e "content")) (get e "content")))
   (defn describe [self] "the data sent with the host"))
 
@@ -171,8 +187,8 @@ earlier deployment), the only data source there."
   "On a target, for the apply message MSG: take each item its manifest
 names from the cache at ROOT (None: keep nothing) or from the `data`
 frames NEXT-DATA returns, asking with ASK (a message to send) for what is
-still missing, keep the non-secret ones, and make them the only data
-source here."
+still missing, and keep the non-secret ones: the entries, for
+`consfig.payload.host-on-target`."
   (setv manifest (.get msg "data" [])
         cache (when root (try (DataCache root) (except [OSError] None)))
         entries {}
@@ -205,13 +221,13 @@ source here."
     (for [m manifest :if (not (get m "secret"))]
       (.used cache (get m "iden1") (get m "iden2")))
     (.prune cache))
-  (use-only-source (ReceivedData entries))
   entries)
 
 (defn received-items [entries]
   "The items ENTRIES (from `receive-data`) hold, as `DataItem`s."
   (dfor [key e] (.items entries)
         key (DataItem #* key (get e "version") :secret (get e "secret") :content (get e "content")
+                      :fetch (fn [[key key]] (raise (FailedChange (withheld-message #* key))))
                       :source "the data sent with the host")))
 
 (defn _named [m]
@@ -226,4 +242,5 @@ source here."
   (setv (get entries #((get m "iden1") (get m "iden2"))) (dict m :content content)))
 
 (export :objects [DataCache cache-root controller-cache items-to-carry data-manifest kept?
-                  data-frame sent-events ReceivedData receive-data received-items])
+                  data-frame sent-events ReceivedData receive-data received-items
+                  withheld-message])

@@ -11,8 +11,9 @@ line:
   __main__.py          consfig/imageboot.py: unpacks the bundle into the
                        user's cache once, imports it, calls `run-image`
   consfig-image.json   {format hostname bundle secrets}
-  host.json            the preprocessed host, as the `:python` hop sends it
-                       (`consfig.payload.host-payload`)
+  host.json            the preprocessed host and its prerequisite data, as
+                       the `:python` hop sends them, the data's content
+                       inside (`consfig.payload.host-payload`)
   bundle/…             the bundle (`consfig.bundle.bundle-for`: hy, consfig,
                        the site's modules), and rich for the report
 
@@ -35,7 +36,7 @@ Each run records its outcome on the machine it ran on (`state-file`);
         hy.models [Keyword]
         consfig.bundle [bundle-for running-from]
         consfig.errors [ConsfigError]
-        consfig.payload [host-payload payload-host payload-secrets secret-values])
+        consfig.payload [host-payload host-on-target payload-secrets secret-values])
 
 (setv FORMAT 1)
 ;; Besides what a `:python` target imports: the report's library (the
@@ -103,11 +104,13 @@ them) and `sha256`, the hex digest of its bytes."
 
 (defn make-image [host * [no-secrets False]]
   "The `Image` of HOST (a Host or a hostname): its hostattrs are computed
-here, as for a deployment.  With NO-SECRETS, the properties that hold a
-secret are left out: on the host they fail, saying why."
+here and its prerequisite data resolved, as for a deployment, and the data
+goes inside.  With NO-SECRETS, the secret data and the properties with a
+secret argument are left out: on the host, a property needing one fails,
+saying why."
   (import consfig.deployment [prepare-deployment])
   (setv prepared (. (prepare-deployment (Keyword "local") host) host)
-        payload (host-payload prepared :secrets (not no-secrets))
+        payload (host-payload prepared :secrets (not no-secrets) :content True)
         secrets (if no-secrets [] (payload-secrets prepared))
         bundle (bundle-for prepared.propspec [#* IMAGE-MODULES #* (_hop-modules prepared)])
         entries (dfor [rel path] (.items bundle.files)
@@ -217,7 +220,7 @@ image's `__main__.py`."
                             "--as-host to apply it here all the same."))))
   ;; A :python hop from here (a chroot, say) ships this very bundle.
   (running-from directory)
-  (setv host (payload-host (json.loads (.decode (.read image "host.json") "utf-8")))
+  (setv host (host-on-target (json.loads (.decode (.read image "host.json") "utf-8")))
         sink (output-sink args)
         tally (_Tally sink)
         run {"hostname" hostname

@@ -30,7 +30,7 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
         time
         consfig.boot [NO-SAFE-CACHE PROTOCOL TOO-OLD]
         consfig.bundle [bundle-for bytecode-matches? compiled-archive]
-        consfig.datacache [data-frame data-manifest items-to-carry kept? sent-events]
+        consfig.datacache [data-frame items-to-carry kept? sent-events]
         consfig.errors [ConnectionFailed ConsfigError _indent]
         consfig.events [output-event]
         consfig.frames [frame read-frame]
@@ -221,14 +221,14 @@ has exited or WAIT seconds have passed."
   (+= (get stats "sessions") 1)
   (Session process))
 
-(defn _send-host [session bundle host items chain settings]
+(defn _send-host [session bundle host chain settings]
   ;; All at once: the target reads the apply message once it is ready.
+  ;; The payload holds the host and its data's manifest (as an image does);
   ;; SETTINGS: unapply, check, verbosity, command-timeout, no-services.
   (import consfig.propspec [propspec->data])
   (.send session {"op" "hello" "protocol" PROTOCOL "bundle" bundle.hash})
   (.send session {"op" "apply"
                   #** (host-payload host)
-                  "data" (data-manifest items)
                   "chain" (lfor [n kw] chain [n (propspec->data kw)])
                   #** settings}))
 
@@ -396,7 +396,7 @@ the host, `KeptSessionLost` is raised."
   (when keeper
     (setv keeper.session None))
   (try
-    (_send-host session bundle host items chain
+    (_send-host session bundle host chain
                 {"unapply" unapply "check" check "verbosity" verbosity
                  "command-timeout" command-timeout
                  ;; Reached through a chroot (say), the target's Python is

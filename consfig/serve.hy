@@ -173,16 +173,12 @@ candidates for pruning."
   ;; One apply message: take its data, apply its host, send `done` (or
   ;; `error`).  STARTED runs once the data is in, when the input is free
   ;; for whoever watches it.
-  (import consfig.data [resolve-data]
-          consfig.datacache [receive-data received-items]
-          consfig.payload [payload-host])
+  (import consfig.datacache [receive-data]
+          consfig.payload [host-on-target])
   (try
     (setv entries (receive-data msg next-data writer.message (_data-root bundle-dir)))
     (when started (started))
-    (setv host (payload-host msg))
-    (resolve-data host)
-    ;; A hop after this one carries on all that came here.
-    (setv host.nested-data (received-items entries))
+    (setv host (host-on-target msg :entries entries))
     (setv outcome (with [_ (_target-lock bundle-dir (.get msg "lock"))]
                     (_apply-here host msg writer.event)))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})

@@ -2,6 +2,7 @@
 installed, applying their host with deploy's report and exit statuses, and
 recording each run for `consfig status`."""
 
+import base64
 import io
 import json
 import os
@@ -33,7 +34,9 @@ SECRET = "image-test-secret-4f1d"
 SITE = """
 (require consfig *)
 (import consfig *)
-(use-props consfig.props [file])
+(use-props consfig.props [file user])
+
+(try-register-data-source :files-tree :location "data")
 
 (defhost {here} {{:deploy :local}}
   "This machine, applying itself."
@@ -45,9 +48,11 @@ SITE = """
   (file.has-content "{out}/reached" "yes\\n")
   (file.has-content "{out}/no-such-directory/f" "x\\n"))
 
-(defhost secret-{tag}.image.test {{:deploy :local}}
-  (file.has-content "{out}/public" "public\\n")
-  (file.has-content "{out}/private" "{secret}\\n" :secret True))
+(defhost data-{tag}.image.test {{:deploy :local}}
+  (file.directory-exists "{out}/data")
+  (file.data-uploaded "_image" "motd" "{out}/data/motd")
+  (file.templated "{out}/data/conf" "conf.j2" :vars {{"colour" "blue"}})
+  (file.secret-uploaded "_image" "secret" "{out}/data/private"))
 
 (defhost status-{tag}.image.test {{:deploy :local}}
   (file.has-content "{out}/status" "recorded\\n"))
@@ -60,7 +65,7 @@ SITE = """
 
 (defhost leaky-{tag}.image.test {{:deploy :local}}
   (site-marker "{out}/marked")
-  (file.has-content "{out}/leaky" "{secret}-leaky\\n" :secret True))
+  (user.has-enabled-password "nobody" :initial-password "{secret}-leaky"))
 
 (defhost modules-{tag}.image.test {{:deploy [:local [:python :modules ["colorsys"]]]}}
   (file.has-content "{out}/modules" "shipped\\n"))
@@ -85,10 +90,15 @@ def site(tmp_path_factory):
     tag = uuid.uuid4().hex[:8]
     out = root / "out"
     path = root / "site.hy"
+    out.mkdir()
+    (root / "data" / "_image").mkdir(parents=True)
+    (root / "data" / "_image" / "motd").write_text("motd from data\n")
+    (root / "data" / "_image" / "secret").write_text(SECRET + "\n")
+    (root / "conf.j2").write_text("colour={{ colour }} on {{ hostname }}\n")
     path.write_text(SITE.format(here=socket.gethostname(), out=out, tag=tag, secret=SECRET))
     load_consfig(str(path))
     yield {"path": path, "out": out, "tag": tag, "root": root}
-    for host in ["failing", "secret", "status"]:
+    for host in ["failing", "data", "status"]:
         try:
             os.unlink(image.state_file(f"{host}-{tag}.image.test"))
         except FileNotFoundError:
@@ -230,28 +240,72 @@ def test_an_image_that_cannot_be_written_is_an_error_naming_where(site, tmp_path
     assert "Traceback" not in r.stderr, r.stderr
 
 
+def secret_forms(secret):
+    """SECRET as an image could hold it: as it is, and in base64 at each alignment."""
+    raw = (secret + "\n").encode()
+    return [raw] + [base64.b64encode(raw[i:])[4:-4] for i in range(3)]
+
+
+def test_an_image_carries_its_hosts_data_and_applies_it_with_nothing_installed(
+        site, bare_python, tmp_path):
+    shutil.rmtree(site["out"] / "data", ignore_errors=True)
+    host = f"data-{site['tag']}.image.test"
+    path = write(site, host, "data.pyz")
+    r = run(bare_python, path, "--as-host", "--detailed-exitcode", cache=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    data = site["out"] / "data"
+    assert (data / "motd").read_text() == "motd from data\n"
+    assert (data / "conf").read_text() == f"colour=blue on {host}\n"
+    assert (data / "private").read_text() == SECRET + "\n"
+    assert stat.S_IMODE((data / "private").stat().st_mode) == 0o600
+    r = run(bare_python, path, "--as-host", "--detailed-exitcode", cache=tmp_path)
+    assert r.returncode == 0 and "No changes were made." in r.stdout, r.stdout + r.stderr
+    assert SECRET not in r.stdout + r.stderr
+
+
 def test_an_image_with_secrets_is_private_and_says_so(site, tmp_path):
-    host = f"secret-{site['tag']}.image.test"
+    host = f"data-{site['tag']}.image.test"
     out = tmp_path / "secret.pyz"
     r = consfig("image", "--consfig", site["path"], host, "-o", out)
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert SECRET.encode() in contents(out)
-    assert "holds secrets" in r.stderr and "private has content" in r.stderr, r.stderr
+    assert "holds secrets" in r.stderr and "data (_image secret)" in r.stderr, r.stderr
+    assert SECRET not in r.stdout + r.stderr
 
 
 def test_an_image_without_secrets_holds_none_and_fails_where_one_is_needed(site, bare_python,
                                                                           tmp_path):
-    host = f"secret-{site['tag']}.image.test"
+    shutil.rmtree(site["out"] / "data", ignore_errors=True)
+    host = f"data-{site['tag']}.image.test"
     path = tmp_path / "nosecret.pyz"
     built = image.write_image(host, path, no_secrets=True)
     assert built.secrets == [] and stat.S_IMODE(path.stat().st_mode) == 0o755
-    assert SECRET.encode() not in contents(path)
+    held = contents(path)
+    assert b"motd from data" in held, "the image holds the data that is not secret"
+    for form in secret_forms(SECRET):
+        assert form not in held, form
     r = run(bare_python, path, "--as-host", cache=tmp_path / "cache")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "--no-secrets" in r.stdout, r.stdout
-    assert (site["out"] / "public").read_text() == "public\n"
-    assert not (site["out"] / "private").exists()
+    assert "(_image secret) is not in this image" in r.stdout, r.stdout
+    assert "--no-secrets" in r.stdout and "consfig deploy" in r.stdout, r.stdout
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    data = site["out"] / "data"
+    assert (data / "motd").read_text() == "motd from data\n"
+    assert (data / "conf").read_text() == f"colour=blue on {host}\n"
+    assert not (data / "private").exists()
+
+
+def test_an_image_with_data_is_the_same_bytes_for_the_same_data_versions(site):
+    host = f"data-{site['tag']}.image.test"
+    for secrets in [True, False]:
+        assert image.build_image(host, no_secrets=not secrets) == \
+            image.build_image(host, no_secrets=not secrets), f"with secrets: {secrets}"
+    before = image.build_image(host, no_secrets=True)
+    motd = site["root"] / "data" / "_image" / "motd"
+    st = motd.stat()
+    os.utime(motd, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert image.build_image(host, no_secrets=True) != before, "a new data version, a new image"
 
 
 def test_no_secrets_refuses_a_secret_written_in_site_code_the_image_carries(site, tmp_path):

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+import zipfile
 
 import pytest
 
@@ -80,6 +81,40 @@ def test_publish_writes_signed_images_and_leaves_unchanged_ones(tmp_path, site):
     r = consfig(*args)
     assert r.returncode == 0 and f"{site['host']}: unchanged" in r.stdout, r.stdout + r.stderr
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "pub").iterdir()} == mtimes
+
+
+DATA_SITE = """
+(require consfig *)
+(import consfig *)
+(use-props consfig.props [file])
+
+(try-register-data-source :files-tree :location "data")
+
+(defhost {host} {{:deploy :local}}
+  (file.data-uploaded "_pub" "motd" "{out}/motd")
+  (file.secret-uploaded "_pub" "key" "{out}/key"))
+"""
+PUBLISH_SECRET = "publish-test-secret-93c1"
+
+
+def test_publish_leaves_secret_data_out_unless_told(tmp_path, site):
+    (tmp_path / "data" / "_pub").mkdir(parents=True)
+    (tmp_path / "data" / "_pub" / "motd").write_text("published motd\n")
+    (tmp_path / "data" / "_pub" / "key").write_text(PUBLISH_SECRET + "\n")
+    site["path"].write_text(DATA_SITE.format(host=site["host"], out=site["out"]))
+    assert consfig("keygen", "-o", tmp_path / "k").returncode == 0
+    published = tmp_path / "pub" / site["host"]
+    for with_secrets in [False, True]:
+        r = consfig("publish", "--consfig", site["path"], site["host"], "--to", tmp_path / "pub",
+                    "--signing-key", tmp_path / "k", *(["--with-secrets"] if with_secrets else []))
+        assert r.returncode == 0, r.stderr
+        assert PUBLISH_SECRET not in r.stdout + r.stderr
+        with zipfile.ZipFile(published) as z:
+            held = b"".join(z.read(name) for name in z.namelist())
+        assert b"published motd" in held, "the data that is not secret is published"
+        assert (PUBLISH_SECRET.encode() in held) == with_secrets, with_secrets
+        assert (published.stat().st_mode & 0o777) == (0o600 if with_secrets else 0o644)
+        assert ("the image holds secrets" in r.stderr) == with_secrets, r.stderr
 
 
 def test_publish_names_a_signing_key_it_cannot_use(tmp_path, site):

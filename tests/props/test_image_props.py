@@ -26,6 +26,7 @@ from consfig.props import apt, file, image, service
 from harness import in_ci
 from imageserver import ImageServer, stand_in_image
 from consfig.combinators import eseqprops
+from consfig.data import forget_data_source, register_data_source
 from consfig.deployment import __dict__ as _deployment
 from consfig.host import make_host
 from proptest import (HOSTNAME, apply_twice, deploy_propspec, failure_text, in_chroot, this_os,
@@ -309,6 +310,36 @@ def test_installed_rewrites_the_image_only_when_it_changed(chroot_chain, root):
     assert outcome.status == "changed" and image_bytes(root) != first, "the image was not updated"
     unapply(chroot_chain, image.installed())
     assert not (root / image.IMAGE_PATH.lstrip("/")).exists()
+
+
+def test_the_installed_image_carries_the_hosts_data_and_its_secrets_unless_told(
+        chroot_chain, root, tmp_path):
+    reset(root)
+    secret = "installed-image-secret-5e0b"
+    (tmp_path / "_img").mkdir()
+    (tmp_path / "_img" / "motd").write_text("motd from data\n")
+    (tmp_path / "_img" / "key").write_text(secret + "\n")
+    source = register_data_source("files-tree", location=str(tmp_path))
+    props = [file.data_uploaded("_img", "motd", "/var/tmp/img-motd"),
+             file.secret_uploaded("_img", "key", "/var/tmp/img-key")]
+    installed = root / image.IMAGE_PATH.lstrip("/")
+    try:
+        deploy_host(chroot_chain, [image.installed(), *props])
+        assert installed.stat().st_mode & 0o777 == 0o600, oct(installed.stat().st_mode)
+        for name in ["img-motd", "img-key"]:
+            (root / "var/tmp" / name).unlink()
+        r = in_chroot(root, f"python3 {image.IMAGE_PATH} --as-host", check=False)
+        assert r.returncode == 0, f"{r.returncode}: {r.stdout}{r.stderr}"
+        assert (root / "var/tmp/img-motd").read_text() == "motd from data\n"
+        assert (root / "var/tmp/img-key").read_text() == secret + "\n"
+        deploy_host(chroot_chain, [image.installed(no_secrets=True), *props])
+        assert installed.stat().st_mode & 0o777 == 0o755, oct(installed.stat().st_mode)
+        with zipfile.ZipFile(installed) as z:
+            held = b"".join(z.read(name) for name in z.namelist())
+        assert b"motd from data" in held and secret.encode() not in held
+    finally:
+        forget_data_source(source)
+        unapply(chroot_chain, image.installed())
 
 
 def test_a_timer_applies_the_installed_image(chroot_chain, root):
