@@ -81,9 +81,11 @@ that a deployment costs one exchange of messages, not several."
 
   (defn apply-remotely? [self] True)
 
-  (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]]
+  (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]
+                       [lock None]]
     "Apply the preprocessed HOST on the target, feeding its events to SINK;
-return the `Outcome`."
+return the `Outcome`.  LOCK: a `consfig.lock.lock-request`, for the
+target's Python to take the deployment lock itself."
     (apply-remotely self.upstream host sink
                     :interpreter (self._interpreter)
                     :chain self.rest
@@ -94,7 +96,8 @@ return the `Outcome`."
                     :command-timeout (.chain-command-timeout self.upstream)
                     :modules self.modules
                     :where self.where
-                    :keeper self.keeper))
+                    :keeper self.keeper
+                    :lock lock))
 
   (defn close [self]
     (when self.keeper

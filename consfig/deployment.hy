@@ -14,7 +14,7 @@ and a bare hostname symbol."
         consfig.errors [ConnectionFailed ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
         consfig.keep [chain-key idle-limit keepable? keep-chain take-kept]
-        consfig.lock [holding-target-lock]
+        consfig.lock [holding-target-lock lock-request]
         consfig.property [find-property]
         consfig.propspec [dotted->name walk-body]
         consfig.result [NO-CHANGE])
@@ -72,10 +72,13 @@ of the host over it, when it is one `consfig.keep` can keep."
     (try
       (setv conns (establish-chain deployment.chain)
             target (get conns -1))
-      (with [_ (holding-target-lock target prepared.hostname)]
-        (if (.apply-remotely? target)
-            (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity
-                             :check check)
+      (if (.apply-remotely? target)
+          ;; The target's Python takes the lock itself, as it applies: no
+          ;; round trip to start a holder first.  Its commands are its own
+          ;; children, which it ends before it exits.
+          (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity
+                           :check check :lock (lock-request prepared.hostname))
+          (with [_ (holding-target-lock target prepared.hostname)]
             (apply-host prepared target sink :unapply unapply :check check)))
       (finally
         (close-chain conns)))))
@@ -84,8 +87,7 @@ of the host over it, when it is one `consfig.keep` can keep."
   ;; Over the chain kept from the last deployment of this host, if it is
   ;; still there; else over a fresh one, kept afterwards.  A kept one that
   ;; turns out to have ended before the host reached it is replaced, once.
-  (import consfig.lock [lock-request]
-          consfig.remote [Keeper KeptSessionLost])
+  (import consfig.remote [Keeper KeptSessionLost])
   (setv prepared deployment.host
         key (chain-key deployment.chain prepared.hostname))
   (with [_ (establishing-for prepared :seed secrets)]

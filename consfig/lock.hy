@@ -72,9 +72,9 @@ reap \"$3\"")
      f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"))
 
 (defn lock-request [hostname]
-  "What a kept session's Python (see `consfig.keep`) is told in order to
-take the lock itself for a deployment of HOSTNAME: how long to wait, and
-who holds it, for whoever waits."
+  "What the target's Python of a `:python` hop is told in order to take the
+lock itself for a deployment of HOSTNAME: how long to wait, and who holds
+it, for whoever waits."
   {"wait" LOCK-WAIT "holder" (_holder hostname)})
 
 (defn _acquire [connection hostname wait]

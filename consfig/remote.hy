@@ -357,7 +357,8 @@ deployment lock, which it takes itself for each apply."
 
 (defn apply-remotely [upstream host sink * [interpreter "python3"] [chain #()]
                       [unapply False] [check False] [verbosity 0] [timeout 60]
-                      [modules #()] [command-timeout None] [where None] [keeper None]]
+                      [modules #()] [command-timeout None] [where None] [keeper None]
+                      [lock None]]
   "Apply the preprocessed HOST in a Python started through UPSTREAM, passing
 each event to SINK as it arrives, and return an `Outcome`; with CHECK,
 change nothing and report what would change.  CHAIN (parsed hops) is
@@ -369,7 +370,8 @@ command gives none.
 With a `Keeper`, the Python is left running afterwards, serving the next
 deployment made through it: one it kept is used when it is still there and
 runs the same bundle.  When that one turns out to have ended before it got
-the host, `KeptSessionLost` is raised."
+the host, `KeptSessionLost` is raised.  LOCK (a `consfig.lock.lock-request`):
+the target's Python takes the deployment lock itself, for this apply."
   (import consfig.serve [HEARTBEAT])
   (setv where (or where upstream.where)
         name host.hostname
@@ -402,7 +404,9 @@ the host, `KeptSessionLost` is raised."
                  ;; Reached through a chroot (say), the target's Python is
                  ;; where no service may start, as the hops before it know.
                  "no-services" (no-services-reason upstream)
-                 #** (if keeper {"persist" True "lock" keeper.lock} {})})
+                 #** (cond keeper {"persist" True "lock" keeper.lock}
+                           lock {"lock" lock}
+                           True {})})
     (when (>= verbosity 3)
       (_tell sink name (+ f"→ hello (bundle {bundle.hash}), apply {name}"
                           (if reused " (kept session)" "")) "wire"))

@@ -186,11 +186,12 @@ candidates for pruning."
       (.message writer (_error-message e)))))
 
 (defn [contextlib.contextmanager] _target-lock [bundle-dir request]
-  ;; A kept session (see `consfig.keep`) takes the deployment lock itself,
-  ;; for each apply: the same flock(2) on the same file as the holder
-  ;; `consfig.lock` starts, without the round trip of starting one.  Its
-  ;; processes are this one's, which `_die` ends.  REQUEST: None (the
-  ;; controller holds the lock) or {wait holder}.
+  ;; The target's Python takes the deployment lock itself, for each apply
+  ;; (each of a kept session's, see `consfig.keep`): the same flock(2) on
+  ;; the same file as the holder `consfig.lock` starts over a POSIX chain,
+  ;; without the round trip of starting one.  Its processes are this
+  ;; one's, which `_die` ends.  REQUEST: None (the controller holds the
+  ;; lock) or {wait holder}.
   (if (not request)
       (yield)
       (do (import fcntl time)

@@ -16,7 +16,7 @@ import consfig.lock
 from consfig.chain import close_chain, establish_chain, parse_chain
 from consfig.combinators import eseqprops
 from consfig.context import establishing_for
-from consfig.errors import ConnectionFailed
+from consfig.errors import ConnectionFailed, ConsfigError
 from consfig.host import make_host
 from consfig.props import file
 
@@ -59,6 +59,20 @@ def test_a_second_deployment_waits_then_fails_naming_the_holder(sshlab, held, tm
     message = str(e.value)
     assert "another deployment holds this target" in message, message
     assert "deploying holder.example" in message and "pid" in message, message
+    assert not (tmp_path / "f").exists(), "nothing was applied"
+
+
+def test_a_python_hop_takes_the_same_lock_on_the_target(sshlab, held, tmp_path, monkeypatch):
+    # The target's Python takes the lock itself, before it applies: it
+    # waits for the holder a POSIX deployment started, then fails naming it.
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
+    with pytest.raises(ConsfigError) as e:
+        deploy(chain(sshlab.config) + [K("python")], make_host("lab", None, None, eseqprops()),
+               propspec=eseqprops(file.contains_lines(str(tmp_path / "f"), "x")),
+               sink=lambda e: None)
+    message = str(e.value)
+    assert "another deployment holds this target" in message, message
+    assert "deploying holder.example" in message, message
     assert not (tmp_path / "f").exists(), "nothing was applied"
 
 
