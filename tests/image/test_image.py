@@ -402,3 +402,16 @@ def test_an_image_run_by_a_too_old_python_says_so(site, tmp_path):
     r = run(python, path, cache=tmp_path)
     assert r.returncode == 97, r.stdout + r.stderr
     assert "needs Python 3.9 or later" in r.stderr, r.stderr
+
+
+def test_every_module_an_image_ships_is_a_dependency_of_consfig():
+    # An image ships these to whatever Python the host has (rich needs
+    # typing_extensions below 3.11): a fresh install must have them all,
+    # whatever the controller's own Python needs.
+    import importlib.metadata
+    import re
+    declared = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower().replace("-", "_")
+                for r in importlib.metadata.requires("consfig") or [] if "extra ==" not in r}
+    for module in image.IMAGE_MODULES:
+        assert module.lower() in declared, \
+            f"{module} goes into every image but is not a dependency in pyproject.toml"
