@@ -19,7 +19,8 @@ Old bundles and archives are pruned (`prune-bundles`)."
         threading
         time
         consfig.boot [cache-directory :as _cache-directory]
-        consfig.errors [ConsfigError])
+        consfig.errors [ConsfigError]
+        consfig.util [write-atomically])
 
 (setv CORE-PACKAGES #("hy" "funcparserlib" "consfig" "consfig.props" "consfig.connections"))
 (setv _SHIPPED-ROOTS #("hy" "funcparserlib" "hyrule" "consfig"))
@@ -263,10 +264,8 @@ this Python."
                                               :if (in n sys.modules) n))]
                             :capture-output True :timeout 300))
     (when (!= r.returncode 0) (return None))
-    (setv data (_tar (_tree-files root))
-          tmp (+ path f".tmp{(os.getpid)}"))
-    (with [f (open tmp "wb")] (.write f data))
-    (os.replace tmp path)
+    (setv data (_tar (_tree-files root)))
+    (write-atomically path data :mode 0o600)
     data
     (except [e [OSError subprocess.SubprocessError tarfile.TarError]]
       None)

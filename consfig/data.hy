@@ -18,14 +18,13 @@ A secret is a `Secret`: whatever prints it shows `«secret»`, `json` refuses
 it, and only `(.reveal s)` gives its value.  docs/data.md tells the whole
 story: identifiers, sources, the caches on both sides, how secrets travel."
 
-(import hashlib
-        importlib
+(import importlib
         os
         sys
         hy.models [Keyword]
         consfig.context [current-host]
         consfig.errors [ConsfigError site-file?]
-        consfig.util [keyword-name text->bytes])
+        consfig.util [keyword-name sha256-hex text->bytes])
 
 (defclass Secret []
   "A secret value (str or bytes) that does not print: `repr`, `str`,
@@ -76,8 +75,6 @@ the deployment is prepared, before anything connects.")
 (defclass UndeclaredData [ConsfigError]
   "A property asked for an item its host did not declare in `:hostattrs`.")
 
-(defn _sha256 [b] (.hexdigest (hashlib.sha256 b)))
-
 (defclass DataItem []
   "A resolved item: `.iden1 .iden2 .version .secret`, `.sha256` (the hex
 digest of its content) and `(.content item)`: bytes, or a `Secret` of
@@ -109,7 +106,7 @@ prompt) that should ask only when it is used."
   (defn [property] sha256 [self]
     "The hex SHA-256 digest of the content."
     (when (is self._sha256 None)
-      (setv self._sha256 (_sha256 (._bytes self))))
+      (setv self._sha256 (sha256-hex (._bytes self))))
     self._sha256)
 
   (defn __repr__ [self]
@@ -184,7 +181,7 @@ the content (of a secret's, to \"provided\").  The item is declared too."
   ;; A secret's digest would let whoever sees the version guess a short
   ;; secret; a secret is sent each time anyway, so its version says little.
   (when (is version None)
-    (setv version (if secret "provided" (_sha256 raw))))
+    (setv version (if secret "provided" (sha256-hex raw))))
   (setv (get host.provided #(iden1 iden2))
         (DataItem iden1 iden2 version
                   :secret secret :content raw :source "provided by the consfig"))

@@ -21,14 +21,11 @@ against what it holds (`ReceivedData`, made the only source by
 from there, not from the controller.  An image holds the same manifest with
 the content inside (`consfig.payload.host-payload`)."
 
-(import hashlib
-        os
-        tempfile
+(import os
         consfig.boot [data-entry _private-directory]
         consfig.data [DataItem DataSource Secret data-sent-event]
-        consfig.errors [FailedChange])
-
-(defn _sha256 [b] (.hexdigest (hashlib.sha256 b)))
+        consfig.errors [FailedChange]
+        consfig.util [sha256-hex write-atomically])
 
 ;; An item a target has not been sent or used for this long is dropped from
 ;; its cache (a host that no longer needs it, an old chroot's).
@@ -53,7 +50,7 @@ kept, or (its digest not SHA256) damaged, and so discarded."
     (setv path (.path self iden1 iden2 version))
     (try (with [f (open path "rb")] (setv content (.read f)))
          (except [OSError] (return None)))
-    (when (and sha256 (!= (_sha256 content) sha256))
+    (when (and sha256 (!= (sha256-hex content) sha256))
       (try (os.unlink path) (except [OSError] None))
       (return None))
     content)
@@ -65,16 +62,7 @@ item's other versions."
           directory (os.path.join self.root item)
           why (_private-directory directory (os.geteuid)))
     (when why (raise (OSError f"cannot keep data in {directory}: {why}")))
-    (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".tmp-"))
-    (try
-      (with [f (os.fdopen fd "wb")]
-        (.write f content)
-        (.flush f)
-        (os.fsync (.fileno f)))
-      (os.replace tmp (os.path.join directory name))
-      (except [BaseException]
-        (try (os.unlink tmp) (except [FileNotFoundError] None))
-        (raise)))
+    (write-atomically (os.path.join directory name) content :mode 0o600)
     (for [other (os.listdir directory)]
       (when (!= other name)
         (try (os.unlink (os.path.join directory other)) (except [OSError] None)))))
@@ -235,7 +223,7 @@ still missing, and keep the non-secret ones: the entries, for
   f"({iden1} {iden2}) version {version}")
 
 (defn _take [m content entries cache]
-  (when (and (not (get m "secret")) (get m "sha256") (!= (_sha256 content) (get m "sha256")))
+  (when (and (not (get m "secret")) (get m "sha256") (!= (sha256-hex content) (get m "sha256")))
     (raise (OSError f"data {(_named m)} arrived damaged")))
   (when (and cache (not (get m "secret")))
     (.store cache (get m "iden1") (get m "iden2") (get m "version") content))

@@ -36,6 +36,7 @@ Each run records its outcome on the machine it ran on (`state-file`);
         hy.models [Keyword]
         consfig.bundle [bundle-for running-from]
         consfig.errors [ConsfigError]
+        consfig.util [write-atomically]
         consfig.payload [host-payload host-on-target payload-secrets secret-values])
 
 (setv FORMAT 1)
@@ -135,21 +136,9 @@ saying why."
 image holding secrets is mode 0600; one without, 0755 (it runs as
 `./IMAGE` too)."
   (setv image (make-image host :no-secrets no-secrets)
-        path (os.fspath path)
-        tmp (os.path.join (or (os.path.dirname path) ".")
-                          f".{(os.path.basename path)}.tmp{(os.getpid)}"))
+        path (os.fspath path))
   (try
-    (setv fd (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-EXCL) 0o600))
-    (try
-      (with [f (os.fdopen fd "wb")]
-        (.write f image.data)
-        (.flush f)
-        (os.fsync (.fileno f)))
-      (os.chmod tmp (if image.secrets 0o600 0o755))
-      (os.replace tmp path)
-      (except [BaseException]
-        (try (os.unlink tmp) (except [OSError] None))
-        (raise)))
+    (write-atomically path image.data :mode (if image.secrets 0o600 0o755))
     (except [e OSError]
       (raise (ConsfigError f"cannot write the image of {image.hostname} to {path}: {e.strerror}")
              :from e)))
@@ -277,14 +266,11 @@ outcome (see `state-directory`)."
                "counts" tally.counts
                "failures" tally.failed})
   (when error (setv (get state "error") error))
-  (setv path (state-file (get run "hostname"))
-        tmp f"{path}.tmp{(os.getpid)}")
+  (setv path (state-file (get run "hostname")))
   (try
     (os.makedirs (os.path.dirname path) 0o700 :exist-ok True)
-    (with [f (os.fdopen (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-TRUNC) 0o600) "w")]
-      (json.dump state f :indent 1 :sort-keys True)
-      (.write f "\n"))
-    (os.replace tmp path)
+    (write-atomically path (.encode (+ (json.dumps state :indent 1 :sort-keys True) "\n"))
+                      :mode 0o600)
     (except [e OSError]
       (print f"consfig: could not record this run in {path}: {e.strerror}" :file sys.stderr))))
 

@@ -21,6 +21,7 @@ GETs then download nothing."
         cryptography.hazmat.primitives [serialization]
         cryptography.hazmat.primitives.asymmetric.ed25519 [Ed25519PrivateKey]
         consfig.errors [ConsfigError]
+        consfig.util [write-atomically]
         consfig.puller [KEY-PREFIX Refused check-statement key-id public-key-bytes
                         public-key-text signature-file statement-bytes])
 
@@ -29,26 +30,6 @@ GETs then download nothing."
 
 ;; A hostname is used as a file name in DIR and in the URL hosts fetch.
 (setv _HOSTNAME (re.compile r"[A-Za-z0-9][A-Za-z0-9_.-]*"))
-
-(defn write-atomically [path data [mode 0o644]]
-  "Write DATA (bytes) to PATH through a temporary file in its directory,
-flushed to disk before it is renamed over PATH: a reader sees the old file
-or the new one, never part of one."
-  (setv directory (or (os.path.dirname path) ".")
-        tmp (os.path.join directory f".{(os.path.basename path)}.{(os.getpid)}.tmp")
-        fd (os.open tmp (| os.O-WRONLY os.O-CREAT os.O-EXCL) mode))
-  (try
-    (with [f (os.fdopen fd "wb")]
-      (os.fchmod (.fileno f) mode)
-      (.write f data)
-      (.flush f)
-      (os.fsync (.fileno f)))
-    (os.replace tmp path)
-    (except [BaseException]
-      (when (os.path.exists tmp) (os.unlink tmp))
-      (raise)))
-  (setv dir-fd (os.open directory os.O-RDONLY))
-  (try (os.fsync dir-fd) (finally (os.close dir-fd))))
 
 (defn keygen [path [comment None]]
   "Make an Ed25519 key pair: the private key at PATH (mode 0600), the public
@@ -175,5 +156,5 @@ PRIVATE (which hold secrets) mode 0600, the rest 0644.  Return a list of
     (write-atomically (os.path.join directory INDEX) text))
   results)
 
-(export :objects [write-atomically keygen load-signing-key public-key-of read-public-key
+(export :objects [keygen load-signing-key public-key-of read-public-key
                   sign-image publish-images])

@@ -35,7 +35,8 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
         consfig.events [output-event]
         consfig.frames [frame read-frame]
         consfig.noservices [no-services-reason]
-        consfig.payload [host-payload])
+        consfig.payload [host-payload]
+        consfig.util [write-atomically])
 
 (defn _minify [source]
   ;; The parse tree drops comments and layout; docstrings go too.  What is
@@ -79,9 +80,7 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
   (setv text (_minify source))
   (try
     (os.makedirs directory 0o700 :exist-ok True)
-    (setv tmp f"{path}.{(os.getpid)}.tmp")
-    (with [f (open tmp "w" :encoding "utf-8")] (.write f text))
-    (os.replace tmp path)
+    (write-atomically path (.encode text "utf-8") :mode 0o600)
     (except [OSError] None))
   text)
 

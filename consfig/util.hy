@@ -1,8 +1,12 @@
-"Small helpers every layer uses: keyword names and the text/bytes boundary.
+"Small helpers every layer uses: keyword names, the text/bytes boundary,
+digests, and writing a local file atomically.
 
 Nothing here imports anything of consfig's, so any module may import it."
 
-(import hy.models [Keyword])
+(import hashlib
+        os
+        tempfile
+        hy.models [Keyword])
 
 (defn keyword-name [x]
   "The name a keyword or a keyword-like string stands for: `:foo` and
@@ -21,4 +25,30 @@ Nothing here imports anything of consfig's, so any module may import it."
         (isinstance s bytes) s
         True (.encode s "utf-8")))
 
-(export :objects [keyword-name bytes->text text->bytes])
+(defn sha256-hex [b]
+  "The hex SHA-256 digest of the bytes B."
+  (.hexdigest (hashlib.sha256 b)))
+
+(defn write-atomically [path data [mode 0o644]]
+  "Write DATA (bytes) to the local file PATH, with MODE, through a temporary
+file in its directory, flushed to disk before it is renamed over PATH (and
+the directory flushed after): a reader sees the old file or the new one,
+never part of one, and a failure leaves no temporary behind."
+  (setv path (os.fspath path)
+        directory (or (os.path.dirname path) ".")
+        #(fd tmp) (tempfile.mkstemp :dir directory :prefix f".{(os.path.basename path)}."
+                                    :suffix ".tmp"))
+  (try
+    (with [f (os.fdopen fd "wb")]
+      (os.fchmod (.fileno f) mode)
+      (.write f data)
+      (.flush f)
+      (os.fsync (.fileno f)))
+    (os.replace tmp path)
+    (except [BaseException]
+      (try (os.unlink tmp) (except [FileNotFoundError] None))
+      (raise)))
+  (setv dir-fd (os.open directory os.O-RDONLY))
+  (try (os.fsync dir-fd) (finally (os.close dir-fd))))
+
+(export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically])
