@@ -97,13 +97,13 @@ of the host over it, when it is one `consfig.keep` can keep."
       (when (not reused)
         (setv conns (establish-chain deployment.chain))
         (when (.apply-remotely? (get conns -1))
-          (setv (. (get conns -1) keeper) (Keeper None))))
+          (setv (. (get conns -1) keeper) (Keeper))))
       (setv target (get conns -1))
       (try
         (if (.apply-remotely? target)
-            (do (setv target.keeper.lock (lock-request prepared.hostname)
-                      outcome (.apply-remotely target prepared sink :unapply unapply
-                                               :verbosity verbosity :check check)))
+            (setv outcome (.apply-remotely target prepared sink :unapply unapply
+                                           :verbosity verbosity :check check
+                                           :lock (lock-request prepared.hostname)))
             (setv outcome (_apply-kept-posix conns reused prepared sink
                                              :unapply unapply :check check)))
         (except [KeptSessionLost]

@@ -334,12 +334,10 @@ applied, and a fresh chain may be tried.")
 (defclass Keeper []
   "Where a kept chain's `:python` hop keeps its session between
 deployments: the session and the bundle its Python runs (None, None when
-there is none).  LOCK: what the target's Python is told about the
-deployment lock, which it takes itself for each apply."
-  (defn __init__ [self lock]
+there is none)."
+  (defn __init__ [self]
     (setv self.session None
-          self.bundle None
-          self.lock lock))
+          self.bundle None))
   (defn close [self]
     "End the kept session, if any: its Python ends, and all it started."
     (when self.session
@@ -403,9 +401,8 @@ the target's Python takes the deployment lock itself, for this apply."
                  ;; Reached through a chroot (say), the target's Python is
                  ;; where no service may start, as the hops before it know.
                  "no-services" (no-services-reason upstream)
-                 #** (cond keeper {"persist" True "lock" keeper.lock}
-                           lock {"lock" lock}
-                           True {})})
+                 #** (if keeper {"persist" True} {})
+                 #** (if lock {"lock" lock} {})})
     (when (>= verbosity 3)
       (_tell sink name (+ f"→ hello (bundle {bundle.hash}), apply {name}"
                           (if reused " (kept session)" "")) "wire"))
