@@ -116,6 +116,24 @@ def run_proxies(spec, latency_ms):
     asyncio.run(_serve_proxies([int(p) for p in spec.split(",")], latency_ms / 1000))
 
 
+def machine_cpu():
+    """Seconds of CPU the whole machine has spent busy (all cores, /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal: all but idle and iowait.
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid):
+    """Seconds of CPU process PID has spent (0 without one)."""
+    if not pid:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # The child: one deployment of several hosts, timed, with its peak RSS
 
 def run_child(spec):
@@ -142,6 +160,7 @@ def run_child(spec):
     times = {}
     for label in ["cold", "warm"]:
         cpu = resource.getrusage(resource.RUSAGE_SELF)
+        machine, proxy = machine_cpu(), process_cpu(spec.get("proxy"))
         if label == "cold":
             for i in range(len(hosts)):
                 shutil.rmtree(f"{TARGET}/h{i}", ignore_errors=True)
@@ -151,6 +170,8 @@ def run_child(spec):
         times[label] = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_SELF)
         times[f"{label}_cpu"] = (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
+        times[f"{label}_machine"] = machine_cpu() - machine
+        times[f"{label}_proxy"] = process_cpu(spec.get("proxy")) - proxy
         reporter.finish()
         want = "changed" if label == "cold" else "no-change"
         bad = [o for o in outcomes if o is None or o.status != want]
@@ -216,7 +237,8 @@ class Fleet:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         r = subprocess.run([sys.executable, __file__, "--child",
                             json.dumps({"ports": ports, "users": self.users[:count],
-                                        "jobs": jobs, "config": self.config})],
+                                        "jobs": jobs, "config": self.config,
+                                        "proxy": self.proxy.pid if proxied else None})],
                            capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env)
         if r.returncode != 0:
             raise SystemExit(f"deploying {count} hosts failed:\n{r.stdout}\n{r.stderr[-4000:]}")
@@ -290,6 +312,8 @@ def main():
             f"{seq['warm'] / par['warm']:6.2f}x")
         out(f"  controller CPU, {n} hosts -j {n}: {par['cold_cpu']:.3f}  {par['warm_cpu']:.3f}"
             " (the rest of the cores' time is the targets')")
+        out(f"  machine CPU, 1 host: {one['cold_machine']:.3f}  {one['warm_machine']:.3f}; "
+            f"{n} hosts -j {n}: {par['cold_machine']:.3f}  {par['warm_machine']:.3f}")
         if args.latency_ms:
             lat_floor = statistics.median(fleet.floor(True) for _ in range(args.runs))
             out(f"through a proxy adding {args.latency_ms} ms each way "
@@ -300,6 +324,8 @@ def main():
             out(f"  {n} hosts, -j {n}      {lpar['cold']:7.3f}  {lpar['warm']:7.3f}")
             out(f"  {n} hosts / 1 host      {lpar['cold'] / lone['cold']:6.2f}x  "
                 f"{lpar['warm'] / lone['warm']:6.2f}x   (target <= 2x)")
+            out(f"  machine CPU, {n} hosts: {lpar['cold_machine']:.3f}  {lpar['warm_machine']:.3f}"
+                f", of which the proxy {lpar['cold_proxy']:.3f}  {lpar['warm_proxy']:.3f}")
         m = args.rss_hosts
         from consfig.fleet import DEFAULT_JOBS
         for jobs in sorted({min(DEFAULT_JOBS, m), m}):
