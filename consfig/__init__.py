@@ -8,18 +8,23 @@ try-register-data-source);
 
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
-from consfig import (actions, chain, combinators, context, data, datasources, deployment,
-                     engine, errors, fleet, hop, host, image, keep, property, propspec, result)
+# Hy's `require` reads `_hy_macros` from this module's dict, not through
+# getattr: the modules that define the macros are imported at once.
+from consfig import data, deployment, host, property, propspec
 
-_MODULES = (property, propspec, host, deployment, fleet, image, combinators, result, actions,
-            context, chain, hop, engine, errors, data, datasources, keep)
+_MACRO_MODULES = (property, propspec, host, deployment, data)
 
-__all__ = []
+# The modules whose names `(import consfig *)` brings, in the order in which
+# a later one's name wins.  They are imported when one of their names is
+# first asked for (PEP 562), not with this package: the target of a
+# :python hop imports it on the way to `consfig.serve`, and there applies a
+# propspec with a small part of the library.
+_MODULES = ("property", "propspec", "host", "deployment", "fleet", "image", "combinators",
+            "result", "actions", "context", "chain", "hop", "engine", "errors", "data",
+            "datasources", "keep")
+
 _hy_macros = {}
-for _m in _MODULES:
-    for _name in getattr(_m, "__all__", ()):
-        globals()[_name] = getattr(_m, _name)
-        __all__.append(_name)
+for _m in _MACRO_MODULES:
     for _name in getattr(_m, "_hy_export_macros", ()):
         _hy_macros[_name] = _m._hy_macros[_name]
 _hy_export_macros = list(_hy_macros)
@@ -29,4 +34,29 @@ del _m, _name
 # (In Hy, `deploy` and `deploy-these` are the macros; `deploy*` the functions.)
 deploy = deployment.__dict__[hy.mangle("deploy*")]
 deploy_these = deployment.__dict__[hy.mangle("deploy-these*")]
-deploy_hosts = fleet.__dict__[hy.mangle("deploy-hosts*")]
+
+
+def _load_all():
+    import importlib
+    names = []
+    for module_name in _MODULES:
+        module = importlib.import_module(f"consfig.{module_name}")
+        for name in getattr(module, "__all__", ()):
+            globals()[name] = getattr(module, name)
+            names.append(name)
+    globals()["deploy_hosts"] = globals()["fleet"].__dict__[hy.mangle("deploy-hosts*")]
+    globals()["__all__"] = names
+
+
+def __getattr__(name):
+    if "__all__" not in globals():
+        _load_all()
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module 'consfig' has no attribute {name!r}")
+
+
+def __dir__():
+    if "__all__" not in globals():
+        _load_all()
+    return sorted(globals())
