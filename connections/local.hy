@@ -10,7 +10,6 @@ calls rather than by running `cat`."
         signal
         stat
         subprocess
-        tempfile
         threading
         time
         consfig.errors [CommandTimedOut]
@@ -135,6 +134,9 @@ being started when the end came, before it was recorded)."
     (when (not (os.path.isdir directory))
       (raise (FileNotFoundError f"cannot write {path}: directory {directory} does not exist")))
     (_remove-stale-temporaries directory)
+    ;; Imported here: a deployment that finds every file as it should be
+    ;; writes none, and tempfile brings shutil, bz2, lzma and random.
+    (import tempfile)
     (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-"))
     (try
       (with [f (os.fdopen fd "wb")]

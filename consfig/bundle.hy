@@ -8,19 +8,19 @@ unpacks it in its user's cache (`~/.cache/consfig/bundles/HASH`, see
 target's sends it compiled, from a cache of its own (`compiled-archive`).
 Old bundles and archives are pruned (`prune-bundles`)."
 
-(import gzip
-        hashlib
-        importlib
+(import importlib
         io
         os
-        shutil
         sys
-        tarfile
         threading
         time
         consfig.boot [cache-directory :as _cache-directory]
         consfig.errors [ConsfigError]
-        consfig.util [write-atomically])
+        consfig.util [sha256-hex write-atomically])
+
+;; A target imports this module (`consfig.serve`: `running-from`,
+;; `prune-bundles`) and seldom makes or unpacks a bundle: tarfile, gzip and
+;; shutil are imported where they are used.
 
 (setv CORE-PACKAGES #("hy" "funcparserlib" "consfig" "consfig.props" "consfig.connections"))
 (setv _SHIPPED-ROOTS #("hy" "funcparserlib" "hyrule" "consfig"))
@@ -52,7 +52,7 @@ it therefore passes on, as it is, to a further `:python` hop."
   (if (and known (= (cut known 0 2) key))
       (get known 2)
       (do (with [f (open path "rb")]
-            (setv d (.hexdigest (hashlib.sha256 (.read f)))))
+            (setv d (sha256-hex (.read f))))
           (setv (get _digests path) #(#* key d))
           d)))
 
@@ -62,10 +62,8 @@ that names them."
   (defn __init__ [self files]
     (setv self.files files
           self._archive None)
-    (setv h (hashlib.sha256))
-    (for [rel (sorted files)]
-      (.update h (.encode f"{rel}\x00{(_digest (get files rel))}\n")))
-    (setv self.hash (cut (.hexdigest h) 0 32)))
+    (setv lines (gfor rel (sorted files) f"{rel}\x00{(_digest (get files rel))}\n")
+          self.hash (cut (sha256-hex (.encode (.join "" lines))) 0 32)))
 
   (defn archive [self]
     "The bundle as a gzipped tar, made once."
@@ -77,6 +75,7 @@ that names them."
   (or (.endswith name ".py") (.endswith name ".hy")))
 
 (defn _tar [files]
+  (import tarfile)
   (setv buf (io.BytesIO))
   (with [tar (tarfile.open :fileobj buf :mode "w:gz" :compresslevel 6)]
     (for [rel (sorted files)]
@@ -237,6 +236,7 @@ this Python."
 (defn _intact? [archive]
   ;; gzip's trailer holds the length and a CRC of the whole: a truncated or
   ;; damaged archive fails here, before it is sent.
+  (import gzip)
   (try (gzip.decompress archive) True
        (except [#(OSError EOFError ValueError)] False)))
 
@@ -251,7 +251,7 @@ this Python."
   None)
 
 (defn _compile [bundle path]
-  (import subprocess tempfile)
+  (import shutil subprocess tarfile tempfile)
   (setv scratch (tempfile.mkdtemp :prefix "consfig-compile-"))
   (try
     (setv root (os.path.join scratch "b"))
@@ -313,7 +313,8 @@ deployment may be running from it)."
     (setv tmp? (in ".tmp" (os.path.basename path)))
     (when (and (or tmp? (>= i (- keep-newest 1))) (> (- now mtime) min-age))
       (if (os.path.isdir path)
-          (shutil.rmtree path True)
+          (do (import shutil)
+              (shutil.rmtree path True))
           (try (os.unlink path) (except [OSError] None))))))
 
 (export :objects [Bundle bundle-for site-modules ship-modules running-from

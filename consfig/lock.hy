@@ -24,10 +24,7 @@ lock.  A target without flock(1), or reached by a hop that cannot start a
 process, is deployed without a lock."
 
 (import contextlib
-        getpass
         os
-        secrets
-        socket
         time
         consfig.context [deployment-cache]
         consfig.errors [ConnectionFailed]
@@ -68,6 +65,9 @@ cat >/dev/null
 reap \"$3\"")
 
 (defn _holder [hostname]
+  ;; getpass, socket and secrets (below) are imported where they are used:
+  ;; a :python target imports this module and takes the lock without them.
+  (import getpass socket)
   (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), deploying {hostname}, "
      f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"))
 
@@ -78,6 +78,7 @@ it, for whoever waits."
   {"wait" LOCK-WAIT "holder" (_holder hostname)})
 
 (defn _acquire [connection hostname wait]
+  (import secrets)
   (setv token (secrets.token-hex 16)
         process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
                                             (str wait) (_holder hostname) token]))

@@ -15,8 +15,7 @@ Everything here runs on the controller, in `:hostattrs`; what it computes
 travels to the target as prerequisite data.  jinja2 is imported only when a
 template is rendered, so that a target never needs it."
 
-(import hashlib
-        os
+(import os
         stat
         traceback
         consfig.context [current-host parent-host]
@@ -116,6 +115,7 @@ its line."
 
 (defn file-sha256 [path]
   "The SHA-256 of the file at PATH, in hex."
+  (import hashlib)
   (setv h (hashlib.sha256))
   (with [f (open path "rb")]
     (for [chunk (iter (fn [] (.read f 1048576)) b"")]

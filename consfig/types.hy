@@ -18,7 +18,6 @@ propspec is read back from data.  Types compose (`(list-of package-name)`,
 Calling a type on a value returns the value or raises `ParameterTypeError`."
 
 (import re
-        urllib.parse
         hy.models [Keyword]
         consfig.errors [PropspecError])
 
@@ -120,10 +119,14 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
                          "a hostname (labels of letters, digits and -, separated by dots)"
                          r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
       url (predicate "url" "a URL (scheme://… with no whitespace)"
-                     (fn [v] (and (isinstance v str)
-                                  (not (re.search r"\s" v))
-                                  (. (urllib.parse.urlsplit v) scheme)
-                                  (re.match r"[A-Za-z][A-Za-z0-9+.-]*:" v))))
+                     (fn [v]
+                       ;; Here, not above: urllib.parse brings ipaddress,
+                       ;; which no other type needs.
+                       (import urllib.parse)
+                       (and (isinstance v str)
+                            (not (re.search r"\s" v))
+                            (. (urllib.parse.urlsplit v) scheme)
+                            (re.match r"[A-Za-z][A-Za-z0-9+.-]*:" v))))
       shell-identifier (matching "shell-identifier"
                                  "a shell variable name (letters, digits and _, not starting with a digit)"
                                  r"[A-Za-z_][A-Za-z0-9_]*")

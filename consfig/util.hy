@@ -3,9 +3,7 @@ digests, and writing a local file atomically.
 
 Nothing here imports anything of consfig's, so any module may import it."
 
-(import hashlib
-        os
-        tempfile
+(import os
         hy.models [Keyword])
 
 (defn keyword-name [x]
@@ -27,6 +25,9 @@ Nothing here imports anything of consfig's, so any module may import it."
 
 (defn sha256-hex [b]
   "The hex SHA-256 digest of the bytes B."
+  ;; Imported here, as `tempfile` below: every module imports this one,
+  ;; and the target of a :python hop often needs neither.
+  (import hashlib)
   (.hexdigest (hashlib.sha256 b)))
 
 (defn write-atomically [path data [mode 0o644]]
@@ -34,6 +35,7 @@ Nothing here imports anything of consfig's, so any module may import it."
 file in its directory, flushed to disk before it is renamed over PATH (and
 the directory flushed after): a reader sees the old file or the new one,
 never part of one, and a failure leaves no temporary behind."
+  (import tempfile)
   (setv path (os.fspath path)
         directory (or (os.path.dirname path) ".")
         #(fd tmp) (tempfile.mkstemp :dir directory :prefix f".{(os.path.basename path)}."
