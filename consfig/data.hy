@@ -52,8 +52,6 @@ story: identifiers, sources, the caches on both sides, how secrets travel."
     ;; Pickling would write the value wherever the pickle goes.
     (raise (TypeError "a Secret cannot be pickled"))))
 
-(hy.repr-register Secret (fn [s] "«secret»"))
-
 (defn secret? [x]
   "True when X is a `Secret`."
   (isinstance x Secret))

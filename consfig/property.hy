@@ -37,13 +37,13 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
     (and (isinstance other Propapp)
          (= self.name other.name)
          (= self.args other.args)))
-  (defn __repr__ [self] (hy.repr self)))
-
-(defn _render-propapp [p]
-  (setv prop (.get properties p.name))
-  (+ "(" (.join " " [p.name #* (if prop (.render-args prop p.args) (map show p.args))]) ")"))
-
-(hy.repr-register Propapp _render-propapp)
+  ;; As Hy: `hy.repr` prints with `repr` what it has no printer for, so this
+  ;; serves both, without `hy.repr-register` importing Hy's printer (and
+  ;; fractions, decimal, datetime) wherever this module is imported.
+  (defn __repr__ [self]
+    (setv prop (.get properties self.name))
+    (+ "(" (.join " " [self.name #* (if prop (.render-args prop self.args) (map show self.args))])
+       ")")))
 
 (setv SUBROUTINES #("desc" "preprocess" "hostattrs" "check" "apply" "unapply"))
 
@@ -112,12 +112,14 @@ both places."
                                  :if (= p.kind inspect.Parameter.POSITIONAL_OR_KEYWORD) p)
           self._rest (next (gfor p (.values self.signature.parameters)
                                  :if (= p.kind inspect.Parameter.VAR_POSITIONAL) p)
-                           None))
+                           None)))
+
+  (defn _typed-doc [self]
     ;; What `(help …)` and `(doc …)` show: the typed lambda list first.
-    (setv self.__doc__ (+ f"({self.short-name} {self.lambda-list})"
-                          (.join "" (gfor q (self.parameters) :if (get q "type")
-                                          f"\n  {(get q "name")}: {(. (get q "type") phrase)}"))
-                          (if doc f"\n\n{doc}" ""))))
+    (+ f"({self.short-name} {self.lambda-list})"
+       (.join "" (gfor q (self.parameters) :if (get q "type")
+                       f"\n  {(get q "name")}: {(. (get q "type") phrase)}"))
+       (if self.doc f"\n\n{self.doc}" "")))
 
   (defn parameters [self]
     "Each parameter as a dict: its name as written in a call (`:mode` for a
@@ -303,6 +305,18 @@ type (modes in octal)."
                      :if (in p.kind #(P.POSITIONAL_OR_KEYWORD P.KEYWORD_ONLY))
                      p.name))
     (any (gfor p (.values sig.parameters) (= p.kind P.VAR_KEYWORD)))))
+
+(defclass _TypedDoc []
+  "`Property.__doc__`: the class's docstring on the class, a property's
+typed lambda list and docstring on a property.  Made when asked for, not
+when each property is defined: rendering the defaults as Hy imports Hy's
+printer, which a target that only applies properties never needs."
+  (defn __init__ [self class-doc]
+    (setv self.class-doc class-doc))
+  (defn __get__ [self prop owner]
+    (if (is prop None) self.class-doc (._typed-doc prop))))
+
+(setv Property.__doc__ (_TypedDoc Property.__doc__))
 
 (defn _render-lambda-list [sig]
   ;; The lambda list as it is written in a defprop, types and all:
