@@ -12,7 +12,6 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
 
 (import contextlib
         contextvars
-        difflib
         importlib
         inspect
         keyword
@@ -209,7 +208,10 @@ invariants; `PropspecError` naming the parameter, its type and the value."
           (raise (PropspecError f"{self.short-name}: {(message #* bound.args #** bound.kwargs)}"))))))
 
   (defn _near-keyword [self stray]
-    ;; ":mdoe" taken as a value, close to the parameter `mode`.
+    ;; ":mdoe" taken as a value, close to the parameter `mode`.  (difflib
+    ;; is imported by what suggests a name, as by `_diff` in props/file: a
+    ;; target that applies without a mistake or a change never needs it.)
+    (import difflib)
     (setv names (lfor n self._names (_keyword-for n)))
     (for [k stray]
       (setv close (difflib.get-close-matches k.name names 1 0.6))
@@ -365,6 +367,7 @@ need be; `PropspecError` when there is none."
 CANDIDATES (by default every property defined), or \"\" when none is near."
   (when (is candidates None)
     (setv candidates (set (+ (lfor p (.values properties) p.short-name) (list properties)))))
+  (import difflib)
   (setv close (difflib.get-close-matches name (sorted candidates) 1 0.75))
   (if close f"; did you mean {(get close 0)}?" ""))
 

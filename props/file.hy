@@ -14,8 +14,7 @@ unchanged, as is every line the property has no business with."
 
 (eval-when-compile (require consfig.property [defprop]))
 (import consfig.types *)
-(import difflib
-        json
+(import json
         os
         posixpath
         re
@@ -115,6 +114,7 @@ the file back exactly."
   (.decode (or b b"") "utf-8" "backslashreplace"))
 
 (defn _diff [path old new]
+  (import difflib)
   (setv text (.join "" (difflib.unified-diff (.splitlines (_shown old) True)
                                              (.splitlines (_shown new) True)
                                              (+ "a" path) (+ "b" path))))
