@@ -5,6 +5,7 @@ the hop ships it to the target by its file."
 (require consfig.property [defprop])
 (import os
         signal
+        sys
         time
         consfig.actions [NO-CHANGE run-script])
 
@@ -39,3 +40,10 @@ the hop ships it to the target by its file."
   "The shell code SCRIPT ran, and was stopped if it took more than SECONDS."
   (:desc f"ran {script} for at most {seconds} s")
   (:apply (run-script script :timeout seconds)))
+
+(defprop modules-recorded :python [path]
+  "PATH lists the modules the Python applying this host has imported so
+far, one a line.  Nothing changes that the deployment would report."
+  (:desc f"modules recorded in {path}")
+  (:apply (with [f (open path "w")] (.write f (.join "\n" (sorted sys.modules))))
+          NO-CHANGE))

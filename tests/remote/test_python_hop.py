@@ -97,6 +97,33 @@ def test_second_deployment_sends_no_bundle(tmp_path, monkeypatch):
         "Hy's bytecode is not cached with the bundle"
 
 
+# What a target that finds every file in place has no use for, and once
+# imported with consfig: archives, sockets, digests, temporary files, URL
+# parsing, Hy's printer, the controller's modules.  Each one is imported,
+# where it is needed, by the function that needs it.
+NOT_IMPORTED_BY_A_WARM_APPLY = [
+    "zipfile", "tarfile", "gzip", "socket", "getpass", "secrets", "hashlib", "tempfile",
+    "urllib.parse", "hy.core.hy_repr", "fractions", "decimal", "datetime",
+    "consfig.fleet", "consfig.image", "consfig.datasources"]
+
+
+def test_a_target_that_finds_everything_in_place_imports_only_what_it_applies_with(tmp_path):
+    # The second deployment's target runs from the cached bundle (the
+    # bootstrap unpacks a new one with tarfile) and finds the files there.
+    listed = tmp_path / "modules"
+    host = Host("target.example", seqprops(
+        find_property("consfig.props.file.directory-exists")(f"{tmp_path}/etc"),
+        has_content(f"{tmp_path}/etc/motd", "hello\n"),
+        rp.modules_recorded(str(listed))))
+    events = []
+    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "changed", events
+    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "no-change", events
+    modules = set(listed.read_text().split("\n"))
+    assert "consfig.props.file" in modules, sorted(modules)
+    imported = [m for m in NOT_IMPORTED_BY_A_WARM_APPLY if m in modules]
+    assert not imported, f"a warm apply imported {imported}"
+
+
 def test_old_bundles_are_pruned(tmp_path):
     for i, age in enumerate([10, 5 * 86400, 6 * 86400, 7 * 86400, 8 * 86400]):
         d = tmp_path / f"b{i}"
