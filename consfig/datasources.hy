@@ -12,12 +12,9 @@ Each is registered by kind, as those of consfig.data are:
 Every program runs with an argument list (no shell), its output read into
 memory: a secret is never in a command line, an environment or a file."
 
-(import getpass
-        json
+(import json
         os
-        shutil
         subprocess
-        tempfile
         threading
         consfig.data [DataSource DataSourceUnusable Secret data-source-kinds _absolute
                       _tree-path _mtime-version]
@@ -43,6 +40,10 @@ memory: a secret is never in a command line, an environment or a file."
   r.stdout)
 
 (defn _need-program [name kind]
+  ;; shutil, tempfile and getpass are imported where they are used: a
+  ;; site's `(import consfig *)` imports this module on every target of a
+  ;; :python hop, where no data source is read.
+  (import shutil)
   (when (not (shutil.which name))
     (raise (DataSourceUnusable f":{kind}: the {name} program is not installed"))))
 
@@ -179,6 +180,7 @@ its standard input; it is never written to a file."
                (sum (gfor r recipients ["--recipient" r]) [])
                ["--default-recipient-self"])
         directory (or (os.path.dirname (os.path.abspath path)) "."))
+  (import tempfile)
   (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-pgp-"))
   (os.close fd)
   (try
@@ -225,6 +227,7 @@ hash.  The controller keeps each snapshot it made in its data cache."
             (get (.split out) 0)))))
 
   (defn fetch [self iden1 iden2]
+    (import tempfile)
     (setv commit (.version self iden1 iden2))
     (if self.local
         (_run ["git" "-C" self.repo "archive" "--format=tar.gz" commit]
@@ -253,6 +256,7 @@ terminal (a deployment from cron) is a `ConsfigError`, not a read of
 standard input."
   (when (not (terminal?))
     (raise (ConsfigError f"{question}: there is no terminal to ask on")))
+  (import getpass)
   (with [_asking]
     (Secret (getpass.getpass f"[consfig] {question}: "))))
 

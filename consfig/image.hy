@@ -25,18 +25,15 @@ anything changed.
 Each run records its outcome on the machine it ran on (`state-file`);
 `host-status` reads that back over the host's chain."
 
-(import hashlib
-        io
+(import io
         json
         os
-        socket
         sys
         time
-        zipfile
         hy.models [Keyword]
         consfig.bundle [bundle-for running-from]
         consfig.errors [ConsfigError]
-        consfig.util [write-atomically]
+        consfig.util [sha256-hex write-atomically]
         consfig.payload [host-payload host-on-target payload-secrets secret-values])
 
 (setv FORMAT 1)
@@ -54,7 +51,7 @@ them) and `sha256`, the hex digest of its bytes."
     (setv self.data data
           self.hostname hostname
           self.secrets secrets
-          self.sha256 (.hexdigest (hashlib.sha256 data))))
+          self.sha256 (sha256-hex data)))
   (defn __repr__ [self]
     f"<image of {self.hostname}, {(len self.data)} bytes, sha256 {(cut self.sha256 0 12)}>"))
 
@@ -63,6 +60,10 @@ them) and `sha256`, the hex digest of its bytes."
   ;; entries always make the same bytes.
   (setv buf (io.BytesIO))
   (.write buf SHEBANG)
+  ;; zipfile (with pathlib) and socket, below, are imported where they are
+  ;; used: a site's `(import consfig *)` imports this module on every
+  ;; target of a :python hop, which makes no image and runs none.
+  (import zipfile)
   (with [z (zipfile.ZipFile buf "w")]
     (for [name (sorted entries)]
       (setv info (zipfile.ZipInfo name :date-time _DATE))
@@ -149,6 +150,7 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
 (defn _this-host? [hostname]
   ;; Hostnames are compared whole, or by their first label when one of
   ;; them has no other (`athena` is athena.example.com).
+  (import socket)
   (setv here (socket.gethostname))
   (or (= here hostname)
       (and (or (not-in "." here) (not-in "." hostname))
@@ -196,7 +198,8 @@ image's `__main__.py`."
   (guarded args (fn [args] (_run args archive image meta directory new))))
 
 (defn _run [args archive image meta directory new]
-  (import consfig.chain [parse-chain]
+  (import socket
+          consfig.chain [parse-chain]
           consfig.cli [output-sink]
           consfig.deployment [Prepared run-prepared]
           consfig.engine [announced-count]
@@ -213,7 +216,7 @@ image's `__main__.py`."
         sink (output-sink args)
         tally (_Tally sink)
         run {"hostname" hostname
-             "image" (.hexdigest (hashlib.sha256 (_read archive)))
+             "image" (sha256-hex (_read archive))
              "started" (time.time)
              "check" args.check
              "as-host" args.as-host})
