@@ -124,6 +124,22 @@ def test_a_target_that_finds_everything_in_place_imports_only_what_it_applies_wi
     assert not imported, f"a warm apply imported {imported}"
 
 
+def test_a_site_module_importing_all_of_consfig_brings_no_archive_socket_nor_digest(tmp_path):
+    import star_testprops
+    listed = tmp_path / "modules"
+    host = Host("target.example", seqprops(
+        has_content(f"{tmp_path}/motd", "hello\n"),
+        star_testprops.modules_recorded_by_a_site(str(listed))))
+    events = []
+    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "changed", events
+    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "no-change", events
+    modules = set(listed.read_text().split("\n"))
+    assert {"star_testprops", "consfig.fleet", "consfig.image"} <= modules, sorted(modules)
+    imported = [m for m in ["zipfile", "socket", "getpass", "hashlib", "tempfile", "hy.core.hy_repr"]
+                if m in modules]
+    assert not imported, f"a warm apply with a site module imported {imported}"
+
+
 def test_old_bundles_are_pruned(tmp_path):
     for i, age in enumerate([10, 5 * 86400, 6 * 86400, 7 * 86400, 8 * 86400]):
         d = tmp_path / f"b{i}"
