@@ -216,6 +216,7 @@ has exited or WAIT seconds have passed."
   (try
     (setv process (.start-process upstream [interpreter "-E" "-S" "-c" (bootstrap)]))
     (except [e OSError]
+      (.explain-start-failure upstream)
       (raise (_no-python name where interpreter None (str e)) :from e)))
   (+= (get stats "sessions") 1)
   (Session process))
@@ -239,9 +240,11 @@ has exited or WAIT seconds have passed."
   (+= (get stats "data-items-sent") (len items))
   (for [e (sent-events items name)] (sink e)))
 
-(defn _check-hello [hello session interpreter name where]
+(defn _check-hello [hello session interpreter name where upstream]
   (when (is hello None)
     (setv code (.wait session.process 2))
+    ;; A hop before may know better why nothing started (sudo refused).
+    (.explain-start-failure upstream)
     (raise (_no-python name where interpreter code (.stderr-text session))))
   (when (!= (.get hello "protocol") PROTOCOL)
     (raise (ConnectionFailed (+ f"{name}: the target ({where}) speaks consfig protocol "
@@ -409,7 +412,7 @@ the target's Python takes the deployment lock itself, for this apply."
     (setv hello (_hello-skipping-ticks session timeout name where))
     (when (and reused (is hello None))
       (raise (KeptSessionLost f"{name}: the kept session ended before this deployment" where)))
-    (_check-hello hello session interpreter name where)
+    (_check-hello hello session interpreter name where upstream)
     (when (>= verbosity 3)
       (_tell sink name (_frame-summary hello) "wire"))
     (when items
