@@ -12,8 +12,8 @@ each with its own bundle cache too.
                                 [--runs 3]
 
 Measures, each deployment in a fresh python3 process that imports consfig
-and calls deploy-hosts* (the time is that call's; the reporter renders to
-/dev/null), the median over --runs of:
+and calls deploy-hosts* (the time is that call's; the reporter renders with
+rich, set up as on a terminal, to /dev/null), the median over --runs of:
 
   plain loopback   1 host; --hosts hosts with -j 1 and -j --hosts (the
                    speed-up; the 2 cores are shared by every target and the
@@ -164,7 +164,9 @@ def run_child(spec):
         if label == "cold":
             for i in range(len(hosts)):
                 shutil.rmtree(f"{TARGET}/h{i}", ignore_errors=True)
-        reporter = Reporter(console=Console(file=open(os.devnull, "w"), highlight=False))
+        # rich, as `consfig deploy` on a terminal sets it up (report.hy).
+        reporter = Reporter(console=Console(file=open(os.devnull, "w"), highlight=False,
+                                            soft_wrap=True))
         started = time.perf_counter()
         outcomes = deploy_hosts(None, hosts, sink=reporter, jobs=spec["jobs"])
         times[label] = time.perf_counter() - started

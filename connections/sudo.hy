@@ -115,10 +115,22 @@ this terminal when the host's data is sent."
   "Scripts run as `sudo -H -u USER -- /bin/sh -c SCRIPT` on the upstream."
   (setv hop-name "sudo")
 
-  (defn __init__ [self upstream user [password None]]
+  (defn __init__ [self upstream user [password None] * [checked True]]
     (.__init__ (super) upstream)
     (setv self.user user
-          self._password password))
+          self._password password
+          ;; False: whether sudo lets us be USER has not been asked yet
+          ;; (`establish-before-python`).
+          self._checked checked))
+
+  (defn _check [self]
+    (when (not self._checked)
+      (_refuse-unless-allowed self.upstream self.user (_sudo-state self.upstream self.user))
+      (setv self._checked True)))
+
+  (defn explain-start-failure [self]
+    (when (not self._checked)
+      (self._check)))
 
   (defn describe [self]
     (if (= self.user "root") "sudo" f"sudo:{self.user}"))
@@ -126,6 +138,7 @@ this terminal when the host's data is sent."
   (defn __repr__ [self] f"<SudoConnection {self.where}>")
 
   (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
+    (self._check)
     (if (is self._password None)
         (.run-script self.upstream
                       (shlex.join ["sudo" "-n" "-H" "-u" self.user "--" "/bin/sh" "-c" script])
@@ -139,8 +152,11 @@ this terminal when the host's data is sent."
 
   (defn start-process [self argv]
     (if (is self._password None)
+        ;; Unchecked, `-k` makes it the check `establish` would have made:
+        ;; no password, and no credentials sudo has cached either.
         (.start-process self.upstream
-                        ["sudo" "-n" "-H" "-u" self.user "--" "/bin/sh" "-c" _EXEC "sh" #* argv])
+                        ["sudo" "-n" #* (if self._checked [] ["-k"]) "-H" "-u" self.user "--"
+                         "/bin/sh" "-c" _EXEC "sh" #* argv])
         (do (setv marker (+ "consfig-" (secrets.token-hex 16))
                   process (.start-process self.upstream
                                           ["sudo" "-S" "-p" "" "-H" "-u" self.user "--"
@@ -185,22 +201,40 @@ this terminal when the host's data is sent."
         r.ok? "no-password"
         True "password"))
 
-(defn establish [upstream * [user "root"] [from_ None]]
-  (setv state (_sudo-state upstream user))
+(defn _refuse-unless-allowed [upstream user state]
+  ;; What `establish` says when there is no sudo, or it wants a password
+  ;; and the hop has no :from.
   (when (= state "absent")
     (raise (ConnectionFailed "there is no sudo here" upstream.where)))
+  (when (= state "password")
+    (setv r (_probe upstream ["sudo" "-n" "-u" user "--" "/bin/sh" "-c" ":"]))
+    (raise (ConnectionFailed
+             (+ f"sudo to {user} needs a password here: "
+                (or (.strip r.stderr) "sudo -n refused")
+                "\n  Give the hop :from \"user@host\" to say whose password, e.g. "
+                "[:sudo :from \"deploy@db1\"], or allow NOPASSWD in sudoers.")
+             upstream.where))))
+
+(defn establish [upstream * [user "root"] [from_ None]]
+  (setv state (_sudo-state upstream user))
   (cond
     (= state "no-password") (SudoConnection upstream user)
-    from_ (do (setv password (sudo-password from_ upstream.where))
+    from_ (do (when (= state "absent")
+                (_refuse-unless-allowed upstream user state))
+              (setv password (sudo-password from_ upstream.where))
               (_check-password upstream user password from_)
               (SudoConnection upstream user password))
-    True (do (setv r (_probe upstream ["sudo" "-n" "-u" user "--" "/bin/sh" "-c" ":"]))
-             (raise (ConnectionFailed
-                      (+ f"sudo to {user} needs a password here: "
-                         (or (.strip r.stderr) "sudo -n refused")
-                         "\n  Give the hop :from \"user@host\" to say whose password, e.g. "
-                         "[:sudo :from \"deploy@db1\"], or allow NOPASSWD in sudoers.")
-                      upstream.where)))))
+    True (_refuse-unless-allowed upstream user state)))
+
+(defn establish-before-python [upstream * [user "root"] [from_ None]]
+  "Before a `:python` hop, without :from: no round trip now.  The target's
+Python is started with `sudo -n -k`, which fails where the check would
+have; the python hop then asks this connection why
+(`explain-start-failure`), which makes the check and says what
+`establish` would have said."
+  (if from_
+      (establish upstream :user user :from_ from_)
+      (SudoConnection upstream user :checked False)))
 
 (defn ask-beforehand [where * [user "root"] [from_ None]]
   "Get the password of the `:from` designator, if any, before several hosts
@@ -209,7 +243,8 @@ for once, on the main thread, whether or not each host's sudo will want it."
   (when from_
     (sudo-password from_ where)))
 
-(setv HOP (Hop "sudo" {"user" STRING "from" STRING} establish :ask-beforehand ask-beforehand))
+(setv HOP (Hop "sudo" {"user" STRING "from" STRING} establish :ask-beforehand ask-beforehand
+               :establish-before-python establish-before-python))
 
 (export :objects [SudoConnection HOP password-item password-carried sudo-password
                   forget-sudo-password sudo-without-password?])

@@ -135,11 +135,18 @@ takes the rest of the chain (`:python`) receives it and ends the walk."
         (do (.append conns (spec.establish (get conns -1) (cut chain (+ i 1) None)
                                            #** (python-kwargs kwargs)))
             (break))
-        True (.append conns (spec.establish (get conns -1) #** (python-kwargs kwargs)))))
+        True (.append conns ((if (_python-next? chain i)
+                                 spec.establish-before-python
+                                 spec.establish)
+                             (get conns -1) #** (python-kwargs kwargs)))))
     (except [BaseException]
       (close-chain conns)
       (raise)))
   conns)
+
+(defn _python-next? [chain i]
+  (and (< (+ i 1) (len chain))
+       (. (hop-spec (get chain (+ i 1) 0)) takes-rest)))
 
 (defn python-kwargs [kwargs]
   "The arguments of a parsed hop as Python keyword arguments."

@@ -437,6 +437,14 @@ raises one `MissingData` naming every item no source has, or one
   (setv host.data found)
   found)
 
+(defn fetch-deferred [items]
+  "Fetch now the content of each of ITEMS (`DataItem`s) that its source
+left to be fetched when used: a `:prompt` item, asked for on the terminal.
+Several hosts deployed at once do this before they start (`consfig.fleet`)."
+  (for [item items]
+    (when (not item.prefetch)
+      (._bytes item))))
+
 (defn _missing-line [d]
   (setv iden1 (hy.repr (get d "iden1"))
         iden2 (hy.repr (get d "iden2"))
@@ -496,6 +504,7 @@ identifiers and version, never its content."
 (export :objects [Secret secret? MissingData DataSourceUnusable DataSourceFailed UndeclaredData DataItem
                   DataSource LocalFileSource FilesTreeSource data-source-kinds
                   require-data provide-data register-data-source try-register-data-source*
-                  reset-data-sources forget-data-source data-sources lookup-data resolve-data use-only-source on-target?
+                  reset-data-sources forget-data-source data-sources lookup-data resolve-data fetch-deferred
+                  use-only-source on-target?
                   get-data get-data-bytes get-data-string data-version data-sent-event]
         :macros [try-register-data-source])

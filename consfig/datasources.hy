@@ -262,9 +262,11 @@ standard input."
 
 (defclass PromptSource [DataSource]
   "`:prompt`: items asked for on the terminal (not echoed), once per
-deployment: those listed in ITEMS (pairs [IDEN1 IDEN2]), by default every
-user's password (`--user-passwd--HOST`).  Without a terminal it has none,
-so a deployment from cron says which item is missing before connecting."
+deployment (hosts deployed at once share the answers, asked before they
+start: `consfig.fleet`): those listed in ITEMS (pairs [IDEN1 IDEN2]), by
+default every user's password (`--user-passwd--HOST`).  Without a terminal
+it has none, so a deployment from cron says which item is missing before
+connecting."
   (setv secret-only True
         prefetch False)
   (defn __init__ [self * [items None]]

@@ -16,16 +16,18 @@ Several patterns are a union.  A pattern that matches nothing is an error.
 `deploy-hosts*` deploys a list of hosts concurrently, each over its own chain
 in a thread of its own (`jobs` at a time): the hostattrs of all of them are
 computed first, so that a mistake anywhere stops everything before any
-connection; what a hop would ask for (a sudo password) is asked for once,
-before any host starts; a host that fails or cannot be reached does not stop
-the others; `max-fail` stops starting hosts once that many failed; `serial`
-deploys in batches (a rolling deploy)."
+connection; what a host would ask for (a sudo password, a `:prompt` data
+item) is asked for once, before any host starts; a host that fails or
+cannot be reached does not stop the others; `max-fail` stops starting hosts
+once that many failed; `serial` deploys in batches (a rolling deploy)."
 
 (import fnmatch
         math
         threading
         consfig.chain [chain->data hop-spec python-kwargs]
         consfig.context [deployment-cache establishing-for]
+        consfig.data [fetch-deferred]
+        consfig.datacache [items-to-carry]
         consfig.deployment [prepare-deployment run-prepared]
         consfig.engine [Outcome announced-count]
         consfig.errors [ChainError ConnectionFailed ConsfigError]
@@ -154,9 +156,11 @@ matches nothing is an error naming it."
 ;; Deploying several hosts
 
 (defn ask-beforehand [deployments]
-  "Ask, on this thread, for what the hops of DEPLOYMENTS' chains would ask
-for (a `[:sudo :from …]` hop's password): each once, however many hosts use
-it.  Return the answers, a dict to seed each deployment's cache with."
+  "Ask, on this thread, for what DEPLOYMENTS would ask for once started: a
+password a hop of their chains needs (a `[:sudo :from …]` hop's) and the
+prerequisite data a source asks for when used (a `:prompt` item); each
+once, however many hosts need it.  Return the answers, a dict to seed each
+deployment's cache with."
   (setv hops {})
   (for [d deployments]
     (for [[name kwargs] d.chain]
@@ -168,10 +172,18 @@ it.  Return the answers, a dict to seed each deployment's cache with."
         (setv #(_ _ names) (.setdefault hops (hy.repr (chain->data [#(name kwargs)]))
                                         #(spec kwargs [])))
         (.append names d.hostname))))
-  (when (not hops) (return {}))
+  (setv deferred (lfor d deployments
+                       i (items-to-carry d.host)
+                       :if (not i.prefetch)
+                       i))
+  (when (not (or hops deferred)) (return {}))
   (with [_ (establishing-for (. (get deployments 0) host))]
     (for [[spec kwargs names] (.values hops)]
       (spec.ask-beforehand f"for {(.join ", " names)}" #** (python-kwargs kwargs)))
+    ;; Each host keeps its own items, their content fetched here; the
+    ;; source keeps what it asked in this one cache, so an item several
+    ;; hosts need is asked once.
+    (fetch-deferred deferred)
     (dict (deployment-cache))))
 
 (defn _failure-events [hostname chain e check]
@@ -266,9 +278,9 @@ SERIAL (N or \"N%\") deploys them in batches of that many, each batch
 finishing before the next starts.  The other arguments are `deploy*`'s.
 
 The hostattrs of every host are computed before anything connects, and
-what a hop asks for (a sudo password) is asked for once, before the hosts
-start.  A host whose chain cannot be established fails on its own; the
-others carry on."
+what a host would ask for (a sudo password, a `:prompt` data item) is
+asked for once, before the hosts start.  A host whose chain cannot be
+established fails on its own; the others carry on."
   (setv deployments (with [_ (site-facts-scope)]
                       ;; Every host's hostattrs computed once, however many read them.
                       (lfor h hosts (prepare-deployment chain h :propspec propspec

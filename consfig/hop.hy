@@ -296,6 +296,13 @@ where a shell will read it; a missing program shows as exit code 127."
              (+ f"hop :{self.hop-name} cannot start a streaming process ({self.where}), "
                 "which a :python hop after it needs"))))
 
+  (defn explain-start-failure [self]
+    "Called when a process started here (a `:python` hop's Python) ended
+before it said anything: raise a `ConnectionFailed` saying why, if this
+connection can tell (a hop that left its own check to that start, as
+`:sudo` does before `:python`); else return None."
+    None)
+
   (defn apply-remotely? [self]
     "Whether this connection applies a host itself, in a Python on the
 target (`apply-remotely`), rather than letting the controller apply it
@@ -361,15 +368,21 @@ establishes it on top of an upstream connection.  A hop that TAKES-REST
 A hop that may ask the user something (a password) has ASK-BEFOREHAND, called
 with WHERE (the hosts concerned) and the hop's arguments before several
 hosts are deployed at once: it asks on the controller's main thread and
-keeps the answer in the `deployment-cache`, where the hop finds it."
+keeps the answer in the `deployment-cache`, where the hop finds it.
+
+A hop may have ESTABLISH-BEFORE-PYTHON, used instead of ESTABLISH when a
+`:python` hop comes next: it may leave a check that costs a round trip to
+the start of the target's Python, and explain a failed start afterwards
+(`Connection.explain-start-failure`)."
   (defn __init__ [self name arguments establish * [required #()] [takes-rest False]
-                  [ask-beforehand None]]
+                  [ask-beforehand None] [establish-before-python None]]
     (setv self.name name
           self.arguments (dict arguments)
           self.required (frozenset required)
           self.establish establish
           self.takes-rest takes-rest
-          self.ask-beforehand ask-beforehand)))
+          self.ask-beforehand ask-beforehand
+          self.establish-before-python (or establish-before-python establish))))
 
 (export :objects [Connection CommandResult Script Hop ArgType command->script one-of
                   STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT

@@ -22,7 +22,9 @@ chain is closed
   tick, the keepalive), so a chain silent for three of them is dead, and
   paramiko's keepalive finds a dead SSH connection.  A deployment that
   finds its kept chain dead, before anything was applied, establishes a
-  fresh one, once, and reports nothing of it;
+  fresh one, once, and reports nothing of it; so does one whose kept
+  Python does not answer its hello within three ticks (a connection that
+  died without a sign);
 - by `(disconnect)`, all of them, or `(disconnect host)`, those to HOST;
 - when the Python running the REPL exits.
 

@@ -183,6 +183,11 @@ has exited or WAIT seconds have passed."
     (.join (get self.threads 2) 0.5)
     (.strip (.decode (bytes self.stderr-tail) "utf-8" "replace")))
 
+  (defn abandon [self]
+    "End a session found dead: kill it without waiting for it to finish."
+    (.put self.outbox None)
+    (.kill self.process))
+
   (defn close [self]
     "Close the target's stdin and give it a few seconds to finish, then kill it."
     (.put self.outbox None)
@@ -216,6 +221,7 @@ has exited or WAIT seconds have passed."
   (try
     (setv process (.start-process upstream [interpreter "-E" "-S" "-c" (bootstrap)]))
     (except [e OSError]
+      (.explain-start-failure upstream)
       (raise (_no-python name where interpreter None (str e)) :from e)))
   (+= (get stats "sessions") 1)
   (Session process))
@@ -239,9 +245,11 @@ has exited or WAIT seconds have passed."
   (+= (get stats "data-items-sent") (len items))
   (for [e (sent-events items name)] (sink e)))
 
-(defn _check-hello [hello session interpreter name where]
+(defn _check-hello [hello session interpreter name where upstream]
   (when (is hello None)
     (setv code (.wait session.process 2))
+    ;; A hop before may know better why nothing started (sudo refused).
+    (.explain-start-failure upstream)
     (raise (_no-python name where interpreter code (.stderr-text session))))
   (when (!= (.get hello "protocol") PROTOCOL)
     (raise (ConnectionFailed (+ f"{name}: the target ({where}) speaks consfig protocol "
@@ -352,6 +360,18 @@ there is none)."
     (when (or (is m None) (!= (get m "op") "tick"))
       (return m))))
 
+(defn _kept-hello [session timeout heartbeat name where]
+  ;; A kept Python answers at once, and ticks every HEARTBEAT seconds while
+  ;; idle: silence for three of them means its connection died without a
+  ;; sign (a network gone, a host suspended), and a fresh chain may be
+  ;; tried rather than waiting out TIMEOUT.
+  (setv limit (min timeout (* 3 heartbeat)))
+  (try (_hello-skipping-ticks session limit name where)
+       (except [e ConnectionFailed]
+         (raise (KeptSessionLost f"{name}: the kept session has not answered for {limit} s"
+                                 where)
+                :from e))))
+
 (defn apply-remotely [upstream host sink * [interpreter "python3"] [chain #()]
                       [unapply False] [check False] [verbosity 0] [timeout 60]
                       [modules #()] [command-timeout None] [where None] [keeper None]
@@ -391,7 +411,8 @@ the target's Python takes the deployment lock itself, for this apply."
                            (if had
                                (raise (KeptSessionLost (str e) where) :from e)
                                (raise)))))
-        kept False)
+        kept False
+        lost False)
   (when keeper
     (setv keeper.session None))
   (try
@@ -406,10 +427,15 @@ the target's Python takes the deployment lock itself, for this apply."
     (when (>= verbosity 3)
       (_tell sink name (+ f"→ hello (bundle {bundle.hash}), apply {name}"
                           (if reused " (kept session)" "")) "wire"))
-    (setv hello (_hello-skipping-ticks session timeout name where))
+    (setv hello (if reused
+                    (try (_kept-hello session timeout HEARTBEAT name where)
+                         (except [KeptSessionLost]
+                           (setv lost True)
+                           (raise)))
+                    (_hello-skipping-ticks session timeout name where)))
     (when (and reused (is hello None))
       (raise (KeptSessionLost f"{name}: the kept session ended before this deployment" where)))
-    (_check-hello hello session interpreter name where)
+    (_check-hello hello session interpreter name where upstream)
     (when (>= verbosity 3)
       (_tell sink name (_frame-summary hello) "wire"))
     (when items
@@ -418,9 +444,9 @@ the target's Python takes the deployment lock itself, for this apply."
           kept (bool keeper))
     outcome
     (finally
-      (if kept
-          (setv keeper.session session
-                keeper.bundle bundle.hash)
-          (.close session)))))
+      (cond kept (setv keeper.session session
+                       keeper.bundle bundle.hash)
+            lost (.abandon session)
+            True (.close session)))))
 
 (export :objects [bootstrap apply-remotely Session Keeper KeptSessionLost stats])

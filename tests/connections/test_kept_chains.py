@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import pytest
 import hy  # noqa: F401
@@ -147,6 +148,28 @@ def test_a_chain_whose_server_dropped_it_is_established_again(any_lab):
     outcome = write(lab, "two\n", persist=60)
     assert outcome.status == "changed" and not outcome.failures, outcome
     assert open(lab["path"]).read() == "two\n"
+
+
+def test_a_kept_session_that_went_silent_is_replaced_well_before_the_timeout(lab):
+    # Its connection stays open but nothing comes back (a network gone, a
+    # host suspended): stopped, not killed, so that nothing says so.
+    assert write(lab, "one\n", persist=60).status == "changed"
+    stopped = lab["server"].session_pids()
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        outcome = write(lab, "two\n", persist=60)
+        took = time.monotonic() - started
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert outcome.status == "changed" and not outcome.failures, outcome
+    assert open(lab["path"]).read() == "two\n"
+    assert took < 30, f"took {took:.1f} s: the hop's 60 s timeout, not the kept session's ticks"
 
 
 def test_a_kept_chain_takes_the_target_lock_for_each_deployment(any_lab, monkeypatch):

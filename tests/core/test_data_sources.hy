@@ -5,13 +5,16 @@
 (require consfig *)
 (import consfig *
         consfig.datasources [pgp-get-data pgp-set-data]
+        getpass
         io
         os
         shutil
         subprocess
         tarfile
         tempfile
+        threading
         pytest)
+(use-props consfig.props [file])
 
 (setv seen [])
 
@@ -175,3 +178,111 @@
     (deploy-these* [[:ssh :host "nowhere.invalid" :timeout 1]] "bare.test" (reads "_db" "password")))
   (assert (in "gpg failed" (str e.value)) (str e.value))
   (assert (in (str f) (str e.value)) (str e.value)))
+
+;; :prompt in a fleet: each item is asked once, on the main thread, before
+;; the hosts start.  The terminal's question itself is answered here; the
+;; rest (the source, the deployments, the files) is real.
+
+(defn [(pytest.fixture)] terminal [monkeypatch]
+  ;; Each question asked, with whether it was asked on the main thread; the
+  ;; answer names the question, so a file shows which answer it got.
+  (setv asked [])
+  (monkeypatch.setattr hy.I.consfig/datasources (hy.mangle "terminal?") (fn [] True))
+  (monkeypatch.setattr getpass "getpass"
+                       (fn [question]
+                         (.append asked #(question (is (threading.current-thread)
+                                                       (threading.main-thread))))
+                         f"answer to {question}"))
+  asked)
+
+(defn _prompt-hosts [tmp-path name-items]
+  ;; A host per #(NAME ITEMS), writing each of its ITEMS to a file of its
+  ;; own under TMP-PATH.
+  (lfor [name items] name-items
+        (make-host f"{name}.prompt.test" {} None
+                   (eseqprops #* (gfor [i1 i2] items
+                                       (file.secret-uploaded
+                                         i1 i2 (str (/ tmp-path f"{name}-{(.strip i1 "-")}-{i2}"))))))))
+
+(defn _deploy-fleet [chain hosts]
+  ;; Deploy HOSTS side by side; return which items each host was sent.
+  (setv events []
+        outcomes (deploy-hosts* chain hosts :sink events.append :jobs (len hosts) :verbosity 3))
+  (assert (all (gfor o outcomes (= o.status "changed"))) outcomes)
+  (setv sent {})
+  (for [e events :if (= (.get e "stream") "data")]
+    (.append (.setdefault sent (get e "host") []) [(get e "iden1") (get e "iden2")]))
+  (dfor [h items] (.items sent) h (sorted items)))
+
+(setv API-TOKEN ["--api" "token"]
+      DB-PASSWORD ["--db" "password"])
+
+(defn [(pytest.mark.parametrize "chain" [[:local] [:local :python]] :ids ["local" "python"])]
+      test-a-prompt-item-several-hosts-need-is-asked-once-before-they-start [terminal tmp-path chain]
+  (register-data-source "prompt" :items [API-TOKEN])
+  (_deploy-fleet chain (_prompt-hosts tmp-path [#("h1" [API-TOKEN]) #("h2" [API-TOKEN])
+                                                #("h3" [API-TOKEN])]))
+  (assert (= terminal [#("[consfig] data (--api token): " True)])
+          f"asked once, on the main thread: {terminal}")
+  (for [h ["h1" "h2" "h3"]]
+    (assert (= (.read-text (/ tmp-path f"{h}-api-token")) "answer to [consfig] data (--api token): ")
+            f"{h} has the answer")))
+
+(defn [(pytest.mark.parametrize "chain" [[:local] [:local :python]] :ids ["local" "python"])]
+      test-different-prompt-items-of-a-fleet-are-each-asked-once [terminal tmp-path chain]
+  (register-data-source "prompt" :items [API-TOKEN DB-PASSWORD])
+  (setv sent (_deploy-fleet chain (_prompt-hosts tmp-path [#("h1" [API-TOKEN])
+                                                           #("h2" [API-TOKEN DB-PASSWORD])
+                                                           #("h3" [DB-PASSWORD])])))
+  (assert (= (sorted terminal) [#("[consfig] data (--api token): " True)
+                                #("[consfig] data (--db password): " True)])
+          f"each asked once, on the main thread: {terminal}")
+  (assert (= sent {"h1.prompt.test" [API-TOKEN]
+                   "h2.prompt.test" [API-TOKEN DB-PASSWORD]
+                   "h3.prompt.test" [DB-PASSWORD]})
+          f"each host is sent its own items alone: {sent}")
+  (assert (= (sorted (gfor p (.iterdir tmp-path) p.name))
+             ["h1-api-token" "h2-api-token" "h2-db-password" "h3-db-password"])
+          "each host has its own items"))
+
+(defn test-a-single-host-deployment-asks-its-prompt-item-once-per-deployment [terminal tmp-path]
+  (register-data-source "prompt" :items [API-TOKEN])
+  (setv [host] (_prompt-hosts tmp-path [#("h1" [API-TOKEN])])
+        statuses (lfor _ (range 2) (. (deploy* [:local] host :sink (fn [e] None)) status)))
+  (assert (= statuses ["changed" "no-change"]) statuses)
+  (assert (= (len terminal) 2) f"asked once by each deployment: {terminal}"))
+
+(defn test-a-fleet-without-a-terminal-stops-at-a-prompt-item-before-connecting [monkeypatch tmp-path]
+  (monkeypatch.setattr hy.I.consfig/datasources (hy.mangle "terminal?") (fn [] False))
+  (register-data-source "prompt" :items [API-TOKEN])
+  (with [e (pytest.raises MissingData)]
+    (deploy-hosts* [:local] (_prompt-hosts tmp-path [#("h1" [API-TOKEN]) #("h2" [API-TOKEN])])
+                   :sink (fn [e] None)))
+  (assert (in ":prompt (no terminal here)" (str e.value)) (str e.value))
+  (assert (in "h1.prompt.test" (str e.value)) (str e.value))
+  (assert (= (list (.iterdir tmp-path)) []) "no host was deployed"))
+
+(defn test-a-fleets-sudo-password-from-the-prompt-is-asked-once-before-a-hop-after-python [terminal tmp-path]
+  ;; The sudo after :python runs on the target, which has no terminal of
+  ;; ours: its password travels with each host's data, asked for here.
+  (register-data-source "prompt")
+  (_deploy-fleet [:local :python [:sudo :from "deploy@prompt.test"]]
+                 (lfor i (range 2)
+                       (make-host f"s{i}.prompt.test" {} None
+                                  (eseqprops (file.has-content (str (/ tmp-path f"s{i}")) "x\n")))))
+  (assert (= terminal [#("[consfig] password of deploy on prompt.test: " True)])
+          f"asked once, on the main thread: {terminal}")
+  (assert (= (sorted (gfor p (.iterdir tmp-path) p.name)) ["s0" "s1"]) "both deployed"))
+
+(defn test-a-prompt-item-of-hosts-deployed-from-a-fleets-hosts-is-asked-once [terminal tmp-path]
+  ;; Each nested deployment resolves its data again as it is applied.
+  (register-data-source "prompt" :items [API-TOKEN])
+  (setv inner (_prompt-hosts tmp-path [#("in1" [API-TOKEN]) #("in2" [API-TOKEN])]))
+  (_deploy-fleet [:local]
+                 (lfor [i h] (enumerate inner)
+                       (make-host f"out{i}.prompt.test" {} None
+                                  (eseqprops (deploys [:local] h.hostname)))))
+  (assert (= terminal [#("[consfig] data (--api token): " True)])
+          f"asked once, on the main thread: {terminal}")
+  (assert (= (sorted (gfor p (.iterdir tmp-path) p.name)) ["in1-api-token" "in2-api-token"])
+          "both nested hosts deployed"))

@@ -3,7 +3,7 @@
 
 (import io
         json
-        consfig.report [Reporter JsonSink collapse-carriage-returns]
+        consfig.report [Reporter JsonSink PlainConsole collapse-carriage-returns]
         rich.console [Console])
 
 (defn render [events #** options]
@@ -91,6 +91,32 @@
   (assert (any (gfor l (lines text) (and (.startswith (.strip (.lstrip l "│ ")) "b")
                                          (in "failed" l))))
           text))
+
+(defn grouped-hosts [console]
+  ;; Two hosts side by side, their events interleaved.
+  (setv reporter (Reporter :console console))
+  (.grouping reporter True)
+  (for [e [(ev "start" 0 :host "a" :desc "x")
+           (ev "start" 0 :host "b" :desc "x")
+           (ev "end" 0 :host "b" :desc "x" :status "ok")
+           (ev "end" 0 :host "a" :desc "x" :status "changed")
+           (ev "start" 0 :host "a" :desc "y")
+           (ev "end" 0 :host "a" :desc "y" :status "ok")
+           (ev "summary" 0 :host "a" :status "changed")
+           (ev "summary" 0 :host "b" :status "no-change")]]
+    (reporter e))
+  (.close reporter))
+
+(defn test-hosts-side-by-side-print-their-lines-together-when-each-ends []
+  (for [plain [False True]]
+    (setv out (io.StringIO))
+    (grouped-hosts (if plain
+                       (PlainConsole out)
+                       (Console :file out :width 200 :highlight False)))
+    (setv got (lfor l (lines (.getvalue out)) (get (.split l "  ") 0)))
+    (assert (= got ["a :: x ... done" "a :: y ... ok" "a :: Changes were made."
+                    "b :: x ... ok" "b :: No changes were made."])
+            f"plain={plain}: {(.getvalue out)}")))
 
 (defn test-one-host-has-no-recap []
   (assert (not-in "Recap" (render [(ev "summary" 0 :status "no-change")])) "one host"))

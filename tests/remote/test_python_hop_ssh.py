@@ -79,6 +79,41 @@ def test_ssh_sudo_python_applies_as_root(sshlab, tmp_path, events):
     assert os.stat(f"{d}/etc/py").st_uid == 0
 
 
+def sessions_started(sshlab, since):
+    """How many SSH sessions (commands) the lab's servers started since the
+    log was SINCE bytes long."""
+    with open(sshlab.log, "rb") as f:
+        f.seek(since)
+        return f.read().count(b"Starting session:")
+
+
+def test_ssh_sudo_python_runs_one_command_over_ssh(sshlab, tmp_path, events):
+    # sudo's own check rides on the start of the target's Python: no round
+    # trip of its own before it.
+    mark = os.path.getsize(sshlab.log)
+    d = str(tmp_path / "one-session")
+    outcome = deploy([ssh(sshlab.config), K("sudo"), K("python")], mixed(d), sink=events)
+    assert outcome.status == "changed", events.ends()
+    assert sessions_started(sshlab, mark) == 1, open(sshlab.log).read()[mark:]
+
+
+def test_ssh_sudo_python_where_sudo_wants_a_password_says_so(sshlab, tmp_path):
+    d = str(tmp_path / "refused")
+    with pytest.raises(ConnectionFailed,
+                       match=r"(?s)sudo to root needs a password here.*:from \"user@host\""):
+        deploy([ssh(sshlab.config, "lab-pw"), K("sudo"), K("python")], mixed(d),
+               sink=lambda e: None)
+    assert not os.path.exists(d), "something was applied"
+
+
+def test_sudo_python_where_there_is_no_sudo_says_so(tmp_path, monkeypatch):
+    # A PATH with no sudo in it (nor anything else: /bin/sh is called by path).
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConnectionFailed, match="there is no sudo here"):
+        deploy([K("local"), K("sudo"), K("python")], mixed(str(tmp_path / "d")),
+               sink=lambda e: None)
+
+
 def test_ssh_python_sudo_starts_a_root_python_from_the_user_python(sshlab, tmp_path, events):
     d = str(tmp_path / "nested")
     outcome = deploy([ssh(sshlab.config), K("python"), K("sudo")], mixed(d), sink=events)
