@@ -101,6 +101,16 @@
   (assert (in "#^ file-mode [mode None]" typed-content.lambda-list) typed-content.lambda-list)
   (assert (in "#^ abs-path path" typed-content.__doc__) typed-content.__doc__))
 
+(defn test-propapp-prints-as-hy-alone-and-inside-data []
+  (setv p (typed-content "/etc/x" "y" :mode 0o640)
+        written f"({p.name} \"/etc/x\" \"y\" :mode 0o640)")
+  (for [shown [(repr p) (str p) (hy.repr p)]]
+    (assert (= shown written) shown))
+  (assert (= (hy.repr [p {"k" p}]) f"[{written} {{\"k\" {written}}}]") (hy.repr [p {"k" p}])))
+
+(defn test-property-class-keeps-its-own-docstring []
+  (assert (.startswith Property.__doc__ "A property: its name") Property.__doc__))
+
 (defn test-help-shows-each-parameter-with-its-type []
   (import pydoc)
   (setv text (pydoc.render-doc typed-content :renderer pydoc.plaintext))
