@@ -49,6 +49,7 @@ def _load_all():
 
 
 def __getattr__(name):
+    """A name of the library's, its modules imported the first time one is asked for."""
     if "__all__" not in globals():
         _load_all()
         if name in globals():
@@ -57,6 +58,7 @@ def __getattr__(name):
 
 
 def __dir__():
+    """Every name, as `dir` and a REPL's completion want them."""
     if "__all__" not in globals():
         _load_all()
     return sorted(globals())
