@@ -7,8 +7,7 @@ argument name and argument type against the hop's `Hop` description, so
 that a mistake in a chain is reported before anything connects, in one
 line.  `establish-chain` then makes the hops one inside the other."
 
-(import difflib
-        importlib
+(import importlib
         keyword
         pkgutil
         hy.models [Keyword]
@@ -35,6 +34,8 @@ line.  `establish-chain` then makes the hops one inside the other."
 suggests the nearest known name."
   (setv mod (_hop-module name))
   (when (or (is mod None) (not (hasattr mod "HOP")))
+    ;; difflib only for a mistake: a target establishing hops needs none.
+    (import difflib)
     (setv known (known-hops)
           near (difflib.get-close-matches name known 1))
     (raise (ChainError (+ f"unknown hop type :{name}"
@@ -103,6 +104,7 @@ type, argument and argument type before anything connects.  A mistake is a
   #(name kwargs))
 
 (defn _unknown-argument [name k spec]
+  (import difflib)
   (setv near (when (isinstance k Keyword)
                (difflib.get-close-matches k.name (list spec.arguments) 1)))
   (+ f"hop :{name} has no argument {(hy.repr k)}"

@@ -104,7 +104,7 @@ def test_second_deployment_sends_no_bundle(tmp_path, monkeypatch):
 NOT_IMPORTED_BY_A_WARM_APPLY = [
     "zipfile", "tarfile", "gzip", "socket", "getpass", "secrets", "hashlib", "tempfile",
     "urllib.parse", "hy.core.hy_repr", "fractions", "decimal", "datetime",
-    "consfig.fleet", "consfig.image", "consfig.datasources"]
+    "consfig.fleet", "consfig.image", "consfig.datasources", "difflib"]
 
 
 def test_a_target_that_finds_everything_in_place_imports_only_what_it_applies_with(tmp_path):
