@@ -23,6 +23,15 @@ rich, set up as on a terminal, to /dev/null), the median over --runs of:
                    would; asyncio, in a process of its own): 1 host and
                    --hosts hosts side by side (the issue's target: at most
                    2x one host)
+  bare starts      through the same proxies, 1 host and --hosts hosts each
+                   doing only what every deployment's target must: an SSH
+                   session, sudo, and starting /usr/bin/python3, which runs
+                   `pass`, imports Hy, or imports what a warm W1 apply
+                   imports; no consfig on either side.  What the ratio of
+                   the hosts' times would be if consfig cost nothing more.
+  machine CPU      the CPU the whole machine spent (/proc/stat) during the
+                   deployment, and the proxy's share: on 2 cores, --hosts
+                   targets' CPU / 2 is a bound on their time
   peak RSS         the controller's peak resident memory deploying
                    --rss-hosts hosts (plain loopback, default -j, and
                    -j --rss-hosts)
@@ -43,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,6 +62,11 @@ TARGET = "/var/tmp/consfig-bench-fleet"
 CONTENT = "fixed content\n"
 FILES = 100
 CHILD_TIMEOUT = 900
+# What a target's Python imports before it applies anything (the bare
+# starts): Hy alone, and what a warm W1 apply imports.
+BARE_HY = "import sys; sys.path.insert(0, '{bundle}'); import hy"
+BARE_APPLY = ("import sys; sys.path.insert(0, '{bundle}'); "
+              "import hy, consfig.serve, consfig.props.file, consfig.combinators")
 READY_TIMEOUT = 30
 
 
@@ -253,6 +268,45 @@ class Fleet:
                        check=True, timeout=60)
         return time.perf_counter() - started
 
+    def bare_starts(self, count, code):
+        """COUNT hosts at once, through the proxies, each only starting its
+        Python over SSH and sudo as a deployment does, to run CODE (which
+        may name {bundle}, the host's cached consfig bundle): no consfig on
+        either side.  Paramiko in threads, as consfig's controller.  The
+        wall-clock time and the machine's CPU."""
+        import paramiko
+        known = os.path.join(self.root, "known_hosts_fleet")
+
+        def start(port, user):
+            client = paramiko.SSHClient()
+            client.load_host_keys(known)
+            client.connect("127.0.0.1", port=port, username=self.lab.user,
+                           key_filename=self.lab.client_key, look_for_keys=False,
+                           allow_agent=False, timeout=READY_TIMEOUT)
+            try:
+                script = code.format(bundle=self._bundle(user))
+                _, out, _ = client.exec_command(
+                    f"sudo -n -H -u {user} /usr/bin/python3 -E -S -c \"{script}\"")
+                if out.channel.recv_exit_status() != 0:
+                    raise SystemExit(f"{script} failed on port {port}")
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=start, args=(self.proxy_ports[i], self.users[i]))
+                   for i in range(count)]
+        cpu, started = machine_cpu(), time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(CHILD_TIMEOUT)
+        return {"time": time.perf_counter() - started, "machine": machine_cpu() - cpu}
+
+    def _bundle(self, user):
+        import pwd
+        bundles = os.path.join(pwd.getpwnam(user).pw_dir, ".cache", "consfig", "bundles")
+        return os.path.join(bundles, max(os.listdir(bundles),
+                                         key=lambda b: os.stat(os.path.join(bundles, b)).st_mtime))
+
     def __exit__(self, *exc):
         if self.proxy:
             try:
@@ -328,6 +382,15 @@ def main():
                 f"{lpar['warm'] / lone['warm']:6.2f}x   (target <= 2x)")
             out(f"  machine CPU, {n} hosts: {lpar['cold_machine']:.3f}  {lpar['warm_machine']:.3f}"
                 f", of which the proxy {lpar['cold_proxy']:.3f}  {lpar['warm_proxy']:.3f}")
+            out("the same hosts through the proxies, each only starting its Python over SSH and "
+                "sudo (no consfig):")
+            for label, code in [("python3 -c pass", "pass"),
+                                ("python3 importing hy", BARE_HY),
+                                ("python3 importing what a warm apply does", BARE_APPLY)]:
+                lone = median_of(args.runs, lambda: fleet.bare_starts(1, code))
+                lall = median_of(args.runs, lambda: fleet.bare_starts(n, code))
+                out(f"  {label:42s} 1 host {lone['time']:.3f}, {n} hosts {lall['time']:.3f} "
+                    f"({lall['time'] / lone['time']:.2f}x; machine CPU {lall['machine']:.2f})")
         m = args.rss_hosts
         from consfig.fleet import DEFAULT_JOBS
         for jobs in sorted({min(DEFAULT_JOBS, m), m}):
