@@ -1,14 +1,9 @@
 """A fleet over the real SSH lab: a sudo password that several hosts need
 is asked for once, before they start, and never from several threads."""
 
-import fcntl
 import os
-import select
-import subprocess
 import sys
-import termios
 import textwrap
-import time
 
 import hy  # noqa: F401
 import pytest
@@ -20,7 +15,7 @@ from consfig.host import make_host
 from consfig.props import file
 
 sys.path.insert(0, os.path.dirname(__file__))
-from clirun import REPO  # noqa: E402
+from clirun import Terminal  # noqa: E402
 from sshlab import sudo_password_known  # noqa: E402
 
 deploy_hosts = getattr(consfig.fleet, hy.mangle("deploy-hosts*"))
@@ -52,25 +47,6 @@ def test_a_password_two_hosts_need_is_got_once_on_the_main_thread(sshlab, tmp_pa
     assert sorted(p.name for p in d.iterdir()) == ["f0", "f1"]
 
 
-def _read_until(fd, predicate, timeout, seen):
-    """Read the pty at FD into SEEN (a bytearray) until PREDICATE(SEEN) or
-    the end of its output; fail after TIMEOUT seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate(seen):
-        left = deadline - time.monotonic()
-        assert left > 0, f"waited {timeout} s on the terminal, which shows: {bytes(seen)!r}"
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                return seen
-            if not chunk:
-                return seen
-            seen += chunk
-    return seen
-
-
 @pytest.mark.parametrize("after", ['[:sudo :from "pw@lab"]', ':python [:sudo :from "pw@lab"]'],
                          ids=["sudo", "python-then-sudo"])
 def test_the_sudo_prompt_of_a_fleet_is_shown_and_read_once(sshlab, tmp_path, after):
@@ -89,25 +65,10 @@ def test_the_sudo_prompt_of_a_fleet_is_shown_and_read_once(sshlab, tmp_path, aft
                      None
                      (eseqprops (file.has-content f"{d}/f{{i}}" "x\\n"))))
         """))
-    primary, secondary = os.openpty()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), "*", "-j", "3"],
-        stdin=secondary, stdout=secondary, stderr=secondary, cwd=REPO, env=env,
-        start_new_session=True,
-        # The pty becomes the command's controlling terminal, where getpass asks.
-        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
-    os.close(secondary)
-    seen = bytearray()
-    try:
-        _read_until(primary, lambda s: PROMPT in s, 60, seen)
-        os.write(primary, sshlab.password.encode() + b"\n")
-        _read_until(primary, lambda s: False, 120, seen)
-        assert proc.wait(timeout=30) == 0, bytes(seen).decode(errors="replace")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        os.close(primary)
-    assert seen.count(PROMPT) == 1, bytes(seen).decode(errors="replace")
+    with Terminal("deploy", "--consfig", site, "*", "-j", "3") as terminal:
+        terminal.read_until(lambda s: PROMPT in s, 60)
+        terminal.write(sshlab.password.encode() + b"\n")
+        terminal.read_to_end(120)
+        assert terminal.proc.wait(timeout=30) == 0, terminal.text()
+    assert terminal.seen.count(PROMPT) == 1, terminal.text()
     assert sorted(p.name for p in d.iterdir()) == ["f0", "f1", "f2"]
