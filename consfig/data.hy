@@ -302,12 +302,22 @@ raises `DataSourceUnusable`; see `try-register-data-source`."
     (raise (ConsfigError (+ f"unknown data source kind {(hy.repr kind)}; known kinds: "
                             (.join ", " (gfor k (sorted data-source-kinds) f":{k}"))))))
   (setv options (dfor [k v] (.items options) (hy.mangle (.replace k "_" "-")) v))
+  ;; The macro gives every kind the consfig file's directory; a kind that
+  ;; reads no path (:prompt, a site's own) takes no :relative-to.
+  (when (and (in "relative_to" options) (not (_takes? cls "relative_to")))
+    (del (get options "relative_to")))
   (try
     (setv source (cls #** options))
     (except [e TypeError]
       (raise (ConsfigError f"data source :{name}: {e}"))))
   (.append _sources source)
   source)
+
+(defn _takes? [cls name]
+  (import inspect)
+  (setv params (. (inspect.signature cls) parameters))
+  (or (in name params)
+      (any (gfor p (.values params) (= p.kind inspect.Parameter.VAR-KEYWORD)))))
 
 (defn try-register-data-source* [kind #** options]
   "Like `register-data-source`, but a source that cannot be used here is

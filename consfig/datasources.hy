@@ -258,7 +258,11 @@ standard input."
     (raise (ConsfigError f"{question}: there is no terminal to ask on")))
   (import getpass)
   (with [_asking]
-    (Secret (getpass.getpass f"[consfig] {question}: "))))
+    (try
+      (Secret (getpass.getpass f"[consfig] {question}: "))
+      ;; ^D: the person would rather not answer.
+      (except [EOFError]
+        (raise (ConsfigError f"{question}: no answer (end of input at the prompt)"))))))
 
 (defclass PromptSource [DataSource]
   "`:prompt`: items asked for on the terminal (not echoed), once per

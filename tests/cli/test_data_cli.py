@@ -7,7 +7,7 @@ import sys
 import textwrap
 
 sys.path.insert(0, os.path.dirname(__file__))
-from clirun import consfig  # noqa: E402
+from clirun import Terminal, consfig  # noqa: E402
 
 
 def site(tmp_path, secret):
@@ -65,3 +65,25 @@ def test_dry_run_lists_the_data_a_host_needs_and_a_missing_item(tmp_path):
     assert '("_app" "key") version' in r.stdout and "(secret)" in r.stdout, r.stdout
     r = consfig("deploy", "--consfig", path, "broken", "--dry-run")
     assert r.returncode != 0 and '("_app" "absent")' in r.stderr + r.stdout, r.stdout + r.stderr
+
+
+def test_end_of_input_at_a_prompt_is_an_error_not_a_traceback(tmp_path):
+    out = tmp_path / "token"
+    site = tmp_path / "site.hy"
+    site.write_text(textwrap.dedent(f"""\
+        (require consfig *)
+        (import consfig *)
+        (use-props consfig.props [file])
+        (try-register-data-source :prompt :items [["_api" "token"]])
+        (defhost api.test {{:deploy :local}}
+          (file.secret-uploaded "_api" "token" "{out}"))
+        """))
+    with Terminal("deploy", "--consfig", site, "api.test") as terminal:
+        terminal.read_until(lambda s: b"data (_api token)" in s, 60)
+        terminal.write(b"\x04")  # ^D
+        terminal.read_to_end(60)
+        status = terminal.proc.wait(timeout=30)
+    assert status == 1, terminal.text()
+    assert "Traceback" not in terminal.text(), terminal.text()
+    assert "no answer" in terminal.text(), terminal.text()
+    assert not out.exists()
