@@ -931,6 +931,28 @@ a secret: mode 0600 unless MODE says otherwise, and never a diff."
   (.join "\n" (+ (cut changes 20)
                  (if (> (len changes) 20) [f"… and {(- (len changes) 20)} more"] []))))
 
+;; In check mode, the diffs of the first few files a tree would change:
+;; each costs reading the destination, a round trip over a POSIX chain.
+(setv _TREE-DIFFS 20
+      _TREE-DIFF-BYTES (* 256 1024))
+
+(defn _tree-diffs [dest plan have]
+  (setv shown 0
+        untold 0)
+  (for [e (get plan "write")]
+    (setv rel (get e "path")
+          target (if rel (posixpath.join dest rel) dest)
+          new (get-data-bytes "--site-file" (get e "iden2")))
+    (if (and (< shown _TREE-DIFFS) (<= (len new) _TREE-DIFF-BYTES))
+        (do (emit (diff-event target (_diff target
+                                            (when (= (.get (.get have rel {}) "type") "file")
+                                              (read-bytes target))
+                                            new)))
+            (+= shown 1))
+        (+= untold 1)))
+  (when untold
+    (inform f"{dest}: {untold} more file(s) would change (diffs not shown)")))
+
 (defprop copied-from-site :posix [#^ abs-path dest #^ path source
                                   * #^ owner-type [owner None] #^ group-type [group None]
                                   #^ file-mode [mode None] #^ boolean [delete False]]
@@ -941,7 +963,9 @@ x wherever it has r) and symlinks, owned by OWNER and GROUP when given.
 With DELETE, what DEST holds that SOURCE lacks is removed, as rsync's
 --delete does.  Files are compared by SHA-256, listed on the target by one
 command, so an unchanged tree costs no transfer; a file that differs is
-written atomically.  The files travel as prerequisite data."
+written atomically.  The files travel as prerequisite data.  In check mode,
+the diffs of the first 20 files that would change are shown (files up to
+256 KiB), and the others counted."
   (:desc f"{dest} is a copy of the site's {source}")
   (:hostattrs
     (if (on-target?)
@@ -962,6 +986,8 @@ written atomically.  The files travel as prerequisite data."
   (:check
     (setv #(manifest have) (_tree-item dest)
           plan (tree-plan dest manifest have :mode mode :owner owner :group group :delete delete))
+    (when (checking?)
+      (_tree-diffs dest plan have))
     (or (plan-empty? plan) (Drift (_changes plan))))
   (:apply
     (setv #(manifest have) (_tree-item dest)

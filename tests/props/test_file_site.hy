@@ -128,6 +128,34 @@ return the host."
   (deployed host)
   (assert (= (slurp (os.path.join dest "index.html")) "<p>new</p>\n") "updated"))
 
+(defn test-check-mode-shows-the-diff-of-each-file-of-a-tree-that-would-change [tmp-path]
+  (setv root (str tmp-path)
+        dest (str (/ tmp-path "srv" "www")))
+  (spit (os.path.join root "files" "www" "index.html") "<p>hi</p>\n")
+  (spit (os.path.join root "files" "www" "same.html") "same\n")
+  (spit (os.path.join dest "index.html") "<p>old</p>\n")
+  (spit (os.path.join dest "same.html") "same\n")
+  (setv host (site root f"(file.copied-from-site {(json.dumps dest)} \"files/www\")")
+        #(outcome events) (deployed host :check True)
+        diffs (dfor e events :if (= (get e "event") "diff")
+                    (os.path.basename (get e "path")) (get e "text")))
+  (assert (= (sorted diffs) ["index.html"]) f"a diff for the file that differs only: {diffs}")
+  (assert (and (in "-<p>old</p>" (get diffs "index.html")) (in "+<p>hi</p>" (get diffs "index.html")))
+          (get diffs "index.html"))
+  (assert (= (slurp (os.path.join dest "index.html")) "<p>old</p>\n") "check mode changed nothing"))
+
+(defn test-check-mode-shows-the-first-diffs-of-a-large-tree-and-counts-the-rest [tmp-path]
+  (setv root (str tmp-path)
+        dest (str (/ tmp-path "srv" "many")))
+  (for [i (range 25)]
+    (spit (os.path.join root "files" "many" f"f{i :02}") f"{i}\n"))
+  (setv host (site root f"(file.copied-from-site {(json.dumps dest)} \"files/many\")")
+        #(outcome events) (deployed host :check True)
+        diffs (lfor e events :if (= (get e "event") "diff") (get e "path")))
+  (assert (= (len diffs) 20) f"20 diffs shown: {diffs}")
+  (assert (in "5 more file(s) would change (diffs not shown)" (str events)) (str events))
+  (assert (not (os.path.exists dest)) "check mode created nothing"))
+
 (defn test-site-file-missing-is-an-error-before-connecting [tmp-path]
   (setv root (str tmp-path))
   (setv host (site root "(file.copied-from-site \"/srv/x\" \"files/nothing-here\")"))
