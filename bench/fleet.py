@@ -9,7 +9,7 @@ the lab's), as many distinct machines would each have their own root —
 each with its own bundle cache too.
 
     sudo python3 bench/fleet.py [--hosts 20] [--rss-hosts 100] [--latency-ms 25]
-                                [--runs 3]
+                                [--runs 3] [--pyinfra /path/to/venv/bin/pyinfra]
 
 Measures, each deployment in a fresh python3 process that imports consfig
 and calls deploy-hosts* (the time is that call's; the reporter renders with
@@ -32,6 +32,10 @@ rich, set up as on a terminal, to /dev/null), the median over --runs of:
   machine CPU      the CPU the whole machine spent (/proc/stat) during the
                    deployment, and the proxy's share: on 2 cores, --hosts
                    targets' CPU / 2 is a bound on their time
+  pyinfra          with --pyinfra (3.x): pyinfra deploying the same W1 warm
+                   through the same proxies, 1 host and --hosts hosts with
+                   --parallel --hosts (whole processes; sudo to root: its
+                   handover to another user wants setfacl)
   peak RSS         the controller's peak resident memory deploying
                    --rss-hosts hosts (plain loopback, default -j, and
                    -j --rss-hosts)
@@ -149,6 +153,17 @@ def process_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# What bench/w1.py gives pyinfra, each host writing to its own directory.
+PYINFRA_DEPLOY = """
+from io import StringIO
+from pyinfra import host
+from pyinfra.operations import files
+files.directory(name="w1 directory", path=host.data.target, present=True)
+for i in range({n}):
+    files.put(name=f"w1 file {{i}}", src=StringIO({content!r}), dest=f"{{host.data.target}}/f{{i}}")
+"""
+
+
 # The child: one deployment of several hosts, timed, with its peak RSS
 
 def run_child(spec):
@@ -225,8 +240,11 @@ class Fleet:
             subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", user],
                            check=True, capture_output=True, timeout=60)
             self.users.append(user)
-        self.ports = [self.lab.port] + [self.lab.start_sshd().port
-                                        for _ in range(self.count - 1)]
+        # Every host's server offers SFTP too, which pyinfra uploads with
+        # (--pyinfra): the lab's first server, started without it, is not one.
+        with open(self.lab.sshd_config, "a") as f:
+            f.write("Subsystem sftp internal-sftp\n")
+        self.ports = [self.lab.start_sshd().port for _ in range(self.count)]
         if self.latency_ms:
             self.proxy = subprocess.Popen(
                 [sys.executable, __file__, "--proxy", ",".join(map(str, self.ports)),
@@ -301,6 +319,36 @@ class Fleet:
             t.join(CHILD_TIMEOUT)
         return {"time": time.perf_counter() - started, "machine": machine_cpu() - cpu}
 
+    def pyinfra(self, command, count, workdir):
+        """pyinfra deploying W1 to COUNT hosts at once, through the proxies,
+        with sudo to root (its handover to another user wants setfacl, which
+        a target may lack): the seconds of its second run (warm), the whole
+        process."""
+        known = os.path.join(self.root, "known_hosts_fleet")
+        deploy_py = os.path.join(workdir, "fleet_deploy.py")
+        inventory = os.path.join(workdir, f"fleet_inventory_{count}.py")
+        with open(deploy_py, "w") as f:
+            f.write(PYINFRA_DEPLOY.format(n=FILES, content=CONTENT))
+        with open(inventory, "w") as f:
+            f.write("hosts = [\n")
+            for i in range(count):
+                f.write(f"    ({f'h{i}.fleet.example'!r}, "
+                        f"{{'ssh_hostname': '127.0.0.1', 'ssh_port': {self.proxy_ports[i]}, "
+                        f"'ssh_user': {self.lab.user!r}, 'ssh_key': {self.lab.client_key!r}, "
+                        f"'ssh_known_hosts_file': {known!r}, '_sudo': True, "
+                        f"'target': '{TARGET}/p{i}'}}),\n")
+            f.write("]\n")
+        argv = [command, "-y", "--parallel", str(count), inventory, deploy_py]
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            r = subprocess.run(argv, capture_output=True, cwd=workdir, timeout=CHILD_TIMEOUT)
+            times.append(time.perf_counter() - started)
+            if r.returncode != 0:
+                raise SystemExit(f"pyinfra failed:\n{r.stdout.decode()[-3000:]}\n"
+                                 f"{r.stderr.decode()[-3000:]}")
+        return times[1]
+
     def _bundle(self, user):
         import pwd
         bundles = os.path.join(pwd.getpwnam(user).pw_dir, ".cache", "consfig", "bundles")
@@ -335,6 +383,7 @@ def main():
     ap.add_argument("--rss-hosts", type=int, default=100)
     ap.add_argument("--latency-ms", type=int, default=25)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--pyinfra", help="the pyinfra command (3.x) to compare with")
     ap.add_argument("--child")
     ap.add_argument("--proxy")
     args = ap.parse_args()
@@ -391,6 +440,13 @@ def main():
                 lall = median_of(args.runs, lambda: fleet.bare_starts(n, code))
                 out(f"  {label:42s} 1 host {lone['time']:.3f}, {n} hosts {lall['time']:.3f} "
                     f"({lall['time'] / lone['time']:.2f}x; machine CPU {lall['machine']:.2f})")
+        if args.pyinfra and args.latency_ms:
+            one_pi = fleet.pyinfra(args.pyinfra, 1, fleet.root)
+            all_pi = fleet.pyinfra(args.pyinfra, n, fleet.root)
+            out(f"pyinfra ({args.pyinfra}), the same W1 warm through the proxies, whole process:")
+            out(f"  1 host {one_pi:.3f}, {n} hosts --parallel {n} {all_pi:.3f} "
+                f"({all_pi / one_pi:.2f}x); consfig {n} hosts is {all_pi / lpar['warm']:.0f}x "
+                "faster")
         m = args.rss_hosts
         from consfig.fleet import DEFAULT_JOBS
         for jobs in sorted({min(DEFAULT_JOBS, m), m}):
