@@ -189,11 +189,11 @@ def run_child(spec):
                     [K("sudo"), K("user"), user], K("python")]))
     times = {}
     for label in ["cold", "warm"]:
-        cpu = resource.getrusage(resource.RUSAGE_SELF)
-        machine, proxy = machine_cpu(), process_cpu(spec.get("proxy"))
         if label == "cold":
             for i in range(len(hosts)):
                 shutil.rmtree(f"{TARGET}/h{i}", ignore_errors=True)
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        machine, proxy = machine_cpu(), process_cpu(spec.get("proxy"))
         # rich, as `consfig deploy` on a terminal sets it up (report.hy).
         reporter = Reporter(console=Console(file=open(os.devnull, "w"), highlight=False,
                                             soft_wrap=True))
