@@ -88,9 +88,10 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
 ;; anything much larger is not a frame of ours.
 (setv FRAME-LIMIT (* 64 1024 1024))
 
-;; Counters, for tests and the benchmark: what this controller sent.
+;; Counters, for tests and the benchmark: what this controller sent, and
+;; how many frames it received.
 (setv stats {"sessions" 0 "bundles-sent" 0 "bundle-bytes" 0 "bytes-sent" 0
-             "data-items-sent" 0})
+             "data-items-sent" 0 "frames-received" 0})
 
 (defclass Session []
   "The controller's end of a conversation with a target: frames in and out
@@ -115,6 +116,7 @@ on threads of their own, so that every wait here has a timeout."
       (while True
         (setv m (read-frame self.process.stdout :progress self._heard :limit FRAME-LIMIT))
         (self._heard)
+        (+= (get stats "frames-received") 1)
         (.put self.inbox m)
         (when (is m None) (return)))
       (except [Exception]

@@ -16,6 +16,7 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         signal
         sys
         threading
+        time
         traceback
         consfig.boot [write-manifest file-sizes MANIFEST]
         consfig.bundle [prune-bundles running-from]
@@ -24,6 +25,8 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         consfig.frames [OUTPUT-LIMIT bounded frame read-frame])
 
 (setv HEARTBEAT 5)
+;; How long an event may wait for others to share its frame.
+(setv COALESCE 0.02)
 (setv FRAME-BUDGET (* 1024 1024))
 (setv _finished (threading.Event))
 
@@ -52,11 +55,20 @@ nothing has happened for a while."
     (.join self.thread 60))
 
   (defn _next-items [self]
-    ;; Whatever is ready, or a tick after HEARTBEAT seconds of nothing.
+    ;; Whatever is ready, or a tick after HEARTBEAT seconds of nothing.  An
+    ;; event waits up to COALESCE seconds for those that follow it: quick
+    ;; properties (a file checked or written in a millisecond) would
+    ;; otherwise cost a frame each, and packets on every hop back.  A
+    ;; message (`done`) or the end goes at once.
     (try (setv items [(.get self.queue :timeout HEARTBEAT)])
-         (except [queue.Empty] (setv items [#({"op" "tick"})])))
-    (try (while True (.append items (.get-nowait self.queue)))
-         (except [queue.Empty] None))
+         (except [queue.Empty] (return [#({"op" "tick"})])))
+    (setv deadline (+ (time.monotonic) COALESCE))
+    (while (isinstance (get items -1) dict)
+      (setv left (- deadline (time.monotonic)))
+      (try (.append items (if (> left 0)
+                              (.get self.queue :timeout left)
+                              (.get-nowait self.queue)))
+           (except [queue.Empty] (break))))
     items)
 
   (defn _frames [self items]

@@ -149,6 +149,20 @@ def test_old_bundles_are_pruned(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["b0", "b1", "b4"]
 
 
+def test_a_target_sends_the_events_of_quick_properties_in_a_few_frames(tmp_path):
+    # 100 properties of a millisecond or less each: a frame (and packets on
+    # every hop) per property would cost the controller more than the work.
+    host = Host("target.example", seqprops(
+        *[has_content(f"{tmp_path}/f{i}", "x\n") for i in range(100)]))
+    for want in ["changed", "no-change"]:
+        before = remote.stats["frames-received"]
+        events = []
+        assert deploy(LOCAL_PYTHON, host, sink=events.append).status == want, events
+        frames = remote.stats["frames-received"] - before
+        assert len(events) > 200, len(events)
+        assert frames <= 12, f"{want}: {len(events)} events came in {frames} frames"
+
+
 def test_events_arrive_while_the_target_is_still_applying(tmp_path):
     arrivals = []
     host = Host("target.example", seqprops(has_content(f"{tmp_path}/a", "a\n"), rp.slept(2)))
