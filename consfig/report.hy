@@ -153,6 +153,8 @@ still running."
 
   (defn __init__ [self [console None] [verbosity 0] [diff False] [check False]]
     (setv self.console (or console (default-console))
+          ;; Asked once: rich looks at the environment and the stream each time.
+          self.live? self.console.is-terminal
           self.Text (_text-class self.console)
           self.verbosity verbosity
           self.show-diffs (or diff (>= verbosity 1))
@@ -379,7 +381,7 @@ every failure again, and a recap of the hosts when there were several."
         self.console))
 
   (defn _spin [self]
-    (when (and self.console.is-terminal (not self.status))
+    (when (and self.live? (not self.status))
       (import rich.live [Live])
       (setv self.status (if self.grouped
                             (Live (_FleetTable self) :console self.console
