@@ -38,8 +38,8 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
 
 (defclass _Writer []
   "Sends frames to the controller from a thread of its own, so that the
-engine never waits on the connection, events go out in batches when they
-come fast and at once when they come slowly, and a tick goes out when
+engine never waits on the connection, events that come within COALESCE
+seconds of each other go out in one frame, and a tick goes out when
 nothing has happened for a while."
   (defn __init__ [self stream]
     (setv self.stream stream
