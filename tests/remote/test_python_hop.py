@@ -107,6 +107,15 @@ NOT_IMPORTED_BY_A_WARM_APPLY = [
     "consfig.fleet", "consfig.image", "consfig.datasources", "difflib"]
 
 
+def warm_target_modules(host, listed):
+    """The modules the target's Python had imported when HOST's second
+    deployment (warm) recorded them in the file LISTED."""
+    events = []
+    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "changed", events
+    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "no-change", events
+    return set(listed.read_text().split("\n"))
+
+
 def test_a_target_that_finds_everything_in_place_imports_only_what_it_applies_with(tmp_path):
     # The second deployment's target runs from the cached bundle (the
     # bootstrap unpacks a new one with tarfile) and finds the files there.
@@ -115,10 +124,7 @@ def test_a_target_that_finds_everything_in_place_imports_only_what_it_applies_wi
         find_property("consfig.props.file.directory-exists")(f"{tmp_path}/etc"),
         has_content(f"{tmp_path}/etc/motd", "hello\n"),
         rp.modules_recorded(str(listed))))
-    events = []
-    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "changed", events
-    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "no-change", events
-    modules = set(listed.read_text().split("\n"))
+    modules = warm_target_modules(host, listed)
     assert "consfig.props.file" in modules, sorted(modules)
     imported = [m for m in NOT_IMPORTED_BY_A_WARM_APPLY if m in modules]
     assert not imported, f"a warm apply imported {imported}"
@@ -130,10 +136,7 @@ def test_a_site_module_importing_all_of_consfig_brings_no_archive_socket_nor_dig
     host = Host("target.example", seqprops(
         has_content(f"{tmp_path}/motd", "hello\n"),
         star_testprops.modules_recorded_by_a_site(str(listed))))
-    events = []
-    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "changed", events
-    assert deploy(LOCAL_PYTHON, host, sink=events.append).status == "no-change", events
-    modules = set(listed.read_text().split("\n"))
+    modules = warm_target_modules(host, listed)
     assert {"star_testprops", "consfig.fleet", "consfig.image"} <= modules, sorted(modules)
     imported = [m for m in ["zipfile", "socket", "getpass", "hashlib", "tempfile", "hy.core.hy_repr"]
                 if m in modules]
