@@ -77,11 +77,20 @@ def reporter():
 
 
 def timed(chain, host, expect):
+    failures = []
+    render = reporter()
+
+    def sink(event):
+        if event.get("message"):
+            failures.append(f"{event.get('desc')}: {event['message']}")
+        render(event)
+
     started = time.perf_counter()
-    outcome = deploy(chain, host, sink=reporter())
+    outcome = deploy(chain, host, sink=sink)
     elapsed = time.perf_counter() - started
     if outcome.status != expect:
-        raise SystemExit(f"expected {expect}, got {outcome.status} over {chain}")
+        raise SystemExit(f"expected {expect}, got {outcome.status} over {chain}:\n"
+                         + "\n".join(failures[:5]))
     return elapsed
 
 
@@ -128,9 +137,9 @@ def count_round_trips(chain, n):
     calls = [0]
     original = SSHConnection.run_script
 
-    def counting(self, *args):
+    def counting(self, *args, **kwargs):
         calls[0] += 1
-        return original(self, *args)
+        return original(self, *args, **kwargs)
 
     SSHConnection.run_script = counting
     try:
