@@ -129,8 +129,7 @@ this terminal when the host's data is sent."
       (setv self._checked True)))
 
   (defn explain-start-failure [self]
-    (when (not self._checked)
-      (self._check)))
+    (self._check))
 
   (defn describe [self]
     (if (= self.user "root") "sudo" f"sudo:{self.user}"))

@@ -206,7 +206,7 @@ candidates for pruning."
   ;; lock) or {wait holder}.
   (if (not request)
       (yield)
-      (do (import fcntl time)
+      (do (import fcntl)
           (setv cache (os.path.dirname (os.path.dirname bundle-dir))
                 wait (get request "wait")
                 deadline (+ (time.monotonic) wait)
