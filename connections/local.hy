@@ -4,17 +4,20 @@ It is the first link of every chain, and the connection a target uses after a
 `:python` hop, so it is the hot path: files are read and written with system
 calls rather than by running `cat`."
 
-(import glob
+(import errno
+        grp
         os
         os.path
+        pwd
         signal
         stat
         subprocess
         threading
         time
-        consfig.errors [CommandTimedOut]
+        consfig.errors [AbortedChange CommandTimedOut SymlinkNotFollowed]
         consfig.frames [OUTPUT-LIMIT OutputBuffer]
         consfig.hop [Connection Hop STALE-MINUTES check-path]
+        consfig.safepath [walk chmod-node]
         consfig.util [bytes->text])
 
 (defn _kill-group [proc [grace 1]]
@@ -119,47 +122,106 @@ being started when the end came, before it was recorded)."
   (defn start-process [self argv]
     (LocalProcess argv))
 
-  (defn read-file [self path]
+  (defn read-file [self path * [follow False]]
     (check-path path)
-    (with [f (open path "rb")] (.read f)))
+    (with [dirfd (_walked path follow)]
+      (try
+        (setv fd (os.open dirfd.name (| os.O_RDONLY os.O_NOFOLLOW os.O_NONBLOCK os.O_CLOEXEC)
+                          :dir_fd dirfd.fd))
+        (except [e OSError]
+          (raise (cond (= e.errno errno.ELOOP) (SymlinkNotFollowed path)
+                       (= e.errno errno.ENOENT) (FileNotFoundError errno.ENOENT
+                                                                   f"no such file: {path}" path)
+                       True e))))
+      (with [f (os.fdopen fd "rb")]
+        (setv st (os.fstat fd))
+        (cond (stat.S_ISDIR st.st_mode) (raise (IsADirectoryError errno.EISDIR
+                                                                  "is a directory" path))
+              (not (stat.S_ISREG st.st_mode)) (raise (OSError errno.EINVAL
+                                                              "not a regular file" path)))
+        (.read f))))
 
   (defn exists? [self path]
     (check-path path)
     (os.path.lexists path))
 
-  (defn write-file [self path content * [mode None] [owner None] [group None]]
+  (defn write-file [self path content * [mode None] [owner None] [group None] [follow False]]
     (check-path path)
-    (setv directory (or (os.path.dirname path) ".")
-          old (try (os.stat path) (except [FileNotFoundError] None)))
-    (when (not (os.path.isdir directory))
-      (raise (FileNotFoundError f"cannot write {path}: directory {directory} does not exist")))
-    (_remove-stale-temporaries directory)
-    ;; Imported here: a deployment that finds every file as it should be
-    ;; writes none, and tempfile brings shutil, bz2, lzma and random.
-    (import tempfile)
-    (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-"))
-    (try
-      (with [f (os.fdopen fd "wb")]
-        (.write f content)
-        (.flush f)
-        (os.fsync (.fileno f)))
-      (cond (is-not mode None) (os.chmod tmp mode)
-            old (os.chmod tmp (& old.st_mode 0o7777))
-            True (os.chmod tmp (& 0o666 (bnot (_umask)))))
-      ;; As over a POSIX hop: the old file's owner and group are kept, but
-      ;; for what OWNER and GROUP (names, or numbers as text) say.
-      (when (and old (or (!= old.st_uid (os.getuid)) (!= old.st_gid (os.getgid))))
-        (os.chown tmp old.st_uid old.st_gid))
-      (when (or owner group)
-        (import shutil)
-        (shutil.chown tmp :user (_id-or-name owner) :group (_id-or-name group)))
-      (os.replace tmp path)
-      (except [BaseException]
-        (try (os.unlink tmp) (except [FileNotFoundError] None))
-        (raise)))))
+    (with [dirfd (_walked path follow)]
+      (setv d dirfd.fd
+            name dirfd.name
+            old (try (os.stat name :dir_fd d :follow_symlinks False)
+                     (except [FileNotFoundError] None)))
+      ;; A symlink (or anything else) there is replaced: only a regular
+      ;; file's mode and owner are kept.
+      (when (and old (not (stat.S_ISREG old.st_mode)))
+        (setv old None))
+      (_remove-stale-temporaries d)
+      (setv #(fd tmp) (_create-temporary d))
+      (try
+        (with [f (os.fdopen fd "wb")]
+          (.write f content)
+          (.flush f)
+          (cond (is-not mode None) (os.fchmod fd mode)
+                old (os.fchmod fd (& old.st_mode 0o7777))
+                True (os.fchmod fd (& 0o666 (bnot (_umask)))))
+          ;; As over a POSIX hop: the old file's owner and group are kept, but
+          ;; for what OWNER and GROUP (names, or numbers as text) say.
+          (when (and old (or (!= old.st_uid (os.getuid)) (!= old.st_gid (os.getgid))))
+            (os.fchown fd old.st_uid old.st_gid))
+          (when (or owner group)
+            (os.fchown fd (_uid owner) (_gid group)))
+          (os.fsync fd))
+        (os.rename tmp name :src_dir_fd d :dst_dir_fd d)
+        (except [BaseException]
+          (try (os.unlink tmp :dir_fd d) (except [FileNotFoundError] None))
+          (raise)))))
 
-(defn _id-or-name [x]
-  (if (and (isinstance x str) (.isdigit x)) (int x) x))
+  (defn set-mode [self path mode * [follow False]]
+    (check-path path)
+    (with [dirfd (_walked path follow)]
+      (try (chmod-node dirfd.fd dirfd.name path mode)
+           (except [SymlinkNotFollowed]
+             (raise (AbortedChange (str (SymlinkNotFollowed path self.where))))))))
+
+  (defn set-owner [self path owner group * [follow False]]
+    (check-path path)
+    (with [dirfd (_walked path follow)]
+      ;; Not following, a symlink there is itself given the owner (chown -h).
+      (os.chown dirfd.name (_uid owner) (_gid group) :dir_fd dirfd.fd :follow_symlinks False))))
+
+(defclass _walked []
+  ;; `with [d (_walked path follow)]`: d.fd, the directory holding PATH's
+  ;; last component, found by the safe walk, closed at the end; d.name, that
+  ;; component.  The walk's own errors say which path they are about.
+  (defn __init__ [self path follow]
+    (try (setv #(self.fd self.name) (walk path :follow follow))
+         (except [e FileNotFoundError]
+           (raise (FileNotFoundError errno.ENOENT
+                                     f"cannot write or read {path}: directory {(os.path.dirname path)} does not exist"
+                                     path)))))
+  (defn __enter__ [self] self)
+  (defn __exit__ [self #* _] (os.close self.fd)))
+
+(defn _create-temporary [dirfd]
+  ;; mkstemp, relative to a descriptor: a new name, made here and nowhere else.
+  (for [_ (range 100)]
+    (setv name (+ ".consfig-" (.hex (os.urandom 4))))
+    (try (return #((os.open name (| os.O_WRONLY os.O_CREAT os.O_EXCL os.O_NOFOLLOW os.O_CLOEXEC)
+                            0o600 :dir_fd dirfd)
+                   name))
+         (except [FileExistsError] None)))
+  (raise (FileExistsError errno.EEXIST "no free temporary name" ".consfig-XXXXXXXX")))
+
+(defn _uid [x]
+  (cond (is x None) -1
+        (.isdigit (str x)) (int x)
+        True (. (pwd.getpwnam x) pw_uid)))
+
+(defn _gid [x]
+  (cond (is x None) -1
+        (.isdigit (str x)) (int x)
+        True (. (grp.getgrnam x) gr_gid)))
 
 (defn _await [threads proc deadline script timeout]
   ;; Wait in short slices: a signal handler (the target's Python told to
@@ -190,18 +252,22 @@ being started when the end came, before it was recorded)."
   (try (.close stream)
        (except [#(BrokenPipeError OSError)] None)))
 
-(defn _remove-stale-temporaries [directory]
+(defn _remove-stale-temporaries [dirfd]
   ;; What `Connection.write-script` does for a POSIX hop: a temporary of
   ;; ours that nothing has written to for STALE-MINUTES was left by a write
   ;; that was killed.
   (setv limit (- (time.time) (* 60 STALE-MINUTES))
-        uid (os.getuid))
-  (for [path (glob.glob (os.path.join (glob.escape directory) ".consfig-????????"))]
-    (try
-      (setv st (os.lstat path))
-      (when (and (stat.S-ISREG st.st-mode) (= st.st-uid uid) (< st.st-mtime limit))
-        (os.unlink path))
-      (except [OSError] None))))
+        uid (os.getuid)
+        listing (os.open "." (| os.O_RDONLY os.O_DIRECTORY os.O_CLOEXEC) :dir_fd dirfd))
+  (try
+    (for [name (os.listdir listing)]
+      (when (and (.startswith name ".consfig-") (= (len name) 17))
+        (try
+          (setv st (os.stat name :dir_fd dirfd :follow_symlinks False))
+          (when (and (stat.S-ISREG st.st-mode) (= st.st-uid uid) (< st.st-mtime limit))
+            (os.unlink name :dir_fd dirfd))
+          (except [OSError] None))))
+    (finally (os.close listing))))
 
 (defn _umask []
   ;; The only way to read the umask is to set it; put it straight back.

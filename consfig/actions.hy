@@ -14,7 +14,8 @@ from users goes in as its positional arguments, never into the code."
 (import consfig.context [connection command-timeout]
         consfig.engine [checking? emit]
         consfig.events [output-event]
-        consfig.hop [Script command->script]
+        consfig.errors [CommandFailed UnsafePath]
+        consfig.hop [SAFE-WALK Script command->script]
         consfig.result [NO-CHANGE]
         consfig.util [bytes->text text->bytes])
 
@@ -64,6 +65,36 @@ check mode this is a bug in the property that called it, and refused."
                             ":simulates but does not ask `checking?` before writing"))))
   (.write-file (connection) path (text->bytes content) #** kw))
 
+(defn set-remote-mode [path mode * [follow False]]
+  "Give PATH on the target the permission bits MODE.  A symlink at PATH is
+refused unless FOLLOW (docs/security.md)."
+  (.set-mode (connection) path mode :follow follow))
+
+(defn set-remote-owner [path owner group * [follow False]]
+  "Give PATH on the target OWNER and GROUP (names or ids; None keeps one).
+A symlink at PATH is itself given them unless FOLLOW."
+  (.set-owner (connection) path (_text-id owner) (_text-id group) :follow follow))
+
+(defn run-walked [paths #* cmd #** kw]
+  "Run CMD (an argv) as `run` does, once the safe walk (docs/security.md) has
+found no symlink on the way to any of PATHS that leads where it may not:
+for commands such as `rm` and `mkdir` that take a user's path and could be
+led astray by a link in one of its directories.  The last component of each
+path is not followed by the walk; the command decides what it does there."
+  (try
+    (run (Script (+ SAFE-WALK
+                    "n=$1; shift\n"
+                    "while [ \"$n\" -gt 0 ]; do cf_walk \"$1\" 0; shift; n=$((n - 1)); done\n"
+                    "exec \"$@\"")
+                 (len paths) #* paths #* cmd)
+         #** kw)
+    (except [e CommandFailed]
+      (when (= e.exit-code 77)
+        (raise (UnsafePath (.join ", " paths) (.strip e.stderr) (. (connection) where))))
+      (raise))))
+
+(defn _text-id [x] (when (is-not x None) (str x)))
+
 (defn remote-exists? [path]
   "Whether anything (even a dangling symlink) is at PATH on the target."
   (.exists? (connection) path))
@@ -77,4 +108,5 @@ it as before, whatever THUNK returned."
   (if (= before after) NO-CHANGE None))
 
 (export :objects [NO-CHANGE Script run run-script run-ok? output read-remote-file
+                  set-remote-mode set-remote-owner run-walked
                   write-remote-file remote-exists? change-if-changes-file])

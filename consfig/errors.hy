@@ -49,6 +49,30 @@ way mistakes it for a failure of the property.")
 (defclass AbortedChange [FailedChange]
   "A property failed before it changed anything.")
 
+(import errno [ENOENT])
+
+(defn _on [where] (if where f" on {where}" ""))
+
+(defclass UnsafePath [AbortedChange]
+  "A file operation refused a path: on the way to it, a symlink that a user
+other than root owns leads to something that user does not own (see
+docs/security.md)."
+  (defn __init__ [self path why [where None]]
+    (.__init__ (super) (+ f"refusing {path}{(_on where)}: {why}; "
+                          "a symlink that a user other than root owns is followed only to "
+                          "what that user owns (docs/security.md)"))
+    (setv self.path path)))
+
+(defclass SymlinkNotFollowed [FileNotFoundError]
+  "A file operation found a symlink at the end of its path and did not follow
+it: a property follows one only when told (`:follow true`).  Reading such a
+path finds no file (so a write replaces the link); changing its mode is refused."
+  (defn __init__ [self path [where None]]
+    (.__init__ (super) ENOENT "is a symlink, not followed" path)
+    (setv self.message (+ f"{path}{(_on where)} is a symlink, and consfig does not follow "
+                          "a symlink at the end of a path unless the property says :follow true")))
+  (defn __str__ [self] self.message))
+
 (defclass ConnectionLost [FailedChange]
   "The connection a property acted through broke: nothing more can be
 applied through it, so every sequence stops, `seqprops` included.")
@@ -135,4 +159,5 @@ example sites shipped in consfig/hosts are site code too."
 
 (export :objects [ConsfigError PropspecError ChainError ConnectionFailed
                   InapplicableProperty FailedChange AbortedChange ConnectionLost
-                  CommandFailed CommandTimedOut site-location site-file?])
+                  CommandFailed CommandTimedOut UnsafePath SymlinkNotFollowed
+                  site-location site-file?])

@@ -27,7 +27,8 @@ the function that establishes it."
         shlex
         time
         consfig.frames [OUTPUT-LIMIT]
-        consfig.errors [AbortedChange CommandFailed CommandTimedOut ConnectionFailed]
+        consfig.errors [AbortedChange CommandFailed CommandTimedOut ConnectionFailed
+                        SymlinkNotFollowed UnsafePath]
         consfig.util [bytes->text text->bytes])
 
 ;; How long a hop may take to answer a question asked while it is being
@@ -129,6 +130,51 @@ one longer than `MAX-COMMAND`.  The property fails; the connection lives on."
     (.append parts f"{k}={(shlex.quote (str v))}; export {k}"))
   (if parts (.join "\n" [#* parts script]) script))
 
+;; The safe walk, for a POSIX hop (a `:python` target walks with descriptors
+;; instead: `consfig.safepath`).  `cf_walk PATH FOLLOW` looks at each
+;; directory on the way to PATH (and at PATH itself when FOLLOW is 1) and
+;; refuses, with exit code 77, a symlink that a user other than root and us
+;; owns and that leads to something that user does not own: the link
+;; `~/cfgdir -> /etc` that would turn a write to ~/cfgdir/x into one to
+;; /etc/x.  A shell can only look before it leaps, so a link swapped in
+;; between the look and the use is not caught here (docs/security.md).
+(setv SAFE-WALK (.join "\n" [
+  "cf_walk() {"
+  "  cf_me=$(id -u) cf_rest=${1#/} cf_p="
+  "  while [ -n \"$cf_rest\" ]; do"
+  "    cf_c=${cf_rest%%/*}"
+  "    case $cf_rest in */*) cf_rest=${cf_rest#*/} ;; *) cf_rest= ;; esac"
+  "    [ -n \"$cf_c\" ] || continue"
+  "    cf_p=$cf_p/$cf_c"
+  "    if [ -z \"$cf_rest\" ] && [ \"$2\" != 1 ]; then break; fi"
+  "    [ -L \"$cf_p\" ] || continue"
+  "    set -- \"$1\" \"$2\" $(stat -c '%u %U' -- \"$cf_p\")"
+  "    if [ \"$3\" != 0 ] && [ \"$3\" != \"$cf_me\" ]; then"
+  "      cf_t=$(readlink -f -- \"$cf_p\") || cf_t="
+  "      if [ -n \"$cf_t\" ] && [ -e \"$cf_t\" ] && [ \"$(stat -c %u -- \"$cf_t\")\" != \"$3\" ]; then"
+  "        echo \"$cf_p is a symlink owned by $4 (uid $3) that leads to $cf_t, owned by $(stat -c '%U (uid %u)' -- \"$cf_t\")\" >&2"
+  "        exit 77"
+  "      fi"
+  "    fi"
+  "    set -- \"$1\" \"$2\""
+  "  done"
+  "}"
+  ""]))
+
+(defn _flag [b] (if b "1" "0"))
+
+(defn _walked-script [code path follow #* args]
+  ;; CODE runs after the walk, with $1 = PATH, $2 = FOLLOW (1 or 0) and ARGS
+  ;; from $3 on.
+  (.shell (Script (+ SAFE-WALK "cf_walk \"$1\" \"$2\"\n" code) path (_flag follow) #* args)))
+
+(defn _raise-walk-failure [code err path where]
+  "Raise what a file operation's exit CODE says, if it is one of the walk's."
+  (setv err (if (isinstance err bytes) (bytes->text err) (or err "")))
+  (cond (= code 77) (raise (UnsafePath path (.strip err) where))
+        (= code 67) (raise (SymlinkNotFollowed path where))
+        (= code 66) (raise (FileNotFoundError path))))
+
 (defclass Connection []
   "One established hop.  `upstream` is the connection it runs inside
 (None for a hop that runs on the controller).  `connattrs` is state that
@@ -206,65 +252,110 @@ nothing of it is left running there."
       (raise (CommandFailed script code result.stdout result.stderr self.where)))
     result)
 
-  (defn read-file [self path]
-    "The bytes of the file at PATH; `FileNotFoundError` when there is none."
+  (defn read-file [self path * [follow False]]
+    "The bytes of the file at PATH; `FileNotFoundError` when there is none.
+A symlink at PATH is not read through (`SymlinkNotFollowed`, a kind of
+`FileNotFoundError`) unless FOLLOW, and the walk to it is the safe one
+(`SAFE-WALK`)."
     (check-path path)
     (setv #(code out err)
-          (self.run-script (+ "test -f " (shlex.quote path)
-                              " || exit 66; exec cat -- " (shlex.quote path))
+          (self.run-script (_walked-script "[ \"$2\" = 1 ] || [ ! -L \"$1\" ] || exit 67
+test -f \"$1\" || exit 66; exec cat -- \"$1\"" path follow)
                            None None :limit None))
-    (cond (= code 66) (raise (FileNotFoundError path))
-          (!= code 0) (raise (CommandFailed f"cat -- {(shlex.quote path)}"
-                                            code "" (bytes->text err) self.where)))
+    (_raise-walk-failure code err path self.where)
+    (when (!= code 0)
+      (raise (CommandFailed f"cat -- {(shlex.quote path)}" code "" (bytes->text err) self.where)))
     out)
 
-  (defn write-file [self path content * [mode None] [owner None] [group None]]
+  (defn write-file [self path content * [mode None] [owner None] [group None] [follow False]]
     "Replace the file at PATH with CONTENT (bytes) atomically: a temporary
 file in the same directory is written, synced and renamed over PATH.  The
 existing file's mode and ownership are kept unless MODE, OWNER or GROUP say
-otherwise; a new file gets the mode the umask allows."
+otherwise; a new file gets the mode the umask allows.  A symlink at PATH is
+replaced by the new file, unless FOLLOW: then the file it leads to is."
     (check-path path)
-    (self.run (Script (self.write-script path (len content) :mode mode :owner owner
-                                         :group group))
-              :input content)
+    (try
+      (self.run (Script (self.write-script path (len content) :mode mode :owner owner
+                                           :group group :follow follow))
+                :input content)
+      (except [e CommandFailed]
+        (_raise-walk-failure e.exit-code e.stderr path self.where)
+        (raise)))
     None)
 
-  (defn write-script [self path size * [mode None] [owner None] [group None]]
+  (defn write-script [self path size * [mode None] [owner None] [group None] [follow False]]
     "The shell script `write-file` runs to put SIZE bytes from its standard
 input at PATH.  Input that ends early (the controller or the connection
 died) leaves PATH as it was: the script counts what it received and renames
 only a complete file.  Its temporary is removed however it ends, but for a
 KILL; so, first, it removes temporaries of its own in the same directory
-that a killed write left (see `STALE-MINUTES`)."
+that a killed write left (see `STALE-MINUTES`).  The old file's mode and
+owner are read from PATH itself, never through a symlink there."
     (setv q shlex.quote
-          d (or (posixpath.dirname path) ".")
-          lines ["set -e"
-                 f"dir={(q d)}"
-                 f"find \"$dir\" -maxdepth 1 -type f -name '.consfig-????????' -user \"$(id -u)\" -mmin +{STALE-MINUTES} -exec rm -f -- {{}} + 2>/dev/null || true"
-                 "tmp=$(mktemp \"$dir/.consfig-XXXXXXXX\")"
-                 "trap 'rm -f \"$tmp\"' EXIT"
-                 ;; A signal ends the script through its EXIT trap.
-                 "trap 'exit 129' HUP INT TERM PIPE"
-                 "cat >\"$tmp\""
-                 "got=$(( $(wc -c <\"$tmp\") ))"
-                 f"if [ \"$got\" -ne {size} ]; then"
-                 f"  echo \"consfig: received $got of {size} bytes for \"{(q path)}\"; left it as it was\" >&2"
-                 "  exit 1"
-                 "fi"
-                 f"if [ -e {(q path)} ]; then"
-                 f"  chmod --reference={(q path)} \"$tmp\""
-                 f"  chown --reference={(q path)} \"$tmp\" 2>/dev/null || true"
-                 "else"
-                 "  chmod \"$(printf '%o' $(( 0666 & ~0$(umask) )))\" \"$tmp\""
-                 "fi"])
+          lines [SAFE-WALK
+                 "set -e"
+                 f"path={(q path)}"
+                 f"cf_walk \"$path\" {(_flag follow)}"])
+    (when follow
+      ;; The walk has checked every link on the way; write where they lead.
+      (.append lines "if [ -L \"$path\" ]; then path=$(readlink -f -- \"$path\"); fi"))
+    (.extend lines
+      ["dir=${path%/*}; [ -n \"$dir\" ] || dir=/"
+       f"find \"$dir\" -maxdepth 1 -type f -name '.consfig-????????' -user \"$(id -u)\" -mmin +{STALE-MINUTES} -exec rm -f -- {{}} + 2>/dev/null || true"
+       "tmp=$(mktemp \"$dir/.consfig-XXXXXXXX\")"
+       "trap 'rm -f \"$tmp\"' EXIT"
+       ;; A signal ends the script through its EXIT trap.
+       "trap 'exit 129' HUP INT TERM PIPE"
+       "cat >\"$tmp\""
+       "got=$(( $(wc -c <\"$tmp\") ))"
+       f"if [ \"$got\" -ne {size} ]; then"
+       f"  echo \"consfig: received $got of {size} bytes for \"{(q path)}\"; left it as it was\" >&2"
+       "  exit 1"
+       "fi"
+       "if [ -f \"$path\" ] && [ ! -L \"$path\" ]; then"
+       "  set -- $(stat -c '%a %u %g' -- \"$path\")"
+       "  chmod \"$1\" \"$tmp\""
+       "  chown \"$2:$3\" \"$tmp\" 2>/dev/null || true"
+       "else"
+       "  chmod \"$(printf '%o' $(( 0666 & ~0$(umask) )))\" \"$tmp\""
+       "fi"])
     (when (is-not mode None)
       (.append lines f"chmod {(format mode "o")} \"$tmp\""))
     (when (or owner group)
       (.append lines f"chown {(q (+ (str (or owner "")) (if group f":{group}" "")))} \"$tmp\""))
     (.extend lines ["sync -- \"$tmp\" 2>/dev/null || true"
-                    f"mv -f -- \"$tmp\" {(q path)}"
+                    "mv -f -T -- \"$tmp\" \"$path\""
                     "trap - EXIT"])
     (.join "\n" lines))
+
+  (defn set-mode [self path mode * [follow False]]
+    "Give PATH the permission bits MODE.  A symlink at PATH is refused
+(`UnsafePath`) unless FOLLOW, and the walk to PATH is the safe one."
+    (check-path path)
+    (self._run-walked "chmod" path follow
+                      "[ \"$2\" = 1 ] || [ ! -L \"$1\" ] || exit 67\nexec chmod \"$3\" -- \"$1\""
+                      (format mode "o")))
+
+  (defn set-owner [self path owner group * [follow False]]
+    "Give PATH the owner OWNER and group GROUP (names or numbers as text;
+None leaves one as it is).  A symlink at PATH is itself given them, unless
+FOLLOW, and the walk to PATH is the safe one."
+    (check-path path)
+    (setv spec (+ (str (or owner "")) (if (is-not group None) f":{group}" "")))
+    (self._run-walked "chown" path follow
+                      "if [ \"$2\" = 1 ]; then exec chown -- \"$3\" \"$1\"; fi\nexec chown -h -- \"$3\" \"$1\""
+                      spec))
+
+  (defn _run-walked [self program path follow code arg]
+    (setv #(exit-code out err) (self.run-script (_walked-script code path follow arg) None None))
+    (when (= exit-code 67)
+      ;; A link's own mode means nothing; changing it was asked of what it leads to.
+      (raise (AbortedChange (str (SymlinkNotFollowed path self.where)))))
+    (_raise-walk-failure exit-code err path self.where)
+    (when (!= exit-code 0)
+      (raise (CommandFailed (shlex.join [program arg "--" path])
+                            exit-code "" (bytes->text err) self.where)))
+    None)
 
   (defn exists? [self path]
     "Whether anything (even a dangling symlink) is at PATH."
@@ -386,4 +477,4 @@ the start of the target's Python, and explain a failed start afterwards
 
 (export :objects [Connection CommandResult Script Hop ArgType command->script one-of
                   STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT
-                  STALE-MINUTES MAX-COMMAND check-path check-sendable])
+                  STALE-MINUTES MAX-COMMAND SAFE-WALK check-path check-sendable])

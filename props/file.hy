@@ -19,8 +19,8 @@ unchanged, as is every line the property has no business with."
         posixpath
         re
         shlex
-        consfig.actions [NO-CHANGE Script run run-ok? run-script output
-                         write-remote-file remote-exists?]
+        consfig.actions [NO-CHANGE Script run run-ok? run-script run-walked output
+                         write-remote-file remote-exists? set-remote-mode set-remote-owner]
         consfig.context [connection current-host]
         consfig.data [MissingData Secret secret? data-sent-event data-sources get-data
                       get-data-bytes get-data-string lookup-data on-target? provide-data
@@ -29,7 +29,8 @@ unchanged, as is every line the property has no business with."
         consfig.sitefiles [render-template site-directory site-path tree-manifest]
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
-        consfig.errors [AbortedChange ConsfigError FailedChange])
+        consfig.errors [AbortedChange ConsfigError FailedChange UnsafePath]
+        consfig.hop [SAFE-WALK])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
@@ -96,9 +97,10 @@ surrogate from `read-text` as the byte it stands for)."
       (bytes content)
       (.encode content "utf-8" "surrogateescape")))
 
-(defn read-bytes [path]
-  "The bytes of PATH on the target, or None when it does not exist."
-  (try (.read-file (connection) path)
+(defn read-bytes [path * [follow False]]
+  "The bytes of PATH on the target, or None when it does not exist or is a
+symlink (not read through, unless FOLLOW: docs/security.md)."
+  (try (.read-file (connection) path :follow follow)
        (except [FileNotFoundError] None)))
 
 (defn read-text [path]
@@ -122,16 +124,19 @@ the file back exactly."
         (is old None) f"+++ b{path}\n(a new, empty file)\n"
         True f"--- a{path}\n+++ b{path}\n(the bytes differ where they read the same)\n"))
 
-(defn update-file [path new * [mode None] [owner None] [group None] [secret False]]
+(defn update-file [path new * [mode None] [owner None] [group None] [secret False]
+                   [follow False]]
   "Make PATH contain NEW, text or bytes (keeping its mode and owner, or
 setting MODE, OWNER and GROUP), and report a diff unless SECRET.
 `:no-change` when it already has exactly those bytes, mode and owner.  In
 check mode, change nothing: report what would change and return
-`:would-change`."
-  (setv old (read-bytes path)
+`:would-change`.  A symlink at PATH is replaced by the file, never read
+through, unless FOLLOW (docs/security.md)."
+  (setv old (read-bytes path :follow follow)
         new (content->bytes new))
   (when (= old new)
-    (return (if (= (_ensure-mode path mode) (_ensure-ownership path owner group) NO-CHANGE)
+    (return (if (= (_ensure-mode path mode follow) (_ensure-ownership path owner group follow)
+                   NO-CHANGE)
                 NO-CHANGE
                 (if (checking?) WOULD-CHANGE None))))
   (when (checking?)
@@ -141,7 +146,7 @@ check mode, change nothing: report what would change and return
     (when (not secret)
       (emit (diff-event path (_diff path old new))))
     (return WOULD-CHANGE))
-  (write-remote-file path new :mode mode :owner (_id owner) :group (_id group))
+  (write-remote-file path new :mode mode :owner (_id owner) :group (_id group) :follow follow)
   (when (not secret)
     (emit (diff-event path (_diff path old new)))))
 
@@ -156,15 +161,18 @@ PATH does not exist, unless CREATE."
       NO-CHANGE
       (update-file path (_unlines (f (_file-lines (or old "")))))))
 
-(defn _mode-of [path]
-  (int (.strip (output "stat" "-c" "%a" "--" path)) 8))
+(defn _mode-of [path [follow False]]
+  (int (.strip (output (if follow
+                           ["stat" "-L" "-c" "%a" "--" path]
+                           ["stat" "-c" "%a" "--" path])))
+       8))
 
-(defn _ensure-mode [path mode]
+(defn _ensure-mode [path mode [follow False]]
   (when (is mode None) (return NO-CHANGE))
-  (setv have (_mode-of path))
+  (setv have (_mode-of path follow))
   (cond (= have mode) NO-CHANGE
         (checking?) (do (inform (_mode-change path have mode)) WOULD-CHANGE)
-        True (run "chmod" (format mode "o") "--" path)))
+        True (set-remote-mode path mode :follow follow)))
 
 (defn _mode-change [path have want]
   f"{path}: mode {(format have "o")} → {(format want "o")}")
@@ -181,16 +189,19 @@ PATH does not exist, unless CREATE."
          "(file.secret-uploaded IDEN1 IDEN2 PATH); see docs/data.md"))
 
 (defprop has-content :posix [#^ abs-path path #^ content content
-                              * #^ file-mode [mode None] #^ boolean [secret False]]
+                              * #^ file-mode [mode None] #^ boolean [secret False]
+                              #^ boolean [follow False]]
   "PATH has exactly CONTENT: a string (written as UTF-8), `bytes` (written
 as they are), or a list of lines (joined, with a final newline).  The file's
-mode and owner are kept, unless MODE is given.  SECRET True is refused:
+mode and owner are kept, unless MODE is given.  A symlink at PATH is
+replaced by the file, unless FOLLOW: then the file it leads to is written,
+if the link may lead there (docs/security.md).  SECRET True is refused:
 content written here is in the propspec for all to see, so a secret comes
 from prerequisite data instead (`secret-uploaded`)."
   (:simulates True)
   (:desc f"{path} has content")
   (:invariant (not secret) _INLINE-SECRET)
-  (:apply (update-file path (_text content) :mode mode)))
+  (:apply (update-file path (_text content) :mode mode :follow follow)))
 
 (defprop exists-with-content :posix [#^ abs-path path #^ content content
                                       * #^ file-mode [mode None] #^ boolean [secret False]]
@@ -204,7 +215,7 @@ with the OS.  SECRET True is refused, as there."
   (:unapply
     (cond (not (remote-exists? path)) NO-CHANGE
           (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
-          True (run "rm" "-f" "--" path))))
+          True (run-walked [path] "rm" "-f" "--" path))))
 
 (defn add-lines [path lines]
   "Append those of LINES that PATH lacks, creating PATH if need be."
@@ -259,46 +270,48 @@ as a replaced line no longer matches REGEX."
     (setv r (re.compile regex))
     (map-file-lines path (fn [have] (lfor l have (.sub r replacement l :count 1))))))
 
-(defprop has-mode :posix [#^ abs-path path #^ file-mode mode]
-  "PATH has permission bits MODE (an integer, such as 0o644)."
+(defprop has-mode :posix [#^ abs-path path #^ file-mode mode * #^ boolean [follow False]]
+  "PATH has permission bits MODE (an integer, such as 0o644).  A symlink at
+PATH is refused, unless FOLLOW: then what it leads to gets MODE, if the link
+may lead there (docs/security.md)."
   (:desc f"{path} has mode {(format mode "o")}")
   (:check (if (remote-exists? path)
-              (let [have (_mode-of path)]
+              (let [have (_mode-of path follow)]
                 (or (= have mode) (Drift (_mode-change path have mode))))
               (Drift f"{path} does not exist")))
-  (:apply (run "chmod" (format mode "o") "--" path)))
+  (:apply (set-remote-mode path mode :follow follow)))
 
 (defn _owner-spec [user group]
   (+ (if (is user None) "" (str user))
      (if (is group None) "" f":{group}")))
 
-(defn _has-ownership? [path user group]
+(defn _has-ownership? [path user group [follow False]]
   ;; Names are compared with names and numbers with numbers, whichever was given.
-  (setv #(u g un gn) (.split (.strip (output "stat" "-c" "%u %g %U %G" "--" path))))
+  (setv #(u g un gn) (.split (.strip (output "stat" #* (if follow ["-L"] [])
+                                             "-c" "%u %g %U %G" "--" path))))
   (defn same? [want id name]
     (or (is want None) (in (str want) #(id name))))
   (or (and (same? user u un) (same? group g gn))
       (Drift f"{path}: owner {un}:{gn} → {(or user un)}:{(or group gn)}")))
 
 (defprop has-ownership :posix [#^ abs-path path * #^ (one-of user-name id-number) [user None]
-                               #^ (one-of group-name id-number) [group None]]
-  "PATH (a symlink itself, not what it points to) is owned by USER and/or
-GROUP: names or numeric ids."
+                               #^ (one-of group-name id-number) [group None]
+                               #^ boolean [follow False]]
+  "PATH (a symlink itself, not what it points to, unless FOLLOW) is owned by
+USER and/or GROUP: names or numeric ids.  With FOLLOW, what a symlink leads
+to is, if the link may lead there (docs/security.md)."
   (:desc (+ f"{path} has"
             (if (is user None) "" f" owner {user}")
             (if (is group None) "" f" group {group}")))
   (:invariant (not (and (is user None) (is group None))) "needs :user or :group")
-  (:check (_has-ownership? path user group))
-  (:apply
-    (if (is user None)
-        (run "chgrp" "-h" "--" (str group) path)
-        (run "chown" "-h" "--" (_owner-spec user group) path))))
+  (:check (_has-ownership? path user group follow))
+  (:apply (set-remote-owner path user group :follow follow)))
 
 (defprop does-not-exist :posix [#^ abs-path #* paths]
   "None of PATHS exists (files or symlinks; not directories)."
   (:desc (_plural paths))
   (:check (_none-exist paths "removed"))
-  (:apply (run "rm" "-f" "--" #* paths)))
+  (:apply (run-walked paths "rm" "-f" "--" #* paths)))
 
 (defn _none-exist [paths what]
   (setv there (lfor p paths :if (remote-exists? p) p))
@@ -309,7 +322,7 @@ GROUP: names or numeric ids."
   (:desc f"{directory} exists")
   (:check (or (run-ok? "test" "-d" directory)
               (Drift f"{directory} would be created")))
-  (:apply (run "mkdir" "-p" "--" directory)))
+  (:apply (run-walked [directory] "mkdir" "-p" "--" directory)))
 
 (defn _remove-directories [directories]
   ;; `rm -rf DIR/` on a symlink to a directory would empty the directory it
@@ -319,7 +332,7 @@ GROUP: names or numeric ids."
     (when (remote-exists? d)
       (when (not (run-ok? (Script "test -d \"$1\" && test ! -L \"$1\"" d)))
         (raise (FailedChange f"{d} exists but is not a directory; not removing it")))
-      (run "rm" "-rf" "--one-file-system" "--" d))))
+      (run-walked [d] "rm" "-rf" "--one-file-system" "--" d))))
 
 (defprop directory-does-not-exist :posix [#^ abs-path #* directories]
   "None of DIRECTORIES exists: each is removed with everything in it.  It
@@ -335,7 +348,7 @@ is a failure if one of them is a file or a symlink."
   "The directory PATH is in exists, with its parents."
   (:desc f"Directory containing {path} exists")
   (:check (run-ok? "test" "-d" (_parent path)))
-  (:apply (run "mkdir" "-p" "--" (_parent path))))
+  (:apply (run-walked [path] "mkdir" "-p" "--" (_parent path))))
 
 (defn _link-target [path]
   (setv r (run "readlink" "-n" "--" path :check False))
@@ -359,9 +372,9 @@ anything else at FROM is a failure.  Unapplying removes the link."
   (:apply
     (when (and (remote-exists? from_) (is (_link-target from_) None))
       (raise (FailedChange f"{from_} exists and is not a symbolic link; not replacing it")))
-    (run "mkdir" "-p" "--" (_parent from_))
-    (run "ln" "-sfT" "--" to from_))
-  (:unapply (run "rm" "-f" "--" from_)))
+    (run-walked [from_] "mkdir" "-p" "--" (_parent from_))
+    (run-walked [from_] "ln" "-sfT" "--" to from_))
+  (:unapply (run-walked [from_] "rm" "-f" "--" from_)))
 
 (defprop is-copy-of :posix [#^ abs-path dest #^ abs-path source]
   "DEST is a copy of SOURCE, a file on the target (a symlink's target is
@@ -370,11 +383,13 @@ mode, ownership and times."
   (:desc f"{dest} is a copy of {source}")
   (:check (run-ok? (Script "test -f \"$1\" && cmp -s -- \"$1\" \"$2\"" dest source)))
   (:apply
-    (run-script (.join "\n" ["set -e"
+    (run-script (.join "\n" [SAFE-WALK
+                             "set -e"
+                             "cf_walk \"$1\" 0"
                              "tmp=$(mktemp \"$3/.consfig-XXXXXXXX\")"
                              "trap 'rm -f \"$tmp\"' EXIT"
                              "cp -L --preserve=all -- \"$2\" \"$tmp\""
-                             "mv -f -- \"$tmp\" \"$1\""
+                             "mv -f -T -- \"$tmp\" \"$1\""
                              "trap - EXIT"])
                 dest source (_parent dest))))
 
@@ -386,7 +401,14 @@ mode, ownership and times."
 ;; to guess it and would show in a command's output.
 
 (defn _digest-on-target [path]
-  (setv r (run-script "[ -f \"$1\" ] || exit 66; exec sha256sum < \"$1\"" path :check False))
+  ;; Never through a symlink at PATH, nor one on the way that may not lead
+  ;; there (docs/security.md): the digest of a short file is enough to
+  ;; guess it.
+  (setv r (run-script (+ SAFE-WALK "cf_walk \"$1\" 0\n"
+                         "[ -f \"$1\" ] && [ ! -L \"$1\" ] || exit 66; exec sha256sum < \"$1\"")
+                      path :check False))
+  (when (= r.exit-code 77)
+    (raise (UnsafePath path (.strip r.stderr))))
   (cond (= r.exit-code 66) None
         r.ok? (get (.split r.stdout) 0)
         True (raise (FailedChange f"cannot read the digest of {path}: {(.strip (+ r.stdout r.stderr))}"))))
@@ -396,12 +418,12 @@ mode, ownership and times."
       (= (read-bytes path) (.reveal (.content item)))
       (= (_digest-on-target path) item.sha256)))
 
-(defn _ensure-ownership [path owner group]
-  (cond (or (and (is owner None) (is group None)) (is (_has-ownership? path owner group) True))
+(defn _ensure-ownership [path owner group [follow False]]
+  (cond (or (and (is owner None) (is group None))
+            (is (_has-ownership? path owner group follow) True))
         NO-CHANGE
         (checking?) (do (inform f"{path} would get owner {(_owner-spec owner group)}") WOULD-CHANGE)
-        (is owner None) (run "chgrp" "--" (str group) path)
-        True (run "chown" "--" (_owner-spec owner group) path)))
+        True (set-remote-owner path owner group :follow follow)))
 
 (defn install-data [iden1 iden2 path * [mode None] [owner None] [group None]]
   "Make PATH on the target hold the content of the prerequisite data item
@@ -811,7 +833,7 @@ its entry and path.  `:no-change` when PLAN is empty."
   (when (plan-empty? plan) (return NO-CHANGE))
   (_each dest "rm -rf --one-file-system --" (get plan "remove"))
   (when (in "" (get plan "mkdir"))
-    (run "mkdir" "-p" "--" dest))
+    (run-walked [dest] "mkdir" "-p" "--" dest))
   (_each dest "mkdir --" (lfor r (get plan "mkdir") :if r r))
   (for [e (get plan "write")]
     (setv target (if (get e "path") (posixpath.join dest (get e "path")) dest))

@@ -63,7 +63,7 @@
     (file.has-content "/only-a-path"))
   (setv msg (str e.value))
   (assert (in "file.has-content" msg) msg)
-  (assert (in "#^ abs-path path #^ content content * #^ file-mode [mode None] #^ boolean [secret False]]" msg) msg))
+  (assert (in "#^ abs-path path #^ content content * #^ file-mode [mode None] #^ boolean [secret False] #^ boolean [follow False]]" msg) msg))
 
 (defn test-walked-form-error-names-file-and-line []
   (with [e (pytest.raises PropspecError)]
