@@ -34,7 +34,56 @@ calls rather than by running `cat`."
 ;; Children still running, each the leader of a process group of its own.  A
 ;; target whose controller has gone away kills them all before it exits
 ;; (`kill-running`), so that a dropped deployment leaves nothing behind.
-(setv _running (set))
+(defclass _Running []
+  "The children still running, each the leader of a process group of its
+own; a set that also tells the reaper (below) what to kill if this process
+dies without a chance to do it itself."
+  (defn __init__ [self]
+    (setv self.procs (set)
+          self.reaper None
+          self.lock (threading.Lock)))
+
+  (defn add [self proc]
+    (.add self.procs proc)
+    (self._tell f"+{proc.pid}\n"))
+
+  (defn discard [self proc]
+    (when (in proc self.procs)
+      (.discard self.procs proc)
+      (self._tell f"-{proc.pid}\n")))
+
+  (defn __iter__ [self] (iter (list self.procs)))
+
+  (defn _tell [self line]
+    ;; A KILL gives this process no last word, so a tiny shell of its own
+    ;; session holds the other end of a pipe: when the pipe closes — this
+    ;; process ended, however — it kills every group still listed.  One per
+    ;; process, started with the first command.
+    (with [self.lock]
+      (when (is self.reaper None)
+        (setv self.reaper (subprocess.Popen ["/bin/sh" "-c" _REAPER]
+                                            :stdin subprocess.PIPE
+                                            :stdout subprocess.DEVNULL
+                                            :stderr subprocess.DEVNULL
+                                            :start-new-session True)))
+      (try (os.write (.fileno self.reaper.stdin) (.encode line))
+           (except [OSError] None)))
+    None))
+
+(setv _REAPER (.join "\n" [
+  "trap '' HUP INT TERM PIPE"
+  "groups=' '"
+  "while IFS= read -r line; do"
+  "  case $line in"
+  "    +*) groups=\"$groups${line#+} \" ;;"
+  "    -*) x=${line#-}"
+  "        case $groups in *\" $x \"*) groups=\"${groups%% $x *} ${groups#* $x }\" ;; esac ;;"
+  "  esac"
+  "done"
+  ;; dash's kill takes no "--": a group is "-PGID" right after the signal.
+  "for g in $groups; do kill -KILL \"-$g\" 2>/dev/null; done"]))
+
+(setv _running (_Running))
 
 (defn kill-running []
   "Kill every command this process started that is still running: those
