@@ -151,6 +151,9 @@ def test_a_hop_that_cannot_start_a_process_deploys_unlocked():
         def run_script(self, script, input, timeout):
             return 0, b"", b""
 
+    conn = ScriptOnly()
+    ran = []
     with establishing_for(make_host("lab", None, None, eseqprops())):
-        with consfig.lock.holding_target_lock(ScriptOnly(), "x.example"):
-            pass
+        with consfig.lock.holding_target_lock(conn, "x.example"):
+            ran.append(conn.deployment_token)
+    assert ran == [None], f"the body ran once, with no lock token: {ran}"
