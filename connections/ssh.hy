@@ -26,7 +26,7 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
         time
         consfig.errors [ChainError CommandTimedOut ConnectionFailed]
         consfig.frames [OUTPUT-LIMIT OutputBuffer]
-        consfig.hop [Connection Hop PORT SECONDS STRING STRINGS one-of]
+        consfig.hop [Connection Hop PORT SECONDS STRING STRINGS choice-of]
         consfig.host [get-hostname]
         consfig.util [bytes->text])
 
@@ -483,7 +483,7 @@ JUMPS; None to connect directly."
 
 (setv HOP (Hop "ssh" {"host" STRING "user" STRING "port" PORT "config" STRING
                       "identity" STRINGS "timeout" SECONDS
-                      "strict-host-key-checking" (one-of "yes" "no" "accept-new" "ask" "off")
+                      "strict-host-key-checking" (choice-of "yes" "no" "accept-new" "ask" "off")
                       "command-timeout" SECONDS}
                connect))
 

@@ -443,7 +443,7 @@ that returns the value normalised or raises `ValueError`."
                                          (.rstrip (posixpath.normpath v) "/")
                                          (raise (ValueError))))))
 
-(defn one-of [#* choices]
+(defn choice-of [#* choices]
   "An `ArgType` accepting the strings CHOICES (any case) and the booleans."
   (ArgType (+ "one of " (.join ", " (gfor c choices (hy.repr c))) ", true or false")
            (fn [v] (if (or (isinstance v bool) (and (isinstance v str) (in (.lower v) choices)))
@@ -475,6 +475,6 @@ the start of the target's Python, and explain a failed start afterwards
           self.ask-beforehand ask-beforehand
           self.establish-before-python (or establish-before-python establish))))
 
-(export :objects [Connection CommandResult Script Hop ArgType command->script one-of
+(export :objects [Connection CommandResult Script Hop ArgType command->script choice-of
                   STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT
                   STALE-MINUTES MAX-COMMAND SAFE-WALK check-path check-sendable])

@@ -101,3 +101,11 @@
        (assert False "0 is no port")
        (except [e ParameterTypeError]
          (assert (in "TCP port" (str e)) (str e)))))
+
+(defn test-import-consfig-star-brings-the-types-one-of-not-a-hops []
+  ;; A site that writes only `(import consfig *)` and then
+  ;; `#^ (one-of user-name id-number)` must get the type that refuses 3.5.
+  (setv site {})
+  (hy.eval '(import consfig *) site)
+  (setv their-one-of (get site "one_of"))
+  (refuses (their-one-of (get site "user_name") (get site "id_number")) 3.5 "bad user"))
