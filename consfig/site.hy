@@ -46,7 +46,7 @@ line, not a traceback."
   (when (not (os.access path os.R_OK))
     (raise (ConsfigError f"cannot read consfig {(_display path)}: permission denied")))
   (setv name (module-name-for path)
-        loader (HyLoader name path)
+        loader (_SiteLoader name path)
         spec (importlib.util.spec-from-file-location name path :loader loader)
         module (importlib.util.module-from-spec spec)
         previous (.get sys.modules name))
@@ -61,6 +61,34 @@ line, not a traceback."
       (raise (_consfig-error e path)))
     (finally (.reset defining token)))
   module)
+
+(defclass _SiteLoader [HyLoader]
+  "Hy's loader, but the bytecode it caches for a consfig is checked against
+a hash of the source, not its mtime and size: Python trusts a cached compile
+whose source has the same mtime in whole seconds and the same size, and a
+site edited and redeployed within a second (a script, a generated consfig)
+would deploy its old version."
+  (defn get-code [self fullname]
+    (import importlib.util
+            importlib._bootstrap_external :as bx
+            marshal)
+    (setv path (self.get-filename fullname)
+          source (self.get-data path)
+          digest (importlib.util.source-hash source)
+          cached (importlib.util.cache-from-source path))
+    (try
+      (with [f (open cached "rb")] (setv data (.read f)))
+      ;; Magic, flags (0b11: hash-based, checked), then the source's hash.
+      (when (and (= (cut data 0 4) importlib.util.MAGIC-NUMBER)
+                 (= (int.from-bytes (cut data 4 8) "little") 0b11)
+                 (= (cut data 8 16) digest))
+        (return (marshal.loads (cut data 16 None))))
+      (except [OSError] None))
+    (setv code (self.source-to-code source path))
+    (when (not sys.dont-write-bytecode)
+      (try (self._cache-bytecode path cached (bx._code-to-hash-pyc code digest True))
+           (except [#(OSError NotImplementedError)] None)))
+    code))
 
 (defn _unclosed-line [text]
   ;; The reader reports a missing `)` at the end of the file; the line where

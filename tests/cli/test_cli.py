@@ -277,3 +277,27 @@ def test_wheel_contains_every_hy_file(tmp_path):
     assert expected, "found .hy files"
     assert expected <= names, sorted(expected - names)
     assert {n.split("/")[0] for n in names if not n.startswith("consfig-")} == {"consfig"}
+
+
+def test_a_site_edited_within_the_same_second_and_size_deploys_its_new_content(tmp_path):
+    # Python trusts a cached compile whose source has the same mtime (whole
+    # seconds) and size: a site edited and redeployed quickly, as scripts do,
+    # must still deploy what its file says now.
+    target = tmp_path / "out"
+    site = tmp_path / "quick.hy"
+
+    def write_site(word):
+        site.write_text(
+            "(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n"
+            f'(defhost quick.test {{:deploy [:local]}} (file.has-content "{target}" "{word}\\n"))\n')
+
+    write_site("CCC1")
+    stamp = site.stat().st_mtime_ns
+    first = consfig("deploy", "--consfig", site, "quick.test")
+    assert first.returncode == 0, first.stderr
+    assert target.read_text() == "CCC1\n"
+    write_site("DDD1")
+    os.utime(site, ns=(stamp, stamp))
+    second = consfig("deploy", "--consfig", site, "quick.test")
+    assert second.returncode == 0, second.stderr
+    assert target.read_text() == "DDD1\n", "the old compile of the site was deployed"
