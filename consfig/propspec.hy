@@ -102,10 +102,34 @@ variable) stays a value either way."
     (setv self.keyword (Keyword name))))
 
 (defn _walk-args [args compiler]
+  (for [[k v] (zip args (cut args 1 None))]
+    (check-mode-spelling k v (_where compiler v)))
   (lfor a args
         (if (isinstance a Keyword)
             `(hy.I.consfig/propspec.LiteralKeyword ~a.name)
             (walk-form a compiler))))
+
+(defn check-mode-spelling [key value where]
+  "Refuse `:mode 644`: a mode written as a decimal literal of octal digits,
+which Python reads as 644 (0o1204), the classic slip for 0o644.  Only the
+spelling can tell it from a right one (0o644 is 420, whose digits are octal
+too), so this looks at a literal as read: KEY a keyword ending in `mode`,
+VALUE an integer model spanning just its decimal digits."
+  (when (not (and (isinstance key Keyword) (.endswith key.name "mode")
+                  (isinstance value hy.models.Integer)
+                  (is-not (getattr value "start_column" None) None)))
+    (return))
+  ;; A model prints as its repr: the digits are those of the int.
+  (setv digits (str (int value))
+        ;; `0755` reads as 755 too: one leading zero still spells decimal.
+        width (- value.end-column value.start-column -1))
+  (when (and (<= (len digits) width (+ (len digits) 1))
+             (<= 3 (len digits) 4)
+             (all (gfor c digits (in c "01234567"))))
+    (raise (PropspecError (+ f":{key.name} {digits} is the decimal number {digits} "
+                             f"(mode {(oct (int value))}), seldom what is meant: write "
+                             f"the octal mode with 0o (0o{digits})")
+                          where))))
 
 (defn _apply-form-code [form compiler name dotted]
   (setv args (_walk-args (lfor [i a] (enumerate (cut form 1 None)) (_hostname-arg name i a))
@@ -250,6 +274,8 @@ resolved as qualified names, or through NAMESPACE (a module's globals)."
         (setv head (dotted->name (get form 0))
               args (lfor a (cut form 1 None) (form->propspec a namespace))
               where (_form-where form))
+        (for [[k v] (zip (cut form 1 None) (cut form 2 None))]
+          (check-mode-spelling k v (_form-where v)))
         (try
           (if (dotted-head? head)
               (dotted-propapp (_resolve (cut head 0 -1) namespace) args)

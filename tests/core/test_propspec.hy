@@ -5,6 +5,7 @@
         consfig.types [line list-of]
         json
         pytest
+        types
         hy.models [Keyword])
 (use-props consfig.props [file cmd os])
 ;; Required under a short name so that its dotted macros work as macros.
@@ -197,3 +198,21 @@
   (assert (= (len (.splitlines tree)) 4) tree)
   (assert (.startswith (get (.splitlines tree) 3) "    (consfig.props.file.directory-exists") tree)
   (assert (= (read-propspec tree) p) tree))
+
+(defn test-a-decimal-mode-that-looks-octal-is-refused-where-a-propspec-is-read []
+  (with [e (pytest.raises PropspecError)]
+    (read-propspec "(consfig.props.file.has-content \"/x\" \"y\\n\" :mode 644)"))
+  (assert (in "(0o644)" (str e.value)) (str e.value))
+  (assert (in "line 1" (str e.value)) (str e.value)))
+
+(defn test-a-decimal-mode-that-looks-octal-is-refused-when-a-consfig-is-compiled []
+  (with [e (pytest.raises Exception)]
+    (hy.eval (hy.read "(do (require consfig *) (use-props consfig.props [file])
+                           (props (file.has-content \"/x\" \"y\\n\" :mode 755)))")
+             {} :module (types.ModuleType "consfig_site_modetest")))
+  (assert (in "(0o755)" (str e.value)) (str e.value)))
+
+(defn test-an-octal-or-computed-mode-is-accepted []
+  (for [text ["(consfig.props.file.has-content \"/x\" \"y\\n\" :mode 0o644)"
+              "(consfig.props.file.has-content \"/x\" \"y\\n\" :mode 493)"]]
+    (assert (read-propspec text) text)))
