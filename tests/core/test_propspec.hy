@@ -128,8 +128,8 @@
           (propspec->string p)))
 
 (defn test-read-propspec-resolves-short-names-through-a-namespace []
-  (assert (= (read-propspec "(file.has-content \"/a\" \"b\" :mode 420)" (globals))
-             (file.has-content "/a" "b" :mode 420))
+  (assert (= (read-propspec "(file.has-content \"/a\" \"b\" :mode 0o644)" (globals))
+             (file.has-content "/a" "b" :mode 0o644))
           "short name resolved")
   (assert (= (read-propspec "(eseqprops (file.directory-exists \"/a\"))")
              (eseqprops (file.directory-exists "/a")))
