@@ -126,8 +126,9 @@ deploy`'s, and an image's."
   (setv t (.add-parser sub "deploy-these" :help "apply just the given properties to a host"))
   (consfig-option t)
   (.add-argument t "host" :metavar "PATTERN" :help "the host (or hosts: a glob, @group…)")
-  (.add-argument t "propspec" :metavar "PROPSPEC"
-                 :help "propapps as Hy, e.g. '(file.has-content \"/etc/motd\" \"hi\\n\")'")
+  (.add-argument t "propspec" :metavar "PROPSPEC" :nargs "+"
+                 :help (+ "propapps as Hy, e.g. '(file.has-content \"/etc/motd\" \"hi\\n\")'; "
+                          "several (in one argument or several) apply in order"))
   (deploy-options t)
 
   (setv h (.add-parser sub "hosts" :help "list the hosts a consfig defines, or those chosen"))
@@ -266,7 +267,7 @@ in order (an implicit `eseqprops`)."
 (defn _deploy-these [args]
   (setv module (_load args)
         targets (select-hosts [args.host] args.limit))
-  (_deploy-all args targets (read-propspecs args.propspec (vars module))))
+  (_deploy-all args targets (read-propspecs (.join "\n" args.propspec) (vars module))))
 
 (defn _hosts [args]
   (_load args)

@@ -126,6 +126,16 @@ def test_deploy_these_applies_only_the_given_propspec(tmp_path):
     assert not (root / "www").exists()
 
 
+def test_deploy_these_takes_several_forms_as_several_arguments(tmp_path):
+    # As the README shows it: each propapp its own shell word.
+    path, root = write_site(tmp_path)
+    result = consfig("deploy-these", "--consfig", path, "site",
+                     f'(file.has-content "{root}/one" "1\n")',
+                     f'(file.has-content "{root}/two" "2\n")')
+    assert result.returncode == 0, result.stderr
+    assert (root / "one").read_text() == "1\n" and (root / "two").read_text() == "2\n"
+
+
 def test_deploy_these_with_unbalanced_parentheses_is_one_clear_line(tmp_path):
     path, root = write_site(tmp_path)
     result = consfig("deploy-these", "--consfig", path, "site",
