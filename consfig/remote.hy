@@ -421,6 +421,8 @@ the target's Python takes the deployment lock itself, for this apply."
     (_send-host session bundle host chain
                 {"unapply" unapply "check" check "verbosity" verbosity
                  "command-timeout" command-timeout
+                 ;; For the target's messages: where its commands run.
+                 "where" where
                  ;; Reached through a chroot (say), the target's Python is
                  ;; where no service may start, as the hops before it know.
                  "no-services" (no-services-reason upstream)

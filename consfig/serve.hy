@@ -129,9 +129,15 @@ nothing has happened for a while."
   "The target's own connection: a `LocalConnection` whose commands are
 stopped after COMMAND-TIMEOUT seconds (the chain's :command-timeout) when
 they give no timeout of their own."
-  (defn __init__ [self command-timeout]
+  (defn __init__ [self command-timeout [where None]]
     (.__init__ (super))
-    (setv self.command-timeout command-timeout))
+    (setv self.command-timeout command-timeout
+          self.chain-where where))
+
+  (defn [property] where [self]
+    ;; What the controller calls this place (`ssh:root@db1 > sudo > python`),
+    ;; not "local", which is true only from here.
+    (or self.chain-where (.describe self)))
 
   (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (.run-script (super) script input (or timeout self.command-timeout) :limit limit)))
@@ -142,7 +148,7 @@ they give no timeout of their own."
           consfig.propspec [data->propspec])
   (setv unapply (.get msg "unapply" False)
         check (.get msg "check" False)
-        here (_TargetConnection (.get msg "command-timeout"))
+        here (_TargetConnection (.get msg "command-timeout") (.get msg "where"))
         chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
   ;; Started inside a chroot (say), this Python runs in a system where no
   ;; service may start, as the hops before it knew.

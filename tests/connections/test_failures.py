@@ -233,3 +233,15 @@ def test_sshd_frozen_mid_deployment(sshlab, tmp_path):
         server.stop()
     assert outcome.status == "failed"
     assert "no answer from the server" in messages[0], messages
+
+
+def test_a_failing_command_over_a_python_chain_says_where_it_ran(sshlab):
+    events = []
+    outcome = deploy([ssh(sshlab.config), K("sudo"), K("python")],
+                     make_host("lab", None, None, eseqprops()),
+                     propspec=eseqprops(cmd.single("false")), sink=events.append)
+    assert outcome.status == "failed", outcome
+    [message] = [e.get("message") for e in events
+                 if e["event"] == "end" and e["status"] == "failed"]
+    assert "on local:" not in message, message
+    assert "ssh:" in message and "sudo" in message and "python" in message, message
