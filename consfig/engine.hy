@@ -273,10 +273,12 @@ the sequence without failing it."
 
 (defclass Outcome []
   "What applying a host's propspec came to."
-  (defn __init__ [self hostname changes failures]
+  (defn __init__ [self hostname changes failures * [check False]]
     (setv self.hostname hostname
           self.changes changes
-          self.failures failures))
+          self.failures failures
+          ;; A check: its changes are those it would make.
+          self.check check))
   (defn [property] status [self]
     (cond self.failures "failed"
           self.changes "changed"
@@ -287,7 +289,8 @@ the sequence without failing it."
           (and detailed (= self.status "changed")) 2
           True 0))
   (defn __repr__ [self]
-    f"<Outcome {self.hostname} {self.status}>"))
+    (setv status (if (and self.check (= self.status "changed")) "would-change" self.status))
+    f"<Outcome {self.hostname} {status}>"))
 
 (defn check-propspec-fits [propspec python? where]
   "Refuse, before anything is applied, a propspec with `:python` properties
@@ -316,7 +319,7 @@ and what would change."
           (setv run.changes 1))
         ;; Shown and counted where it happened.
         (except [Reported] None))
-      (setv outcome (Outcome host.hostname run.changes run.failures))
+      (setv outcome (Outcome host.hostname run.changes run.failures :check check))
       (emit (summary-event outcome.status run.changes run.failures check))
       outcome)
     (finally (.reset current-run token))))

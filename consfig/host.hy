@@ -59,7 +59,20 @@ Call it to deploy it with that default chain."
           self.nested-data {}))
 
   (defn __call__ [self #** kwargs]
-    (import consfig.deployment [deploy*])
+    "Deploy this host over its default chain: `(athena :check True)`."
+    (import inspect
+            consfig.deployment [deploy*]
+            consfig.errors [ConsfigError])
+    (setv known (lfor [name p] (.items (. (inspect.signature deploy*) parameters))
+                      :if (= p.kind p.KEYWORD-ONLY)
+                      name)
+          unknown (lfor k kwargs :if (not-in k known) k))
+    (when unknown
+      (raise (ConsfigError (+ f"{self.hostname}: unknown option"
+                              (if (> (len unknown) 1) "s" "") " "
+                              (.join ", " (gfor k unknown f":{(hy.unmangle k)}"))
+                              "; a host takes "
+                              (.join " " (gfor k known f":{(hy.unmangle k)}"))))))
     (deploy* self.deploy self #** kwargs))
 
   (defn __repr__ [self] f"<host {self.hostname}>")

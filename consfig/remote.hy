@@ -445,6 +445,7 @@ the target's Python takes the deployment lock itself, for this apply."
     (when items
       (_send-data session (lfor i items :if (not (kept? i (.get hello "data"))) i) sink name))
     (setv outcome (_converse session bundle hello items sink name where timeout verbosity)
+          outcome.check check
           kept (bool keeper))
     outcome
     (finally

@@ -107,3 +107,19 @@
   (defhost again.example {})
   (defhost again.example {} (pushes "k" "v"))
   (assert (= (len (. (find-host "again.example") propspec args)) 1) "second definition kept"))
+
+(defhost calling.example.org {:deploy :local}
+  "A host called with options, as from the REPL."
+  (reads-hostattr "hostname"))
+
+(defn test-calling-a-host-with-an-unknown-option-names-it-and-the-known-ones []
+  (with [e (pytest.raises ConsfigError)]
+    (calling :bogus 1))
+  (setv msg (str e.value))
+  (assert (in ":bogus" msg) msg)
+  (assert (in ":check" msg) msg)
+  (assert (not-in "hyx_" msg) msg))
+
+(defn test-a-host-called-in-check-mode-says-it-would-change []
+  (setv outcome (calling :check True :sink (fn [e] None)))
+  (assert (in "would" (repr outcome)) (repr outcome)))
