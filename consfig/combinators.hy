@@ -13,10 +13,10 @@ answers from its flag file."
         hy.models [Keyword]
         consfig.actions [NO-CHANGE run remote-exists?]
         consfig.context [commands-bounded-by]
-        consfig.engine [Drift apply-propapp unapply-propapp apply-sequence]
+        consfig.engine [Drift apply-propapp unapply-propapp apply-sequence unapplicable?]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.host [preserving-hostattrs]
-        consfig.property [find-property propapp-desc propapp-hostattrs propapps-in]
+        consfig.property [Propapp find-property propapp-desc propapp-hostattrs propapps-in]
         consfig.types [propspec seconds]
         consfig.util [keyword-name])
 
@@ -73,9 +73,19 @@ negated and its :apply and :unapply are swapped."
   (:desc (+ "Unapplied: " (propapp-desc propapp)))
   ;; Hostattrs of an unapplied property only check compatibility: the host
   ;; does not get what the property would declare.
+  (:invariant (_unapplicable? propapp) (_no-unapply propapp))
   (:hostattrs (preserving-hostattrs (fn [] (propapp-hostattrs propapp))))
   (:apply (unapply-propapp propapp))
   (:unapply (apply-propapp propapp)))
+
+(defn _unapplicable? [propapp]
+  ;; Checked where the propapp is written, not after connecting.
+  (or (not (isinstance propapp Propapp))
+      (unapplicable? (find-property propapp.name))))
+
+(defn _no-unapply [propapp]
+  (+ f"{(. (find-property propapp.name) short-name)} cannot be unapplied: it has no "
+     ":unapply (docs/properties.md says which properties can be)"))
 
 (defprop reapplied :posix [#* propapps]
   "Unapply PROPAPPS (in reverse order), then apply them again: for when a

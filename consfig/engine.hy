@@ -178,6 +178,11 @@ or a changed result."
         prop.apply (_result (call-subroutine prop "apply" propapp))
         True NO-CHANGE))
 
+(defn unapplicable? [prop]
+  "Whether the property PROP can be unapplied: it has an :unapply, or it is
+a pure declaration (an OS, a mirror) with nothing to undo."
+  (or (bool prop.unapply) (not prop.apply)))
+
 (defn unapply-propapp [propapp]
   "Unapply PROPAPP: nothing to do when its check says it is not applied."
   (setv prop (find-property propapp.name))
@@ -185,8 +190,7 @@ or a changed result."
     (return (_checked prop propapp True)))
   (cond (and prop.check (not (call-subroutine prop "check" propapp))) NO-CHANGE
         prop.unapply (_result (call-subroutine prop "unapply" propapp))
-        ;; A pure declaration (an OS, a mirror) has nothing to undo.
-        (not prop.apply) NO-CHANGE
+        (unapplicable? prop) NO-CHANGE
         True (raise (FailedChange f"{prop.short-name} cannot be unapplied: it has no :unapply"))))
 
 (defn announced? [propapp]
@@ -327,4 +331,4 @@ and what would change."
 (export :objects [NO-CHANGE emit inform report-output checking? Drift WOULD-CHANGE
                   CANNOT-CHECK announced-count apply-propapp unapply-propapp
                   apply-and-announce apply-sequence apply-host check-propspec-fits
-                  Outcome Run Reported SinkFailed current-run])
+                  Outcome Run Reported SinkFailed current-run unapplicable?])

@@ -3,6 +3,7 @@
 (require consfig *)
 (import consfig *
         pytest)
+(use-props consfig.props [os file])
 
 ;; What `noted` did, in order, and which names are currently "applied".
 (setv log [])
@@ -172,9 +173,12 @@
   (setv outcome (apply events (unapplied (eseqprops (declared "x") (noted "a")))))
   (assert (= outcome.status "no-change") (events.ends)))
 
-(defn test-unapplying-a-property-without-unapply-fails-clearly [events]
-  (apply events (unapplied (hy.I.consfig/props/file.has-content "/tmp/x" "y")))
-  (setv [e] (lfor e events.events :if (= (.get e "status") "failed") :if (= (get e "event") "end") e))
+(defn test-unapplying-a-sequence-holding-a-property-without-unapply-fails-clearly [events]
+  ;; Written directly under `unapplied`, it is refused where it is written
+  ;; (below); inside a sequence, when the sequence is unapplied.
+  (apply events (unapplied (eseqprops (hy.I.consfig/props/file.has-content "/tmp/x" "y"))))
+  (setv e (get (lfor e events.events :if (= (.get e "status") "failed") :if (= (get e "event") "end") e)
+               0))
   (assert (in "cannot be unapplied" (get e "message")) e))
 
 (defn test-a-lost-connection-ends-even-seqprops-with-one-message [events]
@@ -192,3 +196,18 @@
   (assert (= (events.ends) [#("conf" "changed") #("unit" "changed") #("restart" "changed")
                             #("after a change to: conf; unit" "changed")])
           (events.ends)))
+
+(defprop no-way-back :posix []
+  "Applies; has no :unapply."
+  (:apply :changed))
+
+(defn test-unapplied-around-a-property-without-unapply-is-refused-where-written []
+  (with [e (pytest.raises PropspecError)]
+    (unapplied (no-way-back)))
+  (assert (in "no-way-back cannot be unapplied" (str e.value)) (str e.value)))
+
+(defn test-unapplied-around-a-declaration-or-a-sequence-is-accepted []
+  (assert (propapp (unapplied (os.debian-stable "bookworm" :amd64)))
+          "a declaration has nothing to undo")
+  (assert (propapp (unapplied (eseqprops (file.has-content "/x" "y\n"))))
+          "a sequence can be unapplied"))
