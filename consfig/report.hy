@@ -365,19 +365,24 @@ every failure again, and a recap of the hosts when there were several."
         (.add-column table "host" :no-wrap True
                      :min-width (max (gfor h self.hosts (len h)) :default 4))
         (.add-column table "status" :no-wrap True :min-width 11)
-        (for [column COUNTED]
-          (.add-column table column :justify "right"))
+        ;; What only a check counts is left out of a run that changes.
+        (setv columns (if self.check
+                          COUNTED
+                          (lfor c COUNTED :if (not-in c #("would-change" "cannot-check")) c)))
+        (for [column columns]
+          (.add-column table column :justify "right" :no-wrap True :min-width (len column)))
         (for [[host record] (.items self.hosts)]
           (.add-row table (Text host) (or (get record "status") "not finished")
-                    #* (gfor s COUNTED (str (get (get record "counts") s)))))
+                    #* (gfor s columns (str (get (get record "counts") s)))))
         (.print (self._rich-console) table))))
 
   (defn _rich-console [self]
     ;; The recap is a rich table, whatever the console: where there is no
     ;; terminal, rich writes it without colour on the same stream.
     (if (isinstance self.console PlainConsole)
+        ;; No terminal, so no width to fit: wide enough for every header.
         (do (import rich.console [Console])
-            (Console :file self.console.file :highlight False :soft-wrap True))
+            (Console :file self.console.file :highlight False :soft-wrap True :width 160))
         self.console))
 
   (defn _spin [self]

@@ -156,3 +156,25 @@
   (.close reporter)
   (assert (.startswith line "h: 1/3 done; applying b is slow (") line)
   (assert (.endswith line " s)") line))
+
+(defn recap-on-a-plain-stream [check]
+  (setv out (io.StringIO)
+        reporter (Reporter :console (PlainConsole out) :check check))
+  (for [e [(ev "end" 0 :host "a" :desc "x" :status (if check "would-change" "changed"))
+           (ev "summary" 0 :host "a" :status "changed")
+           (ev "end" 0 :host "b" :desc "x" :status "ok")
+           (ev "summary" 0 :host "b" :status "no-change")]]
+    (reporter e))
+  (.finish reporter)
+  (get (.split (.getvalue out) "Recap" 1) 1))
+
+(defn test-the-recap-on-a-plain-stream-shows-whole-headers-and-no-would-columns-outside-a-check []
+  (setv recap (recap-on-a-plain-stream False))
+  (assert (in "changed" recap) recap)
+  (assert (not-in "…" recap) recap)
+  (assert (not-in "would" recap) recap))
+
+(defn test-the-recap-of-a-check-shows-the-would-change-column []
+  (setv recap (recap-on-a-plain-stream True))
+  (assert (in "would-change" recap) recap)
+  (assert (not-in "…" recap) recap))
