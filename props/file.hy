@@ -145,6 +145,11 @@ through, unless FOLLOW (docs/security.md)."
                   True f"{path} would change"))
     (when (not secret)
       (emit (diff-event path (_diff path old new))))
+    ;; The new file keeps the old one's mode and owner but for what is
+    ;; asked: say what of those would change too.
+    (when (is-not old None)
+      (_ensure-mode path mode follow)
+      (_ensure-ownership path owner group follow))
     (return WOULD-CHANGE))
   (write-remote-file path new :mode mode :owner (_id owner) :group (_id group) :follow follow)
   (when (not secret)

@@ -105,3 +105,14 @@
   (setv outcome (deploy-these :local checkmode :check True :sink events (kept "a") (kept "b")))
   (assert (= (events.ends) [#("a" "ok") #("b" "would-change")]) (events.ends))
   (assert (= log []) "nothing applied"))
+
+(defn test-a-file-whose-content-and-mode-both-differ-shows-both [events tmp-path]
+  (import os)
+  (setv f (/ tmp-path "conf"))
+  (.write-text f "old\n")
+  (os.chmod f 0o600)
+  (check events (hy.I.consfig/props/file.has-content (str f) "new\n" :mode 0o644))
+  (setv said (str events.events))
+  (assert (in "would change" said) said)
+  (assert (in "mode 600 → 644" said) said)
+  (assert (= (.read-text f) "old\n") "nothing changed"))
