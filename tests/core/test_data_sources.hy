@@ -37,6 +37,12 @@
   (subprocess.run argv :input input :cwd cwd :check True :capture-output True :timeout 120))
 
 (defn [(pytest.fixture :scope "module")] gnupg []
+  ;; Without the tools, the tests of the pass source are skipped saying
+  ;; why (an error in CI), rather than failing on a missing program.
+  (import harness [unavailable])
+  (setv missing (lfor t ["gpg" "pass"] :if (is (shutil.which t) None) t))
+  (when missing
+    (unavailable f"the pass data source needs {(.join ", " missing)} (Debian: gnupg, pass)"))
   ;; A short path: gpg-agent's socket lives in it.
   (setv home (tempfile.mkdtemp :prefix "cfg-gpg-")
         old (os.environ.get "GNUPGHOME"))

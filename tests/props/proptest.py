@@ -141,12 +141,24 @@ def _build(tarball, suite, arch, mirror):
         if proc.returncode != 0:
             raise RuntimeError(f"apt-get update in the new chroot failed:\n{proc.stderr}")
         _sh("chroot", str(root), "apt-get", "clean", timeout=60)
-        tmp = tarball.with_name(tarball.name + ".part")
-        _sh("tar", "-C", str(root), "--numeric-owner", "--xattrs",
-            *_compress_flag(), "-cf", str(tmp), ".", timeout=600)
-        os.replace(tmp, tarball)
+        pack(root, tarball, work)
     finally:
         remove_tree(work)
+
+
+def pack(root, tarball, work):
+    """Pack the tree ROOT into TARBALL, through a temporary in WORK (which
+    the caller removes): a failed pack says what tar said and leaves no
+    part of an archive behind."""
+    tmp = work / (tarball.name + ".part")
+    proc = subprocess.run(["tar", "-C", str(root), "--numeric-owner", "--xattrs",
+                           *_compress_flag(), "-cf", str(tmp), "."],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"packing the test chroot into {tarball} failed "
+                           f"(tar exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}")
+    os.replace(tmp, tarball)
 
 
 def ensure_tarball():

@@ -5,7 +5,7 @@ import pytest
 import hy  # noqa: F401
 from consfig.props import file
 
-from proptest import apply_twice, host_suite, in_chroot, this_os
+from proptest import apply_twice, host_suite, in_chroot, pack, this_os
 
 pytestmark = pytest.mark.chroot
 
@@ -20,3 +20,13 @@ def test_apply_twice_through_chroot_hop(chroot_chain, debian_chroot):
     apply_twice(chroot_chain, [this_os(), p])
     assert (debian_chroot / "etc/consfig-fixture").read_text() == "hello\n"
     assert in_chroot(debian_chroot, "cat /etc/consfig-fixture").stdout == "hello\n"
+
+
+def test_a_failed_pack_says_what_tar_said_and_leaves_no_part(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    tarball = tmp_path / "chroot.tar.zst"
+    with pytest.raises(RuntimeError) as e:
+        pack(tmp_path / "no-such-root", tarball, work)
+    assert "no-such-root" in str(e.value) and "tar exit" in str(e.value), str(e.value)
+    assert list(work.iterdir()) == [] and not tarball.exists(), list(tmp_path.rglob("*"))
