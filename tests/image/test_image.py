@@ -172,6 +172,21 @@ def test_an_image_applies_its_host_with_a_python_that_has_nothing_installed(site
     assert (site["out"] / "conf").read_text() == "a=1\nb=2\n"
 
 
+def test_an_image_run_registers_none_of_the_sites_data_sources(site, bare_python, tmp_path):
+    # The image carries its data; the site's sources (a files tree beside
+    # the consfig on the controller) mean nothing on a host that has no such
+    # directory, not even a warning.
+    path = write(site, socket.gethostname(), "nodata.pyz")
+    data = site["root"] / "data"
+    data.rename(site["root"] / "data.away")
+    try:
+        r = run(bare_python, path, cache=tmp_path)
+    finally:
+        (site["root"] / "data.away").rename(data)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "data source skipped" not in r.stderr, r.stderr
+
+
 def test_a_second_run_of_an_image_changes_nothing(site, bare_python, applied):
     r = run(bare_python, applied["path"], "--detailed-exitcode", cache=applied["cache"])
     assert r.returncode == 0, r.stdout + r.stderr
