@@ -36,6 +36,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -192,10 +193,14 @@ def _write_atomically(path, data, mode=0o600):
         raise
 
 
-def _get(url, cache, limit, timeout):
+def _get(url, cache, limit, timeout, deadline=300, min_rate=1024):
     """`(status, body, validators)` of a GET of URL.  CACHE holds the
     validators of the copy we have (or is None): then a 304 means it is
-    still current and the body is None.  More than LIMIT bytes is Refused."""
+    still current and the body is None.  More than LIMIT bytes is Refused.
+    TIMEOUT bounds each wait for the server; DEADLINE (seconds) the whole
+    body, and past the first 10 s, a body coming slower than MIN_RATE
+    bytes a second is given up: a server that trickles a byte at a time
+    would otherwise hold every pull, and the host would never update."""
     request = urllib.request.Request(url, headers={"User-Agent": "consfig-pull"})
     if cache:
         if cache.get("etag"):
@@ -203,8 +208,9 @@ def _get(url, cache, limit, timeout):
         if cache.get("last-modified"):
             request.add_header("If-Modified-Since", cache["last-modified"])
     try:
+        started = time.monotonic()
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read(limit + 1)
+            body = _read_bounded(response, url, limit + 1, started, deadline, min_rate)
             headers = response.headers
     except urllib.error.HTTPError as e:
         if e.code == 304 and cache:
@@ -219,6 +225,24 @@ def _get(url, cache, limit, timeout):
     return 200, body, {"etag": headers.get("ETag"), "last-modified": headers.get("Last-Modified")}
 
 
+def _read_bounded(response, url, limit, started, deadline, min_rate):
+    chunks, got = [], 0
+    while got < limit:
+        chunk = response.read1(min(65536, limit - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+        elapsed = time.monotonic() - started
+        if elapsed > deadline:
+            raise Unreachable(f"{url}: {got} bytes in {elapsed:.0f} s, past the deadline of "
+                              f"{deadline} s (\"deadline\" in the configuration)")
+        if elapsed > 10 and got / elapsed < min_rate:
+            raise Unreachable(f"{url}: {got} bytes in {elapsed:.0f} s, slower than the "
+                              f"minimum of {min_rate} bytes/s (\"min-rate\")")
+    return b"".join(chunks)
+
+
 class Puller:
     """One run of the puller with the configuration CONFIG (a dict)."""
 
@@ -231,6 +255,9 @@ class Puller:
         self.arguments = list(config.get("arguments", []))
         self.lock = config.get("lock") or os.path.join(self.directory, "apply.lock")
         self.timeout = config.get("timeout", 60)
+        # Bounds on a whole fetch, whatever each read does (see `_get`).
+        self.deadline = config.get("deadline", 300)
+        self.min_rate = config.get("min-rate", 1024)
         self.image = os.path.join(self.directory, "image.pyz")
         self.signature = os.path.join(self.directory, "image.sig")
         self.state_file = os.path.join(self.directory, "state.json")
@@ -260,7 +287,7 @@ class Puller:
         kept_sig, kept_image = self._kept(self.signature), self._kept(self.image)
         url = self._address(".sig")
         status, sig, sig_cache = _get(url, conditional and kept_sig and state.get("signature"),
-                                      MAX_SIGNATURE, self.timeout)
+                                      MAX_SIGNATURE, self.timeout, self.deadline, self.min_rate)
         if status in (404, 410):
             raise Refused(f"no signature at {url}: an unsigned image is never applied")
         if status == 304:
@@ -274,7 +301,8 @@ class Puller:
             hashlib.sha256(kept_image).hexdigest() == fields["sha256"] else None
         try:
             status, image, image_cache = _get(url, have is not None and state.get("image"),
-                                              int(fields["size"]), self.timeout)
+                                              int(fields["size"]), self.timeout, self.deadline,
+                                              self.min_rate)
         except Refused as e:
             raise Refused(f"the image at {url} is not the one signed ({e}): it was altered, "
                           "or is being published") from None

@@ -8,12 +8,15 @@ applying, not the image."""
 
 import fcntl
 import hashlib
+import http.server
 import json
 import os
 import pathlib
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -364,3 +367,44 @@ def test_under_systemd_a_refusal_is_logged_as_an_error(tmp_path, key):
         assert r.returncode == puller.EX_REFUSED
         assert r.stderr.startswith("<3>consfig-pull: REFUSED"), \
             f"the journal would not see an error: {r.stderr!r}"
+
+
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with a promise of 100 kB, then a byte every 0.3 s:
+    each read is quick enough for a socket timeout, the whole never ends."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        try:
+            for _ in range(1000):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.3)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_trickling_server_is_given_up_within_the_deadline(tmp_path, key):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host = Host(tmp_path / "host", f"http://127.0.0.1:{server.server_port}",
+                    [public_line(key)])
+        config = json.loads(host.config.read_text())
+        host.config.write_text(json.dumps({**config, "deadline": 3}))
+        started = time.monotonic()
+        r = host.pull()
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == puller.EX_UNREACHABLE, (r.returncode, r.stderr)
+    assert took < 10, f"gave up after {took:.1f} s, for a deadline of 3 s"
+    assert "deadline" in r.stderr, r.stderr
+    assert host.applied() == [] and not (host.state / "image.pyz").exists()
