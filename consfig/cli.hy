@@ -174,6 +174,9 @@ deploy`'s, and an image's."
   (.add-argument u "--to" :metavar "DIR" :required True :help "the directory a server serves")
   (.add-argument u "--signing-key" :metavar "KEYFILE" :required True
                  :help "the private key (from consfig keygen)")
+  (.add-argument u "--valid-for" :metavar "DAYS" :type float :default 7
+                 :help (+ "how long hosts accept each signed statement (default 7 days); "
+                          "publish at least twice as often, or hosts refuse it as stale"))
   (.add-argument u "--with-secrets" :action "store_true"
                  :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone")
 
@@ -329,8 +332,11 @@ in order (an implicit `eseqprops`)."
         images (dfor host (select-hosts args.hosts args.limit)
                      host.hostname (make-image host :no-secrets (not args.with-secrets)))
         secret (sfor [h i] (.items images) :if i.secrets h))
+  (when (<= args.valid-for 0)
+    (raise (ConsfigError f"--valid-for must be a positive number of days, not {args.valid-for}")))
   (for [[host sha changed] (publish-images (dfor [h i] (.items images) h i.data) args.to key
-                                           :private secret)]
+                                           :private secret
+                                           :valid-for (round (* args.valid-for 86400)))]
     (print (+ f"{host}: " (if changed "published" "unchanged")
               f", sha256 {sha}, {(len (. (get images host) data))} bytes")))
   (when secret

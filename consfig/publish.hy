@@ -87,25 +87,38 @@ BASE64 …`) or as the path of a KEYFILE.pub."
                     (datetime.timedelta :microseconds 1))
                  "%Y-%m-%dT%H:%M:%S.%fZ")))
 
-(defn sign-image [key host image [published None]]
-  "The signature file for IMAGE (bytes), HOST's image, signed with KEY."
+(setv VALID-FOR (* 7 86400))
+
+(defn _plus [published seconds]
+  (.strftime (+ (datetime.datetime.strptime published "%Y-%m-%dT%H:%M:%S.%fZ")
+                (datetime.timedelta :seconds seconds))
+             "%Y-%m-%dT%H:%M:%S.%fZ"))
+
+(defn sign-image [key host image [published None] * [valid-for VALID-FOR]]
+  "The signature file for IMAGE (bytes), HOST's image, signed with KEY,
+valid for VALID-FOR seconds from its publication (hosts refuse it after)."
   (setv raw (public-key-of key)
+        published (or published (_now))
         statement (statement-bytes host (.hexdigest (hashlib.sha256 image)) (len image)
-                                   (or published (_now)) (key-id raw)))
+                                   published (key-id raw) (_plus published valid-for)))
   (signature-file statement (.sign key statement)))
 
 (defn _read [path]
   (try (with [f (open path "rb")] (.read f))
        (except [FileNotFoundError] None)))
 
-(defn _current [directory host image raw]
+(defn _current [directory host image raw valid-for]
   ;; The fields of HOST's published signature when it still vouches, with
   ;; this key, for exactly IMAGE; else None.
   (setv sig (_read (os.path.join directory (+ host ".sig"))))
   (when (and sig (= (_read (os.path.join directory host)) image))
     (try
       (setv fields (check-statement sig [raw] host))
-      (when (= (get fields "sha256") (.hexdigest (hashlib.sha256 image)))
+      ;; Signed again, with a new expiry, once half its validity is gone
+      ;; (or it has none): a site publishing as often as that never lets
+      ;; its hosts' statements expire.
+      (when (and (= (get fields "sha256") (.hexdigest (hashlib.sha256 image)))
+                 (> (.get fields "expires" "") (_plus (_now) (// valid-for 2))))
         (return fields))
       (except [Refused]))))
 
@@ -123,11 +136,12 @@ BASE64 …`) or as the path of a KEYFILE.pub."
       (raise (ConsfigError f"{(os.path.join directory INDEX)} is not JSON; remove it to start a new index"))))
   (if (= (.get index "format") INDEX-FORMAT) index {"format" INDEX-FORMAT "hosts" {}}))
 
-(defn publish-images [images directory key * [private #()]]
+(defn publish-images [images directory key * [private #()] [valid-for VALID-FOR]]
   "Publish IMAGES (a dict: hostname → the image's bytes) in DIRECTORY,
-signed with KEY (an Ed25519 private key); the images of the hosts in
-PRIVATE (which hold secrets) mode 0600, the rest 0644.  Return a list of
-`[host sha256 changed?]`, one per host."
+signed with KEY (an Ed25519 private key), each statement valid for
+VALID-FOR seconds (a week); the images of the hosts in PRIVATE (which hold
+secrets) mode 0600, the rest 0644.  Return a list of `[host sha256
+changed?]`, one per host."
   (for [host images]
     (when (not (re.fullmatch _HOSTNAME host))
       (raise (ConsfigError f"{host !r} cannot be published: not a hostname usable as a file name"))))
@@ -136,14 +150,15 @@ PRIVATE (which hold secrets) mode 0600, the rest 0644.  Return a list of
         index (_index directory)
         results [])
   (for [[host image] (sorted (.items images))]
-    (setv fields (_current directory host image raw)
+    (setv fields (_current directory host image raw valid-for)
           changed (is fields None))
     (when changed
       ;; The image before its signature: a host that fetches in between
       ;; sees a mismatch and tries again once, rather than an old image
       ;; under a new signature.
       (setv sig (sign-image key host image
-                            (_after (_now) (_previous-published directory host))))
+                            (_after (_now) (_previous-published directory host))
+                            :valid-for valid-for))
       (write-atomically (os.path.join directory host) image
                         :mode (if (in host private) 0o600 0o644))
       (write-atomically (os.path.join directory (+ host ".sig")) sig)

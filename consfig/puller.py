@@ -92,15 +92,19 @@ def key_id(raw):
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-def statement_bytes(host, sha256, size, published, key):
+def statement_bytes(host, sha256, size, published, key, expires=None):
     """The signed part of a signature file: what the signature vouches for.
     Naming the host keeps one host's image from being served to another;
-    the publication time keeps an old image from being served again."""
-    for value in (host, sha256, published, key):
+    the publication time keeps an old image from being served again; the
+    expiry keeps a server (or a mirror) from serving the last signed image
+    for ever: past it, a host refuses the statement and says how old its
+    last good one is, so that a frozen host shows (as TUF's timestamp role)."""
+    for value in (host, sha256, published, key, *([expires] if expires else [])):
         if not value or any(c.isspace() for c in value):
             raise ValueError(f"a statement field must be one word: {value!r}")
     return (f"{FORMAT}\nhost {host}\nsha256 {sha256}\nsize {int(size)}\n"
-            f"published {published}\nkey {key}\n").encode()
+            f"published {published}\n" + (f"expires {expires}\n" if expires else "") +
+            f"key {key}\n").encode()
 
 
 def signature_file(statement, signature):
@@ -124,8 +128,9 @@ def read_signature_file(data):
     missing = {"host", "sha256", "size", "published", "key"} - set(fields)
     if missing:
         raise Refused(f"the signed statement lacks {', '.join(sorted(missing))}")
-    if not (fields["size"].isdigit() and re.fullmatch(PUBLISHED, fields["published"])):
-        raise Refused("the signed statement's size or publication time is garbled")
+    if not (fields["size"].isdigit() and re.fullmatch(PUBLISHED, fields["published"])
+            and re.fullmatch(PUBLISHED, fields.get("expires", fields["published"]))):
+        raise Refused("the signed statement's size, publication or expiry time is garbled")
     return fields, statement, signature
 
 
@@ -169,6 +174,22 @@ def check_statement(data, keys, host):
     if fields["host"] != host:
         raise Refused(f"the signed statement is for {fields['host']}, not for {host}")
     return fields
+
+
+def _utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _age(since, now):
+    """How long from SINCE to NOW (two PUBLISHED times), for people."""
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+    seconds = (datetime.datetime.strptime(now, fmt) -
+               datetime.datetime.strptime(since, fmt)).total_seconds()
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 7200:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds:.0f} s"
 
 
 def _say(priority, message):
@@ -293,6 +314,14 @@ class Puller:
         if status == 304:
             sig = kept_sig
         fields = check_statement(sig, self.keys, self.host)
+        now = _utc_now()
+        if fields.get("expires") and fields["expires"] < now:
+            last = (f"the last good one, applied here, was signed {state['published']} "
+                    f"({_age(state['published'], now)} ago)" if state.get("published")
+                    else "none was ever applied here")
+            raise Refused(f"the signed statement expired {fields['expires']} "
+                          f"({_age(fields['expires'], now)} ago): the server may be frozen, "
+                          f"or the site no longer publishes; {last}")
         if state.get("published") and fields["published"] < state["published"]:
             raise Refused(f"the image signed {fields['published']} is older than the one "
                           f"applied last (signed {state['published']}): not going back")

@@ -408,3 +408,35 @@ def test_a_trickling_server_is_given_up_within_the_deadline(tmp_path, key):
     assert took < 10, f"gave up after {took:.1f} s, for a deadline of 3 s"
     assert "deadline" in r.stderr, r.stderr
     assert host.applied() == [] and not (host.state / "image.pyz").exists()
+
+
+def test_an_expired_statement_is_refused_saying_how_old_the_last_good_one_is(tmp_path, key):
+    out = published(tmp_path, key, "v1", tmp_path / "host/applied")
+    with ImageServer(out) as server:
+        host = Host(tmp_path / "host", server.url, [public_line(key)])
+        assert host.pull().returncode == 0
+        # The same image, signed again a little later, but with a validity
+        # that has run out: what a frozen server keeps serving.
+        image = (out / HOST).read_bytes()
+        published_at = "2026-01-01T00:00:00.000000Z"
+        state = json.loads((host.state / "state.json").read_text())
+        state["published"] = "2025-12-31T00:00:00.000000Z"
+        (host.state / "state.json").write_text(json.dumps(state))
+        (out / f"{HOST}.sig").write_bytes(
+            publish.sign_image(key, HOST, image, published_at, valid_for=3600))
+        r = host.pull()
+        assert r.returncode == puller.EX_REFUSED, (r.returncode, r.stderr)
+        assert "expired 2026-01-01T01:00:00.000000Z" in r.stderr, r.stderr
+        assert "the last good one, applied here, was signed 2025-12-31" in r.stderr, r.stderr
+        assert host.applied() == ["v1"], "nothing more applied"
+
+
+def test_publish_signs_an_unchanged_image_again_once_half_its_validity_is_gone(tmp_path, key):
+    image = stand_in_image(tmp_path / "image.pyz", tmp_path / "applied", "v1")
+    out = tmp_path / "pub"
+    [[_, _, first]] = publish.publish_images({HOST: image}, str(out), key, valid_for=3600)
+    [[_, _, again]] = publish.publish_images({HOST: image}, str(out), key, valid_for=3600)
+    assert (first, again) == (True, False), "well within its validity: untouched"
+    [[_, _, renewed]] = publish.publish_images({HOST: image}, str(out), key, valid_for=100000)
+    assert renewed, "less than half of a longer validity left: signed again"
+    assert b"\nexpires " in (out / f"{HOST}.sig").read_bytes()
