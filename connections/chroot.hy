@@ -78,12 +78,12 @@ gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1
 
   (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (.run-script self.upstream
-                  (shlex.join ["exec" "chroot" self.into "/bin/sh" "-c" script])
+                  (shlex.join ["exec" #* _ENTER self.into "/bin/sh" "-c" script])
                   input timeout :limit limit))
 
   (defn start-process [self argv]
     ;; chroot(8) itself says 127 when the program is not in the chroot.
-    (.start-process self.upstream ["chroot" self.into #* argv]))
+    (.start-process self.upstream [#* _ENTER self.into #* argv]))
 
   (defn _mount-all [self]
     (for [[target args] CHROOT-MOUNTS]
@@ -181,6 +181,11 @@ mount still busy is detached lazily rather than left."
       (raise (ConnectionFailed f"could not forbid service starts in the chroot ({POLICY-RC-D}): {e}"
                                upstream.where) :from e)))
   conn)
+
+;; How a command enters the chroot.  TMPDIR names a directory outside it (the
+;; controller's, or the user's): inside, mktemp would fail on it, in a
+;; package's maintainer script too, so the chroot's own /tmp is used.
+(setv _ENTER ["env" "-u" "TMPDIR" "chroot"])
 
 (setv HOP (Hop "chroot" {"into" ABSOLUTE-PATH} establish :required ["into"]))
 

@@ -106,3 +106,17 @@ def test_chroot_unmounts_when_a_later_hop_fails(chroot_dir):
     with pytest.raises(ConnectionFailed):
         establish_chain(bad)
     assert mounts_under(chroot_dir) == []
+
+
+def test_the_controllers_tmpdir_does_not_follow_into_the_chroot(chroot_dir, tmp_path,
+                                                                monkeypatch):
+    # A directory of the controller's means nothing inside: mktemp there
+    # (in a package's postinst, say) would fail on it.
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "controllers-own-tmp"))
+    (chroot_dir / "tmp").mkdir(exist_ok=True)
+    conns = establish_chain(chain(chroot_dir))
+    try:
+        made = conns[-1].run(["mktemp"]).stdout.strip()
+        assert made.startswith("/tmp/"), made
+    finally:
+        close_chain(conns)
