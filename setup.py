@@ -20,46 +20,6 @@ import sys
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-# Run in a Python of its own whose path is the build tree: compiling a
-# module runs the modules it `require`s, which must be the ones being built.
-# It writes no bytecode but the hash-checked files it means to.
-_COMPILE = r"""
-import importlib.util, os, sys
-sys.dont_write_bytecode = True
-root = sys.argv[1]
-sys.path.insert(0, root)
-import hy
-from hy.importer import HyLoader
-from importlib._bootstrap_external import _code_to_hash_pyc
-failed = []
-# Bytecode an earlier build left in the build tree is not this build's.
-for d, dirs, files in os.walk(os.path.join(root, "consfig")):
-    if os.path.basename(d) == "__pycache__":
-        for f in files:
-            os.unlink(os.path.join(d, f))
-for d, dirs, files in os.walk(os.path.join(root, "consfig")):
-    dirs.sort()
-    for f in sorted(files):
-        if not f.endswith(".hy"):
-            continue
-        path = os.path.join(d, f)
-        name = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
-        with open(path, "rb") as src:
-            source = src.read()
-        try:
-            code = HyLoader(name, path).source_to_code(source, path)
-        except Exception as e:
-            failed.append(f"{name}: {e}")
-            continue
-        pyc = importlib.util.cache_from_source(path)
-        os.makedirs(os.path.dirname(pyc), exist_ok=True)
-        with open(pyc, "wb") as out:
-            out.write(_code_to_hash_pyc(code, importlib.util.source_hash(source), True))
-for line in failed:
-    print("consfig build: not compiled (compiled at run time instead):", line, file=sys.stderr)
-"""
-
-
 class build_py_with_hy_bytecode(build_py):
     """build_py, then the Hy modules in the build tree compiled beside it."""
 
@@ -68,7 +28,17 @@ class build_py_with_hy_bytecode(build_py):
         if not self.dry_run:
             # Its environment is the build's: an isolated build finds hy
             # through it.
-            r = subprocess.run([sys.executable, "-c", _COMPILE, os.path.abspath(self.build_lib)])
+            root = os.path.abspath(self.build_lib)
+            # Bytecode an earlier build left in the build tree is not this build's.
+            for d, dirs, files in os.walk(os.path.join(root, "consfig")):
+                if os.path.basename(d) == "__pycache__":
+                    for f in files:
+                        os.unlink(os.path.join(d, f))
+            # In a Python of its own whose path is the build tree: compiling a
+            # module runs the modules it `require`s, which must be the ones
+            # being built.
+            r = subprocess.run([sys.executable, os.path.join(root, "consfig", "precompile.py"),
+                                root, "--under", "consfig", "--hy-only"])
             if r.returncode != 0:
                 # The wheel is still whole without it: the modules are
                 # compiled at run time, as before.

@@ -7,10 +7,11 @@ Python 3 so that an old one says it is too old rather than failing with a
 syntax error: no f-strings, no walrus, nothing newer than Python 3.0's syntax.
 
 It finds the user's bundle cache (refusing any directory someone else could
-write to), checks the cached bundle the controller names against its
-manifest, says which versions of prerequisite data it keeps (so that the
-controller sends only the others), asks for the bundle when there is none
-or it is damaged, unpacks it, and hands over to `consfig.serve.serve`.  The controller imports it too,
+write to), checks each cached layer of the bundle the controller names
+(`consfig.bundle`) against its manifest, says which versions of
+prerequisite data it keeps (so that the controller sends only the others),
+asks for the layers it lacks (or found damaged), unpacks them, and hands
+over to `consfig.serve.serve`.  The controller imports it too,
 for `cache_directory`, so that both sides agree on where the cache is.
 
 Exit codes the controller interprets: 97, the Python is too old; 98, no
@@ -20,7 +21,7 @@ cache directory is safe to use; 3, the controller went away first.
 import os
 import sys
 
-PROTOCOL = 3
+PROTOCOL = 4
 MANIFEST = ".consfig-manifest"
 TOO_OLD, NO_SAFE_CACHE, CONTROLLER_GONE = 97, 98, 3
 
@@ -75,9 +76,10 @@ def unsafe(path, uid, follow=False):
     return None
 
 
-def _private_directory(path, uid, follow=False):
-    # Made 0700 if missing; an existing one must already be safe, since
-    # someone else may have put something in it while it was not.
+def private_directory(path, uid, follow=False):
+    """Make PATH a directory of UID's, mode 0700, if it is missing; why it
+    cannot be used, or None.  An existing one must already be safe, since
+    someone else may have put something in it while it was not."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -110,7 +112,7 @@ def cache_directory(environ, uid, home):
                 os.makedirs(root, 0o700)
             except OSError:
                 pass
-        why = unsafe(root, uid, follow=True) or _private_directory(os.path.join(root, "consfig"), uid)
+        why = unsafe(root, uid, follow=True) or private_directory(os.path.join(root, "consfig"), uid)
         if why is None:
             return os.path.join(root, "consfig"), None
         reasons.append(why)
@@ -132,7 +134,7 @@ def data_inventory(cache, uid):
     directory: [version file, ...]} (see `data_entry`); None when that
     directory is not safe to keep data in, and so is not used."""
     directory = os.path.join(cache, "data")
-    if _private_directory(directory, uid):
+    if private_directory(directory, uid):
         return None
     inventory = {}
     for item in os.listdir(directory):
@@ -229,20 +231,42 @@ def place(extract, directory):
         shutil.rmtree(temporary, True)
 
 
-def fetch(stream, output, pending, directory, reason):
-    """Ask the controller for the bundle (saying REASON, if any) and unpack
-    it as DIRECTORY; messages that come first are kept in PENDING."""
-    write_frame(output, {"op": "need-bundle", "discarded": reason})
-    while True:
+def valid_layers(names):
+    """Whether NAMES, from the controller, is a list of layers' names."""
+    return (isinstance(names, list) and bool(names)
+            and all(isinstance(n, str) and n.isalnum() for n in names))
+
+
+def fetch(stream, output, pending, bundles, names, reason):
+    """Ask the controller for the layers NAMES (saying REASON, if any) and
+    unpack each in BUNDLES; messages that come first are kept in PENDING."""
+    write_frame(output, {"op": "need-bundle", "layers": names, "discarded": reason})
+    wanted = set(names)
+    while wanted:
         message = read_frame(stream)
-        if message["op"] == "bundle":
-            break
-        pending.append(message)
-    unpack(message["_payload"], directory)
+        if message["op"] == "bundle" and message.get("hash") in wanted:
+            wanted.discard(message["hash"])
+            unpack(message["_payload"], os.path.join(bundles, message["hash"]))
+        else:
+            pending.append(message)
 
 
-def _forget_bundle_modules():
-    # What a damaged bundle half-imported must not be found again.
+def check_layers(bundles, names, uid):
+    """Of the layers NAMES in BUNDLES, those missing (damaged ones are
+    discarded first), and why those were damaged ("" if none was)."""
+    reasons = []
+    for name in names:
+        directory = os.path.join(bundles, name)
+        why = damage(directory, uid) if os.path.lexists(directory) else None
+        if why:
+            reasons.append(why)
+            discard(directory)
+    return [n for n in names if not os.path.isdir(os.path.join(bundles, n))], "; ".join(reasons)
+
+
+def forget_bundle_modules():
+    """Forget the modules of consfig and its libraries imported so far:
+    what a damaged bundle half-imported must not be found again."""
     for name in list(sys.modules):
         if name.split(".")[0] in ("hy", "hyrule", "funcparserlib", "consfig"):
             del sys.modules[name]
@@ -251,7 +275,7 @@ def _forget_bundle_modules():
 
 
 def main():
-    """Run on the target: find or fetch the bundle, then serve."""
+    """Run on the target: find or fetch the bundle's layers, then serve."""
     check_version()
     import importlib.util
     import pwd
@@ -260,8 +284,9 @@ def main():
     sys.path[:] = [p for p in sys.path if p]
     stream, output = sys.stdin.buffer, sys.stdout.buffer
     hello = read_frame(stream)
-    if not hello["bundle"].isalnum():
-        sys.stderr.write("consfig: %r is not a bundle's name\n" % hello["bundle"])
+    names = hello.get("layers")
+    if not valid_layers(names):
+        sys.stderr.write("consfig: %r does not name a bundle's layers\n" % (names,))
         sys.exit(1)
     uid = os.geteuid()
     cache, why = cache_directory(os.environ, uid, pwd.getpwuid(uid).pw_dir)
@@ -269,42 +294,42 @@ def main():
         sys.stderr.write("consfig: no safe cache directory for uid %d: %s\n" % (uid, why))
         sys.exit(NO_SAFE_CACHE)
     bundles = os.path.join(cache, "bundles")
-    why = _private_directory(bundles, uid)
+    why = private_directory(bundles, uid)
     if why:
         sys.stderr.write("consfig: cannot use the cache directory: %s\n" % why)
         sys.exit(NO_SAFE_CACHE)
-    directory = os.path.join(bundles, hello["bundle"])
-    damaged = damage(directory, uid) if os.path.lexists(directory) else None
-    if damaged:
-        discard(directory)
-    have = os.path.isdir(directory)
+    missing, damaged = check_layers(bundles, names, uid)
     write_frame(output, {"op": "hello", "protocol": PROTOCOL, "python": list(sys.version_info[:3]),
-                         "executable": sys.executable, "have": have,
+                         "executable": sys.executable, "missing": missing,
                          "tag": sys.implementation.cache_tag, "magic": importlib.util.MAGIC_NUMBER.hex(),
                          "data": data_inventory(cache, uid)})
     pending = []
-    fetched = not have
-    if fetched:
-        fetch(stream, output, pending, directory, damaged)
-    else:
-        os.utime(directory)
-    sys.path.insert(0, directory)
+    if missing:
+        fetch(stream, output, pending, bundles, missing, damaged or None)
+    for name in names:
+        if name not in missing:
+            os.utime(os.path.join(bundles, name))
+    directories = [os.path.join(bundles, n) for n in names]
+    sys.path[0:0] = directories
     try:
         import hy  # noqa: F401 -- registers the importer of Hy modules
         import consfig.serve
     except Exception as e:
-        if fetched:
+        if len(missing) == len(names):
             raise
         # Damage the manifest cannot see (a file overwritten at its own size):
-        # once, fetch the bundle again.
-        _forget_bundle_modules()
-        discard(directory)
-        fetch(stream, output, pending, directory,
-              "importing from %s failed (%s: %s)" % (directory, type(e).__name__, e))
-        fetched = True
+        # once, fetch the layers that were kept again.
+        forget_bundle_modules()
+        kept = [n for n in names if n not in missing]
+        for name in kept:
+            discard(os.path.join(bundles, name))
+        fetch(stream, output, pending, bundles, kept,
+              "importing from %s failed (%s: %s)" % (bundles, type(e).__name__, e))
+        missing = names
         import hy  # noqa: F401,F811
         import consfig.serve
-    consfig.serve.serve(stream, output, pending, directory, fetched)
+    consfig.serve.serve(stream, output, pending, directories,
+                        [os.path.join(bundles, n) for n in missing])
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
-"The bundle: the code a target of a `:python` hop imports.
+"The bundle: the code a target of a `:python` hop imports, in layers.
 
-The bundle is everything the target imports — hy, funcparserlib, consfig
-with its props and connections, and the site's modules that define the
-properties in the propspec — named by a hash of its files.  The target
-unpacks it in its user's cache (`~/.cache/consfig/bundles/HASH`, see
-`consfig/boot.py`); a controller whose Python makes the same bytecode as the
-target's sends it compiled, from a cache of its own (`compiled-archive`).
-Old bundles and archives are pruned (`prune-bundles`)."
+The first layer holds the libraries — hy, funcparserlib, hyrule, consfig
+with its props and connections — the same whatever the site, so that a
+target receives and compiles it once per version of consfig and per Python;
+the last holds the site's modules that define the properties in the
+propspec, small and new after every edit of the site.  (An image adds a
+layer between them for the report's libraries.)  Each layer is named by a
+hash of its files; the target unpacks each in its user's cache
+(`~/.cache/consfig/bundles/HASH`, see `consfig/boot.py`) and keeps it there
+for the next deployment.  A controller whose Python makes the same bytecode
+as the target's sends each layer compiled, from a cache of its own
+(`compiled-archive`).  Old layers and archives are pruned
+(`prune-bundles`)."
 
 (import importlib
         io
@@ -22,7 +27,7 @@ Old bundles and archives are pruned (`prune-bundles`)."
 ;; `prune-bundles`) and seldom makes or unpacks a bundle: tarfile, gzip and
 ;; shutil are imported where they are used.
 
-(setv CORE-PACKAGES #("hy" "funcparserlib" "consfig" "consfig.props" "consfig.connections"))
+(setv CORE-PACKAGES #("hy" "funcparserlib" "hyrule" "consfig" "consfig.props" "consfig.connections"))
 (setv _SHIPPED-ROOTS #("hy" "funcparserlib" "hyrule" "consfig"))
 
 ;; Modules shipped whatever the propspec, declared by a consfig.
@@ -36,28 +41,31 @@ that define the properties a host uses: modules those import, say."
 ;; Set on a target: the bundle it runs from, and so passes on to further hops.
 (setv _running-from None)
 
-(defn running-from [directory]
-  "Say that this process (a target) runs from the bundle in DIRECTORY, which
-it therefore passes on, as it is, to a further `:python` hop."
+(defn running-from [directories]
+  "Say that this process (a target) runs from the layers in DIRECTORIES,
+which it therefore passes on, as they are, to a further `:python` hop."
   (global _running-from)
-  (setv _running-from directory))
+  (setv _running-from (list directories)))
 
-;; abspath -> #(mtime-ns size digest), so that an unchanged file is hashed once.
+;; abspath -> #(mtime-ns ctime-ns size digest), so that an unchanged file is
+;; hashed once.  Not mtime and size alone: a site rewritten at its size
+;; within a tick, or given back its mtime, must not keep its old name; any
+;; write (or utime) moves the ctime, which nobody can set.
 (setv _digests {})
 
 (defn _digest [path]
   (setv st (os.stat path)
-        key #(st.st_mtime_ns st.st_size)
+        key #(st.st_mtime_ns st.st_ctime_ns st.st_size)
         known (.get _digests path))
-  (if (and known (= (cut known 0 2) key))
-      (get known 2)
+  (if (and known (= (cut known 0 3) key))
+      (get known 3)
       (do (with [f (open path "rb")]
             (setv d (sha256-hex (.read f))))
           (setv (get _digests path) #(#* key d))
           d)))
 
-(defclass Bundle []
-  "The files a target imports, by their path inside the bundle, and the hash
+(defclass Layer []
+  "Files a target imports, by their path inside the layer, and the hash
 that names them."
   (defn __init__ [self files]
     (setv self.files files
@@ -66,10 +74,34 @@ that names them."
           self.hash (cut (sha256-hex (.encode (.join "" lines))) 0 32)))
 
   (defn archive [self]
-    "The bundle as a gzipped tar, made once."
+    "The layer as a gzipped tar, made once."
     (when (is self._archive None)
       (setv self._archive (_tar self.files)))
     self._archive))
+
+(defclass Bundle []
+  "The code a target imports, in layers, each unpacked on the target in a
+directory of its own named by its hash: first the libraries (hy, hyrule,
+consfig; the same for every site, so sent and compiled once per target and
+Python), last the site's own modules (small, and new after every edit of
+the site).  A running target Python can take a new site layer; any other
+new layer needs another Python."
+  (defn __init__ [self layers]
+    (setv self.layers layers))
+
+  (defn [property] hashes [self]
+    "The names of the layers, in order."
+    (lfor l self.layers l.hash))
+
+  (defn [property] libraries [self]
+    "The names of the layers before the site's."
+    (cut self.hashes 0 -1))
+
+  (defn layer [self hash]
+    "The layer named HASH; a `ConsfigError` when there is none."
+    (for [l self.layers]
+      (when (= l.hash hash) (return l)))
+    (raise (ConsfigError f"the target asked for code this controller did not offer ({hash})"))))
 
 (defn _source? [name]
   (or (.endswith name ".py") (.endswith name ".hy")))
@@ -165,29 +197,28 @@ import: those defining its properties, plus EXTRA and those declared with
                 :if (and n (not-in (get (.split n ".") 0) _SHIPPED-ROOTS))
                 n)))
 
-(defn _uses-hyrule? [paths]
-  (for [p paths]
-    (when (.endswith p ".hy")
-      (with [f (open p "rb")]
-        (when (in b"hyrule" (.read f))
-          (return True)))))
-  False)
-
-(defn bundle-for [propspec [extra #()]]
-  "The bundle a target needs to apply PROPSPEC.  On a target, passing a host
-on to a further hop, it is the bundle this process runs from."
+(defn bundle-for [propspec [extra #()] [libraries #()]]
+  "The `Bundle` a target needs to apply PROPSPEC: the libraries (hy,
+hyrule, consfig), the packages LIBRARIES (a layer of their own, when given)
+and the site's modules (those defining the properties in PROPSPEC, EXTRA,
+and those declared with `ship-modules`).  On a target, passing a host on to
+a further hop, it is the bundle this process runs from."
   (when _running-from
-    (setv files {})
-    (_add-tree files _running-from "")
-    (return (Bundle files)))
-  (setv files {})
-  (for [p CORE-PACKAGES] (_add-package files p))
+    (return (Bundle (lfor d _running-from
+                          :setv files {}
+                          :do (_add-tree files d "")
+                          (Layer files)))))
+  (setv core {})
+  (for [p CORE-PACKAGES] (_add-package core p))
+  (setv layers [(Layer core)])
+  (when libraries
+    (setv more {})
+    (for [m libraries] (_add-module more m))
+    (.append layers (Layer more)))
   (setv site {})
   (for [m (site-modules propspec extra)] (_add-module site m))
-  (when (_uses-hyrule? (.values site))
-    (_add-package files "hyrule"))
-  (.update files site)
-  (Bundle files))
+  (.append layers (Layer site))
+  (Bundle layers))
 
 (defn cache-directory []
   "Where bundles are cached for the user this process runs as: the same
@@ -200,26 +231,11 @@ target.  A `ConsfigError` when no cache directory is safe to use."
     (raise (ConsfigError f"no safe cache directory for uid {uid}: {why}")))
   (os.path.join path "bundles"))
 
-;; Compiling hy and consfig takes a second or two; a controller whose Python
-;; makes the same bytecode as the target's sends it compiled, from a cache
-;; of its own, so that a target's first deployment is not much slower than
-;; the next ones.  What it compiles is exactly the bundle's files, unpacked
-;; with their timestamps, so the target's Python finds the bytecode current.
-(setv _COMPILE (.strip "
-import os,sys,importlib.machinery as M
-sys.dont_write_bytecode=False
-r=sys.argv[1];W=set(sys.argv[2:]);sys.path.insert(0,r)
-import hy
-for d,ds,fs in os.walk(r):
- ds.sort()
- for f in sorted(fs):
-  if f.endswith(('.py','.hy')):
-   p=os.path.join(d,f);n=os.path.relpath(p,r)[:-3].replace(os.sep,'.')
-   if n.endswith('__init__'):n=n[:-9]
-   if n in W:
-    try:M.SourceFileLoader(n,p).get_code(n)
-    except Exception as e:sys.stderr.write('%s: %s\\n'%(n,e))
-"))
+;; Compiling hy and consfig takes seconds; a controller whose Python makes
+;; the same bytecode as the target's sends each layer compiled, from a
+;; cache of its own, so that a target's first deployment is not much slower
+;; than the next ones.  The bytecode is hash-checked (`consfig.precompile`):
+;; valid whatever dates the files get, never trusted for another source.
 
 (defn bytecode-matches? [hello]
   "Whether the target whose HELLO message this is makes the same bytecode as
@@ -228,10 +244,9 @@ this Python."
   (and (= (.get hello "tag") sys.implementation.cache-tag)
        (= (.get hello "magic") (.hex importlib.util.MAGIC-NUMBER))))
 
-(defn _module-names [files]
-  (gfor rel files
-        :setv n (.replace (get (os.path.splitext rel) 0) "/" ".")
-        (if (.endswith n ".__init__") (cut n 0 -9) n)))
+(defn _module-name [rel]
+  (setv n (.replace (get (os.path.splitext rel) 0) "/" "."))
+  (if (.endswith n ".__init__") (cut n 0 -9) n))
 
 (defn _intact? [archive]
   ;; gzip's trailer holds the length and a CRC of the whole: a truncated or
@@ -246,24 +261,50 @@ this Python."
     (when (_intact? data)
       (os.utime path)
       (return data))
-    (note f"the compiled bundle {path} was damaged; compiling it again")
+    (note f"the compiled code {path} was damaged; compiling it again")
     (os.unlink path))
   None)
 
-(defn _compile [bundle path]
-  (import shutil subprocess tarfile tempfile)
-  (setv scratch (tempfile.mkdtemp :prefix "consfig-compile-"))
+;; What a target imports besides the modules of the properties it applies
+;; (which the controller imported too): they are compiled with them.
+(setv _TARGET-MODULES #("consfig.serve" "consfig.image" "consfig.cli"))
+
+(defn _compile [layer path note]
+  (import importlib.util shutil subprocess tarfile tempfile
+          consfig.precompile [bytecode-for])
+  (setv scratch (tempfile.mkdtemp :prefix "consfig-compile-")
+        tag sys.implementation.cache-tag)
   (try
     (setv root (os.path.join scratch "b"))
-    (with [tar (tarfile.open :fileobj (io.BytesIO (.archive bundle)))]
+    (with [tar (tarfile.open :fileobj (io.BytesIO (.archive layer)))]
       (.extractall tar root))
-    ;; Only what this controller has imported: the rest of the property
-    ;; library is compiled by a target that uses it, when it does.
-    (setv r (subprocess.run [sys.executable "-E" "-S" "-c" _COMPILE root
-                             #* (sorted (gfor n (_module-names bundle.files)
-                                              :if (in n sys.modules) n))]
-                            :capture-output True :timeout 300))
-    (when (!= r.returncode 0) (return None))
+    ;; Python modules, and the site's, compiled as this process compiled
+    ;; them when it loaded the site, cost nothing to compile here.
+    (setv left [])
+    (for [rel (sorted layer.files)]
+      (setv pyc (bytecode-for (get layer.files rel)
+                              (with [f (open (get layer.files rel) "rb")] (.read f))
+                              rel))
+      (if pyc
+          (do (setv out (importlib.util.cache-from-source (os.path.join root rel)))
+              (os.makedirs (os.path.dirname out) :exist-ok True)
+              (with [f (open out "wb")] (.write f pyc)))
+          (.append left (_module-name rel))))
+    ;; Hy modules, in a Python of their own (compiling one runs those it
+    ;; requires, which must be these): only those this controller imported,
+    ;; and those every target does.  The rest of the library is compiled by
+    ;; a target that uses it, when it does.
+    (when (in "hy/__init__.py" layer.files)
+      (for [m _TARGET-MODULES] (importlib.import-module m))
+      (setv wanted (lfor n left :if (in n sys.modules) n))
+      (when wanted
+        (note (+ f"compiling consfig's code for {tag} ({(len wanted)} modules); once for "
+                 "each version of consfig"))
+        (import consfig.precompile)
+        (setv r (subprocess.run [sys.executable "-E" "-S" consfig.precompile.__file__ root
+                                 #* (gfor n wanted x ["--only" n] x)]
+                                :capture-output True :timeout 600))
+        (when (!= r.returncode 0) (return None))))
     (setv data (_tar (_tree-files root)))
     (write-atomically path data :mode 0o600)
     data
@@ -271,43 +312,46 @@ this Python."
       None)
     (finally (shutil.rmtree scratch True))))
 
-;; Hosts deployed side by side need the same bundle at the same moment: one
+;; Hosts deployed side by side need the same layer at the same moment: one
 ;; of them compiles it, the others wait for it rather than compile it too
 ;; (and race on one temporary file, named by this process's pid).
 (setv _compiling (threading.Lock))
 
-(defn compiled-archive [bundle [note (fn [text] None)]]
-  "BUNDLE as a gzipped tar with this Python's bytecode beside the sources,
+(defn compiled-archive [layer [note (fn [text] None)]]
+  "LAYER as a gzipped tar with this Python's bytecode beside the sources,
 from the controller's cache, made there the first time (or again, saying so
 to NOTE, when the cached one is damaged); None if compiling failed (the
 target then compiles for itself)."
   (with [_compiling]
-    (_compiled-archive bundle note)))
+    (_compiled-archive layer note)))
 
-(defn _compiled-archive [bundle note]
+(defn _compiled-archive [layer note]
+  (setv tag sys.implementation.cache-tag)
   (when _running-from
-    ;; A target passing its bundle on to a further Python (a hop after
-    ;; :python) has the bytecode already, made by this very interpreter.
-    (return (_tar (_tree-files _running-from
-                               (fn [n] (or (_source? n)
-                                           (.endswith n f".{sys.implementation.cache-tag}.pyc")))))))
+    ;; A target passing its layers on to a further Python (a hop after
+    ;; :python) has their bytecode already, made by this very interpreter.
+    (for [d _running-from]
+      (when (= (os.path.basename d) layer.hash)
+        (return (_tar (_tree-files d (fn [n] (or (_source? n) (.endswith n f".{tag}.pyc"))))))))
+    (return None))
   (try (setv directory (os.path.join (os.path.dirname (cache-directory)) "compiled"))
        (except [ConsfigError] (return None)))
-  (setv path (os.path.join directory f"{bundle.hash}-{sys.implementation.cache-tag}.tar.gz"))
+  (setv path (os.path.join directory f"{layer.hash}-{tag}.tar.gz"))
   (os.makedirs directory 0o700 :exist-ok True)
   (or (_cached-archive path note)
-      (do (setv data (_compile bundle path))
-          (when data (prune-bundles directory path :keep-newest 6 :min-age 0))
+      (do (setv data (_compile layer path note))
+          (when data (prune-bundles directory path :keep-newest 12 :min-age 0))
           data)))
 
 (defn prune-bundles [directory keep * [keep-newest 3] [min-age 86400]]
-  "Remove cached bundles in DIRECTORY other than KEEP, keeping the
-KEEP-NEWEST most recently used and any used within MIN-AGE seconds (another
-deployment may be running from it)."
+  "Remove cached layers (or archives) in DIRECTORY other than KEEP (a path,
+or several), keeping the KEEP-NEWEST most recently used and any used within
+MIN-AGE seconds (another deployment may be running from it)."
   (setv now (time.time)
+        keep (if (isinstance keep str) [keep] keep)
         entries [])
   (for [e (os.scandir directory)]
-    (when (!= e.path keep)
+    (when (not-in e.path keep)
       (.append entries #((. (.stat e :follow-symlinks False) st_mtime) e.path))))
   (for [[i [mtime path]] (enumerate (sorted entries :reverse True))]
     (setv tmp? (in ".tmp" (os.path.basename path)))
@@ -317,5 +361,5 @@ deployment may be running from it)."
               (shutil.rmtree path True))
           (try (os.unlink path) (except [OSError] None))))))
 
-(export :objects [Bundle bundle-for site-modules ship-modules running-from
+(export :objects [Bundle Layer bundle-for site-modules ship-modules running-from
                   cache-directory compiled-archive bytecode-matches? prune-bundles])

@@ -22,7 +22,7 @@ from there, not from the controller.  An image holds the same manifest with
 the content inside (`consfig.payload.host-payload`)."
 
 (import os
-        consfig.boot [data-entry _private-directory]
+        consfig.boot [data-entry private-directory]
         consfig.data [DataItem DataSource Secret data-sent-event]
         consfig.errors [FailedChange]
         consfig.util [sha256-hex write-atomically])
@@ -36,7 +36,7 @@ the content inside (`consfig.payload.host-payload`)."
 0700 if missing and refused when someone else could write to it."
   (defn __init__ [self root]
     (setv self.root root
-          why (_private-directory root (os.geteuid)))
+          why (private-directory root (os.geteuid)))
     (when why
       (raise (OSError f"cannot keep data in {root}: {why}"))))
 
@@ -60,7 +60,7 @@ kept, or (its digest not SHA256) damaged, and so discarded."
 item's other versions."
     (setv #(item name) (data-entry iden1 iden2 version)
           directory (os.path.join self.root item)
-          why (_private-directory directory (os.geteuid)))
+          why (private-directory directory (os.geteuid)))
     (when why (raise (OSError f"cannot keep data in {directory}: {why}")))
     (write-atomically (os.path.join directory name) content :mode 0o600)
     (for [other (os.listdir directory)]

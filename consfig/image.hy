@@ -8,14 +8,21 @@ Nothing needs to be installed there but a Python 3.9 or later.
 An image is a zip file that Python runs, after a `#!/usr/bin/env python3`
 line:
 
-  __main__.py          consfig/imageboot.py: unpacks the bundle into the
-                       user's cache once, imports it, calls `run-image`
-  consfig-image.json   {format hostname bundle secrets}
+  __main__.py          consfig/imageboot.py: unpacks the layers the user's
+                       cache lacks, imports them, calls `run-image`
+  consfig-image.json   {format hostname layers secrets}
   host.json            the preprocessed host and its prerequisite data, as
                        the `:python` hop sends them, the data's content
                        inside (`consfig.payload.host-payload`)
-  bundle/…             the bundle (`consfig.bundle.bundle-for`: hy, consfig,
-                       the site's modules), and rich for the report
+  layers/HASH/…        the bundle's layers (`consfig.bundle.bundle-for`: hy
+                       and consfig; rich for the report; the site's
+                       modules), each with the bytecode of the Python that
+                       built the image, used where the host's Python makes
+                       the same
+
+The layers are unpacked where a `:python` hop puts them
+(`~/.cache/consfig/bundles/HASH`): a host that runs images and is deployed
+to over a chain keeps one copy of consfig, compiled once.
 
 Every entry has the same date (1980-01-01), the entries are sorted, and
 nothing in them names a time or a path of the machine that built it: the
@@ -31,12 +38,12 @@ Each run records its outcome on the machine it ran on (`state-file`);
         sys
         time
         hy.models [Keyword]
-        consfig.bundle [bundle-for running-from]
+        consfig.bundle [bundle-for compiled-archive running-from]
         consfig.errors [ConsfigError]
         consfig.util [sha256-hex write-atomically]
         consfig.payload [host-payload host-on-target payload-secrets secret-values])
 
-(setv FORMAT 1)
+(setv FORMAT 2)
 ;; Besides what a `:python` target imports: the report's library (the
 ;; target of a hop reports through the controller; an image, itself).
 (setv IMAGE-MODULES #("rich" "typing_extensions"))
@@ -87,7 +94,7 @@ them) and `sha256`, the hex digest of its bytes."
             m)
       []))
 
-(defn _check-no-secret-in-code [host entries bundle]
+(defn _check-no-secret-in-code [host bundle]
   ;; A secret written in a site module is in the image with that module,
   ;; whatever --no-secrets leaves out of the host: refuse rather than say
   ;; the image holds none.
@@ -96,13 +103,29 @@ them) and `sha256`, the hex digest of its bytes."
         line (.splitlines (if (isinstance value str) (.encode value) value))
         :setv needle (.strip line)
         :if (>= (len needle) 4)
-        [name data] (.items entries)
-        :if (in needle data)]
+        layer bundle.layers
+        path (.values layer.files)
+        :if (in needle (_read path))]
     (raise (ConsfigError
-             (+ f"{host.hostname}: the secret of \"{desc}\" is written in "
-                f"{(get bundle.files (cut name (len "bundle/") None))}, which the image "
-                "must carry (it defines properties the host uses), so --no-secrets cannot "
-                "leave it out; keep secrets out of the site's code (as prerequisite data)")))))
+             (+ f"{host.hostname}: the secret of \"{desc}\" is written in {path}, which the "
+                "image must carry (it defines properties the host uses), so --no-secrets "
+                "cannot leave it out; keep secrets out of the site's code (as prerequisite "
+                "data)")))))
+
+(defn _layer-entries [layer]
+  ;; A layer's files under layers/HASH/, with the bytecode of this Python
+  ;; where it can be had (`compiled-archive`).
+  (import tarfile)
+  (setv prefix f"layers/{layer.hash}/"
+        entries (dfor [rel path] (.items layer.files)
+                      (+ prefix (.replace rel os.sep "/")) (_read path))
+        compiled (compiled-archive layer))
+  (when compiled
+    (with [tar (tarfile.open :fileobj (io.BytesIO compiled))]
+      (for [member (.getmembers tar)]
+        (when (and (.isfile member) (.endswith member.name ".pyc"))
+          (setv (get entries (+ prefix member.name)) (.read (.extractfile tar member)))))))
+  entries)
 
 (defn make-image [host * [no-secrets False]]
   "The `Image` of HOST (a Host or a hostname): its hostattrs are computed
@@ -114,16 +137,17 @@ saying why."
   (setv prepared (. (prepare-deployment (Keyword "local") host) host)
         payload (host-payload prepared :secrets (not no-secrets) :content True)
         secrets (if no-secrets [] (payload-secrets prepared))
-        bundle (bundle-for prepared.propspec [#* IMAGE-MODULES #* (_hop-modules prepared)])
-        entries (dfor [rel path] (.items bundle.files)
-                      (+ "bundle/" (.replace rel os.sep "/")) (_read path)))
+        bundle (bundle-for prepared.propspec (_hop-modules prepared) :libraries IMAGE-MODULES))
   (when no-secrets
-    (_check-no-secret-in-code prepared entries bundle))
+    (_check-no-secret-in-code prepared bundle))
+  (setv entries {})
+  (for [layer bundle.layers]
+    (.update entries (_layer-entries layer)))
   (import consfig.imageboot)
   (setv (get entries "__main__.py") (_read consfig.imageboot.__file__)
         (get entries "consfig-image.json")
         (.encode (json.dumps {"format" FORMAT "hostname" prepared.hostname
-                              "bundle" bundle.hash "secrets" (bool secrets)}
+                              "layers" bundle.hashes "secrets" (bool secrets)}
                              :sort-keys True))
         (get entries "host.json") (.encode (json.dumps payload :ensure-ascii False) "utf-8"))
   (Image (_zip entries) prepared.hostname secrets))
@@ -188,16 +212,16 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
       (setv self.summary event))
     (self.sink event)))
 
-(defn run-image [archive image meta directory new argv]
+(defn run-image [archive image meta directories new argv]
   "Apply the host of the image ARCHIVE (the open zip IMAGE, its META, its
-bundle unpacked in DIRECTORY, just now when NEW) to this machine, as the
-command-line arguments ARGV ask; return the exit status.  Called by the
-image's `__main__.py`."
+layers unpacked in DIRECTORIES, NEW those unpacked just now) to this
+machine, as the command-line arguments ARGV ask; return the exit status.
+Called by the image's `__main__.py`."
   (import consfig.cli [guarded])
   (setv args (.parse-args (_parser (get meta "hostname") archive) argv))
-  (guarded args (fn [args] (_run args archive image meta directory new))))
+  (guarded args (fn [args] (_run args archive image meta directories new))))
 
-(defn _run [args archive image meta directory new]
+(defn _run [args archive image meta directories new]
   (import socket
           consfig.chain [parse-chain]
           consfig.cli [output-sink]
@@ -211,7 +235,7 @@ image's `__main__.py`."
                             f"{(socket.gethostname)}: nothing was applied.  Run it with "
                             "--as-host to apply it here all the same."))))
   ;; A :python hop from here (a chroot, say) ships this very bundle.
-  (running-from directory)
+  (running-from directories)
   (setv host (host-on-target (json.loads (.decode (.read image "host.json") "utf-8")))
         sink (output-sink args)
         tally (_Tally sink)
@@ -231,7 +255,7 @@ image's `__main__.py`."
       (raise))
     (finally
       (.close sink)
-      (tidy-cache directory new)))
+      (tidy-cache directories new)))
   (_record run tally outcome.status None)
   (fleet-exit-code [outcome] args.detailed-exitcode))
 

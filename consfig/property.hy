@@ -362,6 +362,14 @@ need be; `PropspecError` when there is none."
     (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))
   (get properties name))
 
+(defn forget-properties-of [modules]
+  "Forget the properties defined by MODULES (names), so that importing
+those modules again registers their properties anew: a target's kept
+Python taking an edited site (`consfig.serve`)."
+  (for [name (list properties)]
+    (when (in (get (.rpartition name ".") 0) modules)
+      (del (get properties name)))))
+
 (defn did-you-mean [name [candidates None]]
   "\"; did you mean NEAREST?\" for the property name nearest NAME among
 CANDIDATES (by default every property defined), or \"\" when none is near."
@@ -598,7 +606,7 @@ as a propspec.  `(help {name})` shows its parameters and their types."
                                         "use :desc :preprocess :hostattrs :check :apply :unapply :invariant")))))
   #(doc subs options invariants))
 
-(export :objects [Propapp Property properties define-property find-property
+(export :objects [Propapp Property properties define-property find-property forget-properties-of
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
                   propapp-desc default-desc preprocess-propapp propapp-hostattrs hostattrs-of

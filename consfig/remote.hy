@@ -5,18 +5,19 @@ events it streams back to the sink.
 The two sides exchange frames (`consfig.frames`) over the child's stdin and
 stdout:
 
-  controller → target   {op hello protocol bundle}        the bundle's hash
+  controller → target   {op hello protocol layers}        the bundle's layers
                         {op apply host data unapply …}    sent at once, no wait;
                                                           data: the manifest of
                                                           the items it needs
-  target → controller   {op hello protocol python have    which bytecode it makes,
-                         data}                            the data versions it keeps
+  target → controller   {op hello protocol python missing which bytecode it makes,
+                         data}                            the layers it lacks, the
+                                                          data versions it keeps
   controller → target   {op data items} + content         what it does not keep,
                                                           and every secret
-  target → controller   {op need-bundle discarded}        it lacks the bundle (or
-                                                          its copy was damaged)
+  target → controller   {op need-bundle layers discarded} it lacks layers (or its
+                                                          copy was damaged)
                         {op need-data items}              a kept version was damaged
-  controller → target   {op bundle} + tar.gz payload      only when asked
+  controller → target   {op bundle hash} + tar.gz payload a layer, only when asked
   target → controller   {op events events [...]}          as they happen
                         {op tick}                         every few seconds
                         {op done changes failures}        or {op error …}
@@ -88,9 +89,9 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
 ;; anything much larger is not a frame of ours.
 (setv FRAME-LIMIT (* 64 1024 1024))
 
-;; Counters, for tests and the benchmark: what this controller sent, and
-;; how many frames it received.
-(setv stats {"sessions" 0 "bundles-sent" 0 "bundle-bytes" 0 "bytes-sent" 0
+;; Counters, for tests and the benchmark: what this controller sent (code:
+;; how many times, how many layers), and how many frames it received.
+(setv stats {"sessions" 0 "bundles-sent" 0 "layers-sent" 0 "bundle-bytes" 0 "bytes-sent" 0
              "data-items-sent" 0 "frames-received" 0})
 
 (defclass Session []
@@ -233,7 +234,7 @@ has exited or WAIT seconds have passed."
   ;; The payload holds the host and its data's manifest (as an image does);
   ;; SETTINGS: unapply, check, verbosity, command-timeout, no-services.
   (import consfig.propspec [propspec->data])
-  (.send session {"op" "hello" "protocol" PROTOCOL "bundle" bundle.hash})
+  (.send session {"op" "hello" "protocol" PROTOCOL "layers" bundle.hashes})
   (.send session {"op" "apply"
                   #** (host-payload host)
                   "chain" (lfor [n kw] chain [n (propspec->data kw)])
@@ -257,13 +258,23 @@ has exited or WAIT seconds have passed."
     (raise (ConnectionFailed (+ f"{name}: the target ({where}) speaks consfig protocol "
                                 f"{(.get hello "protocol")}, this controller {PROTOCOL}")))))
 
-(defn _send-bundle [session bundle hello note]
-  ;; Compiled, when the target's Python makes this one's bytecode.
-  (setv data (or (and (bytecode-matches? hello) (compiled-archive bundle note))
-                 (.archive bundle)))
-  (.send session {"op" "bundle" "hash" bundle.hash} data)
-  (+= (get stats "bundles-sent") 1)
-  (+= (get stats "bundle-bytes") (len data)))
+(defn _send-layers [session bundle names hello note]
+  ;; Each compiled, when the target's Python makes this one's bytecode.
+  ;; Sending the libraries takes a moment, once: say so.
+  (setv same (bytecode-matches? hello))
+  (for [name names]
+    (setv layer (.layer bundle name)
+          library? (!= name (get bundle.hashes -1)))
+    (when library?
+      (note (+ "sending consfig's libraries to the target, once"
+               (if same
+                   ""
+                   (+ f" (its Python, {(.join "." (map str (.get hello "python" [])))}, "
+                      "compiles them as it first imports them)")))))
+    (setv data (or (and same (compiled-archive layer note)) (.archive layer)))
+    (.send session {"op" "bundle" "hash" name} data)
+    (+= (get stats "layers-sent") 1)
+    (+= (get stats "bundle-bytes") (len data))))
 
 (defn _ended [session name where]
   ;; The target's output ended before `done`: why, as well as we can tell.
@@ -294,7 +305,7 @@ has exited or WAIT seconds have passed."
   (+ f"← {op}"
      (cond (= op "events") f" ×{(len (get m "events"))}"
            (= op "done") f" changes {(get m "changes")} failures {(get m "failures")}"
-           (= op "hello") f" protocol {(.get m "protocol")} have-bundle {(.get m "have")}"
+           (= op "hello") f" protocol {(.get m "protocol")} missing {(len (.get m "missing" []))} layers"
            True "")))
 
 (defn _converse [session bundle hello items sink name where timeout verbosity]
@@ -302,8 +313,8 @@ has exited or WAIT seconds have passed."
   ;; data it found damaged in its cache (ITEMS: all it may ask for), its
   ;; events to SINK.  The `Outcome`, or an error.
   (import consfig.engine [Outcome])
-  (setv note (fn [text] (_tell sink name text))
-        sent False
+  (setv note (fn [text] (_tell sink name text "progress"))
+        sent (set)
         wait timeout)
   (while True
     (setv m (_receive session wait name where "apply")
@@ -314,16 +325,18 @@ has exited or WAIT seconds have passed."
       (_tell sink name (_frame-summary m) "wire"))
     (cond
       (= op "need-bundle")
-      (do (when sent
-            (raise (ConnectionFailed f"{name}: the target ({where}) asked for the bundle twice")))
+      (do (setv names (.get m "layers" []))
+          (when (& sent (set names))
+            (raise (ConnectionFailed f"{name}: the target ({where}) asked for the same code twice")))
           (when (.get m "discarded")
             (note (+ f"consfig's cached code on the target was damaged ({(get m "discarded")}); "
                      "discarded it and sent it again")))
-          (_send-bundle session bundle hello note)
-          (setv sent True
-                ;; Until it has imported consfig, a target that compiles it
-                ;; (a slow machine, another Python) cannot say it is alive.
-                wait (max timeout 300)))
+          (_send-layers session bundle names hello note)
+          (+= (get stats "bundles-sent") 1)
+          (.update sent names)
+          ;; Until it has imported consfig, a target that compiles it
+          ;; (a slow machine, another Python) cannot say it is alive.
+          (setv wait (max timeout 300)))
       (= op "need-data")
       (do (setv wanted (sfor [i1 i2] (get m "items") #(i1 i2)))
           (_send-data session (lfor i items :if (in #(i.iden1 i.iden2) wanted) i) sink name))
@@ -343,17 +356,17 @@ applied, and a fresh chain may be tried.")
 
 (defclass Keeper []
   "Where a kept chain's `:python` hop keeps its session between
-deployments: the session and the bundle its Python runs (None, None when
-there is none)."
+deployments: the session and the names of the layers its Python runs
+(None, None when there is none)."
   (defn __init__ [self]
     (setv self.session None
-          self.bundle None))
+          self.layers None))
   (defn close [self]
     "End the kept session, if any: its Python ends, and all it started."
     (when self.session
       (.close self.session)
       (setv self.session None
-            self.bundle None))))
+            self.layers None))))
 
 (defn _hello-skipping-ticks [session timeout name where]
   ;; A kept session's Python ticks while idle: a tick may come first.
@@ -402,9 +415,10 @@ the target's Python takes the deployment lock itself, for this apply."
     ;; The chain it ran over is likely gone with it.
     (.close keeper)
     (raise (KeptSessionLost f"{name}: the kept session has ended" where)))
-  (setv reused (and alive (= keeper.bundle bundle.hash)))
+  ;; The kept Python takes a new site layer (the consfig was edited) in
+  ;; place of its old one; other libraries need another Python.
+  (setv reused (and alive (= (cut keeper.layers 0 -1) bundle.libraries)))
   (when (and keeper (not reused))
-    ;; Other code (the consfig was edited): another Python, same chain.
     (.close keeper))
   (setv session (if reused
                     keeper.session
@@ -429,7 +443,7 @@ the target's Python takes the deployment lock itself, for this apply."
                  #** (if keeper {"persist" True} {})
                  #** (if lock {"lock" lock} {})})
     (when (>= verbosity 3)
-      (_tell sink name (+ f"→ hello (bundle {bundle.hash}), apply {name}"
+      (_tell sink name (+ f"→ hello (layers {(.join " " bundle.hashes)}), apply {name}"
                           (if reused " (kept session)" "")) "wire"))
     (setv hello (if reused
                     (try (_kept-hello session timeout HEARTBEAT name where)
@@ -450,7 +464,7 @@ the target's Python takes the deployment lock itself, for this apply."
     outcome
     (finally
       (cond kept (setv keeper.session session
-                       keeper.bundle bundle.hash)
+                       keeper.layers bundle.hashes)
             lost (.abandon session)
             True (.close session)))))
 

@@ -101,7 +101,7 @@ with STDERR, `sys.stderr` is when a line is printed)."
 ;; The order counts are given in, in a summary.
 (setv COUNTED ["ok" "changed" "would-change" "cannot-check" "failed" "skipped"])
 
-(setv OUTPUT-VERBOSITY {"note" 0 "command" 1 "data" 1 "run" 2 "wire" 3})
+(setv OUTPUT-VERBOSITY {"note" 0 "progress" 0 "command" 1 "data" 1 "run" 2 "wire" 3})
 
 (defclass _Progress []
   ;; The live line's text, computed whenever rich redraws it, so that the

@@ -121,9 +121,9 @@ nothing has happened for a while."
     (when (= (get m "op") op) (return m))
     (.append pending m)))
 
-(defn _data-root [bundle-dir]
-  ;; Beside the bundles: CACHE/bundles/HASH -> CACHE/data.
-  (os.path.join (os.path.dirname (os.path.dirname bundle-dir)) "data"))
+(defn _cache-root [layer-dirs]
+  ;; The user's consfig cache: CACHE/bundles/HASH -> CACHE.
+  (os.path.dirname (os.path.dirname (get layer-dirs 0))))
 
 (defclass _TargetConnection [LocalConnection]
   "The target's own connection: a `LocalConnection` whose commands are
@@ -172,38 +172,41 @@ they give no timeout of their own."
    "message" (if (isinstance e ConsfigError) (str e) f"{(. (type e) __name__)}: {e}")
    "traceback" (traceback.format-exc)})
 
-(defn tidy-cache [bundle-dir new]
-  "After a run from the bundle in BUNDLE-DIR (NEW: unpacked for this run):
-add the bytecode made meanwhile to its manifest, so that it too is checked
-next time (and not removed as unknown); a new bundle makes the older ones
-candidates for pruning."
-  (try
-    (import json)
-    (with [f (open (os.path.join bundle-dir MANIFEST))]
-      (setv known (json.load f)))
-    (when (!= known (file-sizes bundle-dir))
-      (write-manifest bundle-dir))
-    (when new
-      (prune-bundles (os.path.dirname bundle-dir) bundle-dir))
-    (except [#(OSError ValueError)] None)))
+(defn tidy-cache [layer-dirs new]
+  "After a run from the layers in LAYER-DIRS (NEW: those unpacked for this
+run): add the bytecode made meanwhile to each one's manifest, so that it too
+is checked next time (and not removed as unknown); a new layer makes the
+older ones candidates for pruning."
+  (import json)
+  (for [d layer-dirs]
+    (try
+      (with [f (open (os.path.join d MANIFEST))]
+        (setv known (json.load f)))
+      (when (!= known (file-sizes d))
+        (write-manifest d))
+      (except [#(OSError ValueError)] None)))
+  (when new
+    (try (prune-bundles (os.path.dirname (get layer-dirs 0)) layer-dirs)
+         (except [OSError] None))))
 
-(defn _apply-one [msg next-data writer bundle-dir [started None]]
+(defn _apply-one [msg next-data writer layer-dirs [started None]]
   ;; One apply message: take its data, apply its host, send `done` (or
   ;; `error`).  STARTED runs once the data is in, when the input is free
   ;; for whoever watches it.
   (import consfig.datacache [receive-data]
           consfig.payload [host-on-target])
   (try
-    (setv entries (receive-data msg next-data writer.message (_data-root bundle-dir)))
+    (setv entries (receive-data msg next-data writer.message
+                                (os.path.join (_cache-root layer-dirs) "data")))
     (when started (started))
     (setv host (host-on-target msg :entries entries))
-    (setv outcome (with [_ (_target-lock bundle-dir (.get msg "lock"))]
+    (setv outcome (with [_ (_target-lock (_cache-root layer-dirs) (.get msg "lock"))]
                     (_apply-here host msg writer.event)))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
     (except [e Exception]
       (.message writer (_error-message e)))))
 
-(defn [contextlib.contextmanager] _target-lock [bundle-dir request]
+(defn [contextlib.contextmanager] _target-lock [cache request]
   ;; The target's Python takes the deployment lock itself, for each apply
   ;; (each of a kept session's, see `consfig.keep`): the same flock(2) on
   ;; the same file as the holder `consfig.lock` starts over a POSIX chain,
@@ -213,8 +216,7 @@ candidates for pruning."
   (if (not request)
       (yield)
       (do (import fcntl)
-          (setv cache (os.path.dirname (os.path.dirname bundle-dir))
-                wait (get request "wait")
+          (setv wait (get request "wait")
                 deadline (+ (time.monotonic) wait)
                 fd (os.open (os.path.join cache "deploy.lock")
                             (| os.O-WRONLY os.O-APPEND os.O-CREAT) 0o600))
@@ -238,15 +240,15 @@ candidates for pruning."
   (try (with [f (open path)] (.strip (.read f)))
        (except [OSError] default)))
 
-(defn _hello [bundle-dir]
+(defn _hello [layer-dirs missing]
   ;; What the bootstrap says first, said again for each apply of a kept
   ;; session: the data versions kept here change as data arrives.
   (import importlib.util
           consfig.boot [PROTOCOL data-inventory])
   {"op" "hello" "protocol" PROTOCOL "python" (list (cut sys.version-info 3))
-   "executable" sys.executable "have" True "tag" sys.implementation.cache-tag
+   "executable" sys.executable "missing" missing "tag" sys.implementation.cache-tag
    "magic" (.hex importlib.util.MAGIC-NUMBER)
-   "data" (data-inventory (os.path.dirname (os.path.dirname bundle-dir)) (os.geteuid))})
+   "data" (data-inventory (_cache-root layer-dirs) (os.geteuid))})
 
 (defn _read-into [stream frames]
   ;; A kept session reads its input all the time: end of file, whether it
@@ -256,7 +258,7 @@ candidates for pruning."
     (when (is m None) (_die))
     (.put frames m)))
 
-(defn _serve-kept [msg in pending writer bundle-dir new]
+(defn _serve-kept [msg in pending writer layer-dirs new]
   ;; Apply MSG, then every further host the controller sends (a hello and
   ;; an apply each), until it closes the input.  The writer's ticks go on
   ;; between applies: they are the controller's keepalive.
@@ -273,32 +275,64 @@ candidates for pruning."
       (setv m (.get frames))
       (when (= (get m "op") op) (return m))
       (.append held m)))
-  (setv bundle (os.path.basename bundle-dir)
-        first True)
+  (setv first True)
   (while True
-    (_apply-one msg (fn [] (next-op "data")) writer bundle-dir)
+    (_apply-one msg (fn [] (next-op "data")) writer layer-dirs)
     (when first
-      (tidy-cache bundle-dir new)
+      (tidy-cache layer-dirs new)
       (setv first False))
-    (setv hello (next-op "hello"))
-    (when (!= (get hello "bundle") bundle)
-      ;; The controller starts another Python for other code; say so
-      ;; rather than apply with this one.
+    (setv hello (next-op "hello")
+          names (.get hello "layers" [])
+          running (lfor d layer-dirs (os.path.basename d)))
+    (when (!= (cut names 0 -1) (cut running 0 -1))
+      ;; The controller starts another Python for other libraries; say so
+      ;; rather than apply with these.
       (.message writer {"op" "error" "type" "ConsfigError" "traceback" ""
-                        "message" f"this Python runs bundle {bundle}, not {(get hello "bundle")}"})
+                        "message" f"this Python runs layers {running}, not {names}"})
       (.close writer)
       (os._exit 0))
-    (.message writer (_hello bundle-dir))
+    (if (= (get names -1) (get running -1))
+        (.message writer (_hello layer-dirs []))
+        (setv layer-dirs (_take-site layer-dirs (get names -1) writer next-op)))
     (setv msg (next-op "apply"))))
 
-(defn serve [in out pending bundle-dir new]
-  "The target's main loop, called by the bootstrap once the bundle is in
-BUNDLE-DIR (NEW if it was just unpacked): apply the host the controller
+(defn _take-site [layer-dirs name writer next-op]
+  ;; The site was edited: take its new layer NAME in place of the old one,
+  ;; fetched if this target lacks it, and forget the modules the old one
+  ;; defined, so that they are imported anew.  The libraries stay loaded:
+  ;; that is what makes the author's loop fast.
+  (import consfig.boot [check-layers unpack]
+          consfig.property [forget-properties-of])
+  (setv bundles (os.path.dirname (get layer-dirs 0))
+        old (get layer-dirs -1)
+        #(missing damaged) (check-layers bundles [name] (os.geteuid)))
+  (.message writer (_hello layer-dirs missing))
+  (when missing
+    (.message writer {"op" "need-bundle" "layers" missing "discarded" (or damaged None)})
+    (setv m (next-op "bundle"))
+    (unpack (get m "_payload") (os.path.join bundles name)))
+  (setv stale (lfor [module-name module] (list (.items sys.modules))
+                    :if (.startswith (or (getattr module "__file__" None) "") (+ old os.sep))
+                    module-name))
+  (for [module-name stale]
+    (del (get sys.modules module-name)))
+  (forget-properties-of stale)
+  (setv new-dirs [#* (cut layer-dirs 0 -1) (os.path.join bundles name)]
+        (get sys.path (.index sys.path old)) (get new-dirs -1))
+  (import importlib)
+  (importlib.invalidate-caches)
+  (running-from new-dirs)
+  (tidy-cache new-dirs (if missing [(get new-dirs -1)] []))
+  new-dirs)
+
+(defn serve [in out pending layer-dirs new]
+  "The target's main loop, called by the bootstrap once the bundle's layers
+are in LAYER-DIRS (NEW: those just unpacked): apply the host the controller
 sends, reading frames from IN (PENDING: those the bootstrap read already),
 and stream the events back to OUT.  An apply message marked `persist`
 (a kept chain's, see `consfig.keep`) keeps this Python serving further
 ones until the controller closes its input."
-  (running-from bundle-dir)
+  (running-from layer-dirs)
   ;; After the bundle, so that nothing installed on the target shadows it,
   ;; but there for :python properties that use the target's own libraries.
   (import site)
@@ -308,14 +342,14 @@ ones until the controller closes its input."
   (for [s [signal.SIGTERM signal.SIGHUP]]
     (signal.signal s (fn [#* _] (_die))))
   (when (.get msg "persist")
-    (_serve-kept msg in pending writer bundle-dir new))
+    (_serve-kept msg in pending writer layer-dirs new))
   ;; Before the watcher takes over the input: the data comes on it.
-  (_apply-one msg (fn [] (_next "data" in pending)) writer bundle-dir
+  (_apply-one msg (fn [] (_next "data" in pending)) writer layer-dirs
               (fn [] (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
                                                :name "consfig-watcher"))))
   (.set _finished)
   (.close writer)
-  (tidy-cache bundle-dir new)
+  (tidy-cache layer-dirs new)
   ;; Not a normal exit: that would wait for the thread still reading stdin
   ;; (and then fail to take its lock), which is both slow and noisy.
   (.flush sys.stderr)

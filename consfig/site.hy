@@ -17,6 +17,7 @@ line, not a traceback."
         hy.errors [HyLanguageError]
         hy.importer [HyLoader]
         consfig.errors [ConsfigError]
+        consfig.precompile [remember]
         consfig.property [defining])
 
 (setv DEFAULT-CONSFIGS ["consfig.hy"])
@@ -67,7 +68,8 @@ line, not a traceback."
 a hash of the source, not its mtime and size: Python trusts a cached compile
 whose source has the same mtime in whole seconds and the same size, and a
 site edited and redeployed within a second (a script, a generated consfig)
-would deploy its old version."
+would deploy its old version.  The code is remembered (`remember`), so
+that the site's modules travel to a target compiled, at no cost."
   (defn get-code [self fullname]
     (import importlib.util
             importlib._bootstrap_external :as bx
@@ -82,9 +84,12 @@ would deploy its old version."
       (when (and (= (cut data 0 4) importlib.util.MAGIC-NUMBER)
                  (= (int.from-bytes (cut data 4 8) "little") 0b11)
                  (= (cut data 8 16) digest))
-        (return (marshal.loads (cut data 16 None))))
+        (setv code (marshal.loads (cut data 16 None)))
+        (remember path source code)
+        (return code))
       (except [OSError] None))
     (setv code (self.source-to-code source path))
+    (remember path source code)
     (when (not sys.dont-write-bytecode)
       (try (self._cache-bytecode path cached (bx._code-to-hash-pyc code digest True))
            (except [#(OSError NotImplementedError)] None)))

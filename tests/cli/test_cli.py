@@ -289,17 +289,20 @@ def test_wheel_contains_every_hy_file(tmp_path):
     assert {n.split("/")[0] for n in names if not n.startswith("consfig-")} == {"consfig"}
 
 
-def test_a_site_edited_within_the_same_second_and_size_deploys_its_new_content(tmp_path):
+@pytest.mark.parametrize("chain", [":local", "[:local :python]"])
+def test_a_site_edited_within_the_same_second_and_size_deploys_its_new_content(tmp_path, chain):
     # Python trusts a cached compile whose source has the same mtime (whole
     # seconds) and size: a site edited and redeployed quickly, as scripts do,
-    # must still deploy what its file says now.
+    # must still deploy what its file says now, here and on a target that
+    # runs the site's own property from its cache.
     target = tmp_path / "out"
     site = tmp_path / "quick.hy"
 
     def write_site(word):
         site.write_text(
             "(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n"
-            f'(defhost quick.test {{:deploy [:local]}} (file.has-content "{target}" "{word}\\n"))\n')
+            f'(defproplist says [] (file.has-content "{target}" "{word}\\n"))\n'
+            f"(defhost quick.test {{:deploy {chain}}} (says))\n")
 
     write_site("CCC1")
     stamp = site.stat().st_mtime_ns

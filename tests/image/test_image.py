@@ -151,7 +151,7 @@ def test_an_image_holds_no_time_and_no_path_of_the_controller(site):
 def test_an_image_ships_the_modules_its_hosts_python_hop_is_told_to(site):
     data = image.build_image(f"modules-{site['tag']}.image.test")
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
-    assert "bundle/colorsys.py" in names, names
+    assert any(n.startswith("layers/") and n.endswith("/colorsys.py") for n in names), names
 
 
 def test_consfig_image_writes_the_same_file_as_the_function(site):
@@ -193,17 +193,32 @@ def test_a_second_run_of_an_image_changes_nothing(site, bare_python, applied):
     assert "No changes were made." in r.stdout, r.stdout
 
 
-def test_an_image_unpacks_into_a_private_cache_once(applied, bare_python):
-    images = applied["cache"] / "consfig" / "images"
-    [bundle] = list(images.iterdir())
-    for d in [images, bundle]:
+def test_an_image_unpacks_its_layers_into_a_private_cache_once(applied, bare_python):
+    bundles = applied["cache"] / "consfig" / "bundles"
+    layers = list(bundles.iterdir())
+    assert len(layers) == 3, "libraries, the report's, the site's: " + str(layers)
+    for d in [bundles, *layers]:
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
-    assert list(bundle.rglob("*.pyc")), "the first run left no bytecode"
-    before = bundle.stat().st_ino
+    assert list(bundles.rglob("*.pyc")), "the first run left no bytecode"
+    before = {d: d.stat().st_ino for d in layers}
     r = run(bare_python, applied["path"], cache=applied["cache"])
     assert r.returncode == 0, r.stdout + r.stderr
-    assert bundle.stat().st_ino == before, "a warm run unpacked the image again"
-    assert list(bundle.rglob("*.pyc")), "a warm run threw its bytecode away"
+    assert {d: d.stat().st_ino for d in layers} == before, "a warm run unpacked the image again"
+    assert list(bundles.rglob("*.pyc")), "a warm run threw its bytecode away"
+
+
+def test_an_images_first_run_compiles_nothing_its_python_could_be_given(applied, bare_python):
+    # The image carries the bytecode of the Python that built it; a host
+    # whose Python makes the same (here: the same cache tag) runs from it.
+    tag = subprocess.run([bare_python, "-c", "import sys; print(sys.implementation.cache_tag)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    if tag != sys.implementation.cache_tag:
+        pytest.skip(f"{bare_python} makes {tag} bytecode, not {sys.implementation.cache_tag}")
+    carried = {n[len("layers/"):] for n in zipfile.ZipFile(applied["path"]).namelist()
+               if n.endswith(".pyc")}
+    bundles = applied["cache"] / "consfig" / "bundles"
+    made = {str(p.relative_to(bundles)) for p in bundles.rglob("*.pyc")}
+    assert made <= carried, f"the first run compiled {sorted(made - carried)}"
 
 
 def test_an_image_in_check_mode_changes_nothing(site, bare_python, applied):

@@ -93,8 +93,13 @@ def bundle_hash(tmp_path, monkeypatch, host):
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     outcome = deploy(LOCAL_PYTHON, host, sink=lambda e: None)
     assert outcome.status != "failed"
-    [name] = os.listdir(cache / "consfig" / "bundles")
-    return name
+    return library_layer(cache / "consfig" / "bundles").name
+
+
+def library_layer(bundles):
+    """The layer in BUNDLES that holds consfig and its libraries."""
+    [layer] = [p for p in bundles.iterdir() if (p / "consfig").is_dir()]
+    return layer
 
 
 def plant(root, name, marker, uid):
@@ -190,8 +195,7 @@ def warm_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     outcome = deploy(LOCAL_PYTHON, mixed_host(tmp_path / "first"), sink=lambda e: None)
     assert outcome.status == "changed"
-    [name] = os.listdir(cache / "consfig" / "bundles")
-    return cache / "consfig" / "bundles" / name
+    return library_layer(cache / "consfig" / "bundles")
 
 
 def truncate(path):
@@ -254,7 +258,7 @@ def test_a_truncated_compiled_archive_on_the_controller_is_made_again(tmp_path, 
     truncate(archive)
     notes, sent = deploy_again(tmp_path, events)
     assert sent == 1
-    assert any("compiled bundle" in n and "damaged" in n for n in notes), notes
+    assert any("compiled code" in n and "damaged" in n for n in notes), notes
     gzip.decompress(archive.read_bytes())
 
 

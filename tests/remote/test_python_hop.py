@@ -88,12 +88,14 @@ def test_second_deployment_sends_no_bundle(tmp_path, monkeypatch):
     assert remote.stats["bundles-sent"] == before["bundles-sent"] + 1, (
         "bundle sent twice", os.listdir(cache / "consfig" / "bundles"))
     assert remote.stats["bytes-sent"] - sent < 20000, "more than the host was sent"
-    [bundle] = os.listdir(cache / "consfig" / "bundles")
     for d in [cache / "consfig", cache / "consfig" / "bundles"]:
         assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, oct(os.stat(d).st_mode)
-    root = cache / "consfig" / "bundles" / bundle
-    assert (root / "remote_testprops.hy").exists(), "the site module was not shipped"
-    assert any(n.startswith("engine.") for n in os.listdir(root / "consfig" / "__pycache__")), \
+    layers = list((cache / "consfig" / "bundles").iterdir())
+    [library] = [d for d in layers if (d / "consfig").is_dir()]
+    [site] = [d for d in layers if d != library]
+    assert (site / "remote_testprops.hy").exists(), "the site module was not shipped"
+    assert not (library / "remote_testprops.hy").exists(), "the site is in the library layer"
+    assert any(n.startswith("engine.") for n in os.listdir(library / "consfig" / "__pycache__")), \
         "Hy's bytecode is not cached with the bundle"
 
 
@@ -329,6 +331,6 @@ def test_the_conversation_with_the_target_is_reported_at_vvv(tmp_path):
         return [e["text"] for e in events if e.get("stream") == "wire"]
     assert wire(2) == [], "nothing below -vvv"
     frames = wire(3)
-    assert frames[0].startswith("→ hello (bundle "), frames
+    assert frames[0].startswith("→ hello (layers "), frames
     assert any(f.startswith("← events ×") for f in frames), frames
     assert frames[-1].startswith("← done changes "), frames
