@@ -5,10 +5,10 @@
 Measures, with a stand-in image (a zip application that writes one line)
 published by `consfig.publish` and served from a loopback HTTP server:
 
-  verify              the puller's `check_statement` on one signature file,
-                      the median of --runs x 10 calls inside one process run
-                      by --python, as it is and with -S (no site-packages, so
-                      no `cryptography`, as on most hosts)
+  verify              the puller's `check_statement` on one signature file
+                      (an `ssh-keygen -Y verify`), the median of --runs x 10
+                      calls inside one process run by --python, as it is and
+                      with -S (no site-packages, as on most hosts)
   pull unchanged      a whole puller process, as a host's timer starts it:
                       both GETs answered 304, the signature checked, the
                       image applied (median of --runs)
@@ -18,6 +18,9 @@ published by `consfig.publish` and served from a loopback HTTP server:
 The pulls run under --python as it is and with -S.  Each figure is given
 as wall-clock time and as CPU time (user + system, of the processes
 measured and their children), which a busy machine disturbs less.
+The figures before OpenSSH signatures came from this script as first
+committed (git log bench/pull.py), which signed with consfig's own Ed25519
+keys and checked with `cryptography`, or without it in pure Python.
 """
 
 import argparse
@@ -46,17 +49,17 @@ HOST = "bench.pull.test"
 def signing_key(scratch):
     """The key `publish` signs with, and what pull.json says to trust it."""
     publish.keygen(os.path.join(scratch, "key"))
-    key = publish.load_signing_key(os.path.join(scratch, "key"))
-    with open(os.path.join(scratch, "key.pub")) as f:
-        return key, {"public-keys": [f.read()]}
+    signer = publish.signing_key(os.path.join(scratch, "key"))
+    signers = os.path.join(scratch, "allowed_signers")
+    with open(signers, "w") as f:
+        f.write(puller.allowed_signers([signer.line]))
+    return signer, {"allowed-signers": signers}
 
 
 def install_puller(lib):
     os.makedirs(lib)
-    for name in ("puller.py", "ed25519.py"):
-        source = pathlib.Path(puller.__file__).with_name(name)
-        if source.exists():
-            shutil.copyfile(source, os.path.join(lib, name))
+    shutil.copyfile(pathlib.Path(puller.__file__).with_name("puller.py"),
+                    os.path.join(lib, "puller.py"))
 
 
 # Run by the host's Python from the puller's directory, so that it checks
@@ -66,16 +69,16 @@ import json, os, statistics, sys, time
 import puller
 sig = open(sys.argv[1], "rb").read()
 config = json.load(open(sys.argv[2]))
-keys = [puller.public_key_bytes(k) for k in config["public-keys"]]
+ssh_keygen = puller.find_ssh_keygen()
 times, n = [], int(sys.argv[3])
 before = os.times()
 for _ in range(n):
     started = time.perf_counter()
-    puller.check_statement(sig, keys, config["host"])
+    puller.check_statement(sig, config["allowed-signers"], config["host"], ssh_keygen=ssh_keygen)
     times.append(time.perf_counter() - started)
 after = os.times()
 cpu = sum(after[:4]) - sum(before[:4])
-print(statistics.median(times), cpu / n, puller.verifier_name())
+print(statistics.median(times), cpu / n, ssh_keygen)
 """
 
 
@@ -131,9 +134,9 @@ def run(args, scratch):
             with open(config, "w") as f:
                 json.dump({"url": server.url, "host": HOST, "state-directory": state,
                            "python": args.python, **trust}, f)
-            r = subprocess.run([*python, "-c", VERIFY, os.path.join(out, HOST + ".sig"), config,
-                                str(args.runs * 10)], cwd=lib, env=env, capture_output=True,
-                               text=True, timeout=600, check=True)
+            r = subprocess.run([*python, "-c", VERIFY, os.path.join(out, HOST + puller.SUFFIX),
+                                config, str(args.runs * 10)], cwd=lib, env=env,
+                               capture_output=True, text=True, timeout=600, check=True)
             seconds, cpu, verifier = r.stdout.split(maxsplit=2)
             figures[f"verify{label} ({verifier.strip()})"] = (float(seconds), float(cpu))
             argv = [*python, os.path.join(lib, "puller.py"), config]
