@@ -58,7 +58,11 @@ class SshAgent:
         self.socket = str(directory / "agent.sock")
         self.proc = subprocess.Popen(["ssh-agent", "-D", "-a", self.socket],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: os.path.exists(self.socket), 10, "ssh-agent's socket")
+        try:
+            wait_until(lambda: os.path.exists(self.socket), 10, "ssh-agent's socket")
+        except BaseException:
+            self.__exit__()
+            raise
         self.env = {**os.environ, "SSH_AUTH_SOCK": self.socket}
 
     def add(self, key_path):
