@@ -261,6 +261,27 @@ def test_a_trickling_server_is_given_up_within_the_deadline(tmp_path, key):
     assert host.applied() == [] and not (host.state / "image.pyz").exists()
 
 
+def test_a_server_slower_than_the_minimum_rate_is_given_up(tmp_path, key):
+    # Within the deadline, but a byte every 0.3 s: below "min-rate" once
+    # the first 10 s are past.
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host = Host(tmp_path / "host", f"http://127.0.0.1:{server.server_port}", [key.line],
+                    deadline=120, **{"min-rate": 100})
+        started = time.monotonic()
+        r = host.pull()
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == puller.EX_UNREACHABLE, (r.returncode, r.stderr)
+    assert 10 <= took < 20, f"gave up after {took:.1f} s: the rate counts from 10 s on"
+    assert "slower than the minimum of 100 bytes/s (\"min-rate\")" in r.stderr, r.stderr
+    assert host.applied() == [] and not (host.state / "image.pyz").exists()
+
+
 def test_an_expired_statement_is_refused_saying_how_old_the_last_good_one_is(tmp_path, key):
     out = published(tmp_path, key, "v1", tmp_path / "host/applied")
     with ImageServer(out) as server:
