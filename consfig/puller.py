@@ -105,13 +105,6 @@ def check_identity(identity):
     return identity
 
 
-def _ssh_string(data, offset):
-    n = int.from_bytes(data[offset:offset + 4], "big")
-    if offset + 4 + n > len(data):
-        raise ValueError("truncated")
-    return data[offset + 4:offset + 4 + n], offset + 4 + n
-
-
 def public_key(text):
     """`(type, base64, comment)` of a public key line: an OpenSSH one
     (`ssh-ed25519 AAAA… comment`, as in a KEY.pub) or, converted to the
@@ -141,11 +134,8 @@ def public_key(text):
     if kind not in KEY_TYPES:
         raise ValueError(f"not a public key type ssh-keygen signs with ({', '.join(KEY_TYPES)}, "
                          f"or {LEGACY_KEY_PREFIX}): {shown}")
-    try:
-        named, _ = _ssh_string(blob, 0)
-    except ValueError:
-        named = b""
-    if named != kind.encode():
+    # The key's data starts with its type, as an SSH string.
+    if blob[:4 + len(kind)] != len(kind).to_bytes(4, "big") + kind.encode():
         raise ValueError(f"the key's data is not a {kind} key: {shown}")
     return kind, data, comment
 
@@ -249,6 +239,10 @@ def verify_signature(statement, armor, signers, identity=IDENTITY, ssh_keygen=No
     """Whether ARMOR is a good signature of STATEMENT, in the consfig-image
     namespace, by a key the allowed-signers file SIGNERS lists for
     IDENTITY: `ssh-keygen -Y verify` says."""
+    return _verify(statement, armor, signers, identity, ssh_keygen, timeout).returncode == 0
+
+
+def _verify(statement, armor, signers, identity, ssh_keygen, timeout=VERIFY_TIMEOUT):
     check_identity(identity)
     argv = [ssh_keygen or find_ssh_keygen(), "-Y", "verify", "-n", NAMESPACE, "-I", identity,
             "-f", os.path.abspath(signers), "-s"]
@@ -263,7 +257,7 @@ def verify_signature(statement, armor, signers, identity=IDENTITY, ssh_keygen=No
             raise Refused(f"ssh-keygen took more than {timeout} s to check the signature") from None
         except OSError as e:
             raise Unverifiable(f"cannot run {argv[0]}: {e.strerror}") from None
-    return r.returncode == 0
+    return r
 
 
 def check_statement(data, signers, host, identity=IDENTITY, ssh_keygen=None):
@@ -271,14 +265,17 @@ def check_statement(data, signers, host, identity=IDENTITY, ssh_keygen=None):
     be by a key the allowed-signers file SIGNERS lists for IDENTITY, and its
     statement to be about HOST; Refused otherwise."""
     fields, statement, armor = read_signature_file(data)
-    if not verify_signature(statement, armor, signers, identity, ssh_keygen):
+    r = _verify(statement, armor, signers, identity, ssh_keygen)
+    if r.returncode:
         try:
             with open(signers) as f:
                 trusted = ", ".join(trusted_fingerprints(f.read())) or "none"
         except OSError:
             trusted = "none"
+        said = r.stderr.decode("utf-8", "replace").strip().splitlines()
         raise Refused(f"the signature is not by a trusted key (it names key {fields['key']}; "
-                      f"this host trusts {trusted} as {identity})")
+                      f"this host trusts {trusted} as {identity}" +
+                      (f"; ssh-keygen: {said[-1][:200]}" if said else "") + ")")
     if fields["host"] != host:
         raise Refused(f"the signed statement is for {fields['host']}, not for {host}")
     return fields
