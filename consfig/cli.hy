@@ -9,8 +9,8 @@
   consfig hosts [--consfig FILE] [PATTERN…] [--limit PATTERN]
   consfig image [--consfig FILE] HOST -o FILE [--no-secrets]
   consfig status [--consfig FILE] HOST [--via CHAIN] [--json]
-  consfig keygen -o KEYFILE [--comment TEXT]
-  consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE
+  consfig keygen -o KEYFILE [--comment TEXT] [--from OLDKEY]
+  consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE [--legacy-key OLDKEY]
                  [--limit PATTERN] [--with-secrets]
   consfig repl [FILE]
   consfig --version
@@ -154,12 +154,16 @@ deploy`'s, and an image's."
   (via-option s)
   (.add-argument s "--json" :action "store_true" :help "print the recorded state as JSON")
 
-  (setv k (.add-parser sub "keygen" :help "make an Ed25519 key pair to sign published images"
-                       :description (+ "Write a private key to KEYFILE (mode 0600) and its public key to "
-                                       "KEYFILE.pub, the line hosts are given to trust (image.pulled-from "
-                                       ":public-key).  An existing KEYFILE is never overwritten.")))
+  (setv k (.add-parser sub "keygen" :help "make an OpenSSH key pair to sign published images"
+                       :description (+ "Make an OpenSSH Ed25519 key pair with ssh-keygen: the private key "
+                                       "KEYFILE (mode 0600, no passphrase) and KEYFILE.pub, the line hosts "
+                                       "are given to trust (image.pulled-from :public-key).  Any SSH key "
+                                       "you already have signs as well.  An existing KEYFILE is never "
+                                       "overwritten.")))
   (.add-argument k "-o" "--output" :metavar "KEYFILE" :required True :help "where to write the private key")
   (.add-argument k "--comment" :metavar "TEXT" :help "a name for the key in KEYFILE.pub (default: KEYFILE's name)")
+  (.add-argument k "--from" :metavar "OLDKEY" :dest "old"
+                 :help "write the key of consfig's old format in OLDKEY as an OpenSSH pair: the same key")
 
   (setv u (.add-parser sub "publish" :help "write hosts' signed images where they pull them from"
                        :description (+ "Build the image of each chosen host and write it, signed, to DIR "
@@ -173,7 +177,11 @@ deploy`'s, and an image's."
   (limit-option u)
   (.add-argument u "--to" :metavar "DIR" :required True :help "the directory a server serves")
   (.add-argument u "--signing-key" :metavar "KEYFILE" :required True
-                 :help "the private key (from consfig keygen)")
+                 :help (+ "an OpenSSH private key (yours, or from consfig keygen), or a public key "
+                          "whose private half ssh-agent holds"))
+  (.add-argument u "--legacy-key" :metavar "OLDKEY"
+                 :help (+ "also sign each image with this key of consfig's old format, as HOST.sig, "
+                          "for hosts whose puller predates OpenSSH signatures (docs/images.md)"))
   (.add-argument u "--valid-for" :metavar "DAYS" :type float :default 7
                  :help (+ "how long hosts accept each signed statement (default 7 days); "
                           "publish at least twice as often, or hosts refuse it as stale"))
@@ -317,8 +325,10 @@ in order (an implicit `eseqprops`)."
         True 0))
 
 (defn _keygen [args]
-  (import consfig.publish [keygen])
-  (setv line (keygen args.output args.comment))
+  (import consfig.publish [keygen keygen-from])
+  (setv line (if args.old
+                 (keygen-from args.old args.output args.comment)
+                 (keygen args.output args.comment)))
   (print f"{args.output}: private key (mode 0600; keep it off the hosts)")
   (print f"{args.output}.pub: give hosts this line to trust, as image.pulled-from's :public-key:")
   (print (.rstrip line))
@@ -326,16 +336,17 @@ in order (an implicit `eseqprops`)."
 
 (defn _publish [args]
   (import consfig.image [make-image]
-          consfig.publish [load-signing-key publish-images])
+          consfig.publish [load-legacy-key publish-images signing-key])
   (_load args)
-  (setv key (load-signing-key args.signing-key)
+  (setv signer (signing-key args.signing-key)
+        legacy (when args.legacy-key (load-legacy-key args.legacy-key))
         images (dfor host (select-hosts args.hosts args.limit)
                      host.hostname (make-image host :no-secrets (not args.with-secrets)))
         secret (sfor [h i] (.items images) :if i.secrets h))
   (when (<= args.valid-for 0)
     (raise (ConsfigError f"--valid-for must be a positive number of days, not {args.valid-for}")))
-  (for [[host sha changed] (publish-images (dfor [h i] (.items images) h i.data) args.to key
-                                           :private secret
+  (for [[host sha changed] (publish-images (dfor [h i] (.items images) h i.data) args.to signer
+                                           :private secret :legacy-key legacy
                                            :valid-for (round (* args.valid-for 86400)))]
     (print (+ f"{host}: " (if changed "published" "unchanged")
               f", sha256 {sha}, {(len (. (get images host) data))} bytes")))

@@ -1,11 +1,12 @@
 "Images on hosts: applied on a schedule, and pulled from a server.
 
 `pulled-from` makes a host fetch its own signed image from any static file
-server (what `consfig publish` writes), check its signature and apply it,
-on a timer.  `applied-periodically` makes a host re-apply the image
-installed at `IMAGE-PATH`.  Both schedule with a systemd timer where systemd
-runs and with a cron job where it does not (`systemd-or-cron`); the host
-needs nothing but a Python 3.9+ and flock(1)."
+server (what `consfig publish` writes), check its signature (with
+`ssh-keygen -Y verify`) and apply it, on a timer.  `applied-periodically`
+makes a host re-apply the image installed at `IMAGE-PATH`.  Both schedule
+with a systemd timer where systemd runs and with a cron job where it does
+not (`systemd-or-cron`); the host needs nothing but a Python 3.9+ and
+flock(1), and for pulling, ssh-keygen."
 
 (eval-when-compile
   (require consfig.property [defprop]
@@ -21,12 +22,12 @@ needs nothing but a Python 3.9+ and flock(1)."
         consfig.context [current-host]
         consfig.data [get-data provide-data secret?]
         consfig.engine [Drift WOULD-CHANGE apply-sequence checking? inform]
-        consfig.errors [ConsfigError]
+        consfig.errors [ConsfigError FailedChange]
         consfig.host [Host find-host get-hostattrs get-hostname]
         consfig.props [cron file systemd]
         consfig.props.service [no-services?]
         consfig.puller
-        consfig.puller [public-key-bytes]
+        consfig.puller [IDENTITY allowed-signers check-identity]
         consfig.types *
         consfig.util [keyword-name])
 
@@ -36,6 +37,7 @@ needs nothing but a Python 3.9+ and flock(1)."
       PULL-DIR "/var/lib/consfig/pull"
       LIB-DIR "/usr/local/lib/consfig"
       PULL-CONFIG "/etc/consfig/pull.json"
+      ALLOWED-SIGNERS "/etc/consfig/allowed_signers"
       UNIT-DIR "/etc/systemd/system"
       ;; The puller's and the image's status when another application held
       ;; the lock: nothing was done, and that is no failure.
@@ -64,10 +66,11 @@ is none of those, or less than a minute."
                           (fn [v] (is-not (interval-seconds v) None)))
       scheduler (enum "auto" "systemd" "cron")
       public-key (predicate "public-key"
-                            "an Ed25519 public key line as consfig keygen writes it (consfig-ed25519 BASE64 …)"
-                            (fn [v] (and (isinstance v str)
-                                         (try (public-key-bytes v) True
-                                              (except [ValueError] False))))))
+                            "an OpenSSH public key line (ssh-ed25519 AAAA… comment), or one of consfig's old consfig-ed25519 lines"
+                            consfig.puller.public-key)
+      signer-identity (predicate "signer-identity"
+                                 "a signer's identity: a letter or digit, then letters, digits and ._@+=- (consfig-publisher, fleet@example.org)"
+                                 check-identity))
 
 (defn span [seconds]
   "SECONDS as a systemd time span: \"1h\", \"15min\", \"90s\"."
@@ -205,16 +208,17 @@ later).  Unapplying removes both."
     (cron.system-job name (crontab-time seconds) "root" (cron-command argv delay))))
 
 (defn _source [module-file]
-  ;; The puller and the verifier go to hosts as the very files consfig runs.
+  ;; The puller goes to hosts as the very file consfig runs.
   (with [f (open (os.path.join (os.path.dirname consfig.puller.__file__) module-file)
                  :encoding "utf-8")]
     (.read f)))
 
-(defn pull-config [url hostname keys python arguments]
+(defn pull-config [url hostname identity python arguments]
   "The puller's configuration file (JSON) on the host."
   (+ (json.dumps {"url" url
                   "host" hostname
-                  "public-keys" (lfor k keys (.strip k))
+                  "allowed-signers" ALLOWED-SIGNERS
+                  "identity" identity
                   "state-directory" PULL-DIR
                   "python" python
                   "arguments" arguments
@@ -222,45 +226,67 @@ later).  Unapplying removes both."
                  :indent 1 :sort-keys True)
      "\n"))
 
+(defprop ssh-keygen-present :posix []
+  "ssh-keygen (openssh-client, OpenSSH 8.2 or later) is installed: the
+puller checks images' signatures with it.  It is not installed for you (its
+package has another name on each system): where it is missing, this fails,
+saying what to add."
+  (:desc "ssh-keygen is installed, to check images' signatures")
+  (:check (or (run-ok? "command" "-v" "ssh-keygen")
+              (Drift "ssh-keygen is missing: the puller could not check a signature")))
+  (:apply
+    (raise (FailedChange (+ "ssh-keygen is not installed, and the puller checks images' signatures "
+                            "with it: add (apt.installed \"openssh-client\") (or your system's "
+                            "OpenSSH client package) before image.pulled-from")))))
+
 (defpropspec pulled-from :posix [#^ url url
                                  * #^ (one-of public-key (non-empty-list-of public-key)) public-key
+                                 #^ signer-identity [identity IDENTITY]
                                  #^ interval [every "1h"] #^ scheduler [via :auto]
                                  #^ (optional (int-range 0 86400)) [random-delay None]
                                  #^ abs-path [python "/usr/bin/python3"]
                                  #^ (list-of non-empty-line) [arguments []]]
   "Every EVERY, the host fetches its image URL/HOSTNAME and the signature
-URL/HOSTNAME.sig (as `consfig publish` writes them), downloading only what
-changed (a conditional GET), checks that the signature is by PUBLIC-KEY (a
-line of a KEYFILE.pub, or a list of them: any one is trusted, for key
-rotation), names this host, vouches for these bytes and is no older than the
-image applied last, keeps the image as the last good one and applies it with
-PYTHON (and ARGUMENTS, the image's options: `[\"-v\"]`, `[\"--as-host\"]`).  An unsigned, altered or wrongly signed image is refused and
-reported (the run fails, in the journal or cron's mail) and nothing is
-applied.  The puller (`/usr/local/lib/consfig/puller.py`) needs nothing but
-Python 3.9+: it verifies with `cryptography` where that is installed, else
-in pure Python.  Scheduling is `scheduled`'s (VIA, RANDOM-DELAY).
-Unapplying removes the puller, its schedule and its state (the last good
-image)."
+URL/HOSTNAME.sshsig (as `consfig publish` writes them), downloading only
+what changed (a conditional GET), checks that the signature is by
+PUBLIC-KEY (an OpenSSH public key line, as in a KEY.pub, or a list of them:
+any one is trusted, for key rotation), names this host, vouches for these
+bytes, has not expired and is no older than the image applied last, keeps
+the image as the last good one and applies it with PYTHON (and ARGUMENTS,
+the image's options: `[\"-v\"]`, `[\"--as-host\"]`).  An unsigned,
+altered, stale or wrongly signed image is refused and reported (the run
+fails, in the journal or cron's mail) and nothing is applied.  The puller
+(`/usr/local/lib/consfig/puller.py`) needs nothing but Python 3.9+ and
+ssh-keygen: `ssh-keygen -Y verify -n consfig-image -I IDENTITY` checks each
+signature against `/etc/consfig/allowed_signers`, which lists the keys for
+IDENTITY in the consfig-image namespace.  Scheduling is `scheduled`'s (VIA,
+RANDOM-DELAY).  Unapplying removes the puller, its allowed signers, its
+schedule and its state (the last good image)."
   (:desc f"pulls its image from {url} every {(span (interval-seconds every))}")
   (setv keys (if (isinstance public-key str) [public-key] public-key)
         puller (os.path.join LIB-DIR "puller.py")
-        verifier (os.path.join LIB-DIR "ed25519.py")
+        ;; What a consfig before OpenSSH signatures installed beside it.
+        old-verifier (os.path.join LIB-DIR "ed25519.py")
         schedule (scheduled "consfig-pull" f"consfig: pull and apply this host's image from {url}"
                             [python puller PULL-CONFIG] every
                             :via via :random-delay random-delay :network True))
+  ;; The puller before its configuration: a new puller reads an older
+  ;; configuration, should this stop in between.
   (with-unapply
+    (ssh-keygen-present)
     (file.directory-exists LIB-DIR)
     (file.exists-with-content puller (_source "puller.py") :mode 0o644)
-    (file.exists-with-content verifier (_source "ed25519.py") :mode 0o644)
+    (file.does-not-exist old-verifier)
     (file.directory-exists (os.path.dirname PULL-CONFIG))
-    (file.exists-with-content PULL-CONFIG (pull-config url (get-hostname) keys python arguments)
+    (file.exists-with-content ALLOWED-SIGNERS (allowed-signers keys identity) :mode 0o644)
+    (file.exists-with-content PULL-CONFIG (pull-config url (get-hostname) identity python arguments)
                               :mode 0o644)
     (file.directory-exists STATE-DIR)
     (file.has-mode STATE-DIR 0o700)
     schedule
     _UNAPPLY
     (unapplied schedule)
-    (file.does-not-exist puller verifier PULL-CONFIG)
+    (file.does-not-exist puller old-verifier ALLOWED-SIGNERS PULL-CONFIG)
     (file.directory-does-not-exist PULL-DIR)))
 
 ;; The hosts whose image is being built.  Building an image computes the
@@ -361,7 +387,7 @@ journal) or, where systemd does not run, a cron job.  Scheduling is
     :unapply
     (unapplied schedule)))
 
-(export :objects [STATE-DIR IMAGE-PATH APPLY-LOCK PULL-DIR LIB-DIR PULL-CONFIG UNIT-DIR
+(export :objects [STATE-DIR IMAGE-PATH APPLY-LOCK PULL-DIR LIB-DIR PULL-CONFIG ALLOWED-SIGNERS UNIT-DIR
                   interval-seconds span systemd-quote service-text timer-text crontab-time
                   cron-command systemd-or-cron timer-absent scheduled pull-config
-                  pulled-from own-image installed applied-periodically])
+                  ssh-keygen-present pulled-from own-image installed applied-periodically])

@@ -15,12 +15,13 @@ import zipfile
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
-from clirun import consfig  # noqa: E402
+from clirun import Terminal, consfig  # noqa: E402
 
 import hy  # noqa: F401,E402
 import consfig.image as image  # noqa: E402
 from consfig import puller  # noqa: E402
 from imageserver import ImageServer  # noqa: E402
+from sshsigning import SshAgent, allowed, old_key  # noqa: E402
 
 BARE_PYTHON = "/usr/bin/python3"
 
@@ -54,9 +55,20 @@ def test_keygen_writes_the_pair_and_prints_the_public_line(tmp_path):
     r = consfig("keygen", "-o", tmp_path / "fleet", "--comment", "fleet-2026")
     assert r.returncode == 0, r.stderr
     pub = (tmp_path / "fleet.pub").read_text()
-    assert pub.startswith("consfig-ed25519 ") and pub.endswith(" fleet-2026\n"), pub
+    assert pub.startswith("ssh-ed25519 AAAA") and pub.endswith(" fleet-2026\n"), pub
     assert pub.strip() in r.stdout, r.stdout
     assert (tmp_path / "fleet").stat().st_mode & 0o777 == 0o600
+
+
+def test_keygen_from_an_old_key_prints_the_same_key_as_openssh_names_it(tmp_path):
+    old, old_line = old_key(tmp_path)
+    r = consfig("keygen", "--from", old, "-o", tmp_path / "fleet")
+    assert r.returncode == 0, r.stderr
+    pub = (tmp_path / "fleet.pub").read_text()
+    assert pub.strip() in r.stdout, r.stdout
+    assert puller.public_key(pub)[:2] == puller.public_key(old_line)[:2]
+    r = consfig("keygen", "--from", tmp_path / "fleet", "-o", tmp_path / "again")
+    assert r.returncode == 1 and "not a key of consfig's old format" in r.stderr, r.stderr
 
 
 def test_keygen_refuses_to_overwrite_a_key(tmp_path):
@@ -72,9 +84,9 @@ def test_publish_writes_signed_images_and_leaves_unchanged_ones(tmp_path, site):
     r = consfig(*args)
     assert r.returncode == 0, r.stderr
     assert f"{site['host']}: published, sha256 " in r.stdout, r.stdout
-    sig = (tmp_path / "pub" / f"{site['host']}.sig").read_bytes()
-    key = puller.public_key_bytes((tmp_path / "k.pub").read_text())
-    fields = puller.check_statement(sig, [key], site["host"])
+    sig = (tmp_path / "pub" / f"{site['host']}.sshsig").read_bytes()
+    fields = puller.check_statement(sig, allowed(tmp_path / "allowed", (tmp_path / "k.pub").read_text()),
+                                    site["host"])
     index = json.loads((tmp_path / "pub/index.json").read_text())
     assert index["hosts"][site["host"]]["sha256"] == fields["sha256"]
     mtimes = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "pub").iterdir()}
@@ -121,8 +133,44 @@ def test_publish_names_a_signing_key_it_cannot_use(tmp_path, site):
     (tmp_path / "k").write_text("not a key\n")
     r = consfig("publish", "--consfig", site["path"], site["host"], "--to", tmp_path / "pub",
                 "--signing-key", tmp_path / "k")
-    assert r.returncode == 1 and "is not an unencrypted PEM private key" in r.stderr, r.stderr
+    assert r.returncode == 1 and f"{tmp_path / 'k'} is neither an OpenSSH private key nor a public key" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "pub").exists(), "published without a key"
+
+
+def test_publish_signs_with_the_key_ssh_agent_holds(tmp_path, site):
+    assert consfig("keygen", "-o", tmp_path / "k").returncode == 0
+    with SshAgent(tmp_path) as agent:
+        agent.add(tmp_path / "k")
+        os.unlink(tmp_path / "k")
+        r = subprocess.run([sys.executable, "-m", "consfig", "publish", "--consfig", str(site["path"]),
+                            site["host"], "--to", str(tmp_path / "pub"),
+                            "--signing-key", str(tmp_path / "k.pub")],
+                           capture_output=True, text=True, timeout=120,
+                           env={k: v for k, v in agent.env.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    assert r.returncode == 0, r.stderr
+    sig = (tmp_path / "pub" / f"{site['host']}.sshsig").read_bytes()
+    puller.check_statement(sig, allowed(tmp_path / "allowed", (tmp_path / "k.pub").read_text()),
+                           site["host"])
+
+
+def test_a_key_with_a_passphrase_is_asked_for_it_once_on_the_terminal(tmp_path, site):
+    assert consfig("keygen", "-o", tmp_path / "k").returncode == 0
+    subprocess.run(["ssh-keygen", "-q", "-p", "-N", "sesame-8d1", "-f", tmp_path / "k"],
+                   check=True, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    other = site["host"].replace("pull-", "other-")
+    with open(site["path"], "a") as f:
+        f.write(f"(defhost {other} {{:deploy :local}} (file.has-content \"{site['out']}/o\" \"o\\n\"))\n")
+    with Terminal("publish", "--consfig", site["path"], site["host"], other,
+                  "--to", tmp_path / "pub", "--signing-key", tmp_path / "k") as terminal:
+        terminal.read_until(lambda seen: b"passphrase" in seen, 120)
+        terminal.write(b"sesame-8d1\n")
+        terminal.read_to_end(120)
+        assert terminal.proc.wait(timeout=60) == 0, terminal.text()
+    assert terminal.text().count("passphrase") == 1, terminal.text()
+    assert "sesame" not in terminal.text(), "the passphrase was echoed"
+    for host in (site["host"], other):
+        assert (tmp_path / "pub" / f"{host}.sshsig").exists(), terminal.text()
 
 
 def test_a_published_image_is_pulled_and_applied(tmp_path, site):
@@ -134,13 +182,12 @@ def test_a_published_image_is_pulled_and_applied(tmp_path, site):
     assert consfig(*publish).returncode == 0
     lib = tmp_path / "lib"
     lib.mkdir()
-    for name in ("puller.py", "ed25519.py"):
-        shutil.copyfile(pathlib.Path(puller.__file__).with_name(name), lib / name)
+    shutil.copyfile(pathlib.Path(puller.__file__).with_name("puller.py"), lib / "puller.py")
     with ImageServer(tmp_path / "pub") as server:
         config = tmp_path / "pull.json"
         config.write_text(json.dumps({
             "url": server.url, "host": site["host"],
-            "public-keys": [(tmp_path / "k.pub").read_text()],
+            "allowed-signers": allowed(tmp_path / "allowed", (tmp_path / "k.pub").read_text()),
             "state-directory": str(tmp_path / "state"), "python": BARE_PYTHON,
             # The image is of another host than this machine.
             "arguments": ["--as-host"]}))

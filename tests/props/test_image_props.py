@@ -22,9 +22,11 @@ import hy  # noqa: F401
 from hy.models import Keyword
 from consfig import publish, puller
 from consfig.props import apt, file, image, service
+from consfig.errors import PropspecError
 
 from harness import in_ci
 from imageserver import ImageServer, stand_in_image
+from sshsigning import new_key, old_key
 from consfig.combinators import eseqprops
 from consfig.data import forget_data_source, register_data_source
 from consfig.deployment import __dict__ as _deployment
@@ -44,10 +46,11 @@ CRON = Keyword("cron")
 @pytest.fixture(scope="module")
 def root(debian_chroot, chroot_chain):
     # python3.11 brings the whole standard library the puller uses (urllib,
-    # json); python3-minimal the python3 command.  No `cryptography`: the
-    # puller checks signatures in pure Python here.
+    # json); python3-minimal the python3 command; openssh-client the
+    # ssh-keygen that checks signatures.  No `cryptography`.
     deploy_propspec(chroot_chain, [this_os(), service.without_starting_services(
-        apt.installed_minimally("systemd", "python3-minimal", "python3.11", "cron"))])
+        apt.installed_minimally("systemd", "python3-minimal", "python3.11", "cron",
+                                "openssh-client"))])
     assert in_chroot(debian_chroot, "python3 -c 'import cryptography'", check=False).returncode
     return debian_chroot
 
@@ -55,10 +58,8 @@ def root(debian_chroot, chroot_chain):
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
     d = tmp_path_factory.mktemp("keys")
-    publish.keygen(str(d / "good"))
-    publish.keygen(str(d / "bad"))
-    return {name: (publish.load_signing_key(str(d / name)), (d / f"{name}.pub").read_text())
-            for name in ("good", "bad")}
+    return {name: (signer, signer.line)
+            for name in ("good", "bad") for signer in [new_key(d, name)]}
 
 
 @pytest.fixture
@@ -136,11 +137,11 @@ def test_the_installed_puller_fetches_checks_and_applies(chroot_chain, root, key
     command = exec_start(root, "consfig-pull.service")
     r = run_in(root, command)
     assert r.returncode == 0, r.stderr
-    assert "checked with pure-Python Ed25519" in r.stdout, r.stdout
+    assert "checked with /usr/bin/ssh-keygen" in r.stdout, r.stdout
     assert applied(root) == ["v1"]
     before = server.answers
     assert run_in(root, command).returncode == 0
-    assert sorted(server.answers[len(before):]) == [(f"/{HOSTNAME}", 304), (f"/{HOSTNAME}.sig", 304)], \
+    assert sorted(server.answers[len(before):]) == [(f"/{HOSTNAME}", 304), (f"/{HOSTNAME}.sshsig", 304)], \
         "a second pull downloaded something"
     assert applied(root) == ["v1", "v1"]
 
@@ -176,8 +177,73 @@ def test_unapplying_pulled_from_removes_timer_puller_and_state(chroot_chain, roo
     unapply(chroot_chain, p)
     for path in ["etc/systemd/system/consfig-pull.service", "etc/systemd/system/consfig-pull.timer",
                  "etc/systemd/system/timers.target.wants/consfig-pull.timer",
-                 "usr/local/lib/consfig/puller.py", "etc/consfig/pull.json", "var/lib/consfig/pull"]:
+                 "usr/local/lib/consfig/puller.py", "etc/consfig/pull.json",
+                 "etc/consfig/allowed_signers", "var/lib/consfig/pull"]:
         assert not (root / path).exists() and not (root / path).is_symlink(), f"{path} is left"
+
+
+def test_pulled_from_installs_the_allowed_signers_of_its_keys(chroot_chain, root, keys, server):
+    reset(root)
+    lines = [keys["good"][1], keys["bad"][1]]
+    apply_twice(chroot_chain, [this_os(), pulled(server, lines, SYSTEMD, identity="fleet@example.org")])
+    signers = root / "etc/consfig/allowed_signers"
+    assert signers.read_text() == puller.allowed_signers(lines, "fleet@example.org")
+    assert signers.stat().st_mode & 0o777 == 0o644
+    config = json.loads((root / "etc/consfig/pull.json").read_text())
+    assert (config["allowed-signers"], config["identity"]) == \
+        ("/etc/consfig/allowed_signers", "fleet@example.org")
+    publish_stand_in(server, keys["bad"][0], "v1")
+    r = run_in(root, exec_start(root, "consfig-pull.service"))
+    assert r.returncode == 0, r.stderr
+    assert applied(root) == ["v1"], "either key is trusted"
+
+
+def test_a_host_set_up_by_the_old_pulled_from_moves_to_openssh_signatures(chroot_chain, root, tmp_path,
+                                                                        server):
+    # The site keeps its key and its consfig (the old public line): the key,
+    # converted, signs; the host trusts the same key as OpenSSH names it.
+    reset(root)
+    old, old_line = old_key(tmp_path)
+    publish.keygen_from(old, str(tmp_path / "fleet"))
+    signer = publish.signing_key(str(tmp_path / "fleet"))
+    (root / "usr/local/lib/consfig").mkdir(parents=True)
+    (root / "usr/local/lib/consfig/ed25519.py").write_text("# the old verifier\n")
+    (root / "var/lib/consfig/pull").mkdir(parents=True, mode=0o700)
+    (root / "var/lib/consfig/pull/image.sig").write_text("consfig-signed-image 1\n")
+    p = pulled(server, old_line, SYSTEMD)
+    apply_twice(chroot_chain, [this_os(), p])
+    assert not (root / "usr/local/lib/consfig/ed25519.py").exists(), "the old verifier is left"
+    publish_stand_in(server, signer, "v1")
+    r = run_in(root, exec_start(root, "consfig-pull.service"))
+    assert r.returncode == 0, r.stderr
+    assert applied(root) == ["v1"]
+    assert not (root / "var/lib/consfig/pull/image.sig").exists()
+
+
+def test_pulled_from_fails_saying_what_to_install_where_ssh_keygen_is_missing(fresh_chroot, keys,
+                                                                              server):
+    chain = [[Keyword("chroot"), Keyword("into"), str(fresh_chroot)]]
+    assert in_chroot(fresh_chroot, "command -v ssh-keygen", check=False).returncode, \
+        "the fresh chroot has ssh-keygen"
+    outcome, events = deploy_propspec(chain, [pulled(server, keys["good"][1], SYSTEMD)], check=False)
+    assert outcome.status == "failed", outcome
+    assert 'add (apt.installed "openssh-client")' in failure_text(events), failure_text(events)
+    for path in ["usr/local/lib/consfig/puller.py", "etc/consfig/pull.json",
+                 "etc/systemd/system/consfig-pull.timer"]:
+        assert not (fresh_chroot / path).exists(), f"{path} installed for a puller that cannot verify"
+
+
+@pytest.mark.parametrize("given", [
+    {"identity": "-I"}, {"identity": "fleet\nx"}, {"identity": "fleet,*"},
+    {"public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOJCxcEOU50i4tJ90M458DckdpVAlvRSPK06SAuBprEZ a\n"
+                   "consfig-publisher ssh-ed25519 AAAA"},
+    {"public_key": "cert-authority ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOJCxcEOU50i4tJ90M458DckdpVAlvRSPK06SAuBprEZ"},
+    {"public_key": []},
+])
+def test_pulled_from_refuses_a_hostile_identity_or_key_when_built(keys, given):
+    with pytest.raises(PropspecError, match=f"image.pulled-from: :{next(iter(given)).replace('_', '-')} must be"):
+        image.pulled_from("https://config.example.org/consfig",
+                          **{"public_key": keys["good"][1], **given})
 
 
 def test_pulled_from_uses_cron_where_systemd_does_not_run(chroot_chain, root, keys, server):
