@@ -17,9 +17,7 @@ An `:ssh` hop after another one connects through it (Fabric's gateway, a
 `fabric.Connection` a user already has into the same kind of hop (the
 `:fabric` hop)."
 
-(import base64
-        hashlib
-        os
+(import os
         os.path
         select
         shlex
@@ -40,11 +38,6 @@ An `:ssh` hop after another one connects through it (Fabric's gateway, a
 ;; and turns into an exit code (128 + N): sshd would report it as an
 ;; exit-signal, which paramiko ignores, leaving only "exit code -1".
 (setv _REPORT-SIGNAL "/bin/sh -c \"$1\"; exit $?")
-
-(defn _fingerprint [key]
-  (+ "SHA256:" (.decode (.rstrip (base64.b64encode (.digest (hashlib.sha256 (.asbytes key))))
-                                 b"=")
-                        "ascii")))
 
 (setv fabric None
       paramiko None
@@ -90,7 +83,7 @@ paramiko does that before asking a policy."
         (and (= self.mode "accept-new") self.known-hosts-file)
         (do (os.makedirs (os.path.dirname self.known-hosts-file) :mode 0o700 :exist-ok True)
             (with [f (open self.known-hosts-file "a")]
-              (.write f f"{hostname} {(.get-name key)} {(.get-base64 key)}\n")))
+              (.write f (.to-line (paramiko.hostkeys.HostKeyEntry [hostname] key)))))
         True (raise (_UnknownHostKey hostname key)))))
   #(_UnknownHostKey _HostKeyPolicy))
 
@@ -282,12 +275,12 @@ this one; closing the channel gives whatever is left end of file."
         kh (if known-hosts (get known-hosts 0) "~/.ssh/known_hosts"))
   (cond
     (isinstance e _UnknownHostKey)
-    (+ f"the host key of {e.hostname} is not known ({(.get-name e.key)} {(_fingerprint e.key)}).\n"
+    (+ f"the host key of {e.hostname} is not known ({(.get-name e.key)} {e.key.fingerprint}).\n"
        f"  If that fingerprint is right, add it to {kh} (ssh-keyscan -p {c.port} {c.host} >> {kh}), "
        "or connect once with ssh(1); or give the hop :strict-host-key-checking \"accept-new\".")
     (isinstance e paramiko.BadHostKeyException)
-    (+ f"REMOTE HOST KEY CHANGED for {hp}: it offered {(.get-name e.key)} {(_fingerprint e.key)}, "
-       f"but known_hosts has {(_fingerprint e.expected-key)}.\n"
+    (+ f"REMOTE HOST KEY CHANGED for {hp}: it offered {(.get-name e.key)} {e.key.fingerprint}, "
+       f"but known_hosts has {e.expected-key.fingerprint}.\n"
        "  Someone may be intercepting the connection, or the host was reinstalled.  "
        f"If you know why it changed, remove the old key: ssh-keygen -R '[{c.host}]:{c.port}' -f {kh}")
     (isinstance e paramiko.AuthenticationException)
