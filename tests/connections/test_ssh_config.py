@@ -15,7 +15,7 @@ from hy.models import Keyword as K
 from consfig.chain import close_chain, establish_chain, parse_chain
 from consfig.combinators import eseqprops
 from consfig.context import establishing_for
-from consfig.errors import ConnectionFailed
+from consfig.errors import ChainError, ConnectionFailed
 from consfig.host import make_host
 
 LAB_CONFIG = """Match exec "test -e {marker}"
@@ -70,6 +70,33 @@ def test_user_at_host_port_in_host_is_understood(sshlab):
         f.write(f"Host *\n    IdentityFile {sshlab.client_key}\n    IdentitiesOnly yes\n"
                 f"    UserKnownHostsFile {sshlab.known_hosts}\n")
     assert whoami_over(config, host) == sshlab.user
+
+
+def test_proxycommand_in_ssh_config_carries_the_connection(sshlab, tmp_path):
+    # The command relays its standard input and output to the lab's port
+    # (bash's /dev/tcp); it leaves a mark, so the test knows it carried it.
+    mark = tmp_path / "relayed"
+    config = sshlab.write_config(str(tmp_path / "config"), sshlab.port)
+    with open(config) as f:
+        text = f.read().replace(
+            "    ConnectTimeout 5\n",
+            "    ConnectTimeout 5\n"
+            f"    ProxyCommand bash -c 'touch {mark}; exec 3<>/dev/tcp/%h/%p; cat <&3 & exec cat >&3'\n")
+    with open(config, "w") as f:
+        f.write(text)
+    assert whoami_over(config, "lab") == sshlab.user
+    assert mark.exists(), "the connection went through the ProxyCommand"
+
+
+def test_a_user_given_in_host_and_as_user_is_refused_before_connecting(tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    chain = parse_chain([[K("ssh"), K("config"), str(config), K("host"), "deploy@db1.invalid",
+                          K("user"), "root"]])
+    with pytest.raises(ChainError, match=r'hop :ssh: :host "deploy@db1.invalid" gives the user, '
+                                         r"and so does :user; give it once"):
+        with establishing_for(make_host("db1.invalid", None, None, eseqprops())):
+            establish_chain(chain)
 
 
 def test_connect_timeout_in_ssh_config_bounds_a_connection_to_a_silent_port(sshlab, tmp_path):
