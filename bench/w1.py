@@ -220,7 +220,8 @@ def measure_cli(lab, site, runs, write_bytecode, against=()):
     cached: every module compiled every time, as on a machine that sets it
     and never wrote a cache).  AGAINST: other `consfig` commands (another
     install: the code before a change), each run in the same turns; their
-    medians follow."""
+    medians follow.  Each command's figure is a pair: the median wall time,
+    and the median CPU time the command's process used on the controller."""
     env = dict(os.environ)
     env.pop("PYTHONPYCACHEPREFIX", None)
     if write_bytecode:
@@ -232,22 +233,31 @@ def measure_cli(lab, site, runs, write_bytecode, against=()):
     for command in commands:  # converges, caches
         subprocess.run(command + ["deploy", "--consfig", site, "lab"], env=env, check=True,
                        capture_output=True)
-    floors, times = [], [[] for _ in commands]
+    floors, times, cpus = [], [[] for _ in commands], [[] for _ in commands]
     for _ in range(runs):
         started = time.perf_counter()
         subprocess.run(["ssh", "-F", lab.config, "lab", "sudo python3 -c pass"], check=True)
         floors.append(time.perf_counter() - started)
-        for command, whole in zip(commands, times):
-            started = time.perf_counter()
+        for command, whole, cpu in zip(commands, times, cpus):
+            started, used = time.perf_counter(), _children_cpu()
             r = subprocess.run(command + ["deploy", "--consfig", site, "lab"], env=env,
                                capture_output=True, text=True)
             whole.append(time.perf_counter() - started)
+            cpu.append(_children_cpu() - used)
             if r.returncode != 0 or "No changes" not in r.stdout:
                 raise SystemExit(f"{command[0]} deploy: exit {r.returncode}\n"
                                  f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
     if not write_bytecode:
         clear_bytecode(site)
-    return median(floors), *[median(t) for t in times]
+    return median(floors), *[(median(t), median(c)) for t, c in zip(times, cpus)]
+
+
+def _children_cpu():
+    """CPU seconds (user and system) of the child processes waited for so
+    far: what a command cost the controller, whatever else loads the machine."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def measure_process(lab, n, runs):
@@ -380,10 +390,14 @@ def main():
             lines.append(f"`consfig deploy` W1 N={sizes[0]} warm, whole process, floor measured in turn"
                          + ("" if write_bytecode else ", PYTHONDONTWRITEBYTECODE=1 (no bytecode cache)"))
             lines.append(f"  {'floor: ssh lab sudo python3 -c pass':<44} {cli_floor:7.3f} s")
-            lines.append(row("consfig deploy --consfig SITE lab", cli,
+            lines.append(row("consfig deploy --consfig SITE lab", cli[0],
                              cli_floor, 0.25 if write_bytecode else None))
             for command, other in zip(against, others):
-                lines.append(row(f"{command} deploy …", other, cli_floor, 0.25))
+                lines.append(row(f"{command} deploy …", other[0], cli_floor, 0.25))
+            if against:
+                lines.append(f"  {'controller CPU of consfig deploy (this one)':<44} {cli[1]:7.3f} s")
+                for command, other in zip(against, others):
+                    lines.append(f"  {'controller CPU of ' + command:<44} {other[1]:7.3f} s")
         if not args.no_posix:
             cold, warm, trips = measure_posix(posix_chain, 100, args.runs)
             lines.append("[[:ssh …] :sudo] (POSIX: every check and write a command), N=100")
