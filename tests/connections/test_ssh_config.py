@@ -88,6 +88,18 @@ def test_proxycommand_in_ssh_config_carries_the_connection(sshlab, tmp_path):
     assert mark.exists(), "the connection went through the ProxyCommand"
 
 
+def test_a_proxyjump_hosts_unknown_key_is_refused_naming_the_jump(sshlab, tmp_path):
+    # Fabric would open the jump with its AutoAddPolicy; the hop opens it
+    # itself, with the known_hosts check every :ssh connection has.
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    config = sshlab.write_config(str(tmp_path / "config"), sshlab.port, known_hosts=str(known))
+    with pytest.raises(ConnectionFailed,
+                       match=r"ssh lab-jump: through lab: the host key of \[127\.0\.0\.1\]:\d+ is not known"):
+        whoami_over(config, "lab-jump")
+    assert known.read_text() == ""
+
+
 def test_a_user_given_in_host_and_as_user_is_refused_before_connecting(tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text("")
