@@ -3,6 +3,7 @@ loopback SSH lab (tests/sshlab.py) as root.
 
     sudo python3 bench/w1.py [--runs 5] [--sizes 100,1000]
                              [--pyinfra /path/to/venv/bin/pyinfra]
+                             [--against /path/to/other/venv/bin/consfig]
 
 Measures, in one run against one sshd, the median over --runs of:
 
@@ -18,7 +19,9 @@ Measures, in one run against one sshd, the median over --runs of:
               next to a run of the floor: with Python's bytecode cache (as
               usual; the target: within 0.25 s of the floor) and with
               PYTHONDONTWRITEBYTECODE=1 and no cache (everything compiled
-              every time, as on a machine that sets it and never wrote one)
+              every time, as on a machine that sets it and never wrote one);
+              with --against, another install's command in the same turns
+              (the code before a change, beside the code after it)
   pyinfra     pyinfra 3.x, W1 N=100 warm, over the same server (if --pyinfra
               names its command: install it in a venv of its own, it is no
               dependency of consfig's)
@@ -209,13 +212,16 @@ def clear_bytecode(site):
                 shutil.rmtree(os.path.join(d, "__pycache__"), ignore_errors=True)
 
 
-def measure_cli(lab, site, runs, write_bytecode):
+def measure_cli(lab, site, runs, write_bytecode, against=()):
     """Whole-process `consfig deploy --consfig SITE lab` (W1 warm) and the
     floor, run in turns so that both see the same load: their medians.
     WRITE_BYTECODE: with PYTHONDONTWRITEBYTECODE unset (Python caches the
     compiled modules, the site consfig too, as usual) or set (nothing is
     cached: every module compiled every time, as on a machine that sets it
-    and never wrote a cache)."""
+    and never wrote a cache).  AGAINST: other `consfig` commands (another
+    install: the code before a change), each run in the same turns; their
+    medians follow.  Each command's figure is a pair: the median wall time,
+    and the median CPU time the command's process used on the controller."""
     env = dict(os.environ)
     env.pop("PYTHONPYCACHEPREFIX", None)
     if write_bytecode:
@@ -223,21 +229,35 @@ def measure_cli(lab, site, runs, write_bytecode):
     else:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     clear_bytecode(site)
-    argv = consfig_command() + ["deploy", "--consfig", site, "lab"]
-    subprocess.run(argv, env=env, check=True, capture_output=True)  # converges, caches
-    floors, whole = [], []
+    commands = [consfig_command(), *([c] for c in against)]
+    for command in commands:  # converges, caches
+        subprocess.run(command + ["deploy", "--consfig", site, "lab"], env=env, check=True,
+                       capture_output=True)
+    floors, times, cpus = [], [[] for _ in commands], [[] for _ in commands]
     for _ in range(runs):
         started = time.perf_counter()
         subprocess.run(["ssh", "-F", lab.config, "lab", "sudo python3 -c pass"], check=True)
         floors.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        r = subprocess.run(argv, env=env, capture_output=True, text=True)
-        whole.append(time.perf_counter() - started)
-        if r.returncode != 0 or "No changes" not in r.stdout:
-            raise SystemExit(f"consfig deploy: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+        for command, whole, cpu in zip(commands, times, cpus):
+            started, used = time.perf_counter(), _children_cpu()
+            r = subprocess.run(command + ["deploy", "--consfig", site, "lab"], env=env,
+                               capture_output=True, text=True)
+            whole.append(time.perf_counter() - started)
+            cpu.append(_children_cpu() - used)
+            if r.returncode != 0 or "No changes" not in r.stdout:
+                raise SystemExit(f"{command[0]} deploy: exit {r.returncode}\n"
+                                 f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
     if not write_bytecode:
         clear_bytecode(site)
-    return median(floors), median(whole)
+    return median(floors), *[(median(t), median(c)) for t, c in zip(times, cpus)]
+
+
+def _children_cpu():
+    """CPU seconds (user and system) of the child processes waited for so
+    far: what a command cost the controller, whatever else loads the machine."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def measure_process(lab, n, runs):
@@ -319,6 +339,9 @@ def main():
     ap.add_argument("--sizes", default="100,1000")
     ap.add_argument("--pyinfra", help="the pyinfra command (3.x) to compare with")
     ap.add_argument("--no-posix", action="store_true")
+    ap.add_argument("--against", action="append", default=[], metavar="CONSFIG",
+                    help="another install's consfig command, measured in turn with this one "
+                         "(whole process, bytecode cached): before and after a change")
     ap.add_argument("--cold-controller", action="store_true",
                     help="also measure one first-ever deploy with the controller's cache empty")
     args = ap.parse_args()
@@ -362,12 +385,19 @@ def main():
         lines.append(row(f"warm N={sizes[0]}, as a whole python3 process", process, base))
         site = write_site(os.path.join(workdir, "w1site.hy"), lab.config, sizes[0])
         for write_bytecode in [True, False]:
-            cli_floor, cli = measure_cli(lab, site, args.runs, write_bytecode)
+            against = args.against if write_bytecode else []
+            cli_floor, cli, *others = measure_cli(lab, site, args.runs, write_bytecode, against)
             lines.append(f"`consfig deploy` W1 N={sizes[0]} warm, whole process, floor measured in turn"
                          + ("" if write_bytecode else ", PYTHONDONTWRITEBYTECODE=1 (no bytecode cache)"))
             lines.append(f"  {'floor: ssh lab sudo python3 -c pass':<44} {cli_floor:7.3f} s")
-            lines.append(row("consfig deploy --consfig SITE lab", cli,
+            lines.append(row("consfig deploy --consfig SITE lab", cli[0],
                              cli_floor, 0.25 if write_bytecode else None))
+            for command, other in zip(against, others):
+                lines.append(row(f"{command} deploy …", other[0], cli_floor, 0.25))
+            if against:
+                lines.append(f"  {'controller CPU of consfig deploy (this one)':<44} {cli[1]:7.3f} s")
+                for command, other in zip(against, others):
+                    lines.append(f"  {'controller CPU of ' + command:<44} {other[1]:7.3f} s")
         if not args.no_posix:
             cold, warm, trips = measure_posix(posix_chain, 100, args.runs)
             lines.append("[[:ssh …] :sudo] (POSIX: every check and write a command), N=100")

@@ -1,27 +1,27 @@
 "The `:ssh` hop: run scripts on another machine over one SSH connection.
 
-`[:ssh :host \"db1\" :user \"deploy\"]` opens one SSH connection, with
-paramiko, when the chain is established and runs every script of the
-deployment on its own channel of that connection.  The host defaults to the
-hostname of the host being deployed.  `~/.ssh/config` (or the file `:config`
-names) supplies HostName, Port, User, IdentityFile, ProxyJump, ProxyCommand,
-ConnectTimeout, ServerAliveInterval/CountMax, UserKnownHostsFile and
-StrictHostKeyChecking, as it would for ssh(1); hop arguments win over it.
+`[:ssh :host \"db1\" :user \"deploy\"]` opens one SSH connection, a
+`fabric.Connection`, when the chain is established and runs every script of
+the deployment on its own channel of the paramiko transport it opens.  The
+host defaults to the hostname of the host being deployed.  Fabric works out
+where and as whom to connect, as ssh(1) would: the hop's arguments,
+`user@host:port`, then `~/.ssh/config` (or the file `:config` names) with its
+HostName, Port, User, IdentityFile, ProxyJump, ProxyCommand, ConnectTimeout
+and `Match exec`.  consfig adds what Fabric leaves out: known_hosts and
+StrictHostKeyChecking, IdentitiesOnly, ServerAliveInterval/CountMax, and
+timeouts on every wait.
 
-An `:ssh` hop after another one connects through it (a `direct-tcpip`
-channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
+An `:ssh` hop after another one connects through it (Fabric's gateway, a
+`direct-tcpip` channel, as `ssh -J` does):
+`[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`.  `connect-over` turns a
+`fabric.Connection` a user already has into the same kind of hop (the
+`:fabric` hop)."
 
-(import base64
-        getpass
-        hashlib
-        io
-        os
+(import os
         os.path
-        re
         select
         shlex
         socket
-        sys
         threading
         time
         consfig.errors [ChainError CommandTimedOut ConnectionFailed]
@@ -39,49 +39,28 @@ channel, as `ssh -J` does): `[[:ssh :host \"bastion\"] [:ssh :host \"db1\"]]`."
 ;; exit-signal, which paramiko ignores, leaving only "exit code -1".
 (setv _REPORT-SIGNAL "/bin/sh -c \"$1\"; exit $?")
 
-(defn _fingerprint [key]
-  (+ "SHA256:" (.decode (.rstrip (base64.b64encode (.digest (hashlib.sha256 (.asbytes key))))
-                                 b"=")
-                        "ascii")))
-
-(setv paramiko None
+(setv fabric None
+      paramiko None
       _UnknownHostKey None
       _HostKeyPolicy None)
 
 (defn _import-ssh-libraries []
-  ;; paramiko takes a tenth of a second to import: a chain is parsed and
-  ;; checked without it, and only a deployment that connects over :ssh
-  ;; pays for it.
-  (global paramiko _UnknownHostKey _HostKeyPolicy)
-  (when (is paramiko None)
-    (setv pm (_import-paramiko)
-          #(_UnknownHostKey _HostKeyPolicy) (_host-key-classes pm)
-          paramiko pm)
+  ;; Fabric, paramiko and invoke take a tenth of a second or more to
+  ;; import: a chain is parsed and checked without them, and only a
+  ;; deployment that connects over :ssh pays for them.
+  (global fabric paramiko _UnknownHostKey _HostKeyPolicy)
+  (when (is fabric None)
+    (import fabric :as fab
+            paramiko :as pm)
+    (setv #(_UnknownHostKey _HostKeyPolicy) (_host-key-classes pm)
+          paramiko pm
+          fabric fab)
     ;; A dropped connection is reported in consfig's words, where it
     ;; matters; without a handler of its own, paramiko's log would reach
     ;; Python's last resort and print "Socket exception: …" whenever it
     ;; happens (an idle connection the REPL keeps, dying).
     (import logging)
     (.addHandler (logging.getLogger "paramiko") (logging.NullHandler))))
-
-(defn _import-paramiko []
-  ;; paramiko imports invoke, which is half of its import time, only to run
-  ;; the commands of ssh_config's `Match exec`: it is imported without it,
-  ;; and `_ssh-config` hands it over when a configuration uses that.
-  (when (in "invoke" sys.modules)
-    (import paramiko)
-    (return paramiko))
-  (setv (get sys.modules "invoke") None)
-  (try
-    (import paramiko)
-    (except [ImportError]
-      ;; A paramiko that cannot do without: let it have invoke.
-      (del (get sys.modules "invoke"))
-      (import paramiko))
-    (finally
-      (when (is (.get sys.modules "invoke" False) None)
-        (del (get sys.modules "invoke")))))
-  paramiko)
 
 (defn _host-key-classes [paramiko]
   (defclass _UnknownHostKey [paramiko.SSHException]
@@ -104,7 +83,7 @@ paramiko does that before asking a policy."
         (and (= self.mode "accept-new") self.known-hosts-file)
         (do (os.makedirs (os.path.dirname self.known-hosts-file) :mode 0o700 :exist-ok True)
             (with [f (open self.known-hosts-file "a")]
-              (.write f f"{hostname} {(.get-name key)} {(.get-base64 key)}\n")))
+              (.write f (.to-line (paramiko.hostkeys.HostKeyEntry [hostname] key)))))
         True (raise (_UnknownHostKey hostname key)))))
   #(_UnknownHostKey _HostKeyPolicy))
 
@@ -119,37 +98,21 @@ paramiko does that before asking a policy."
         ;; `ask` would need a terminal we may not have: treat it as `yes`.
         True "yes"))
 
-(defn _known-hosts-files [ssh-config]
-  (setv user (lfor p (.split (.get ssh-config "userknownhostsfile"
-                                   "~/.ssh/known_hosts ~/.ssh/known_hosts2"))
-                   (os.path.expanduser p))
-        global (lfor p (.split (.get ssh-config "globalknownhostsfile"
-                                     "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"))
-                     (os.path.expanduser p)))
-  #(user global))
-
-(defn _parse-jump [spec]
-  "`user@host:port` → #(host user port)."
-  (setv #(user _ hostport) (.rpartition spec "@")
-        #(host port) #(hostport None))
-  (when (and (.count hostport ":") (= (.count hostport ":") 1))
-    (setv #(host port) (.split hostport ":")
-          port (int port)))
-  #(host (or user None) port))
-
 (defclass SSHConnection [Connection]
   "Scripts run on their own channel of one SSH connection, as
 `exec /bin/sh -c SCRIPT` whatever the user's login shell."
   (setv hop-name "ssh")
 
-  (defn __init__ [self upstream target alias * [jumps None]
+  (defn __init__ [self upstream fabric-connection alias * [owned None]
                   [command-timeout None] [alive-interval DEFAULT-ALIVE-INTERVAL]
                   [alive-count DEFAULT-ALIVE-COUNT] [channel-timeout DEFAULT-CONNECT-TIMEOUT]]
     (.__init__ (super) upstream)
-    (setv self.target target
-          self.transport target.transport
+    ;; OWNED: the fabric Connections this hop opened and closes, its
+    ;; ProxyJump gateways and FABRIC-CONNECTION itself; not one it was given.
+    (setv self.fabric fabric-connection
+          self.transport fabric-connection.transport
           self.alias alias
-          self.jumps (or jumps [])
+          self.owned (or owned [])
           self.command-timeout command-timeout
           self.alive-interval alive-interval
           self.alive-count alive-count
@@ -157,7 +120,7 @@ paramiko does that before asking a policy."
           self._probe None
           self._last-alive (time.monotonic)))
 
-  (defn describe [self] f"ssh:{self.target.user}@{self.alias}")
+  (defn describe [self] f"ssh:{self.fabric.user}@{self.alias}")
 
   (defn _lost [self [why None]]
     (ConnectionFailed (+ "the SSH connection was lost"
@@ -243,9 +206,8 @@ interval × count seconds means the connection is dead, whatever TCP thinks."
     (SSHProcess chan self.where))
 
   (defn close [self]
-    (.close self.target)
-    (for [j (reversed self.jumps)]
-      (.close j))))
+    (for [c (reversed self.owned)]
+      (.close c))))
 
 (defclass SSHProcess []
   "A command running on a channel of its own: see `Connection.start-process`."
@@ -306,61 +268,40 @@ this one; closing the channel gives whatever is left end of file."
     (.shutdown-write chan)
     (except [Exception] None)))
 
-(defn _connect-error [e alias host port user connect-timeout known-hosts]
-  "A sysadmin's account of why connecting failed."
-  (setv hp f"{host}:{port}"
+(defn _connect-error [e c known-hosts]
+  "A sysadmin's account of why connecting with the fabric Connection C failed."
+  (setv hp f"{c.host}:{c.port}"
+        timeout c.connect-timeout
         kh (if known-hosts (get known-hosts 0) "~/.ssh/known_hosts"))
   (cond
     (isinstance e _UnknownHostKey)
-    (+ f"the host key of {e.hostname} is not known ({(.get-name e.key)} {(_fingerprint e.key)}).\n"
-       f"  If that fingerprint is right, add it to {kh} (ssh-keyscan -p {port} {host} >> {kh}), "
+    (+ f"the host key of {e.hostname} is not known ({(.get-name e.key)} {e.key.fingerprint}).\n"
+       f"  If that fingerprint is right, add it to {kh} (ssh-keyscan -p {c.port} {c.host} >> {kh}), "
        "or connect once with ssh(1); or give the hop :strict-host-key-checking \"accept-new\".")
     (isinstance e paramiko.BadHostKeyException)
-    (+ f"REMOTE HOST KEY CHANGED for {hp}: it offered {(.get-name e.key)} {(_fingerprint e.key)}, "
-       f"but known_hosts has {(_fingerprint e.expected-key)}.\n"
+    (+ f"REMOTE HOST KEY CHANGED for {hp}: it offered {(.get-name e.key)} {e.key.fingerprint}, "
+       f"but known_hosts has {e.expected-key.fingerprint}.\n"
        "  Someone may be intercepting the connection, or the host was reinstalled.  "
-       f"If you know why it changed, remove the old key: ssh-keygen -R '[{host}]:{port}' -f {kh}")
+       f"If you know why it changed, remove the old key: ssh-keygen -R '[{c.host}]:{c.port}' -f {kh}")
     (isinstance e paramiko.AuthenticationException)
-    f"authentication failed for {user}@{hp}: none of the keys or agent identities offered was accepted ({e})"
+    f"authentication failed for {c.user}@{hp}: none of the keys or agent identities offered was accepted ({e})"
     (isinstance e paramiko.ssh-exception.NoValidConnectionsError)
     f"connection refused by {hp}: is sshd running there, on that port?"
     (isinstance e socket.gaierror)
-    f"cannot resolve host name {host}: {e.strerror}"
+    f"cannot resolve host name {c.host}: {e.strerror}"
     (isinstance e #(socket.timeout TimeoutError))
-    f"timed out after {connect-timeout} s connecting to {hp}"
+    f"timed out after {timeout} s connecting to {hp}"
     ;; paramiko reports a missing greeting as "No existing session" when it
     ;; goes on to authenticate regardless.
     (and (isinstance e paramiko.SSHException)
          (or (in "banner" (str e)) (in "No existing session" (str e))))
-    (+ f"{hp} accepted the connection but sent no SSH greeting within {connect-timeout} s "
+    (+ f"{hp} accepted the connection but sent no SSH greeting within {timeout} s "
        "(is an SSH server listening there?)")
+    (isinstance e paramiko.ChannelException)
+    f"the jump host could not open a connection to {hp}: {e.text}"
     (isinstance e ConnectionRefusedError)
     f"connection refused by {hp}"
     True f"cannot connect to {hp}: {(. (type e) __name__)}: {e}"))
-
-(defn _ssh-config [config]
-  ;; The file CONFIG names, or ~/.ssh/config then /etc/ssh/ssh_config, as
-  ;; ssh(1) reads them: the first value found for a keyword wins.
-  (setv parsed (paramiko.SSHConfig)
-        paths (if config [(os.path.expanduser config)]
-                  (lfor p ["~/.ssh/config" "/etc/ssh/ssh_config"] (os.path.expanduser p))))
-  (for [path paths]
-    (try
-      (with [f (open path)]
-        (setv text (.read f)))
-      (except [e OSError]
-        (when config
-          (raise (ConnectionFailed f"cannot read SSH config {config}: {e.strerror}") :from e))
-        (continue)))
-    (when (re.search r"(?im)^\s*match\b.*\bexec\b" text)
-      (_let-paramiko-run-commands))
-    (.parse parsed (io.StringIO text)))
-  parsed)
-
-(defn _let-paramiko-run-commands []
-  ;; `Match exec` runs a command, which paramiko does with invoke.
-  (import invoke paramiko.config)
-  (setv paramiko.config.invoke invoke))
 
 (defn _check-upstream [upstream alias]
   (when (not alias)
@@ -369,87 +310,121 @@ this one; closing the channel gives whatever is left end of file."
     (raise (ChainError (+ f":ssh can follow :local or another :ssh hop, not {upstream.where}; "
                           "put the :ssh hops first in the chain")))))
 
-(defclass _Target []
-  "Where and as whom to connect, worked out as ssh(1) would from the
-ssh_config and the hop's arguments, which win; and the paramiko client."
-  (defn __init__ [self alias user port config timeout]
-    (setv #(host alias-user alias-port) (_parse-jump alias)
-          self.ssh-config (.lookup (_ssh-config config) host)
-          self.host (.get self.ssh-config "hostname" host)
-          self.user (or user alias-user (.get self.ssh-config "user") (getpass.getuser))
-          self.port (or port alias-port (int (.get self.ssh-config "port" 22)))
-          self.connect-timeout (int (or timeout DEFAULT-CONNECT-TIMEOUT))
-          self.connect-kwargs {}
-          self.client (paramiko.SSHClient)
-          self.transport None)
-    (when (.get self.ssh-config "identityfile")
-      (setv (get self.connect-kwargs "key_filename") (list (get self.ssh-config "identityfile")))))
-  (defn open [self]
-    (.connect self.client :hostname self.host :port self.port :username self.user
-              :timeout self.connect-timeout #** self.connect-kwargs)
-    (setv self.transport (.get-transport self.client)))
-  (defn close [self]
-    (.close self.client)))
+(defn _fabric-config [config]
+  ;; ~/.ssh/config and /etc/ssh/ssh_config, or only the file CONFIG names,
+  ;; as `ssh -F` reads it; and Fabric's own configuration files.
+  (try
+    (fabric.Config :runtime-ssh-path (when config (os.path.expanduser config)))
+    (except [e OSError]
+      (raise (ConnectionFailed f"cannot read SSH config {config}: {e.strerror}") :from e))))
 
-(defn _trust-host-keys [dest strict-host-key-checking]
-  "Load known_hosts into DEST's client and set the policy for unknown keys;
-return the user's known_hosts files (the first is where keys are added)."
-  (setv #(user-kh global-kh) (_known-hosts-files dest.ssh-config)
-        client dest.client)
+(defn _fabric-connection [alias user port config timeout identity via]
+  "The fabric Connection to ALIAS, not yet open.  Fabric works out the host,
+port, user, keys, ConnectTimeout and gateway from the hop's arguments,
+`user@host:port` and ssh_config; VIA, an `SSHConnection`, is the gateway
+instead of ssh_config's."
+  (try
+    (setv c (fabric.Connection alias :user user :port port :config (_fabric-config config)
+                               :connect-timeout timeout
+                               :gateway (when via via.fabric)))
+    (except [e ValueError]
+      ;; Fabric refuses a user or port given twice.
+      (setv what (if (in "port" (str e)) "port" "user"))
+      (raise (ChainError (+ f"hop :ssh: :host {(hy.repr alias)} gives the {what}, "
+                            f"and so does :{what}; give it once"))
+             :from None)))
+  (when identity
+    ;; Instead of ssh_config's IdentityFile, to which Fabric would add them.
+    (setv (get c.connect-kwargs "key_filename") (lfor i identity (os.path.expanduser i))))
+  c)
+
+(defn _known-hosts-files [ssh-config]
+  (setv user (lfor p (.split (.get ssh-config "userknownhostsfile"
+                                   "~/.ssh/known_hosts ~/.ssh/known_hosts2"))
+                   (os.path.expanduser p))
+        global (lfor p (.split (.get ssh-config "globalknownhostsfile"
+                                     "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"))
+                     (os.path.expanduser p)))
+  #(user global))
+
+(defn _trust-host-keys [c strict-host-key-checking]
+  "Load known_hosts into the client of the fabric Connection C and set the
+policy for unknown keys, in place of Fabric's, which adds any key; return
+the user's known_hosts files (the first is where keys are added)."
+  (setv #(user-kh global-kh) (_known-hosts-files c.ssh-config))
   (for [f [#* global-kh #* user-kh]]
-    (when (os.path.exists f) (.load-system-host-keys client f)))
+    (when (os.path.exists f) (.load-system-host-keys c.client f)))
   (.set-missing-host-key-policy
-    client (_HostKeyPolicy (_strictness strict-host-key-checking dest.ssh-config)
-                           (when user-kh (get user-kh 0))))
+    c.client (_HostKeyPolicy (_strictness strict-host-key-checking c.ssh-config)
+                             (when user-kh (get user-kh 0))))
   user-kh)
 
-(defn _set-authentication [dest identity]
-  (.update dest.connect-kwargs {"banner_timeout" dest.connect-timeout
-                                "auth_timeout" dest.connect-timeout})
-  (when identity
-    (setv (get dest.connect-kwargs "key_filename")
-          (lfor i (if (isinstance identity str) [identity] identity) (os.path.expanduser i))))
-  (when (= (.lower (.get dest.ssh-config "identitiesonly" "no")) "yes")
-    (setv (get dest.connect-kwargs "allow_agent") False
-          (get dest.connect-kwargs "look_for_keys") False)))
+(defn _prepare [c strict-host-key-checking timeout]
+  "Add to the fabric Connection C what Fabric leaves out: a bound on every
+wait of connecting (ConnectTimeout, else TIMEOUT, else 30 s, for the TCP
+connection, the greeting, authentication and channels to a jump's next
+host), IdentitiesOnly, and host keys checked.  Return C's known_hosts files."
+  (when (is c.connect-timeout None)
+    (setv c.connect-timeout (int (or timeout DEFAULT-CONNECT-TIMEOUT))))
+  (for [k ["banner_timeout" "auth_timeout" "channel_timeout"]]
+    (.setdefault c.connect-kwargs k c.connect-timeout))
+  (when (= (.lower (.get c.ssh-config "identitiesonly" "no")) "yes")
+    (.update c.connect-kwargs {"allow_agent" False "look_for_keys" False}))
+  (_trust-host-keys c strict-host-key-checking))
 
-(defn _configured? [ssh-config key]
-  (and (in key ssh-config) (!= (.lower (get ssh-config key)) "none")))
+(defn _unopened [c]
+  "The fabric Connection C and the ProxyJump gateways it goes through that
+are not open yet, the one to open first first."
+  (setv out [])
+  (while (and (isinstance c fabric.Connection) (not c.is-connected))
+    (.insert out 0 c)
+    (setv c c.gateway))
+  out)
 
-(defn _open-jumps [dest upstream jumps config timeout strict-host-key-checking]
-  "The `SSHConnection` to tunnel through: the upstream :ssh hop, or the last
-of the ProxyJump hosts, connected one through the other and appended to
-JUMPS; None to connect directly."
-  (cond
-    (isinstance upstream SSHConnection) upstream
-    (_configured? dest.ssh-config "proxyjump")
-    (do (for [j (.split (get dest.ssh-config "proxyjump") ",")]
-          (setv #(jh ju jp) (_parse-jump (.strip j)))
-          (.append jumps (connect (if jumps (get jumps -1) upstream)
-                                  :host jh :user ju :port jp :config config
-                                  :timeout timeout
-                                  :strict-host-key-checking strict-host-key-checking)))
-        (get jumps -1))
-    True None))
+(defn _open [c target alias known-hosts upstream]
+  (try
+    (.open c)
+    (except [e Exception]
+      (.close c.client)
+      (raise (ConnectionFailed (+ f"ssh {alias}: "
+                                  (if (is c target) "" f"through {c.original-host}: ")
+                                  (_connect-error e c known-hosts))
+                               upstream.where)
+             :from e))))
 
-(defn _set-socket [dest via]
-  (cond
-    via
-    (setv (get dest.connect-kwargs "sock")
-          (.open-channel via.transport "direct-tcpip" #(dest.host dest.port) #("" 0)
-                         :timeout dest.connect-timeout))
-    (_configured? dest.ssh-config "proxycommand")
-    (setv (get dest.connect-kwargs "sock") (paramiko.ProxyCommand (get dest.ssh-config "proxycommand")))))
+(defn _alive-interval [c]
+  (or (int (.get c.ssh-config "serveraliveinterval" 0)) DEFAULT-ALIVE-INTERVAL))
 
-(defn _tune-transport [dest]
-  "Set TCP_NODELAY and the keepalive; return the keepalive interval."
+(defn _tune-transport [c]
+  "Set TCP_NODELAY and the keepalive on the transport of the open C."
   ;; Every command is a few small round trips; without TCP_NODELAY, Nagle's
   ;; algorithm and delayed ACKs add 40 ms to each.
-  (when (isinstance dest.transport.sock socket.socket)
-    (.setsockopt dest.transport.sock socket.IPPROTO_TCP socket.TCP_NODELAY 1))
-  (setv interval (or (int (.get dest.ssh-config "serveraliveinterval" 0)) DEFAULT-ALIVE-INTERVAL))
-  (.set-keepalive dest.transport interval)
-  interval)
+  (when (isinstance c.transport.sock socket.socket)
+    (.setsockopt c.transport.sock socket.IPPROTO_TCP socket.TCP_NODELAY 1))
+  (.set-keepalive c.transport (_alive-interval c)))
+
+(defn connect-over [upstream c alias * [own True] [timeout None]
+                    [strict-host-key-checking None] [command-timeout None]]
+  "The `SSHConnection` over the fabric Connection C, named ALIAS in
+messages: C is opened, with the gateways it goes through, unless it is open
+already.  OWN: the hop closes what it opened when it closes; else they are
+left open, for their owner."
+  (_import-ssh-libraries)
+  (setv opened [])
+  (try
+    (for [x (_unopened c)]
+      (_open x c alias (_prepare x strict-host-key-checking timeout) upstream)
+      (.append opened x))
+    (except [BaseException]
+      (for [x (reversed opened)] (.close x))
+      (raise)))
+  (for [x (or opened [c])] (_tune-transport x))
+  (SSHConnection upstream c alias
+                 :owned (if own opened [])
+                 :command-timeout command-timeout
+                 :alive-interval (_alive-interval c)
+                 :alive-count (int (.get c.ssh-config "serveralivecountmax" DEFAULT-ALIVE-COUNT))
+                 :channel-timeout (or c.connect-timeout DEFAULT-CONNECT-TIMEOUT)))
 
 (defn connect [upstream * [host None] [user None] [port None] [config None] [identity None]
                [timeout None] [strict-host-key-checking None] [command-timeout None]]
@@ -457,29 +432,13 @@ JUMPS; None to connect directly."
   (setv alias (or host (get-hostname)))
   (_check-upstream upstream alias)
   (_import-ssh-libraries)
-  (setv dest (_Target alias user port config timeout)
-        user-kh (_trust-host-keys dest strict-host-key-checking)
-        jumps [])
-  (_set-authentication dest identity)
-  (try
-    (_set-socket dest (_open-jumps dest upstream jumps config timeout strict-host-key-checking))
-    (.open dest)
-    (except [e Exception]
-      (.close dest)
-      (for [j (reversed jumps)] (.close j))
-      (when (isinstance e #(ConnectionFailed ChainError)) (raise))
-      (raise (ConnectionFailed (+ f"ssh {alias}: "
-                                  (_connect-error e alias dest.host dest.port dest.user
-                                                  dest.connect-timeout user-kh))
-                               upstream.where)
-             :from e)))
-  (setv interval (_tune-transport dest))
-  (SSHConnection upstream dest alias
-                 :jumps jumps
-                 :command-timeout command-timeout
-                 :alive-interval interval
-                 :alive-count (int (.get dest.ssh-config "serveralivecountmax" DEFAULT-ALIVE-COUNT))
-                 :channel-timeout dest.connect-timeout))
+  (connect-over upstream
+                (_fabric-connection alias user port config timeout identity
+                                    (when (isinstance upstream SSHConnection) upstream))
+                alias
+                :timeout timeout
+                :strict-host-key-checking strict-host-key-checking
+                :command-timeout command-timeout))
 
 (setv HOP (Hop "ssh" {"host" STRING "user" STRING "port" PORT "config" STRING
                       "identity" STRINGS "timeout" SECONDS
@@ -487,4 +446,4 @@ JUMPS; None to connect directly."
                       "command-timeout" SECONDS}
                connect))
 
-(export :objects [SSHConnection SSHProcess HOP connect])
+(export :objects [SSHConnection SSHProcess HOP connect connect-over])

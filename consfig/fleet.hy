@@ -268,11 +268,13 @@ deployment's cache with."
 
 (defn deploy-hosts* [chain hosts * [propspec None] [additional None] [sink None]
                      [verbosity 0] [unapply False] [check False] [diff False]
-                     [jobs None] [max-fail None] [serial None]]
+                     [jobs None] [max-fail None] [serial None] [chains None]]
   "Deploy HOSTS (Hosts or hostnames) concurrently, each over CHAIN (its own
 default chain when None), and return their `Outcome`s in HOSTS' order (None
-for a host not started).  JOBS hosts are deployed at once (default: as many
-as there are hosts, at most 10; 1 is one after another).  MAX-FAIL (N, or
+for a host not started).  CHAINS, a list as long as HOSTS, gives each host
+a chain of its own instead (the connections of a Fabric group).  JOBS hosts
+are deployed at once (default: as many as there are hosts, at most 10; 1 is
+one after another).  MAX-FAIL (N, or
 \"N%\" of the hosts) stops starting hosts once that many have failed;
 SERIAL (N or \"N%\") deploys them in batches of that many, each batch
 finishing before the next starts.  The other arguments are `deploy*`'s.
@@ -283,8 +285,9 @@ asked for once, before the hosts start.  A host whose chain cannot be
 established fails on its own; the others carry on."
   (setv deployments (with [_ (site-facts-scope)]
                       ;; Every host's hostattrs computed once, however many read them.
-                      (lfor h hosts (prepare-deployment chain h :propspec propspec
-                                                        :additional additional)))
+                      (lfor [h c] (zip hosts (or chains (* [chain] (len hosts))))
+                            (prepare-deployment c h :propspec propspec
+                                                :additional additional)))
         n (len deployments)
         jobs (if (is jobs None) (max 1 (min DEFAULT-JOBS n)) (parse-count jobs n "--jobs"))
         max-fail (parse-count max-fail n "--max-fail")

@@ -1,9 +1,13 @@
-"""The :ssh hop without Fabric: what it reads of ssh_config, and what a
-controller imports for it."""
+"""The :ssh hop on Fabric: what it takes from ssh_config through Fabric and
+paramiko, and what a controller imports for it."""
 
 import os
+import socket
 import subprocess
 import sys
+import time
+
+import pytest
 
 import hy  # noqa: F401
 from hy.models import Keyword as K
@@ -11,6 +15,7 @@ from hy.models import Keyword as K
 from consfig.chain import close_chain, establish_chain, parse_chain
 from consfig.combinators import eseqprops
 from consfig.context import establishing_for
+from consfig.errors import ChainError, ConnectionFailed
 from consfig.host import make_host
 
 LAB_CONFIG = """Match exec "test -e {marker}"
@@ -42,9 +47,8 @@ print(whoami_over({config!r}, {host!r}))
 
 
 def test_match_exec_in_ssh_config_is_honoured(sshlab, tmp_path):
-    # paramiko runs Match exec's command with invoke, which consfig does
-    # not import unless a configuration needs it.  (In a process of its own:
-    # invoke reads the standard input, which pytest refuses.)
+    # paramiko runs Match exec's command with invoke.  (In a process of its
+    # own: invoke reads the standard input, which pytest refuses.)
     marker = tmp_path / "marker"
     marker.write_text("")
     config = tmp_path / "ssh_config"
@@ -68,20 +72,79 @@ def test_user_at_host_port_in_host_is_understood(sshlab):
     assert whoami_over(config, host) == sshlab.user
 
 
+def test_proxycommand_in_ssh_config_carries_the_connection(sshlab, tmp_path):
+    # The command relays its standard input and output to the lab's port
+    # (bash's /dev/tcp); it leaves a mark, so the test knows it carried it.
+    mark = tmp_path / "relayed"
+    config = sshlab.write_config(str(tmp_path / "config"), sshlab.port)
+    with open(config) as f:
+        text = f.read().replace(
+            "    ConnectTimeout 5\n",
+            "    ConnectTimeout 5\n"
+            f"    ProxyCommand bash -c 'touch {mark}; exec 3<>/dev/tcp/%h/%p; cat <&3 & exec cat >&3'\n")
+    with open(config, "w") as f:
+        f.write(text)
+    assert whoami_over(config, "lab") == sshlab.user
+    assert mark.exists(), "the connection went through the ProxyCommand"
+
+
+def test_a_proxyjump_hosts_unknown_key_is_refused_naming_the_jump(sshlab, tmp_path):
+    # Fabric would open the jump with its AutoAddPolicy; the hop opens it
+    # itself, with the known_hosts check every :ssh connection has.
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    config = sshlab.write_config(str(tmp_path / "config"), sshlab.port, known_hosts=str(known))
+    with pytest.raises(ConnectionFailed,
+                       match=r"ssh lab-jump: through lab: the host key of \[127\.0\.0\.1\]:\d+ is not known"):
+        whoami_over(config, "lab-jump")
+    assert known.read_text() == ""
+
+
+def test_a_user_given_in_host_and_as_user_is_refused_before_connecting(tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    chain = parse_chain([[K("ssh"), K("config"), str(config), K("host"), "deploy@db1.invalid",
+                          K("user"), "root"]])
+    with pytest.raises(ChainError, match=r'hop :ssh: :host "deploy@db1.invalid" gives the user, '
+                                         r"and so does :user; give it once"):
+        with establishing_for(make_host("db1.invalid", None, None, eseqprops())):
+            establish_chain(chain)
+
+
+def test_connect_timeout_in_ssh_config_bounds_a_connection_to_a_silent_port(sshlab, tmp_path):
+    # A listening socket whose accept queue is full drops every further
+    # SYN: the port is blackholed, and only a timeout ends the connect.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        filler = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            config = sshlab.write_config(str(tmp_path / "config"), port)
+            with open(config) as f:
+                text = f.read().replace("ConnectTimeout 5", "ConnectTimeout 2")
+            with open(config, "w") as f:
+                f.write(text)
+            started = time.monotonic()
+            with pytest.raises(ConnectionFailed, match=rf"timed out after 2 s connecting to 127\.0\.0\.1:{port}"):
+                whoami_over(config, "lab")
+            took = time.monotonic() - started
+        finally:
+            filler.close()
+    assert 1.5 < took < 6, f"gave up after {took:.1f} s, not ConnectTimeout's 2 s"
+
+
 CHILD = """
 import sys, hy
 from hy.models import Keyword as K
 from consfig.chain import parse_chain
 parse_chain([[K("ssh"), K("host"), "db1.example.org"], K("sudo"), K("python")])
 import consfig.connections.ssh as ssh
-before = sorted(m for m in ("paramiko", "fabric", "invoke") if m in sys.modules)
-ssh._import_ssh_libraries()
-after = sorted(m for m in ("fabric", "invoke") if m in sys.modules)
-print(before, after)
+print(sorted(m for m in ("paramiko", "fabric", "invoke") if m in sys.modules))
 """
 
 
-def test_parsing_an_ssh_chain_imports_no_ssh_library_and_connecting_no_fabric_or_invoke():
+def test_parsing_an_ssh_chain_imports_no_ssh_library():
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split("\n")[0]
-    assert out == "[] []", out
+    assert out == "[]", out
