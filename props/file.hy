@@ -61,10 +61,10 @@ unchanged, as is every line the property has no business with."
 one dict; None when nothing is."
   (cond (and (= (len pairs) 1) (isinstance (get pairs 0) dict)) None
         (% (len pairs) 2) f"expected alternating keys and values, got {(show (list pairs))}"
-        True (for [k (cut pairs 0 None 2)]
-               (when (not (.accepts key-type k))
-                 (return (+ "each key " (.explain key-type k))))))
-  None)
+        True (do (for [k (cut pairs 0 None 2)]
+                   (when (not (.accepts key-type k))
+                     (return (+ "each key " (.explain key-type k)))))
+                 None)))
 
 (defn _lines [xs]
   "Lines given as strings (possibly several lines each) or lists of them."
