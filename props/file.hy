@@ -625,13 +625,21 @@ no line are appended."
   (:desc f"{path} has {(describe-pairs pairs " ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) _SPACE-KV _space-kv _strip-eq)))
 
+(setv _EQUALS-KV (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$"))
+
+(defn _equals-kv [k v sep] (+ k (or sep " = ") v))
+
+(defn conf-equals-text [old wanted]
+  "OLD, the text of a `key = value` config file, with WANTED (a dict of
+`(None, key) → value`) set as `contains-conf-equals` sets them."
+  (_simple-conf-text old wanted _EQUALS-KV _equals-kv _strip-eq))
+
 (defprop contains-conf-equals :posix [#^ abs-path path #^ conf-pair #* pairs]
   "Like `contains-conf-space`, for a config file of `key = value` lines."
   (:simulates True)
   (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
   (:desc f"{path} has {(describe-pairs pairs " = ")}")
-  (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$")
-                               (fn [k v sep] (+ k (or sep " = ") v)) _strip-eq)))
+  (:apply (_simple-conf-update path (conf-pairs pairs) _EQUALS-KV _equals-kv _strip-eq)))
 
 (defn _shell-same? [raw v]
   (try (= (shlex.split raw :comments True) [v])
@@ -1036,6 +1044,6 @@ the diffs of the first 20 files that would change are shown (files up to
                   data-cache-purged install-data
                   contains-conf-space contains-conf-equals contains-conf-shell
                   contains-ini-settings update-file map-file-lines read-bytes read-text
-                  content->bytes add-lines conf-space-text conf-pairs
+                  content->bytes add-lines conf-space-text conf-equals-text conf-pairs
                   describe-pairs pairs-problem conf-key conf-value conf-pair
                   remove-lines])
