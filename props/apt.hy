@@ -30,7 +30,7 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
         consfig.engine [Drift WOULD-CHANGE checking? inform report-output]
         consfig.errors [CommandFailed FailedChange]
         consfig.host [push-hostattr get-hostattr get-hostattrs]
-        consfig.props.file [update-file]
+        consfig.props.file [combined-results update-file]
         consfig.props.os [required isa?]
         consfig.props.service :as service
         consfig.types *)
@@ -392,19 +392,12 @@ indexes stale (see the module's documentation)."
       (inapplicable "apt.standard-sources-list needs the host's Debian suite")))
   (:simulates True)
   (:apply
-    (_combined [(_write-sources SOURCES-FILE
+    (combined-results [(_write-sources SOURCES-FILE
                                 (standard-sources (get-hostattr "os") (get-mirrors)
                                                   (list components) deb-src))
                 (if (remote-exists? SOURCES-LIST)
                     (_write-sources SOURCES-LIST SOURCES-LIST-POINTER)
                     NO-CHANGE)])))
-
-(defn _combined [results]
-  ;; The result of a property that made several changes, any of which may
-  ;; have been nothing, or (in check mode) only said.
-  (cond (all (gfor r results (= r NO-CHANGE))) NO-CHANGE
-        (in WOULD-CHANGE results) WOULD-CHANGE
-        True None))
 
 (defn _write-sources [path text]
   ;; A file of apt's sources or keys, world-readable as apt wants it; a
@@ -529,7 +522,7 @@ archive.  Unapplying removes it."
   (:simulates True)
   (:apply
     (when (not (checking?)) (run "mkdir" "-p" "-m" "755" "--" KEYRINGS))
-    (_combined [(_write-sources (keyring-path name key)
+    (combined-results [(_write-sources (keyring-path name key)
                                 (if data (_key-from-data #* data) key))
                 ;; A key that was given in the other form before.
                 (_remove-sources (keyring-path name (if (isinstance key str) b"" "")))]))
@@ -592,7 +585,7 @@ indexes stale (see the module's documentation).  Unapplying removes the file.
   (:hostattrs (required "debian"))
   (:simulates True)
   (:apply
-    (_combined [(_write-sources (+ "/etc/apt/sources.list.d/" name ".sources")
+    (combined-results [(_write-sources (+ "/etc/apt/sources.list.d/" name ".sources")
                                 (sources-text :types types :uris uris :suites suites
                                               :components components
                                               :architectures architectures
@@ -691,7 +684,7 @@ the daily runs off and leaves the package."
     (setv extra (+ (if mail [["Unattended-Upgrade::Mail" mail]] [])
                    (if automatic-reboot [["Unattended-Upgrade::Automatic-Reboot" "true"]] [])
                    (if reboot-time [["Unattended-Upgrade::Automatic-Reboot-Time" reboot-time]] [])))
-    (_combined [(_ensure-installed ["unattended-upgrades"])
+    (combined-results [(_ensure-installed ["unattended-upgrades"])
                 (update-file AUTO-UPGRADES (_apt-conf [["APT::Periodic::Update-Package-Lists" "1"]
                                                        ["APT::Periodic::Unattended-Upgrade" "1"]])
                              :mode 0o644)

@@ -157,6 +157,14 @@ through, unless FOLLOW (docs/security.md)."
 
 (defn _id [x] (when (is-not x None) (str x)))
 
+(defn combined-results [results]
+  "The result of a property made of several steps with RESULTS (each
+`:no-change`, `:would-change` in check mode, or anything else for a
+change): `:no-change` when none changed anything."
+  (cond (all (gfor r results (= r NO-CHANGE))) NO-CHANGE
+        (in WOULD-CHANGE results) WOULD-CHANGE
+        True None))
+
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
 newlines; see `read-text` for bytes that are not UTF-8).  Nothing to do when
@@ -1045,5 +1053,6 @@ the diffs of the first 20 files that would change are shown (files up to
                   contains-conf-space contains-conf-equals contains-conf-shell
                   contains-ini-settings update-file map-file-lines read-bytes read-text
                   content->bytes add-lines conf-space-text conf-equals-text conf-pairs
+                  combined-results
                   describe-pairs pairs-problem conf-key conf-value conf-pair
                   remove-lines])

@@ -12,7 +12,7 @@ values take effect when the system boots."
         consfig.actions [NO-CHANGE Script output run run-ok?]
         consfig.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
-        consfig.props.file [conf-equals-text conf-pairs describe-pairs map-file-lines
+        consfig.props.file [combined-results conf-equals-text conf-pairs describe-pairs map-file-lines
                             pairs-problem read-text update-file]
         consfig.props.service [no-services-where]
         consfig.types *)
@@ -111,11 +111,8 @@ False for one that cannot be read."
         live (_live-changes (dfor [[_ k] v] (.items wanted) k v)))
   ;; procps makes the directory; a minimal system may lack it.
   (when (not (checking?)) (run "mkdir" "-p" "--" "/etc/sysctl.d"))
-  (setv results [(update-file path (conf-equals-text (or (read-text path) "") wanted) :mode 0o644)
-                 (_set-live live)])
-  (cond (all (gfor r results (= r NO-CHANGE))) NO-CHANGE
-        (in WOULD-CHANGE results) WOULD-CHANGE
-        True None))
+  (combined-results [(update-file path (conf-equals-text (or (read-text path) "") wanted) :mode 0o644)
+                     (_set-live live)]))
 
 (defn _lacks-keys [keys file]
   (setv path (_path file)
