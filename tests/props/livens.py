@@ -2,11 +2,11 @@
 namespaces of their own: for the properties that act on the running kernel
 (sysctl, swap), which a chroot leaves alone.
 
-`in_namespaces(steps, tmpfs=[...])` runs this file under `unshare --net
---mount`, with a tmpfs mounted on each directory of TMPFS (and each file of
-BIND bind-mounted over from a scratch copy), so that what the deployment
-writes to /etc stays in the namespace and net.* parameters are the
-namespace's own.  STEPS is a list of
+`in_namespaces(steps, tmpfs=[...], overlay=[...])` runs this file under
+`unshare --net --mount`, with an empty tmpfs mounted on each directory of
+TMPFS and a writable overlay (over a tmpfs) on each of OVERLAY, so that what
+the deployment writes to /etc stays in the namespace, and net.* parameters
+are the namespace's own.  STEPS is a list of
 
     ["apply", PROPAPP] ["unapply", PROPAPP] ["check", PROPAPP] ["sh", SCRIPT]
 
@@ -16,7 +16,6 @@ and the result one dict per step: {"status", "exit_code", "notes",
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,16 +23,21 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def in_namespaces(steps, *, tmpfs=(), bind=(), timeout=300):
+def in_namespaces(steps, *, tmpfs=(), overlay=(), timeout=300):
     import hy
     import consfig.propspec
     to_data = getattr(consfig.propspec, hy.mangle("propspec->data"))
     encoded = [[kind, arg if kind == "sh" else to_data(arg)] for kind, arg in steps]
+    # Mounted on inside the namespace only: outside, it stays empty.
     scratch = tempfile.mkdtemp(prefix="livens-")
     try:
         setup = [f'mount -t tmpfs tmpfs "{d}"' for d in tmpfs]
-        setup += [f'cp -a "{f}" "{scratch}/{i}" && mount --bind "{scratch}/{i}" "{f}"'
-                  for i, f in enumerate(bind)]
+        if overlay:
+            setup.append(f'mount -t tmpfs tmpfs "{scratch}"')
+        for i, d in enumerate(overlay):
+            setup.append(f'mkdir "{scratch}/u{i}" "{scratch}/w{i}" && '
+                         f'mount -t overlay overlay -o "lowerdir={d},upperdir={scratch}/u{i},'
+                         f'workdir={scratch}/w{i}" "{d}"')
         script = " && ".join(setup + ['exec "$@"'])
         proc = subprocess.run(["unshare", "--net", "--mount", "sh", "-c", script, "sh",
                                sys.executable, os.path.abspath(__file__), json.dumps(encoded)],
@@ -41,7 +45,7 @@ def in_namespaces(steps, *, tmpfs=(), bind=(), timeout=300):
                               env={**os.environ, "PYTHONPATH": HERE + os.pathsep
                                    + os.environ.get("PYTHONPATH", "")})
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        os.rmdir(scratch)
     assert proc.returncode == 0, f"in namespaces: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
