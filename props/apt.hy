@@ -506,13 +506,16 @@ NAME.gpg for the binary form, which a key from data is turned into."
 
 (defprop trusts-key :posix [#^ sources-name name #^ key-or-none [key None]
                             * #^ (optional data-iden) [data None]]
-  "apt trusts the OpenPGP public key KEY for the sources signed by NAME:
-KEY is written to /etc/apt/keyrings/NAME.asc when it is ASCII-armored text,
+  "apt trusts the OpenPGP public key KEY, under the name NAME, for the
+sources that name it (`source`'s :signed-by, NAME by default): KEY is
+written to /etc/apt/keyrings/NAME.asc when it is ASCII-armored text,
 NAME.gpg when it is bytes (the binary form).  Or, with DATA `[IDEN1 IDEN2]`
 instead of KEY, the key is the prerequisite data item (IDEN1, IDEN2), armored
 or binary, written to NAME.gpg in binary form.  The key is trusted only for
-the sources whose `Signed-By` names it (`source` does), never for the whole
-archive.  Unapplying removes it."
+the sources whose `Signed-By` names its file, never for the whole archive.
+Unapplying removes it.
+
+  (apt.trusts-key \"docker\" :data [\"_apt\" \"docker.asc\"])   ; a file data/_apt/docker.asc"
   (:desc f"apt trusts key {name}")
   (:invariant (!= (is key None) (is data None)) "give either the key or :data [IDEN1 IDEN2]")
   (:hostattrs
