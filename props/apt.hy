@@ -261,7 +261,8 @@ property that installs or upgrades updates the package indexes first, in
 this deployment or, should it fail before then, in a later one.  Nothing is
 recorded in check mode."
   (when (not (checking?))
-    (run "mkdir" "-p" "--" "/var/lib/consfig")
+    ;; consfig's state directory, private as image.installed makes it.
+    (run "mkdir" "-p" "-m" "700" "--" "/var/lib/consfig")
     (write-remote-file UPDATE-NEEDED "apt's sources changed since the last apt-get update\n")
     (set-connattr "apt-update-needed" True)))
 

@@ -295,7 +295,9 @@ def test_hostile_values_are_refused_where_they_are_written():
                  lambda: apt.pinned("p.d", "x", 1, release="a=b"),
                  lambda: apt.trusts_key("$(reboot)", "x"),
                  lambda: apt.unattended_upgrades_enabled(mail='a@b"; APT::x "1'),
-                 lambda: apt.lock_timeout(-1)]:
+                 lambda: apt.lock_timeout(-1),
+                 lambda: apt.backports_enabled(components=["main\nSigned-By: /tmp/evil"]),
+                 lambda: apt.backports_enabled(components=["main contrib"])]:
         with pytest.raises(PropspecError):
             make()
 
