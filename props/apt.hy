@@ -30,7 +30,7 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
         consfig.engine [Drift WOULD-CHANGE checking? inform report-output]
         consfig.errors [CommandFailed FailedChange]
         consfig.host [push-hostattr get-hostattr get-hostattrs]
-        consfig.props.file [combined-results update-file]
+        consfig.props.file [combined-results remove-files update-file]
         consfig.props.os [required isa?]
         consfig.props.service :as service
         consfig.types *)
@@ -408,10 +408,9 @@ indexes stale (see the module's documentation)."
   r)
 
 (defn _remove-sources [#* paths]
-  (setv there (lfor p paths :if (remote-exists? p) p))
-  (cond (not there) NO-CHANGE
-        (checking?) (do (inform f"{(.join ", " there)} would be removed") WOULD-CHANGE)
-        True (do (run "rm" "-f" "--" #* there) (sources-changed) None)))
+  (setv r (remove-files #* paths))
+  (when (is r None) (sources-changed))
+  r)
 
 ;; Third-party repositories.  A key and a source are each a file of their
 ;; own, named by the user (sources-name): apt reads only names of letters,
@@ -626,11 +625,7 @@ the VERSION (`1.24.*`): exactly one of these.  Unapplying removes the file.
                     f"Pin: {pin}\n"
                     f"Pin-Priority: {priority}\n")
                  :mode 0o644))
-  (:unapply
-    (setv path (+ "/etc/apt/preferences.d/" name ".pref"))
-    (cond (not (remote-exists? path)) NO-CHANGE
-          (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
-          True (run "rm" "-f" "--" path))))
+  (:unapply (remove-files (+ "/etc/apt/preferences.d/" name ".pref"))))
 
 (setv BACKPORTS-FILE "/etc/apt/sources.list.d/debian-backports.sources")
 

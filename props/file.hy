@@ -225,10 +225,15 @@ with the OS.  SECRET True is refused, as there."
   (:desc f"{path} exists with content")
   (:invariant (not secret) _INLINE-SECRET)
   (:apply (update-file path (_text content) :mode mode))
-  (:unapply
-    (cond (not (remote-exists? path)) NO-CHANGE
-          (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
-          True (run-walked [path] "rm" "-f" "--" path))))
+  (:unapply (remove-files path)))
+
+(defn remove-files [#* paths]
+  "Remove those of PATHS that exist (files or symlinks): `:no-change` when
+none does; in check mode, say which would go and return `:would-change`."
+  (setv there (lfor p paths :if (remote-exists? p) p))
+  (cond (not there) NO-CHANGE
+        (checking?) (do (inform f"{(.join ", " there)} would be removed") WOULD-CHANGE)
+        True (do (run-walked there "rm" "-f" "--" #* there) None)))
 
 (defn add-lines [path lines]
   "Append those of LINES that PATH lacks, creating PATH if need be."
@@ -1053,6 +1058,6 @@ the diffs of the first 20 files that would change are shown (files up to
                   contains-conf-space contains-conf-equals contains-conf-shell
                   contains-ini-settings update-file map-file-lines read-bytes read-text
                   content->bytes add-lines conf-space-text conf-equals-text conf-pairs
-                  combined-results
+                  combined-results remove-files
                   describe-pairs pairs-problem conf-key conf-value conf-pair
                   remove-lines])

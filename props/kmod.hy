@@ -14,7 +14,7 @@ run `update-initramfs -u` after changing those."
         consfig.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines combined-results conf-pairs describe-pairs pairs-problem
-                            remove-lines update-file]
+                            remove-files remove-lines update-file]
         consfig.props.service [no-services-where]
         consfig.types *)
 
@@ -107,11 +107,7 @@ loaded again.  Unapplying removes the file.
     (when (is r None)
       (_note-loaded module "its new options take effect when it is next loaded"))
     r)
-  (:unapply
-    (setv path (_options-file module))
-    (cond (not (remote-exists? path)) NO-CHANGE
-          (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
-          True (run "rm" "-f" "--" path))))
+  (:unapply (remove-files (_options-file module))))
 
 (defprop blacklisted :posix [#^ module-name module * #^ boolean [never-loaded False]]
   "The kernel module MODULE is not loaded for the devices it drives

@@ -7,10 +7,10 @@ perhaps, the chain a deployment came in by — so a drop-in is checked with
 that was there before stays."
 
 (eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [NO-CHANGE output remote-exists? run run-ok? write-remote-file]
-        consfig.engine [WOULD-CHANGE checking? inform]
+(import consfig.actions [output run run-ok? write-remote-file]
+        consfig.engine [checking? inform]
         consfig.errors [FailedChange]
-        consfig.props.file [read-bytes update-file content->bytes]
+        consfig.props.file [content->bytes read-bytes remove-files update-file]
         consfig.types *)
 
 ;; sudo skips the files of an includedir whose names contain a dot or end
@@ -81,10 +81,6 @@ ignore.  Unapplying removes the file.
                    (when (not (_included?))
                      (inform f"/etc/sudoers does not include {DIRECTORY}: sudo does not read {path}"))
                    None)))
-  (:unapply
-    (setv path f"{DIRECTORY}/{name}")
-    (cond (not (remote-exists? path)) NO-CHANGE
-          (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
-          True (run "rm" "-f" "--" path))))
+  (:unapply (remove-files f"{DIRECTORY}/{name}")))
 
 (export :objects [drop-in validate drop-in-name])

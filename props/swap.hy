@@ -7,10 +7,10 @@ file and its fstab line are made, and it is used from the next boot."
 (eval-when-compile (require consfig.property [defprop]))
 (import posixpath
         re
-        consfig.actions [NO-CHANGE Script output remote-exists? run]
+        consfig.actions [NO-CHANGE Script output run]
         consfig.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
-        consfig.props.file [combined-results map-file-lines]
+        consfig.props.file [combined-results map-file-lines remove-files]
         consfig.props.fstab [FSTAB]
         consfig.props.service [no-services-where]
         consfig.types *)
@@ -138,8 +138,6 @@ Unapplying swaps off it, removes its fstab line and the file."
              (checking?) (do (inform f"{path} would be swapped off") WOULD-CHANGE)
              True (do (run "swapoff" "--" path :timeout 3600) None))
        (map-file-lines FSTAB (fn [lines] (lfor l lines :if (not (_swap-line? l path)) l)))
-       (cond (not (remote-exists? path)) NO-CHANGE
-             (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
-             True (do (run "rm" "-f" "--" path) None))])))
+       (remove-files path)])))
 
 (export :objects [file-exists active? size->bytes fstab-escaped])
