@@ -27,7 +27,10 @@ controller's side of the protocol and docs/python-hop.md for the whole story.
 (setv _INSTALL-SCRIPT "
 if command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q python3 || { apt-get update -q && apt-get install -y -q python3; }
+  # Waits for dpkg's lock as every apt-get consfig runs does (props/apt.hy).
+  lock='DPkg::Lock::Timeout=300'
+  apt-get -o \"$lock\" install -y -q python3 ||
+    { apt-get -o \"$lock\" update -q && apt-get -o \"$lock\" install -y -q python3; }
 elif command -v dnf >/dev/null 2>&1; then dnf install -y python3
 elif command -v yum >/dev/null 2>&1; then yum install -y python3
 elif command -v zypper >/dev/null 2>&1; then zypper --non-interactive install python3

@@ -1,22 +1,36 @@
 "Debian packages, through apt and dpkg.
 
 Everything runs non-interactively (DEBIAN_FRONTEND=noninteractive, existing
-configuration files kept, dpkg's lock waited for with a timeout).  Whether
+configuration files kept), and every apt, dpkg and debconf command waits for
+the package system's locks — held by unattended-upgrades, a boot-time
+apt-daily, an operator's apt — for up to the host's `apt.lock-timeout` (300
+seconds unless it says otherwise) rather than failing at once.  Whether
 packages are installed is asked of dpkg once per connection and remembered
 (in the connection's attributes) until an apt or dpkg command run here
 changes it, so that a host with a hundred `apt.installed` properties runs
-`dpkg-query` once, not a hundred times."
+`dpkg-query` once, not a hundred times.
+
+Third-party repositories: `trusts-key` installs a repository's signing key in
+/etc/apt/keyrings, `source` writes a deb822 .sources file whose `Signed-By`
+names that key (and only that key), `pinned` sets a preference.  A change to
+apt's sources or keys marks the package indexes stale, on the target
+(/var/lib/consfig/apt-update-needed): the next apt property that installs or
+upgrades runs `apt-get update` first, in this deployment or a later one."
 
 (eval-when-compile
   (require consfig.property [defprop]
            consfig.propspec [defproplist]))
-(import re
-        consfig.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script]
-        consfig.context [forget-connattr get-connattr set-connattr]
-        consfig.engine [Drift inform report-output]
-        consfig.errors [CommandFailed]
-        consfig.host [push-hostattr get-hostattr]
-        consfig.props.file [update-file]
+(import base64
+        re
+        time
+        consfig.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script
+                         write-remote-file]
+        consfig.context [connection forget-connattr get-connattr set-connattr]
+        consfig.data [get-data-bytes require-data secret?]
+        consfig.engine [Drift WOULD-CHANGE checking? inform report-output]
+        consfig.errors [CommandFailed FailedChange]
+        consfig.host [push-hostattr get-hostattr get-hostattrs]
+        consfig.props.file [combined-results remove-files update-file]
         consfig.props.os [required isa?]
         consfig.props.service :as service
         consfig.types *)
@@ -37,10 +51,58 @@ changes it, so that a host with a hundred `apt.installed` properties runs
            "APT_LISTCHANGES_FRONTEND" "none"
            "NEEDRESTART_MODE" "l"})
 
-(setv APT-OPTIONS ["-y" "-q"
-                   "-o" "Dpkg::Options::=--force-confdef"
-                   "-o" "Dpkg::Options::=--force-confold"
-                   "-o" "DPkg::Lock::Timeout=300"])
+(setv LOCK-TIMEOUT 300)
+
+(defn _lock-timeout []
+  (setv t (get-hostattr "apt.lock-timeout"))
+  (if (is t None) LOCK-TIMEOUT t))
+
+(defn apt-options []
+  "The options every apt-get consfig runs is given: answer yes, keep
+changed configuration files, wait for dpkg's lock up to the lock timeout."
+  ["-y" "-q"
+   "-o" "Dpkg::Options::=--force-confdef"
+   "-o" "Dpkg::Options::=--force-confold"
+   "-o" f"DPkg::Lock::Timeout={(_lock-timeout)}"])
+
+;; What apt, dpkg and debconf say when another process holds a lock they
+;; need.  DPkg::Lock::Timeout makes apt-get wait for dpkg's lock only; the
+;; package lists' lock (apt-get update), the archives' (apt-get clean) and
+;; dpkg's and debconf's own are waited for here.
+(setv _LOCKED (re.compile (+ r"Could not get lock|Unable to lock|Unable to acquire the dpkg"
+                             r"|is locked by another process|lock was locked by another process")))
+
+(defn run-waiting-for-locks [#* cmd [check True] #** kw]
+  "Run CMD (an apt, dpkg or debconf command) as `run` does, and while it
+fails because another process holds one of the package system's locks, try
+it again, for up to the host's lock timeout (`apt.lock-timeout`)."
+  (setv deadline (+ (time.monotonic) (_lock-timeout))
+        waited False)
+  (while True
+    (setv r (run #* cmd #** kw :check False))
+    (when (or r.ok? (not (.search _LOCKED (+ r.stdout r.stderr))))
+      (break))
+    (when (>= (time.monotonic) deadline)
+      (raise (CommandFailed r.command r.exit-code r.stdout
+                            (+ r.stderr f"\n(waited {(_lock-timeout)} s for the lock: see apt.lock-timeout)")
+                            (. (connection) where))))
+    (when (not waited)
+      (inform "another process holds the package system's lock: waiting for it")
+      (setv waited True))
+    (time.sleep 1))
+  (when (and check (not r.ok?))
+    (raise (CommandFailed r.command r.exit-code r.stdout r.stderr (. (connection) where))))
+  r)
+
+(defprop lock-timeout :posix [#^ (int-range 0 86400) seconds]
+  "Every apt, dpkg and debconf command consfig runs on the host waits up to
+SECONDS for a lock another process holds (unattended-upgrades, apt-daily, an
+operator's apt) before it fails (the hostattr `apt.lock-timeout`; 300
+without this property).  apt-get is given `-o DPkg::Lock::Timeout=SECONDS`
+for dpkg's lock; the other locks are tried again each second."
+  (:desc f"apt waits up to {seconds} s for its locks")
+  (:hostattrs (push-hostattr "apt.lock-timeout" seconds))
+  (:unapply NO-CHANGE))
 
 ;; Long enough for a dist-upgrade over a slow mirror; short of forever.
 (setv APT-TIMEOUT 3600)
@@ -93,7 +155,7 @@ removing packages other than through these properties."
   ;; What apt-get would install or remove besides, from its simulation
   ;; (`apt-get -s`), which needs no lock and changes nothing; nothing when it
   ;; cannot tell (no package lists yet).
-  (setv r (run "apt-get" "-s" #* APT-OPTIONS #* args "--" #* packages
+  (setv r (run "apt-get" "-s" #* (apt-options) #* args "--" #* packages
                :env ENV :timeout 120 :check False))
   (lfor line (.splitlines r.stdout)
         :if (.startswith line #("Inst " "Remv "))
@@ -116,8 +178,8 @@ removing packages other than through these properties."
 what dpkg has installed.  Output goes to the deployment's output."
   (try
     (change-if-changes-file DPKG-STATUS
-      (fn [] (report-output (. (run "apt-get" #* APT-OPTIONS #* args :env ENV
-                                    :timeout APT-TIMEOUT)
+      (fn [] (report-output (. (run-waiting-for-locks "apt-get" #* (apt-options) #* args :env ENV
+                                                      :timeout APT-TIMEOUT)
                                stdout))))
     (finally (forget-installed-packages))))
 
@@ -126,11 +188,12 @@ what dpkg has installed.  Output goes to the deployment's output."
 try once more."
   ;; Indexes that are missing or stale (a package 404s after a point release)
   ;; are the usual reason an install fails: update them and try once more.
+  (_update-if-sources-changed)
   (try
     (apt-get "install" #* args "--" #* packages)
     (except [e CommandFailed]
       (inform f"apt-get install failed; updating the package indexes and trying again")
-      (run "apt-get" "-q" "update" :env ENV :timeout APT-TIMEOUT)
+      (_update)
       (apt-get "install" #* args "--" #* packages))))
 
 (defprop installed :posix [#^ packages #* packages]
@@ -168,7 +231,7 @@ recommends."
   (:apply
     (try
       (change-if-changes-file DPKG-STATUS
-        (fn [] (run "dpkg" "--configure" "--pending" :env ENV :timeout APT-TIMEOUT)))
+        (fn [] (run-waiting-for-locks "dpkg" "--configure" "--pending" :env ENV :timeout APT-TIMEOUT)))
       (finally (forget-installed-packages)))))
 
 (defn _lists-state []
@@ -176,16 +239,40 @@ recommends."
                  :timeout 60)
      stdout))
 
+(setv UPDATE-NEEDED "/var/lib/consfig/apt-update-needed")
+
 (defn _update []
   ;; apt-get fetches InRelease anew ("Get:") even when it has not changed,
   ;; so a change is judged by the content of the Release files instead.
   (setv before (_lists-state))
-  (report-output (. (run "apt-get" "-q" "update"
-                         #* (if (isa? (get-hostattr "os") "debian-stable")
-                                [] ["--allow-releaseinfo-change"])
-                         :env ENV :timeout APT-TIMEOUT)
+  (report-output (. (run-waiting-for-locks
+                      "apt-get" "-q" "-o" f"DPkg::Lock::Timeout={(_lock-timeout)}" "update"
+                      #* (if (isa? (get-hostattr "os") "debian-stable")
+                             [] ["--allow-releaseinfo-change"])
+                      :env ENV :timeout APT-TIMEOUT)
                     stdout))
+  (run "rm" "-f" "--" UPDATE-NEEDED)
+  (set-connattr "apt-update-needed" False)
   (if (= before (_lists-state)) NO-CHANGE None))
+
+(defn sources-changed []
+  "Record, on the target, that apt's sources or keys changed: the next apt
+property that installs or upgrades updates the package indexes first, in
+this deployment or, should it fail before then, in a later one.  Nothing is
+recorded in check mode."
+  (when (not (checking?))
+    ;; consfig's state directory, private as image.installed makes it.
+    (run "mkdir" "-p" "-m" "700" "--" "/var/lib/consfig")
+    (write-remote-file UPDATE-NEEDED "apt's sources changed since the last apt-get update\n")
+    (set-connattr "apt-update-needed" True)))
+
+(defn _update-if-sources-changed []
+  ;; Asked of the target once per connection, then remembered.
+  (when (is (get-connattr "apt-update-needed") None)
+    (set-connattr "apt-update-needed" (remote-exists? UPDATE-NEEDED)))
+  (when (get-connattr "apt-update-needed")
+    (inform "apt's sources changed: updating the package indexes first")
+    (_update)))
 
 (defprop updated :posix []
   "The package indexes are up to date with the archive (`apt-get update`).
@@ -195,16 +282,18 @@ It counts as a change only when the archive's indexes have changed."
   (:apply
     ;; An unfinished installation would make apt-get refuse to do anything.
     (when (.strip (. (run "dpkg" "--audit" :check False :timeout 300) stdout))
-      (run "dpkg" "--configure" "--pending" :env ENV :timeout APT-TIMEOUT)
+      (run-waiting-for-locks "dpkg" "--configure" "--pending" :env ENV :timeout APT-TIMEOUT)
       (forget-installed-packages))
     (_update)))
 
 (defprop upgraded :posix []
   "Every package is at the newest version the indexes offer
-(`apt-get dist-upgrade`)."
+(`apt-get dist-upgrade`), the indexes updated first if apt's sources
+changed since they last were."
   (:desc "apt upgraded")
   (:hostattrs (required "debian"))
-  (:apply (apt-get "dist-upgrade")))
+  (:apply (_update-if-sources-changed)
+          (apt-get "dist-upgrade")))
 
 (defprop autoremoved :posix []
   "No package remains that was installed automatically and is no longer
@@ -214,8 +303,8 @@ needed (`apt-get autoremove`)."
   (:apply (apt-get "autoremove")))
 
 (defn _debconf-value [package question]
-  (setv r (run "debconf-communicate" package :input f"GET {question}\n"
-               :check False :timeout 60)
+  (setv r (run-waiting-for-locks "debconf-communicate" package :input f"GET {question}\n"
+                                 :check False :timeout 60)
         #(code _ value) (.partition (.strip r.stdout) " "))
   (when (= code "0") value))
 
@@ -230,10 +319,10 @@ do when debconf already holds those answers."
   (:hostattrs (required "debian"))
   (:check (all (gfor [q _ v] (_triples triples) (= (_debconf-value package q) v))))
   (:apply
-    (run "debconf-set-selections"
-         :input (.join "" (gfor [q t v] (_triples triples) f"{package} {q} {t} {v}\n"))
-         :timeout 60)
-    (run "dpkg-reconfigure" "-fnoninteractive" package :env ENV :timeout APT-TIMEOUT)))
+    (run-waiting-for-locks "debconf-set-selections"
+                           :input (.join "" (gfor [q t v] (_triples triples) f"{package} {q} {t} {v}\n"))
+                           :timeout 60)
+    (run-waiting-for-locks "dpkg-reconfigure" "-fnoninteractive" package :env ENV :timeout APT-TIMEOUT)))
 
 (defproplist service-installed-running :posix [#^ package-name package]
   "PACKAGE, which provides a service of the same name, is installed and the
@@ -294,22 +383,317 @@ with -updates and -security for stable (-security for testing) — in deb822
 form in /etc/apt/sources.list.d/debian.sources, from the host's mirrors
 (`apt.mirrors`), with COMPONENTS, and source packages too with DEB-SRC.
 /etc/apt/sources.list, if there is one, is left with just a comment pointing
-there, so that no source is listed twice.  Update the indexes afterwards
-(`(on-change (apt.standard-sources-list) (apt.updated))`)."
+there, so that no source is listed twice.  A change marks the package
+indexes stale (see the module's documentation)."
   (:desc "apt standard sources")
   (:hostattrs
     (required "debian")
     (when (not (.get (get-hostattr "os") "suite"))
       (import consfig.host [inapplicable])
       (inapplicable "apt.standard-sources-list needs the host's Debian suite")))
+  (:simulates True)
   (:apply
-    (setv results [(update-file SOURCES-FILE
+    (combined-results [(_write-sources SOURCES-FILE
                                 (standard-sources (get-hostattr "os") (get-mirrors)
                                                   (list components) deb-src))
-                   (if (remote-exists? SOURCES-LIST)
-                       (update-file SOURCES-LIST SOURCES-LIST-POINTER)
-                       NO-CHANGE)])
-    (if (all (gfor r results (= r NO-CHANGE))) NO-CHANGE None)))
+                (if (remote-exists? SOURCES-LIST)
+                    (_write-sources SOURCES-LIST SOURCES-LIST-POINTER)
+                    NO-CHANGE)])))
+
+(defn _write-sources [path text]
+  ;; A file of apt's sources or keys, world-readable as apt wants it; a
+  ;; change makes the indexes stale.
+  (setv r (update-file path text :mode 0o644))
+  (when (is r None) (sources-changed))
+  r)
+
+(defn _remove-sources [#* paths]
+  (setv r (remove-files #* paths))
+  (when (is r None) (sources-changed))
+  r)
+
+;; Third-party repositories.  A key and a source are each a file of their
+;; own, named by the user (sources-name): apt reads only names of letters,
+;; digits, _ . and - in sources.list.d and preferences.d.
+
+(setv sources-name (matching "sources-name"
+                             "a name (letters, digits, _ and -, not starting with -)"
+                             r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+      KEYRINGS "/etc/apt/keyrings")
+
+(setv _ARMOR-BEGIN "-----BEGIN PGP PUBLIC KEY BLOCK-----"
+      _ARMOR-END "-----END PGP PUBLIC KEY BLOCK-----"
+      _ARMOR (re.compile (+ r"\s*" _ARMOR-BEGIN r"\r?\n"
+                            r"(?:[A-Za-z][A-Za-z0-9-]*: [^\n\x00]*\r?\n)*"   ; armor headers
+                            r"\r?\n"
+                            r"((?:[A-Za-z0-9+/][A-Za-z0-9+/=]*\r?\n)+)"        ; base64
+                            r"(?:=([A-Za-z0-9+/]{4})\r?\n)?"                 ; CRC-24
+                            _ARMOR-END r"\s*")))
+
+(defn _binary-public-key? [b]
+  ;; The first packet is a public key (tag 6), in the old format (0x98-0x9b)
+  ;; or the new (0xc6): a secret key (tag 5) is not, nor anything else.
+  (and (isinstance b bytes) (> (len b) 2)
+       (or (<= 0x98 (get b 0) 0x9b) (= (get b 0) 0xc6))))
+
+(defn _crc24 [data]
+  ;; RFC 4880 §6.1.
+  (setv crc 0xB704CE)
+  (for [byte data]
+    (^= crc (<< byte 16))
+    (for [_ (range 8)]
+      (<<= crc 1)
+      (when (& crc 0x1000000) (^= crc 0x1864CFB))))
+  (& crc 0xFFFFFF))
+
+(defn dearmor [text]
+  "The binary form of TEXT, an ASCII-armored OpenPGP public key (RFC 4880
+§6.2), as `gpg --dearmor` gives it; None when TEXT is not one, or its
+checksum does not match."
+  (setv m (.fullmatch _ARMOR text))
+  (when (not m) (return None))
+  (try (setv data (base64.b64decode (.join "" (.split (.group m 1))) :validate True))
+       (except [ValueError] (return None)))
+  (when (and (.group m 2)
+             (!= (.to-bytes (_crc24 data) 3 "big") (base64.b64decode (.group m 2))))
+    (return None))
+  (when (_binary-public-key? data) data))
+
+(setv openpgp-public-key
+      (predicate "openpgp-public-key"
+                 (+ "an OpenPGP public key: ASCII-armored text (-----BEGIN PGP PUBLIC KEY BLOCK-----…), "
+                    "or the bytes of its binary form")
+                 (fn [k] (if (isinstance k str) (dearmor k) (_binary-public-key? k)))))
+
+(defn _explain-key [k]
+  ;; A secret key is refused without being shown: the refusal is printed.
+  (cond (or (is k None) (.accepts openpgp-public-key k)) None
+        (or (and (isinstance k str) (re.search r"PRIVATE KEY|SECRET KEY" k))
+            (and (isinstance k bytes) (or (re.search rb"PRIVATE KEY|SECRET KEY" k)
+                                          (and k (in (get k 0) #(0x94 0x95 0x96 0x97 0xc5))))))
+        "must be a public key: this is a private key (not shown), which never belongs in a consfig"
+        True (+ f"must be {openpgp-public-key.phrase}, not "
+                (show (if (and (isinstance k #(str bytes)) (> (len k) 80))
+                          (+ (cut k 0 80) (if (isinstance k str) "…" b"..."))
+                          k)))))
+
+;; The key parameter: a public key, or None for one from data.  Its own
+;; type rather than `(optional …)`, whose refusal would show the value.
+(setv key-or-none (named "key-or-none" openpgp-public-key))
+(setv key-or-none.explain _explain-key
+      key-or-none._check (fn [k] (is (_explain-key k) None)))
+
+(defn keyring-path [name key]
+  "Where `trusts-key` installs the key NAME, KEY being what it was given
+(None for a key from data): /etc/apt/keyrings/NAME.asc for armored text,
+NAME.gpg for the binary form, which a key from data is turned into."
+  (+ KEYRINGS "/" name (if (isinstance key str) ".asc" ".gpg")))
+
+(defn _key-from-data [iden1 iden2]
+  (setv content (get-data-bytes iden1 iden2))
+  (when (secret? content) (setv content (.reveal content)))
+  (setv binary (if (_binary-public-key? content)
+                   content
+                   (dearmor (.decode content "utf-8" "replace"))))
+  (when (is binary None)
+    (raise (FailedChange (+ f"the data item ({iden1} {iden2}) is not an OpenPGP public key "
+                            "(armored or binary); a secret key never belongs in apt's keyrings"))))
+  binary)
+
+(setv data-iden (predicate "data-iden" "a [iden1 iden2] pair of non-empty lines"
+                           (fn [v] (and (isinstance v #(list tuple)) (= (len v) 2)
+                                        (all (gfor x v (.accepts non-empty-line x)))))))
+
+(defprop trusts-key :posix [#^ sources-name name #^ key-or-none [key None]
+                            * #^ (optional data-iden) [data None]]
+  "apt trusts the OpenPGP public key KEY, under the name NAME, for the
+sources that name it (`source`'s :signed-by, NAME by default): KEY is
+written to /etc/apt/keyrings/NAME.asc when it is ASCII-armored text,
+NAME.gpg when it is bytes (the binary form).  Or, with DATA `[IDEN1 IDEN2]`
+instead of KEY, the key is the prerequisite data item (IDEN1, IDEN2), armored
+or binary, written to NAME.gpg in binary form.  The key is trusted only for
+the sources whose `Signed-By` names its file, never for the whole archive.
+Unapplying removes it.
+
+  (apt.trusts-key \"docker\" :data [\"_apt\" \"docker.asc\"])   ; a file data/_apt/docker.asc"
+  (:desc f"apt trusts key {name}")
+  (:invariant (!= (is key None) (is data None)) "give either the key or :data [IDEN1 IDEN2]")
+  (:hostattrs
+    (required "debian")
+    (when data (require-data #* data))
+    (push-hostattr "apt.keyring" {"name" name "path" (keyring-path name key)}))
+  (:simulates True)
+  (:apply
+    (when (not (checking?)) (run "mkdir" "-p" "-m" "755" "--" KEYRINGS))
+    (combined-results [(_write-sources (keyring-path name key)
+                                (if data (_key-from-data #* data) key))
+                ;; A key that was given in the other form before.
+                (_remove-sources (keyring-path name (if (isinstance key str) b"" "")))]))
+  (:unapply (_remove-sources (keyring-path name "") (keyring-path name b""))))
+
+(defn key-path [name]
+  "The keyring of the key NAME a `trusts-key` of the host installs; a
+failure naming what to do when none does."
+  (for [k (get-hostattrs "apt.keyring")]
+    (when (= (get k "name") name) (return (get k "path"))))
+  (raise (FailedChange (+ f"no apt.trusts-key for {(hy.repr name)} on this host: add "
+                          f"(apt.trusts-key {(hy.repr name)} KEY), or give :signed-by the path "
+                          "of a keyring"))))
+
+(setv suite (matching "suite" "a suite or codename (bookworm, stable-backports), or a path ending in / (./)"
+                      r"[A-Za-z0-9._][A-Za-z0-9_.+~/-]*")
+      component (matching "component" "a component (main, contrib, stable…)"
+                          r"[A-Za-z0-9][A-Za-z0-9_.+/-]*")
+      architecture (matching "architecture" "a Debian architecture (amd64, arm64, i386…)"
+                             r"[a-z0-9][a-z0-9-]*")
+      source-type (matching "source-type" "deb or deb-src" r"deb|deb-src")
+      signed-by (named "signed-by" (one-of sources-name abs-path)
+                       "the name of a key (see apt.trusts-key) or the absolute path of a keyring"))
+
+(defn sources-text [* types uris suites components architectures signed-by]
+  "One deb822 stanza of apt's sources (sources.list(5)), from its fields."
+  (.join "" (gfor [field values] [["Types" types] ["URIs" uris] ["Suites" suites]
+                                  ["Components" components] ["Architectures" architectures]
+                                  ["Signed-By" [signed-by]]]
+                  :if values
+                  f"{field}: {(.join " " values)}\n")))
+
+(defn _signed-by [name signed-by]
+  (setv s (or signed-by name))
+  (if (.startswith s "/") s (key-path s)))
+
+(defprop source :posix [#^ sources-name name
+                        * #^ (non-empty-list-of url) uris #^ (non-empty-list-of suite) suites
+                        #^ (list-of component) [components []]
+                        #^ (list-of architecture) [architectures []]
+                        #^ (non-empty-list-of source-type) [types ["deb"]]
+                        #^ (optional signed-by) [signed-by None]]
+  "/etc/apt/sources.list.d/NAME.sources is the deb822 source of URIS,
+SUITES, COMPONENTS (none when the suite is a path ending in /), for
+ARCHITECTURES (all the host's, by default) and TYPES (deb, deb-src),
+trusting only the key SIGNED-BY: the name of an `apt.trusts-key` of the
+host (by default NAME itself), or the path of a keyring.  A one-line
+NAME.list beside it — the old form a vendor's instructions make — is removed,
+since apt refuses one source with two Signed-By.  A change marks the package
+indexes stale (see the module's documentation).  Unapplying removes the file.
+
+  (apt.trusts-key \"docker\" docker-key)
+  (apt.source \"docker\" :uris [\"https://download.docker.com/linux/debian\"]
+              :suites [\"bookworm\"] :components [\"stable\"])"
+  (:desc f"apt source {name}")
+  (:invariant (not (and components (any (gfor s suites (.endswith s "/")))))
+              "a suite that is a path (ending in /) takes no components")
+  (:invariant (or components (all (gfor s suites (.endswith s "/"))))
+              "give :components, unless each suite is a path ending in /")
+  (:hostattrs (required "debian"))
+  (:simulates True)
+  (:apply
+    (combined-results [(_write-sources (+ "/etc/apt/sources.list.d/" name ".sources")
+                                (sources-text :types types :uris uris :suites suites
+                                              :components components
+                                              :architectures architectures
+                                              :signed-by (_signed-by name signed-by)))
+                (_remove-sources (+ "/etc/apt/sources.list.d/" name ".list"))]))
+  (:unapply (_remove-sources (+ "/etc/apt/sources.list.d/" name ".sources"))))
+
+(setv pin-package (matching "pin-package"
+                            "a package name, a glob (nginx*) or a /regex/, with no whitespace"
+                            r"[^\s\x00-][^\s\x00]*")
+      pin-value (matching "pin-value" "what a Pin line matches (a=bookworm-backports), on one line"
+                          r"[^\s\x00][^\n\r\x00]*"))
+
+(defprop pinned :posix [#^ sources-name name #^ (one-of pin-package (non-empty-list-of pin-package)) packages
+                        #^ (int-range -32768 32767) priority
+                        * #^ (optional pin-value) [release None] #^ (optional pin-value) [origin None]
+                        #^ (optional pin-value) [version None]]
+  "/etc/apt/preferences.d/NAME.pref gives PACKAGES (names, globs, /regexes/,
+or \"*\") the pin PRIORITY (apt_preferences(5)) in the release matching
+RELEASE (`n=bookworm-backports`, `o=Docker`…), from the ORIGIN host, or at
+the VERSION (`1.24.*`): exactly one of these.  Unapplying removes the file.
+
+  (apt.pinned \"nginx-backports\" [\"nginx\" \"nginx-*\"] 900 :release \"n=bookworm-backports\")"
+  (:desc f"apt pins {(if (isinstance packages str) packages (.join " " packages))} at {priority}")
+  (:invariant (= 1 (sum (gfor x [release origin version] (is-not x None))))
+              "give exactly one of :release, :origin and :version")
+  (:hostattrs (required "debian"))
+  (:simulates True)
+  (:apply
+    (setv pin (next (gfor [k v] [["release" release] ["origin" origin] ["version" version]]
+                          :if (is-not v None) f"{k} {v}")))
+    (update-file (+ "/etc/apt/preferences.d/" name ".pref")
+                 (+ f"Package: {(if (isinstance packages str) packages (.join " " packages))}\n"
+                    f"Pin: {pin}\n"
+                    f"Pin-Priority: {priority}\n")
+                 :mode 0o644))
+  (:unapply (remove-files (+ "/etc/apt/preferences.d/" name ".pref"))))
+
+(setv BACKPORTS-FILE "/etc/apt/sources.list.d/debian-backports.sources")
+
+(defprop backports-enabled :posix [* #^ (non-empty-list-of component) [components ["main"]]]
+  "apt's sources include Debian's backports of the host's stable suite
+(SUITE-backports, from the host's mirrors, `apt.mirrors`, with COMPONENTS),
+in /etc/apt/sources.list.d/debian-backports.sources.  The archive marks
+backports NotAutomatic: nothing comes from them but what is asked for
+(`(apt.installed \"nginx/bookworm-backports\")`) or pinned
+(`apt.pinned`).  A change marks the package indexes stale.  Unapplying
+removes the file."
+  (:desc "apt backports enabled")
+  (:hostattrs
+    (required "debian-stable")
+    (when (not (.get (get-hostattr "os") "suite"))
+      (import consfig.host [inapplicable])
+      (inapplicable "apt.backports-enabled needs the host's Debian suite: (os.debian-stable \"bookworm\" :amd64)")))
+  (:simulates True)
+  (:apply
+    (_write-sources BACKPORTS-FILE
+                    (sources-text :types ["deb"] :uris (get-mirrors)
+                                  :suites [f"{(get (get-hostattr "os") "suite")}-backports"]
+                                  :components components :architectures []
+                                  :signed-by KEYRING)))
+  (:unapply (_remove-sources BACKPORTS-FILE)))
+
+(setv AUTO-UPGRADES "/etc/apt/apt.conf.d/20auto-upgrades"
+      UNATTENDED-CONF "/etc/apt/apt.conf.d/52consfig-unattended-upgrades"
+      mail-address (matching "mail-address" "a mail address (user@host, no spaces, quotes or ;)"
+                             r"[^\s\"\\;@{}]+@[^\s\"\\;@{}]+")
+      time-of-day (matching "time-of-day" "a time of day, HH:MM" r"([01][0-9]|2[0-3]):[0-5][0-9]"))
+
+(defn _apt-conf [settings]
+  (.join "" (gfor [k v] settings f"{k} \"{v}\";\n")))
+
+(defn _ensure-installed [packages]
+  (cond (installed? #* packages) NO-CHANGE
+        (checking?) (do (inform f"would install: {(.join " " packages)}") WOULD-CHANGE)
+        True (install-packages [] packages)))
+
+(defprop unattended-upgrades-enabled :posix [* #^ (optional mail-address) [mail None]
+                                             #^ boolean [automatic-reboot False]
+                                             #^ (optional time-of-day) [reboot-time None]]
+  "unattended-upgrades is installed and runs every day (apt's periodic
+update of the package lists, then the upgrade), installing what Debian's
+security archive and point releases bring (its default origins).  With MAIL,
+it mails a report there; with AUTOMATIC-REBOOT, it reboots when an upgrade
+needs it, at REBOOT-TIME (HH:MM) if given, else at once.  Unapplying turns
+the daily runs off and leaves the package."
+  (:desc "unattended-upgrades enabled")
+  (:invariant (or automatic-reboot (is reboot-time None)) ":reboot-time needs :automatic-reboot True")
+  (:hostattrs (required "debian"))
+  (:simulates True)
+  (:apply
+    (setv extra (+ (if mail [["Unattended-Upgrade::Mail" mail]] [])
+                   (if automatic-reboot [["Unattended-Upgrade::Automatic-Reboot" "true"]] [])
+                   (if reboot-time [["Unattended-Upgrade::Automatic-Reboot-Time" reboot-time]] [])))
+    (combined-results [(_ensure-installed ["unattended-upgrades"])
+                (update-file AUTO-UPGRADES (_apt-conf [["APT::Periodic::Update-Package-Lists" "1"]
+                                                       ["APT::Periodic::Unattended-Upgrade" "1"]])
+                             :mode 0o644)
+                (if extra
+                    (update-file UNATTENDED-CONF (_apt-conf extra) :mode 0o644)
+                    (_remove-sources UNATTENDED-CONF))]))
+  (:unapply
+    (update-file AUTO-UPGRADES (_apt-conf [["APT::Periodic::Update-Package-Lists" "0"]
+                                           ["APT::Periodic::Unattended-Upgrade" "0"]])
+                 :mode 0o644)))
 
 (defn _additional-path [basename content]
   (setv text (if (isinstance content #(list tuple)) (.join "\n" (_flatten content)) content))
@@ -319,20 +703,16 @@ there, so that no source is listed twice.  Update the indexes afterwards
 (defprop additional-sources :posix [#^ sources-basename basename
                                     #^ (one-of string (list-of line)) content]
   "/etc/apt/sources.list.d/BASENAME holds CONTENT (a string or list of
-lines): `.sources` when it is deb822, `.list` otherwise.  The package indexes
-are updated when it changes.  Unapplying removes the file (and updates)."
+lines): `.sources` when it is deb822, `.list` otherwise.  A change marks the
+package indexes stale (see the module's documentation).  Unapplying removes
+the file.  `source` writes a deb822 file from typed fields instead."
   (:desc f"apt sources {basename}")
   (:hostattrs (required "debian"))
+  (:simulates True)
   (:apply
     (import consfig.props.file [_text])
-    (if (= (update-file (_additional-path basename content) (_text content)) NO-CHANGE)
-        NO-CHANGE
-        (do (_update) None)))
-  (:unapply
-    (setv path (_additional-path basename content))
-    (if (remote-exists? path)
-        (do (run "rm" "-f" "--" path) (_update) None)
-        NO-CHANGE)))
+    (_write-sources (_additional-path basename content) (_text content)))
+  (:unapply (_remove-sources (_additional-path basename content))))
 
 (defprop cache-cleaned :posix []
   "apt's cache of downloaded packages is empty (`apt-get clean`)."
@@ -343,10 +723,15 @@ are updated when it changes.  Unapplying removes the file (and updates)."
                                  "do [ -e \"$f\" ] && exit 0; done; exit 1")
                               :check False :timeout 60)
                   ok?)))
-  (:apply (run "apt-get" "clean" :env ENV :timeout 300)))
+  (:apply (run-waiting-for-locks "apt-get" "-o" f"DPkg::Lock::Timeout={(_lock-timeout)}" "clean"
+                                 :env ENV :timeout 300)))
 
 (export :objects [installed installed-minimally removed updated upgraded
                   autoremoved reconfigured service-installed-running mirrors
                   proxy standard-sources-list additional-sources cache-cleaned
                   all-configured installed-packages forget-installed-packages
-                  installed? install-packages apt-get get-mirrors standard-sources ENV])
+                  installed? install-packages apt-get get-mirrors standard-sources ENV
+                  lock-timeout apt-options run-waiting-for-locks sources-changed
+                  trusts-key source pinned backports-enabled unattended-upgrades-enabled
+                  keyring-path key-path dearmor sources-text openpgp-public-key
+                  UPDATE-NEEDED])

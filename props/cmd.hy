@@ -2,6 +2,8 @@
 
 (eval-when-compile (require consfig.property [defprop]))
 (import posixpath
+        re
+        shlex
         consfig.actions [Script run remote-exists?]
         consfig.hop [command->script]
         consfig.types *)
@@ -10,6 +12,23 @@
   (if (and cwd (not (posixpath.isabs creates)))
       (posixpath.join cwd creates)
       creates))
+
+(defn command-line-problem [cmd]
+  "What is wrong with CMD, an argv, when its program is a whole command
+line in one string (`\"apt-get update\"`, as Consfigurator's `cmd:single`
+takes it); None when nothing is.  A program looked up in PATH never has
+whitespace in its name; a path (with a /) may, and is left alone."
+  (setv program (get cmd 0))
+  (when (or (in "/" program) (not (re.search r"\s" program)))
+    (return None))
+  (setv shown (hy.repr program)
+        words (try (shlex.split program) (except [ValueError] None)))
+  (+ f"{shown} is not a command line: cmd.single runs it as the name of one program, spaces and all; "
+     (if (and words (not (re.search r"[|&;<>()$`\\\"'*?\[\]#~=%{}]" program)))
+         (+ "write "
+            f"({(.join " " ["cmd.single" #* (map hy.repr words) #* (map hy.repr (cut cmd 1 None))])}), "
+            "one argument per word, or use cmd.script for shell code")
+         f"for shell code, write (cmd.script {shown}); for a command, one argument per word")))
 
 (defn _ran [cmd env input cwd timeout]
   (run cmd :env env :input input :cwd cwd :timeout timeout)
@@ -20,13 +39,15 @@
                         #^ path [creates None] #^ seconds [timeout None]]
   "Run the argv CMD — each argument one word, quoted, however many there are:
 `(cmd.single \"systemctl\" \"reload\" \"nginx\")`, `(cmd.single path)` — with
-ENV, INPUT on standard input and CWD.  For shell code, use `cmd.script`.  It
-always counts as a change, unless CREATES is given: then it runs only while
+ENV, INPUT on standard input and CWD.  For shell code, use `cmd.script`.  A
+program name with whitespace and no / (`(cmd.single \"apt-get update\")`) is
+a command line in one string, refused where it is written.  It always counts as a change, unless CREATES is given: then it runs only while
 the path CREATES (relative to CWD, if CWD is given) does not exist.  A
 command running past TIMEOUT seconds is stopped, and the property fails; by
 default, the bound of the enclosing `with-command-timeout`, else the chain's
 :command-timeout, else none."
   (:invariant cmd "needs a command to run")
+  (:invariant (not (command-line-problem cmd)) (command-line-problem cmd))
   (:desc (+ "Ran " (command->script cmd)))
   (:check (and creates (remote-exists? (_created creates cwd))))
   (:apply (_ran (list cmd) env input cwd timeout)))
@@ -43,4 +64,4 @@ for `cmd.single`."
   (:check (and creates (remote-exists? (_created creates cwd))))
   (:apply (_ran (Script code #* args) env input cwd timeout)))
 
-(export :objects [single script])
+(export :objects [single script command-line-problem])

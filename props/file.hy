@@ -61,10 +61,10 @@ unchanged, as is every line the property has no business with."
 one dict; None when nothing is."
   (cond (and (= (len pairs) 1) (isinstance (get pairs 0) dict)) None
         (% (len pairs) 2) f"expected alternating keys and values, got {(show (list pairs))}"
-        True (for [k (cut pairs 0 None 2)]
-               (when (not (.accepts key-type k))
-                 (return (+ "each key " (.explain key-type k))))))
-  None)
+        True (do (for [k (cut pairs 0 None 2)]
+                   (when (not (.accepts key-type k))
+                     (return (+ "each key " (.explain key-type k)))))
+                 None)))
 
 (defn _lines [xs]
   "Lines given as strings (possibly several lines each) or lists of them."
@@ -157,6 +157,14 @@ through, unless FOLLOW (docs/security.md)."
 
 (defn _id [x] (when (is-not x None) (str x)))
 
+(defn combined-results [results]
+  "The result of a property made of several steps with RESULTS (each
+`:no-change`, `:would-change` in check mode, or anything else for a
+change): `:no-change` when none changed anything."
+  (cond (all (gfor r results (= r NO-CHANGE))) NO-CHANGE
+        (in WOULD-CHANGE results) WOULD-CHANGE
+        True None))
+
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
 newlines; see `read-text` for bytes that are not UTF-8).  Nothing to do when
@@ -217,10 +225,15 @@ with the OS.  SECRET True is refused, as there."
   (:desc f"{path} exists with content")
   (:invariant (not secret) _INLINE-SECRET)
   (:apply (update-file path (_text content) :mode mode))
-  (:unapply
-    (cond (not (remote-exists? path)) NO-CHANGE
-          (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
-          True (run-walked [path] "rm" "-f" "--" path))))
+  (:unapply (remove-files path)))
+
+(defn remove-files [#* paths]
+  "Remove those of PATHS that exist (files or symlinks): `:no-change` when
+none does; in check mode, say which would go and return `:would-change`."
+  (setv there (lfor p paths :if (remote-exists? p) p))
+  (cond (not there) NO-CHANGE
+        (checking?) (do (inform f"{(.join ", " there)} would be removed") WOULD-CHANGE)
+        True (do (run-walked there "rm" "-f" "--" #* there) None)))
 
 (defn add-lines [path lines]
   "Append those of LINES that PATH lacks, creating PATH if need be."
@@ -625,13 +638,21 @@ no line are appended."
   (:desc f"{path} has {(describe-pairs pairs " ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) _SPACE-KV _space-kv _strip-eq)))
 
+(setv _EQUALS-KV (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$"))
+
+(defn _equals-kv [k v sep] (+ k (or sep " = ") v))
+
+(defn conf-equals-text [old wanted]
+  "OLD, the text of a `key = value` config file, with WANTED (a dict of
+`(None, key) → value`) set as `contains-conf-equals` sets them."
+  (_simple-conf-text old wanted _EQUALS-KV _equals-kv _strip-eq))
+
 (defprop contains-conf-equals :posix [#^ abs-path path #^ conf-pair #* pairs]
   "Like `contains-conf-space`, for a config file of `key = value` lines."
   (:simulates True)
   (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
   (:desc f"{path} has {(describe-pairs pairs " = ")}")
-  (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([^\s=]+)(\s*=\s*)(.*?)\s*$")
-                               (fn [k v sep] (+ k (or sep " = ") v)) _strip-eq)))
+  (:apply (_simple-conf-update path (conf-pairs pairs) _EQUALS-KV _equals-kv _strip-eq)))
 
 (defn _shell-same? [raw v]
   (try (= (shlex.split raw :comments True) [v])
@@ -1036,6 +1057,7 @@ the diffs of the first 20 files that would change are shown (files up to
                   data-cache-purged install-data
                   contains-conf-space contains-conf-equals contains-conf-shell
                   contains-ini-settings update-file map-file-lines read-bytes read-text
-                  content->bytes add-lines conf-space-text conf-pairs
+                  content->bytes add-lines conf-space-text conf-equals-text conf-pairs
+                  combined-results remove-files
                   describe-pairs pairs-problem conf-key conf-value conf-pair
                   remove-lines])

@@ -33,6 +33,14 @@ packages installed meanwhile do not start theirs either."
       "here"
       (no-services-reason (connection))))
 
+(defn no-services-where []
+  "Where services are not started now, for messages: \"in a chroot\" (what
+a hop into an unbooted system said), \"here\", or None when they are
+started.  Where they are not, the running kernel is not the target system's
+own either: properties that act on it (sysctl, kernel modules, swap) say so
+and leave it alone."
+  (_no-services-where))
+
 (defn no-services? []
   "Whether services must not be started, stopped or reloaded now: inside
 `without-starting-services`, on a host with the `no-services` property, or
@@ -119,6 +127,6 @@ says it is running already."
         (skip-for-no-services f"reloading {service}")
         (_service service "reload"))))
 
-(export :objects [POLICY-RC-D no-services? skip-for-no-services services-prevented
+(export :objects [POLICY-RC-D no-services? no-services-where skip-for-no-services services-prevented
                   without-starting-services no-services running restarted
                   reloaded])

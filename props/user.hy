@@ -90,6 +90,48 @@ Unapplying takes USERNAME out of GROUPS."
     (for [g groups :if (in g have)]
       (run "gpasswd" "-d" username g :timeout 60))))
 
+(defn group-members [name]
+  "The supplementary members of the group NAME (its fourth field in
+/etc/group, or what NSS says); a failure when there is no such group."
+  (setv r (run "getent" "group" "--" name :check False :timeout 60))
+  (when (not r.ok?)
+    (raise (FailedChange f"there is no group {name}: (user.group-exists {(hy.repr name)}) first")))
+  (setv members (get (.split (.rstrip (get (.splitlines r.stdout) 0) "\n") ":") 3))
+  (if members (.split members ",") []))
+
+(defn _membership-drift [group have users exactly]
+  (setv join (lfor u users :if (not-in u have) u)
+        leave (if exactly (lfor u have :if (not-in u users) u) []))
+  (or (not (or join leave))
+      (Drift (.join "; " (+ (if join [f"{(.join " " join)} would join {group}"] [])
+                            (if leave [f"{(.join " " leave)} would leave {group}"] []))))))
+
+(defprop group-has-members :posix [#^ group-name group #^ (one-of user-name (list-of user-name)) #* users
+                                   #^ boolean [exactly False]]
+  "Each of USERS is a member of GROUP (a supplementary member, as
+/etc/group lists them); with EXACTLY, they are its only members (none, when
+USERS is empty).  A user's primary group is not counted.  Unapplying takes
+USERS out of GROUP.
+
+  (user.group-has-members \"adm\" \"alice\" \"bob\")"
+  (:desc (+ f"group {group} has members {(.join " " (_flatten users))}"
+            (if exactly " only" "")))
+  (:preprocess [group #* (_flatten users) :exactly exactly])
+  (:invariant (or users exactly) "needs at least one user (or :exactly True, for no members)")
+  (:check (if (_group-exists? group)
+              (_membership-drift group (group-members group) users exactly)
+              (Drift f"there is no group {group} (yet)")))
+  (:apply
+    (setv have (group-members group))
+    (if exactly
+        (run "gpasswd" "-M" (.join "," users) group :timeout 60)
+        (for [u users :if (not-in u have)]
+          (run "gpasswd" "-a" u group :timeout 60))))
+  (:unapply
+    (setv have (group-members group))
+    (for [u users :if (in u have)]
+      (run "gpasswd" "-d" u group :timeout 60))))
+
 (defprop has-login-shell :posix [#^ user-name username #^ login-shell shell]
   "USERNAME's login shell is SHELL, which is listed in /etc/shells."
   (:desc f"{username} has login shell {shell}")
@@ -156,5 +198,6 @@ with `chpasswd -e`, the hash on standard input, never on a command line."
 
 (export :objects [has-password password-iden1
                   has-account has-account-with-uid group-exists has-groups
+                  group-has-members group-members
                   has-login-shell has-locked-password has-enabled-password
                   passwd-entry home-directory])

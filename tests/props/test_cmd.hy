@@ -56,3 +56,26 @@
   (deploy-propspec LOCAL (cmd.script "printf '%s\\n' \"$2\" > \"$1\"" out "a b; $(c)"))
   (assert (= (slurp out) "a b; $(c)\n") "arguments arrive as they are")
   (assert (not (os.path.exists "pwned")) "nothing in them ran"))
+
+(defn consfig-error [tmp-path text]
+  "The error loading TEXT as a consfig gives."
+  (import consfig.errors [ConsfigError] consfig.site [load-consfig])
+  (setv f (/ tmp-path "site.hy"))
+  (.write-text f (+ "(require consfig *)\n(import consfig *)\n(use-props consfig.props [cmd])\n" text))
+  (try (load-consfig (str f))
+       (except [e ConsfigError] (return (str e))))
+  (assert False "the consfig loaded without error"))
+
+(defn test-single-with-a-command-line-in-one-string-is-refused-at-load [tmp-path]
+  (setv msg (consfig-error tmp-path "\n(defhost h.example {}\n  (cmd.single \"apt-get update\"))\n"))
+  (assert (in "site.hy:6: cmd.single" msg) msg)
+  (assert (in "(cmd.single \"apt-get\" \"update\")" msg) msg)
+  (assert (in "cmd.script" msg) msg))
+
+(defn test-single-refuses-shell-code-in-its-program-name [tmp-path]
+  (setv msg (consfig-error tmp-path "(cmd.single \"ls -l | wc -l\")\n"))
+  (assert (in "site.hy:4: cmd.single" msg) msg)
+  (assert (in "(cmd.script \"ls -l | wc -l\")" msg) msg))
+
+(defn test-single-takes-a-program-path-with-spaces []
+  (assert (cmd.single "/opt/My Tools/run it" "--flag") "a path names the program, spaces and all"))

@@ -245,3 +245,9 @@
   (apply-twice chroot-chain (file.symlinked :from "/tmp/l" :to "t\ufffd\n"))
   (assert (= (os.readlink (os.fsencode link)) (.encode "t\ufffd\n" "utf-8"))
           (repr (os.readlink (os.fsencode link)))))
+
+(defn test-conf-pairs-of-odd-length-are-refused-where-they-are-written []
+  (for [make [(fn [] (file.contains-conf-equals "/etc/x.conf" "a" "1" "b"))
+              (fn [] (file.contains-conf-space "/etc/x.conf" "a"))]]
+    (with [e (pytest.raises PropspecError)] (make))
+    (assert (in "alternating keys and values" (str e.value)) (str e.value))))

@@ -87,3 +87,43 @@
   (assert (any (gfor n said (.startswith n "dora: uid "))) said)
   (assert (not (. (in-chroot debian-chroot "getent passwd eve" :check False) stdout))
           "no account made"))
+
+(defn members [root group]
+  (setv field (get (.split (.strip (sh root f"getent group {group}")) ":") 3))
+  (if field (.split field ",") []))
+
+(defn test-group-has-members [debian-chroot chroot-chain]
+  (apply-twice chroot-chain [(user.has-account "gina") (user.has-account "hal")
+                             (user.has-account "ivy") (user.group-exists "ops")])
+  (apply-twice chroot-chain (user.group-has-members "ops" "gina" ["hal"]))
+  (assert (= (members debian-chroot "ops") ["gina" "hal"]) (members debian-chroot "ops"))
+  (apply-twice chroot-chain (user.group-has-members "ops" "ivy"))
+  (assert (= (members debian-chroot "ops") ["gina" "hal" "ivy"]) "others kept")
+  (apply-twice chroot-chain (user.group-has-members "ops" "hal" :exactly True))
+  (assert (= (members debian-chroot "ops") ["hal"]) "only hal with :exactly")
+  (unapply chroot-chain (user.group-has-members "ops" "hal"))
+  (assert (= (members debian-chroot "ops") []) "hal taken out")
+  (apply-twice chroot-chain (user.group-has-members "ops" "gina" "ivy"))
+  (apply-twice chroot-chain (user.group-has-members "ops" :exactly True))
+  (assert (= (members debian-chroot "ops") []) "no members with :exactly and none given"))
+
+(defn test-group-has-members-check-mode-says-who-would-join-and-leave [debian-chroot chroot-chain]
+  (apply-twice chroot-chain [(user.has-account "jon") (user.has-account "kim")
+                             (user.group-exists "dev") (user.group-has-members "dev" "jon")])
+  (setv #(outcome events) (deploy-propspec chroot-chain (user.group-has-members "dev" "kim" :exactly True)
+                                           :check-mode True))
+  (assert (= (.exit-code outcome True) 2) "would change")
+  (assert (in "kim would join dev; jon would leave dev" (notes events)) (notes events))
+  (assert (= (members debian-chroot "dev") ["jon"]) "nothing changed"))
+
+(defn test-group-has-members-of-a-missing-group-fails-saying-what-to-add [debian-chroot chroot-chain]
+  (setv #(outcome events) (deploy-propspec chroot-chain (user.group-has-members "nosuchgroup" "root")
+                                           :check False))
+  (assert (= outcome.status "failed") "no such group")
+  (assert (in "(user.group-exists \"nosuchgroup\")" (str events)) (str events)))
+
+(defn test-group-has-members-refuses-hostile-names []
+  (import consfig.errors [PropspecError])
+  (for [args [["ops" "-r"] ["ops" "a,b"] ["ops" "a\nb"] ["o:ps" "a"] ["ops" "$(id)"] ["ops"]]]
+    (with [_ (pytest.raises PropspecError)]
+      (user.group-has-members #* args))))
