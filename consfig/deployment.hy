@@ -9,7 +9,7 @@ and a bare hostname symbol."
         consfig.chain [parse-chain establish-chain close-chain chain->data]
         consfig.context [applying connection current-host establishing-for]
         consfig.data [resolve-data]
-        consfig.engine [Reported announced-count apply-and-announce apply-host
+        consfig.engine [Reported announced-count apply-deployment apply-host
                         check-propspec-fits checking? current-run]
         consfig.errors [ConnectionFailed ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
@@ -298,7 +298,7 @@ connection, as part of the current deployment; return its result."
                 (if outcome.changes :changed NO-CHANGE))
             (do (check-propspec-fits prepared.propspec target.python? target.where)
                 (with [(applying prepared target :parent parent)]
-                  (apply-and-announce prepared.propspec unapply)))))
+                  (apply-deployment prepared.propspec unapply)))))
       (finally
         (close-chain (cut conns 1 None))))))
 
