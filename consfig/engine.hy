@@ -4,7 +4,8 @@ reporting every step as an event (see `consfig.events` for their kinds).
 Every failure is shown and counted exactly once, where the engine first
 catches it: see `apply-and-announce` and `Reported`."
 
-(import contextvars
+(import contextlib
+        contextvars
         traceback
         consfig.context [applying]
         consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange
@@ -63,16 +64,19 @@ the events themselves."
           self.check check
           self.depth 0
           self.failures 0
-          self.changes 0))
+          self.changes 0
+          ;; Functions shown every event, for as long as `watching-events` says.
+          self.watchers []))
 
   (defn record [self event]
-    "Count EVENT and pass it on to the sink.  Events of a deployment nested
-in this one (applied by another Python) come through here too, so that their
-failures and changes count."
+    "Count EVENT, show it to the watchers and pass it on to the sink.  Events
+of a deployment nested in this one (applied by another Python) come through
+here too, so that their failures and changes count."
     (when (= (get event "event") "end")
       (cond (first-report? event) (+= self.failures 1)
             (in (get event "status") #("changed" "would-change" "cannot-check"))
             (+= self.changes 1)))
+    (for [w self.watchers] (w event))
     (try
       (self.sink event)
       (except [e Exception]
@@ -93,6 +97,16 @@ failures and changes count."
     (Reported e)))
 
 (setv current-run (contextvars.ContextVar "consfig-run"))
+
+(defn [contextlib.contextmanager] watching-events [f]
+  "The context in which F is called with every event the current run
+records (those of deployments nested in it too); outside a run, nothing."
+  (setv run (.get current-run None))
+  (when run (.append run.watchers f))
+  (try
+    (yield)
+    (finally
+      (when run (.remove run.watchers f)))))
 
 (defn emit [event]
   "Send EVENT, stamped with the host and depth, to the current run."
@@ -233,6 +247,28 @@ in its place.  A `Reported` from inside it ends it `failed` without a message."
       (raise)))
   (when started
     (.finish run desc (_status result run.check)))
+  result)
+
+(defn announce-action [desc thunk]
+  "Call THUNK (which returns `:no-change` or a changed result), announced
+under DESC as a property is: its line ends ok, changed (or would-change), or
+failed, its failure shown and counted once, a `Reported` raised in its place."
+  (setv run (.get current-run None))
+  (when (is run None) (return (thunk)))
+  (.start run desc)
+  (try
+    (setv result (_result (thunk)))
+    (except [Reported]
+      (.finish run desc "failed")
+      (raise))
+    (except [e Exception]
+      (-= run.depth 1)
+      (emit (end-event desc "failed" #** (_failure-details None e :name desc)))
+      (raise (Reported e) :from e))
+    (except [BaseException]
+      (-= run.depth 1)
+      (raise)))
+  (.finish run desc (_status result run.check))
   result)
 
 (defn _status [result check]
@@ -424,4 +460,5 @@ and what would change."
                   CANNOT-CHECK announced-count apply-propapp unapply-propapp
                   apply-and-announce apply-sequence apply-host check-propspec-fits
                   Outcome Run Reported SinkFailed current-run unapplicable?
-                  Ending at-end current-ending failed-so-far? apply-deployment])
+                  Ending at-end current-ending failed-so-far? apply-deployment
+                  watching-events announce-action])
