@@ -135,9 +135,9 @@ printf '%s\\n' 'table inet consfig_probe {' ' chain input {' \\
 ip netns exec $from timeout 2 bash -c 'exec 3<>\"/dev/tcp/$0/$1\"' \"$3\" \"$4\" 2>/dev/null
 ip netns exec $s nft list table inet consfig_probe | grep -q 'packets [1-9]' || exit 3")
 
-(defn _interface-of [address]
-  ;; The interface the connection came in by, under its own name in the
-  ;; scratch namespace, for rules that match it (`iifname \"eth0\"`).
+(defn interface-of [address]
+  "The name of the interface that holds ADDRESS on the target (\"eth0\" when
+none does, or it cannot be told)."
   (setv r (run "ip" "-o" "addr" "show" "to" address :check False :timeout 30)
         words (when r.ok? (.split r.stdout)))
   (if (and words (>= (len words) 2) (re.fullmatch r"[A-Za-z0-9_.:-]{1,15}" (get words 1)))
@@ -153,7 +153,9 @@ ip netns exec $s nft list table inet consfig_probe | grep -q 'packets [1-9]' || 
     (inform "no SSH connection to keep (the target's commands run under none)")
     (return))
   (setv #(client server port) conn
-        device (if (_loopback? client server) "lo" (_interface-of server))
+        ;; The interface the connection came in by, under its own name in
+        ;; the scratch namespace, for rules that match it (`iifname \"eth0\"`).
+        device (if (_loopback? client server) "lo" (interface-of server))
         r (run (Script _PROBE path client server port device) :check False :timeout 120))
   (cond (= r.exit-code 0) (inform f"a new SSH connection from {client} to {server} port {port} still gets through")
         (= r.exit-code 3)
@@ -246,4 +248,4 @@ when CONF has that ruleset and the tables it defines are loaded.  See
   (:apply (ensure-ruleset ruleset force conf)))
 
 (export :objects [has-ruleset-from-site has-ruleset ruleset-text declared-tables ssh-connection
-                  ensure-ruleset CONF])
+                  interface-of ensure-ruleset CONF])

@@ -5,12 +5,7 @@ never touched): `consfig deploy` runs under `ip netns exec`, with the
 SSH_CONNECTION an SSH session would give it.  Over the SSH lab, see
 tests/connections/test_nftables_lab.py."""
 
-import json
-import os
-import subprocess
 import sys
-import textwrap
-import uuid
 
 import pytest
 
@@ -18,6 +13,8 @@ import hy  # noqa: F401
 
 from consfig.errors import PropspecError
 from consfig.props import nftables
+from netnssite import (CONTROLLER, NetnsSite, in_netns, messages, netns,  # noqa: F401
+                       notes, run, status)
 
 ALLOWS_SSH = """\
 table inet filter {
@@ -35,83 +32,22 @@ ALLOWS_WEB_ONLY = ALLOWS_SSH.replace("tcp dport 22 accept", "tcp dport { 80, 443
 ALLOWS_SSH_ON_ETH0 = ALLOWS_SSH.replace("tcp dport 22 accept",
                                         'iifname "eth0" ip saddr 10.77.0.0/24 tcp dport 22 accept')
 
-CONTROLLER = "10.77.0.1 40022 10.77.0.2 22"
-
-
-def run(*argv, **kw):
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
-
-
-@pytest.fixture
-def netns():
-    """A network namespace for a test, with an eth0 (one end of a veth pair:
-    there are no dummy interfaces here) holding the address deployments come
-    to, as on a host."""
-    name = f"consfig-nft-{uuid.uuid4().hex[:8]}"
-    assert run("ip", "netns", "add", name).returncode == 0
-    try:
-        for cmd in (["ip", "link", "set", "lo", "up"],
-                    ["ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"],
-                    ["ip", "addr", "add", "10.77.0.2/24", "dev", "eth0"],
-                    ["ip", "link", "set", "eth0-peer", "up"],
-                    ["ip", "link", "set", "eth0", "up"]):
-            r = run("ip", "netns", "exec", name, *cmd)
-            assert r.returncode == 0, r.stderr
-        yield name
-    finally:
-        run("ip", "netns", "del", name)
-
-
 def ruleset_in(netns):
-    return run("ip", "netns", "exec", netns, "nft", "list", "ruleset").stdout
+    return in_netns(netns, "nft", "list", "ruleset")
 
 
 def namespaces():
     return set(run("ip", "netns", "list").stdout.split())
 
 
-class Site:
-    """A consfig with one host, deployed with `consfig deploy --json` in NETNS."""
-
-    def __init__(self, tmp_path, netns):
-        self.dir = tmp_path
-        self.netns = netns
-        self.conf = tmp_path / "nftables.conf"
-
-    def deploy(self, body, *, ssh_connection=None, check=False):
-        site = self.dir / "site.hy"
-        site.write_text(textwrap.dedent(f"""\
-            (require consfig *)
-            (import consfig *)
-            (use-props consfig.props [nftables])
-            (defhost fw.consfig.invalid {{:deploy :local}}
-              {body})
-            """))
-        env = {k: v for k, v in os.environ.items() if k != "SSH_CONNECTION"}
-        if ssh_connection:
-            env["SSH_CONNECTION"] = ssh_connection
-        r = run("ip", "netns", "exec", self.netns, sys.executable, "-m", "consfig", "deploy",
-                "--consfig", str(site), "fw", "--json", *(["--check"] if check else []),
-                cwd=self.dir, env=env)
-        events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-        assert events, r.stderr
-        return events
+class Site(NetnsSite):
+    def __init__(self, directory, netns):
+        super().__init__(directory, netns, ["nftables"])
+        self.conf = directory / "nftables.conf"
 
     def rules(self, text, name="rules.nft"):
         (self.dir / name).write_text(text)
         return name
-
-
-def status(events):
-    return events[-1]["status"]
-
-
-def messages(events):
-    return "\n".join(e.get("message", "") for e in events)
-
-
-def notes(events):
-    return "\n".join(e["text"] for e in events if e["event"] == "output")
 
 
 @pytest.fixture

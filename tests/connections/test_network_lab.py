@@ -1,8 +1,10 @@
-"""nftables over real SSH: an sshd of the lab's runs in a network namespace
-of its own, reached through a veth pair, so that the deployments' firewall
-is that namespace's, never this machine's.  A ruleset that would cut the
-deploying connection is refused, through a :python hop and through a shell
-alone; one that keeps it is loaded, and the next deployment still gets in."""
+"""The firewall and the interfaces over real SSH: an sshd of the lab's runs
+in a network namespace of its own, reached through a veth pair, so that the
+deployments' network is that namespace's, never this machine's.  A ruleset
+that would cut the deploying connection is refused, through a :python hop
+and through a shell alone; one that keeps it is loaded, and the next
+deployment still gets in.  A change to the interface the connection comes
+by is refused; one to another is made."""
 
 import os
 import random
@@ -16,7 +18,7 @@ from hy.models import Keyword as K
 
 import consfig.deployment
 from consfig.host import make_host
-from consfig.props import nftables
+from consfig.props import network, nftables
 from harness import wait_until
 from sshlab import SSHD, free_port
 
@@ -121,19 +123,28 @@ def ruleset(port):
 """
 
 
-@pytest.mark.parametrize("chain_id", list(CHAINS))
+@pytest.fixture(params=list(CHAINS))
+def chain(request, fwlab):
+    return CHAINS[request.param](fwlab)
+
+
+def failures(events):
+    return "\n".join(e.get("message", "") for e in events.events)
+
+
+HOST = make_host("net.consfig.invalid", None, None, nftables.has_ruleset(""))
+
+
 def test_over_ssh_a_ruleset_that_would_cut_it_is_refused_and_one_that_keeps_it_is_loaded(
-        fwlab, tmp_path, chain_id, events):
-    chain = CHAINS[chain_id](fwlab)
-    host = make_host("fw.consfig.invalid", None, None, nftables.has_ruleset(""))
+        fwlab, chain, tmp_path, events):
+    host = HOST
     conf = str(tmp_path / "nftables.conf")
     before = fwlab.ruleset()
 
     cutting = nftables.has_ruleset(ruleset(80), conf=conf)
     outcome = deploy_these(chain, host, cutting, sink=events)
     assert outcome.status == "failed", events.ends()
-    message = "\n".join(e.get("message", "") for e in events.events)
-    assert f"a new connection from {fwlab.outside} to port {fwlab.port}" in message, message
+    assert f"a new connection from {fwlab.outside} to port {fwlab.port}" in failures(events)
     assert fwlab.ruleset() == before, "nothing was loaded"
     assert not os.path.exists(conf)
 
@@ -144,3 +155,24 @@ def test_over_ssh_a_ruleset_that_would_cut_it_is_refused_and_one_that_keeps_it_i
     events.events.clear()
     assert deploy_these(chain, host, keeping, sink=events).status == "no-change", \
         "the next deployment still gets in, and finds nothing to do"
+
+
+def test_over_ssh_the_interface_it_comes_by_is_not_reconfigured_but_another_is(
+        chain, tmp_path, events):
+    host = HOST
+    directory = str(tmp_path / "networkd")
+
+    def networkd(name):
+        return network.networkd_configured(
+            f"10-{name}", ["Match", {"Name": name}], ["Network", {"DHCP": "yes"}],
+            directory=directory)
+
+    outcome = deploy_these(chain, host, networkd("eth0"), sink=events)
+    assert outcome.status == "failed", events.ends()
+    assert "configures eth0, the interface the deploying SSH connection comes in by" \
+        in failures(events)
+    assert not os.path.exists(f"{directory}/10-eth0.network")
+    events.events.clear()
+    assert deploy_these(chain, host, networkd("eth1"), sink=events).status == "changed", \
+        events.ends()
+    assert os.path.exists(f"{directory}/10-eth1.network")
