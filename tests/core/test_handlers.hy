@@ -194,3 +194,15 @@
   (setv outer (propapp (eseqprops (handler "h" (ran "outer h"))
                                   (deploys [:local] inner))))
   (assert (= (list (handler-definitions outer)) ["h"]) "the nested host's are not the outer's"))
+
+(defn test-a-nested-deployment-runs-its-handlers-at-its-own-end [events]
+  (setv inner-name f"inner-{HOSTNAME}"
+        inner (make-host inner-name None None
+                         (propapp (eseqprops (notifies "h" (ran "inner conf"))
+                                             (handler "h" (ran "inner handler"))))))
+  (try
+    (deploy-props events (propapp (eseqprops (deploys [:local] inner)
+                                             (ran "outer after"))))
+    (assert (= log ["inner conf" "inner handler" "outer after"]) log)
+    (finally
+      (.unlink (pathlib.Path (state-directory) "handlers" f"{inner-name}.json") :missing-ok True))))
