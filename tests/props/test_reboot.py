@@ -5,6 +5,7 @@ the reboot is a script that writes down how it was called (given as
 to come back is tested over the SSH lab (tests/connections/test_reboot_lab.py)."""
 
 import os
+import pathlib
 import shutil
 import stat
 import subprocess
@@ -17,7 +18,8 @@ from consfig.combinators import eseqprops, on_change, seqprops
 from consfig.errors import PropspecError
 from consfig.handlers import handler, notifies
 from consfig.props import cmd, file, reboot
-from proptest import LOCAL, deploy_propspec, in_chroot, statuses
+from consfig.image import state_directory
+from proptest import HOSTNAME, LOCAL, deploy_propspec, in_chroot, statuses
 
 DESC = "Rebooted at the end of the deployment"
 
@@ -28,6 +30,16 @@ def fake_command(directory, log, name="fake-reboot"):
     path.write_text(f'#!/bin/sh\necho "{name}" "$@" >> "{log}"\n')
     path.chmod(0o755)
     return str(path)
+
+
+@pytest.fixture(autouse=True)
+def no_handler_left_owed():
+    """What a test's failing handler leaves owed on this machine (the target
+    of :local) goes with the test."""
+    owed = pathlib.Path(state_directory(), "handlers", f"{HOSTNAME}.json")
+    owed.unlink(missing_ok=True)
+    yield
+    owed.unlink(missing_ok=True)
 
 
 @pytest.fixture
