@@ -20,8 +20,8 @@ _MACRO_MODULES = (property, propspec, host, deployment, data)
 # :python hop imports it on the way to `consfig.serve`, and there applies a
 # propspec with a small part of the library.
 _MODULES = ("property", "propspec", "host", "deployment", "fleet", "image", "combinators",
-            "result", "actions", "context", "chain", "hop", "types", "engine", "errors", "data",
-            "datasources", "keep")
+            "handlers", "result", "actions", "context", "chain", "hop", "types", "engine",
+            "errors", "data", "datasources", "keep")
 
 _hy_macros = {}
 for _m in _MACRO_MODULES:

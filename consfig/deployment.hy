@@ -9,11 +9,13 @@ and a bare hostname symbol."
         consfig.chain [parse-chain establish-chain close-chain chain->data]
         consfig.context [applying connection current-host establishing-for]
         consfig.data [resolve-data]
-        consfig.engine [Reported announced-count apply-and-announce apply-host
-                        check-propspec-fits checking? current-run]
+        consfig.engine [Reported announce-action announced-count apply-deployment apply-host
+                        check-propspec-fits checking? current-run inform watching-events]
         consfig.errors [ConnectionFailed ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
         consfig.keep [chain-key idle-limit keepable? keep-chain take-kept]
+        consfig.rebooting [RebootWatch await-return await-return-reported back-after back-line
+                           probe-chain reboot-note]
         consfig.lock [holding-target-lock lock-request]
         consfig.property [find-property]
         consfig.propspec [dotted->name walk-body]
@@ -62,10 +64,36 @@ host's propspec; ADDITIONAL is applied after it."
 sending events to SINK; return an `Outcome`.  SECRETS seeds the
 deployment's cache (passwords asked for beforehand, see `consfig.fleet`).
 KEEP: seconds to keep the chain open afterwards for the next deployment
-of the host over it, when it is one `consfig.keep` can keep."
-  (when (and keep (keepable? deployment.chain))
-    (return (_run-kept deployment sink keep :unapply unapply :check check
-                       :verbosity verbosity :secrets secrets)))
+of the host over it, when it is one `consfig.keep` can keep.  A host that
+scheduled a reboot at the end of its deployment (`reboot.at-end`) is waited
+for, when the chain leaves this machine, before the deployment's summary is
+sent (`consfig.rebooting`)."
+  (setv watch (RebootWatch sink deployment.hostname)
+        kept (and keep (keepable? deployment.chain)))
+  (try
+    (setv outcome (if kept
+                      (_run-kept deployment watch keep :unapply unapply :check check
+                                 :verbosity verbosity :secrets secrets)
+                      (_run-fresh deployment watch :unapply unapply :check check
+                                  :verbosity verbosity :secrets secrets)))
+    (except [BaseException]
+      (.release watch)
+      (raise)))
+  (when (not watch.note)
+    (return outcome))
+  (when kept
+    ;; What was kept went down with the host.
+    (close-chain (or (take-kept (chain-key deployment.chain deployment.hostname)) [])))
+  (setv back True)
+  (when (probe-chain deployment.chain)
+    (with [_ (establishing-for deployment.host :seed secrets)]
+      (setv back (await-return-reported deployment.chain watch.note watch.sink
+                                        deployment.hostname))))
+  (when (not back) (+= outcome.failures 1))
+  (.release watch (not back))
+  outcome)
+
+(defn _run-fresh [deployment sink * unapply check verbosity secrets]
   (setv prepared deployment.host
         conns [])
   (with [_ (establishing-for prepared :seed secrets)]
@@ -283,24 +311,39 @@ of `deploy*` may come among them: `:check True`."
 connection, as part of the current deployment; return its result."
   (setv #(parsed prepared) (_prepare-nested chain data additional)
         parent (.get current-host None)
-        conns [])
+        upstream (connection)
+        conns []
+        notes [])
+  (defn noted [event]
+    (when (= (.get event "host") prepared.hostname)
+      (setv r (reboot-note event))
+      (when r (.append notes r))))
   (with [_ (establishing-for prepared)]
     (try
-      (setv conns (establish-chain parsed (connection))
-            target (get conns -1))
-      (with [_ (holding-target-lock target prepared.hostname :within (connection))]
-        (if (.apply-remotely? target)
-            (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply
-                                               :check (checking?)))
-                ;; Its failures were reported as they happened, nested here.
-                (when outcome.failures
-                  (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
-                (if outcome.changes :changed NO-CHANGE))
-            (do (check-propspec-fits prepared.propspec target.python? target.where)
-                (with [(applying prepared target :parent parent)]
-                  (apply-and-announce prepared.propspec unapply)))))
+      (with [_ (watching-events noted)]
+        (setv conns (establish-chain parsed upstream)
+              target (get conns -1))
+        (with [_ (holding-target-lock target prepared.hostname :within upstream)]
+          (if (.apply-remotely? target)
+              (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply
+                                                 :check (checking?)))
+                  ;; Its failures were reported as they happened, nested here.
+                  (when outcome.failures
+                    (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
+                  (setv result (if outcome.changes :changed NO-CHANGE)))
+              (do (check-propspec-fits prepared.propspec target.python? target.where)
+                  (with [(applying prepared target :parent parent)]
+                    (setv result (apply-deployment prepared.propspec unapply)))))))
       (finally
-        (close-chain (cut conns 1 None))))))
+        (close-chain (cut conns 1 None))))
+    ;; It rebooted at the end of its deployment: carry on once it is back.
+    (when (and notes (probe-chain parsed))
+      (announce-action (back-line prepared.hostname)
+                       (fn []
+                         (inform (back-after (await-return parsed (get notes -1)
+                                                           :upstream upstream)))
+                         NO-CHANGE))))
+  result)
 
 (defprop deploys :posix [chain host [additional None]]
   "Deploy HOST over CHAIN as part of this deployment, then apply ADDITIONAL.

@@ -4,7 +4,8 @@ reporting every step as an event (see `consfig.events` for their kinds).
 Every failure is shown and counted exactly once, where the engine first
 catches it: see `apply-and-announce` and `Reported`."
 
-(import contextvars
+(import contextlib
+        contextvars
         traceback
         consfig.context [applying]
         consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange
@@ -63,16 +64,19 @@ the events themselves."
           self.check check
           self.depth 0
           self.failures 0
-          self.changes 0))
+          self.changes 0
+          ;; Functions shown every event, for as long as `watching-events` says.
+          self.watchers []))
 
   (defn record [self event]
-    "Count EVENT and pass it on to the sink.  Events of a deployment nested
-in this one (applied by another Python) come through here too, so that their
-failures and changes count."
+    "Count EVENT, show it to the watchers and pass it on to the sink.  Events
+of a deployment nested in this one (applied by another Python) come through
+here too, so that their failures and changes count."
     (when (= (get event "event") "end")
       (cond (first-report? event) (+= self.failures 1)
             (in (get event "status") #("changed" "would-change" "cannot-check"))
             (+= self.changes 1)))
+    (for [w self.watchers] (w event))
     (try
       (self.sink event)
       (except [e Exception]
@@ -93,6 +97,16 @@ failures and changes count."
     (Reported e)))
 
 (setv current-run (contextvars.ContextVar "consfig-run"))
+
+(defn [contextlib.contextmanager] watching-events [f]
+  "The context in which F is called with every event the current run
+records (those of deployments nested in it too); outside a run, nothing."
+  (setv run (.get current-run None))
+  (when run (.append run.watchers f))
+  (try
+    (yield)
+    (finally
+      (when run (.remove run.watchers f)))))
 
 (defn emit [event]
   "Send EVENT, stamped with the host and depth, to the current run."
@@ -142,13 +156,14 @@ True)`) asks this before changing anything, and returns what it would do."
         (_result (call-subroutine prop (if unapply "unapply" "apply") propapp))
         True CANNOT-CHECK))
 
-(defn _failure-details [propapp e]
+(defn _failure-details [propapp e * [name None]]
   ;; A failure of the property itself (FailedChange) or a mistake
   ;; (ConsfigError) is its message.  Anything else is a bug in the property
   ;; or an unexpected state of the target: say what was raised, and where,
-  ;; when that is in site code, with the traceback for -v.
+  ;; when that is in site code, with the traceback for -v.  NAME stands for
+  ;; the property when there is none (an action run at the end).
   (setv expected (isinstance e #(FailedChange ConsfigError)))
-  {"property" (_short-name propapp)
+  {"property" (or name (_short-name propapp))
    "message" (if expected (str e) f"{(. (type e) __name__)}: {e}")
    "where" (when (not expected) (site-location e))
    "traceback" (when (not expected)
@@ -234,6 +249,28 @@ in its place.  A `Reported` from inside it ends it `failed` without a message."
     (.finish run desc (_status result run.check)))
   result)
 
+(defn announce-action [desc thunk]
+  "Call THUNK (which returns `:no-change` or a changed result), announced
+under DESC as a property is: its line ends ok, changed (or would-change), or
+failed, its failure shown and counted once, a `Reported` raised in its place."
+  (setv run (.get current-run None))
+  (when (is run None) (return (thunk)))
+  (.start run desc)
+  (try
+    (setv result (_result (thunk)))
+    (except [Reported]
+      (.finish run desc "failed")
+      (raise))
+    (except [e Exception]
+      (-= run.depth 1)
+      (emit (end-event desc "failed" #** (_failure-details None e :name desc)))
+      (raise (Reported e) :from e))
+    (except [BaseException]
+      (-= run.depth 1)
+      (raise)))
+  (.finish run desc (_status result run.check))
+  result)
+
 (defn _status [result check]
   (cond (= result NO-CHANGE) "ok"
         (not check) "changed"
@@ -274,6 +311,97 @@ the sequence without failing it."
       (when (try (announced? p) (except [Exception] False))
         (setv desc (try (propapp-desc p) (except [Exception] (_fallback-desc p))))
         (emit (end-event desc "skipped"))))))
+
+(defclass Ending []
+  "What the (sub)deployment being applied does once its propspec has been
+applied: the ACTIONS its properties asked for with `at-end` (key → `#(f
+last)`), and STATE they keep meanwhile (a dict, by key: which handlers were
+notified).  FAILURES is the run's count of failures when it began, so that
+`failed-so-far?` speaks of this deployment alone, not of the one that nested
+it."
+  (defn __init__ [self run]
+    (setv self.actions {}
+          self.state {}
+          self.run run
+          self.failures (if run run.failures 0)))
+  (defn failed? [self]
+    (bool (and self.run (> self.run.failures self.failures))))
+  (defn _next [self]
+    ;; The first action asked for, but those asked to come last after all
+    ;; others (a reboot after the handlers), even those asked for meanwhile.
+    (or (next (gfor [k [f last]] (.items self.actions) :if (not last) k) None)
+        (next (iter self.actions) None)))
+  (defn finish [self]
+    "Run the actions, each once, in the order they were asked for (those
+asked to come LAST after the others), each told whether the deployment has
+failed so far; an action may ask for more.  A failing action is counted and
+the next one runs, unless the connection is lost.  Return `:no-change`
+unless one made a change; raise the first failure after all have run."
+    (setv result NO-CHANGE
+          first-failure None)
+    (while (is-not (setx key (self._next)) None)
+      (setv #(f _) (.pop self.actions key))
+      (try
+        (try
+          (when (!= (f (self.failed?)) NO-CHANGE)
+            (setv result :changed))
+          (except [e Exception]
+            ;; An action's own failure, outside any property it announced.
+            (when (isinstance e Reported) (raise))
+            (emit (end-event key "failed" #** (_failure-details None e :name key)))
+            (raise (Reported e) :from e)))
+        (except [r Reported]
+          (when r.lost? (raise))
+          (when (is first-failure None) (setv first-failure r)))))
+    (when first-failure (raise first-failure))
+    result))
+
+(setv _ending (contextvars.ContextVar "consfig-ending" :default None))
+
+(defn current-ending []
+  "The `Ending` of the (sub)deployment being applied; `ConsfigError` outside
+one."
+  (or (.get _ending)
+      (raise (ConsfigError "at-end: no deployment is being applied here"))))
+
+(defn at-end [key f * [last False]]
+  "Call F once the (sub)deployment being applied has applied its propspec,
+with whether it failed so far; F returns `:no-change` or a changed result,
+and reports as a property does (announcing what it applies with
+`apply-and-announce`).  Asked for again under the same KEY, F runs once
+(the first F asked for is kept).  With LAST, after every action without it:
+a reboot after the handlers."
+  (setv ending (current-ending))
+  (when (not-in key ending.actions)
+    (setv (get ending.actions key) #(f last))))
+
+(defn failed-so-far? []
+  "Whether the (sub)deployment being applied has had a failure so far."
+  (.failed? (current-ending)))
+
+(defn apply-deployment [propspec [unapply False]]
+  "Apply (or unapply) PROPSPEC, a (sub)deployment's whole propspec, as
+`apply-and-announce` does; then, whether it failed or not (unless its
+connection was lost), what its properties asked to run at its end
+(`at-end`).  Return its result, or raise its failure once those have run."
+  (setv ending (Ending (.get current-run None))
+        token (.set _ending ending)
+        failure None
+        result NO-CHANGE)
+  (try
+    (try
+      (setv result (apply-and-announce propspec unapply))
+      (except [r Reported]
+        (setv failure r)))
+    (when (not (and failure failure.lost?))
+      (try
+        (when (!= (.finish ending) NO-CHANGE)
+          (setv result :changed))
+        (except [r Reported]
+          (setv failure (or failure r)))))
+    (finally (.reset _ending token)))
+  (when failure (raise failure))
+  result)
 
 (defclass Outcome []
   "What applying a host's propspec came to."
@@ -316,7 +444,7 @@ and what would change."
   (try
     (with [(applying host connection)]
       (try
-        (setv result (apply-and-announce host.propspec unapply))
+        (setv result (apply-deployment host.propspec unapply))
         ;; A change no announced property's line reported (an unannounced
         ;; property's own) still makes the deployment one that changed.
         (when (and (!= result NO-CHANGE) (not run.changes))
@@ -331,4 +459,6 @@ and what would change."
 (export :objects [NO-CHANGE emit inform report-output checking? Drift WOULD-CHANGE
                   CANNOT-CHECK announced-count apply-propapp unapply-propapp
                   apply-and-announce apply-sequence apply-host check-propspec-fits
-                  Outcome Run Reported SinkFailed current-run unapplicable?])
+                  Outcome Run Reported SinkFailed current-run unapplicable?
+                  Ending at-end current-ending failed-so-far? apply-deployment
+                  watching-events announce-action])

@@ -303,17 +303,20 @@ outcome (see `state-directory`)."
 
 ;; Reading it back, over the host's chain
 
-;; The same place as `state-directory`, found by the shell of whatever
-;; user the chain ends as; $1 is the hostname.
-(setv _READ-STATE "
+;; Shell code that sets $d to `state-directory` as the user the chain ends
+;; as sees it: for a target reached by a shell, not by a Python of ours.
+(setv STATE-DIRECTORY-SCRIPT "
 if [ \"$(id -u)\" = 0 ]; then d=/var/lib/consfig
 else case \"${XDG_STATE_HOME:-}\" in
   /*) d=\"$XDG_STATE_HOME/consfig\" ;;
   *) d=\"$HOME/.local/state/consfig\" ;;
-esac; fi
+esac; fi")
+
+;; $1 is the hostname.
+(setv _READ-STATE (+ STATE-DIRECTORY-SCRIPT "
 f=\"$d/runs/$1.json\"
 if [ -f \"$f\" ]; then printf 'state %s\\n' \"$f\"; cat -- \"$f\"
-else printf 'none %s\\n' \"$f\"; fi")
+else printf 'none %s\\n' \"$f\"; fi"))
 
 (defn host-status [host * [via None]]
   "What the last run of HOST's image on HOST recorded, read over VIA (a
@@ -377,4 +380,4 @@ image never ran there."
   (.join "\n" lines))
 
 (export :objects [Image make-image build-image write-image run-image state-directory
-                  state-file host-status format-status])
+                  STATE-DIRECTORY-SCRIPT state-file host-status format-status])

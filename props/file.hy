@@ -30,7 +30,8 @@ unchanged, as is every line the property has no business with."
         consfig.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.events [diff-event]
         consfig.errors [AbortedChange ConsfigError FailedChange UnsafePath]
-        consfig.hop [SAFE-WALK])
+        consfig.hop [SAFE-WALK]
+        consfig.util [keyword-name])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
@@ -1048,6 +1049,246 @@ the diffs of the first 20 files that would change are shown (files up to
                                   (emit (data-sent-event (get-data "--site-file" (get e "iden2"))
                                                          path)))))))
 
+;; Files from the network, and archives unpacked.
+
+(setv http-url (matching "http-url" "an http:// or https:// URL (no whitespace, NUL or quote)"
+                         r"https?://[^\s\x00\"'\\]+")
+      sha256-digest (matching "sha256-digest" "a SHA-256 digest (64 hexadecimal digits)"
+                              r"[0-9A-Fa-f]{64}")
+      archive-format (enum "tar" "zip"))
+
+;; $1 destination, $2 URL, $3 the SHA-256 wanted, $4 seconds, $5 a mode
+;; (octal) or "".  The download goes to a temporary file beside the
+;; destination, renamed over it only once its digest is right.  Exit 65: the
+;; digest is another (printed); 69: nothing here downloads; 70: the
+;; download failed (why, on standard error).
+(setv _DOWNLOAD (+ SAFE-WALK "
+dest=$1 url=$2 want=$3 seconds=$4 mode=$5
+cf_walk \"$dest\" 0
+dir=${dest%/*}; [ -n \"$dir\" ] || dir=/
+tmp=$(mktemp \"$dir/.consfig-XXXXXXXX\") || exit 70
+trap 'rm -f \"$tmp\"' EXIT
+trap 'exit 129' HUP INT TERM PIPE
+if command -v curl >/dev/null 2>&1; then
+  curl -fsSL --proto =http,https --proto-redir =http,https --max-time \"$seconds\" \\
+    -o \"$tmp\" -- \"$url\" || exit 70
+elif command -v wget >/dev/null 2>&1; then
+  wget -q --timeout=\"$seconds\" -O \"$tmp\" -- \"$url\" || exit 70
+elif command -v python3 >/dev/null 2>&1; then
+  python3 -c 'import shutil, sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[3])) as r, open(sys.argv[2], \"wb\") as f:
+    shutil.copyfileobj(r, f)' \"$url\" \"$tmp\" \"$seconds\" || exit 70
+else
+  echo 'there is no curl, wget or python3 here to download with' >&2; exit 69
+fi
+got=$(sha256sum < \"$tmp\") || exit 70
+got=${got%% *}
+if [ \"$got\" != \"$want\" ]; then echo \"$got\"; exit 65; fi
+if [ -f \"$dest\" ] && [ ! -L \"$dest\" ]; then
+  set -- $(stat -c '%a %u %g' -- \"$dest\")
+  chmod \"$1\" \"$tmp\" && { chown \"$2:$3\" \"$tmp\" 2>/dev/null || true; }
+else
+  chmod \"$(printf '%o' $(( 0666 & ~0$(umask) )))\" \"$tmp\"
+fi
+if [ -n \"$mode\" ]; then chmod \"$mode\" \"$tmp\"; fi
+sync -- \"$tmp\" 2>/dev/null || true
+mv -f -T -- \"$tmp\" \"$dest\" || exit 70
+trap - EXIT"))
+
+(defn _mismatch [url dest got want]
+  (FailedChange (+ f"{url}: its SHA-256 is {got}, not the {want} wanted; refused, and "
+                   f"{dest} was left as it was")))
+
+(defn _download-here [url dest want seconds mode]
+  ;; A Python of ours on the target: urllib, into a temporary file beside
+  ;; DEST, hashed as it comes, renamed over DEST only once its digest is right.
+  (import hashlib stat tempfile urllib.request)
+  (run-walked [dest] "true")
+  (setv directory (or (os.path.dirname dest) "/")
+        #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-")
+        h (hashlib.sha256))
+  (try
+    (with [f (os.fdopen fd "wb")]
+      (try
+        (with [r (urllib.request.urlopen url :timeout seconds)]
+          (while (setx chunk (.read r 65536))
+            (.update h chunk)
+            (.write f chunk)))
+        (except [e OSError]
+          (raise (FailedChange f"could not download {url}: {e}"))))
+      (when (!= (.hexdigest h) want)
+        (raise (_mismatch url dest (.hexdigest h) want)))
+      (setv old (try (os.stat dest :follow-symlinks False) (except [FileNotFoundError] None)))
+      (cond (is-not mode None) (os.fchmod (.fileno f) mode)
+            (and old (stat.S-ISREG old.st-mode))
+            (do (os.fchmod (.fileno f) (stat.S-IMODE old.st-mode))
+                (os.fchown (.fileno f) old.st-uid old.st-gid))
+            True (os.fchmod (.fileno f) (& 0o666 (bnot (_umask)))))
+      (.flush f)
+      (os.fsync (.fileno f)))
+    (os.replace tmp dest)
+    (except [BaseException]
+      (try (os.unlink tmp) (except [FileNotFoundError] None))
+      (raise))))
+
+(defn _umask []
+  (setv m (os.umask 0o22))
+  (os.umask m)
+  m)
+
+(defn download [url dest sha256 * [timeout 600] [mode None]]
+  "Make DEST on the target the file at URL, whose SHA-256 must be SHA256:
+downloaded there, by the target's own Python over a `:python` hop (urllib),
+else by curl, wget or python3, whichever it has, into a temporary file
+beside DEST, renamed over it only once its digest is right.  A wrong digest
+is a `FailedChange`, and DEST is left as it was."
+  (setv want (.lower sha256))
+  (if (. (connection) python?)
+      (_download-here url dest want timeout mode)
+      (do (setv r (run (Script _DOWNLOAD dest url want timeout (if mode (format mode "o") ""))
+                       :check False :timeout (+ timeout 60)))
+          (cond (= r.exit-code 0) None
+                (= r.exit-code 65) (raise (_mismatch url dest (.strip r.stdout) want))
+                (= r.exit-code 77) (raise (UnsafePath dest (.strip r.stderr)))
+                (= r.exit-code 69) (raise (FailedChange (+ f"cannot download {url}: " (.strip r.stderr)
+                                                           "; install curl or wget")))
+                True (raise (FailedChange (+ f"could not download {url} to {dest}: "
+                                             (or (.strip r.stderr) f"exit {r.exit-code}"))))))))
+
+(defprop downloaded :posix [#^ http-url url #^ abs-path path * #^ sha256-digest sha256
+                            #^ file-mode [mode None] #^ seconds [timeout 600]]
+  "PATH is the file at URL, whose SHA-256 is SHA256.  It is downloaded on
+the target, with what it has — its own Python's urllib over a `:python`
+hop, else curl, wget or python3 — into a temporary file beside PATH, renamed
+over it only once its digest is SHA256: a download with another digest is
+refused, and nothing is written.  Nothing is downloaded while PATH has that
+digest.  PATH keeps its mode and owner, unless MODE; TIMEOUT bounds the
+download."
+  (:desc f"{path} downloaded from {url}")
+  (:check (let [have (_digest-on-target path)]
+            (cond (= have (.lower sha256)) True
+                  (is have None) (Drift f"{path} would be downloaded from {url}")
+                  True (Drift f"{path} has SHA-256 {have}: it would be downloaded again from {url}"))))
+  (:apply (download url path sha256 :timeout timeout :mode mode)))
+
+(setv _TAR-MEMBER (re.compile (+ r"^(?P<type>\S)\S*\s+\S+\s+.*?\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d)? "
+                                 r"\"(?P<name>(?:[^\"\\]|\\.)*)\""
+                                 r"(?:(?P<kind> -> | link to )\"(?P<target>(?:[^\"\\]|\\.)*)\")?$")))
+
+(defn _c-unquoted [s]
+  ;; GNU tar's --quoting-style=c, under LC_ALL=C: every byte that is not
+  ;; printable ASCII is an escape.
+  (.decode (.encode (.decode (.encode s "ascii") "unicode_escape") "latin-1")
+           "utf-8" "surrogateescape"))
+
+(defn tar-members [listing]
+  "The members of a tar archive, from `tar -tv --quoting-style=c` run under
+LC_ALL=C: `#(type name link-target)`, type the first letter of the mode
+(`-` file, `d` directory, `l` symlink, `h` hard link, …)."
+  (lfor line (.splitlines listing)
+        :if (.strip line)
+        :setv m (or (.match _TAR-MEMBER line)
+                    (raise (FailedChange f"cannot read this line of tar's listing: {line !r}")))
+        #((if (= (.group m "kind") " link to ") "h" (.group m "type"))
+          (_c-unquoted (.group m "name"))
+          (when (.group m "target") (_c-unquoted (.group m "target"))))))
+
+(defn _escapes? [path]
+  (or (.startswith path "/")
+      (in ".." (.split path "/"))))
+
+(defn member-problem [kind name target]
+  "What makes an archive's member unfit to unpack into a directory — its
+name or link leads out of it, or it is a device — or None."
+  (cond (_escapes? name) f"{name !r} leads out of the directory"
+        (in kind "cbp") f"{name !r} is a device or a pipe"
+        (and (= kind "l") (or (.startswith target "/")
+                              (.startswith (posixpath.normpath (posixpath.join (posixpath.dirname name)
+                                                                               target))
+                                           "..")))
+        f"{name !r} is a symbolic link to {target !r}, out of the directory"
+        (and (= kind "h") (_escapes? target)) f"{name !r} is a hard link to {target !r}, out of the directory"
+        True None))
+
+(defn _archive-kind [archive kind]
+  (cond kind (keyword-name kind)
+        (.endswith (.lower archive) ".zip") "zip"
+        True "tar"))
+
+(defn archive-members [archive kind]
+  "The members of ARCHIVE (on the target), a tar or zip archive: as
+`tar-members` gives them."
+  (if (= kind "zip")
+      (let [names (run "unzip" "-Z1" "--" archive :check False :timeout 600)
+            long (run "unzip" "-Z" "--" archive :check False :timeout 600)]
+        (when (= names.exit-code 127)
+          (raise (FailedChange "unzip is not installed here: add (apt.installed \"unzip\") before")))
+        (when (not names.ok?)
+          (raise (FailedChange f"cannot list {archive}: {(.strip (+ names.stderr names.stdout))}")))
+        (when (any (gfor l (.splitlines long.stdout) (re.match r"^l[rwxsStT-]{9}\s" l)))
+          (raise (FailedChange f"{archive} holds symbolic links, which are not unpacked from a zip archive")))
+        (lfor n (.splitlines names.stdout) :if n #((if (.endswith n "/") "d" "-") n None)))
+      ;; --absolute-names: the names as they are, not as tar would rewrite
+      ;; them (without a leading / or ../), so that they can be refused.
+      (let [r (run "tar" "-tv" "--absolute-names" "--quoting-style=c" "-f" archive
+                   :env {"LC_ALL" "C"} :check False :timeout 600)]
+        (when (not r.ok?)
+          (raise (FailedChange f"cannot list {archive}: {(.strip r.stderr)}")))
+        (tar-members r.stdout))))
+
+(defn _marker [archive directory]
+  (import hashlib)
+  (posixpath.join directory f".consfig-extracted-{(cut (.hexdigest (hashlib.sha256 (.encode archive "utf-8" "surrogateescape"))) 16)}"))
+
+(defn _extracted? [archive directory strip]
+  (setv have (_digest-on-target archive))
+  (when (is have None)
+    (return (if (checking?)
+                (Drift f"{archive} does not exist yet; it would be unpacked into {directory}")
+                (raise (FailedChange f"{archive} does not exist (or is not a regular file): there is nothing to unpack")))))
+  (setv want f"{have} strip-components={strip}\n")
+  (or (= (read-text (_marker archive directory)) want)
+      (Drift f"{archive} would be unpacked into {directory}")))
+
+(defn unpack [archive directory * [kind None] [strip 0]]
+  "Unpack the tar or zip ARCHIVE (on the target) into DIRECTORY, once its
+members are all found to stay inside it (`member-problem`); then record the
+archive's SHA-256 in a marker beside them, which says it is unpacked."
+  (setv kind (_archive-kind archive kind)
+        members (archive-members archive kind)
+        problems (lfor [k n t] members :setv p (member-problem k n t) :if p p))
+  (when problems
+    (raise (FailedChange (+ f"{archive} is not unpacked: "
+                            (.join "; " (cut problems 5))
+                            (if (> (len problems) 5) f"; and {(- (len problems) 5)} more" "")))))
+  (when (and strip (= kind "zip"))
+    (raise (FailedChange ":strip-components is for tar archives, not zip ones")))
+  (setv digest (_digest-on-target archive))
+  (run-walked [directory] "mkdir" "-p" "--" directory)
+  (if (= kind "zip")
+      (run "unzip" "-o" "-q" archive "-d" directory :timeout 3600)
+      (run "tar" "-x" "--no-same-owner" f"--strip-components={strip}" "-f" archive "-C" directory
+           :timeout 3600))
+  (write-remote-file (_marker archive directory) f"{digest} strip-components={strip}\n")
+  (inform f"{(len members)} members unpacked"))
+
+(defprop extracted :posix [#^ abs-path archive #^ abs-path directory
+                           * #^ (optional archive-format) [format None]
+                           #^ (int-range 0 100) [strip-components 0]]
+  "The tar or zip ARCHIVE, a file on the target (`downloaded`, say), is
+unpacked into DIRECTORY (made if need be): tar archives with any
+compression tar knows, zip ones with unzip; FORMAT (`:tar` or `:zip`) when
+the name does not say (a .zip is zip, anything else tar).
+STRIP-COMPONENTS leading directories of each member's name are dropped (tar
+only).  An archive whose members would escape DIRECTORY — absolute names,
+`..`, links leading out, devices — is refused, and nothing unpacked.  It
+holds while a marker in DIRECTORY holds the archive's SHA-256: a new
+archive is unpacked over the old files.  Files belong to whoever deploys
+(never the archive's owners)."
+  (:desc f"{archive} unpacked into {directory}")
+  (:check (_extracted? archive directory strip-components))
+  (:apply (unpack archive directory :kind format :strip strip-components)))
+
 (export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
                   dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
@@ -1060,4 +1301,5 @@ the diffs of the first 20 files that would change are shown (files up to
                   content->bytes add-lines conf-space-text conf-equals-text conf-pairs
                   combined-results remove-files
                   describe-pairs pairs-problem conf-key conf-value conf-pair
-                  remove-lines])
+                  remove-lines downloaded extracted download unpack archive-members
+                  tar-members member-problem http-url sha256-digest])
