@@ -7,7 +7,8 @@ from is pip's own configuration on the target (/etc/pip.conf), or
 INDEX-URL, FIND-LINKS (a directory or a URL of wheels) and NO-INDEX, which
 are given to every pip these properties run through the environment
 (PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX).  With `:user`, everything
-runs as that user (runuser), whose files the environment then are."
+runs as that user (through runuser, unless the connection is that user),
+whose files the environment then are."
 
 (eval-when-compile (require consfig.property [defprop]))
 (import json
@@ -16,6 +17,7 @@ runs as that user (runuser), whose files the environment then are."
         consfig.actions [NO-CHANGE Script run run-ok? run-walked]
         consfig.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
+        consfig.props.user [as-user]
         consfig.types *)
 
 (setv pip-pin (matching "pip-pin"
@@ -54,11 +56,8 @@ runs as that user (runuser), whose files the environment then are."
                ["PIP_NO_INPUT" "1"]]
         :if (is-not v None) k v))
 
-(defn _as [user argv]
-  (if user ["runuser" "-u" user "--" #* argv] argv))
-
 (defn _run [user argv env #** kw]
-  (run (_as user argv) :env env :timeout 1800 #** kw))
+  (run (if user (as-user user argv) argv) :env env :timeout 1800 #** kw))
 
 (defn _failed [what r]
   (FailedChange f"{what} failed (exit {r.exit-code}):\n{(.strip (+ r.stdout r.stderr))}"))

@@ -24,7 +24,7 @@ the password itself never reaches the target."
         re
         stringprep
         unicodedata
-        consfig.actions [NO-CHANGE Script run output]
+        consfig.actions [NO-CHANGE run]
         consfig.data [get-data-string require-data]
         consfig.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
@@ -32,6 +32,7 @@ the password itself never reaches the target."
         consfig.props.apt :as apt
         consfig.props.file [read-text update-file]
         consfig.props.service [no-services? skip-for-no-services]
+        consfig.props.user [as-user]
         consfig.types *)
 
 (setv pg-version (named "pg-version" (one-of (matching "" "" r"[0-9]{1,3}") (int-range 1 999))
@@ -102,9 +103,6 @@ failure when it is not there, or when none is given and there are several."
 
 (defn _listed [clusters] (.join ", " (map _id clusters)))
 
-;; As postgres: root switches to it with runuser; postgres itself runs psql.
-(setv _AS-POSTGRES "if [ \"$(id -un)\" != postgres ]; then set -- runuser -u postgres -- \"$@\"; fi\nexec \"$@\"")
-
 (defn psql [cluster sql #** vars]
   "Run SQL (given to psql on standard input, in one session) as the
 postgres user in the database `postgres` of CLUSTER (\"VERSION/NAME\"), and
@@ -112,9 +110,9 @@ return its output: unaligned rows, their fields separated by NUL.  Each of
 VARS is a psql variable, for the SQL to use as `:\"name\"` (an identifier)
 or `:'name'` (a literal), quoted by psql.  A failure carries psql's error,
 with what to do when the server is not running."
-  (setv r (run (Script _AS-POSTGRES "psql" "--cluster" cluster "-X" "-q" "-A" "-t" "-z"
-                       "-v" "ON_ERROR_STOP=1" "-d" "postgres"
-                       #* (sum (gfor [k v] (.items vars) ["-v" f"{k}={v}"]) []))
+  (setv r (run (as-user "postgres" ["psql" "--cluster" cluster "-X" "-q" "-A" "-t" "-z"
+                                     "-v" "ON_ERROR_STOP=1" "-d" "postgres"
+                                     #* (sum (gfor [k v] (.items vars) ["-v" f"{k}={v}"]) [])])
                :input sql :check False :timeout 300))
   (when (not r.ok?)
     (setv err (.strip (+ r.stderr r.stdout)))

@@ -129,7 +129,7 @@ def test_an_invalid_drop_in_fails_and_leaves_the_old_one(chroot_chain, root):
         check=False)
     assert outcome.status == "failed"
     text = failure_text(events)
-    assert f"/etc/systemd/system/cfg-drop2.service.d/nice.conf would be invalid" in text, text
+    assert "/etc/systemd/system/cfg-drop2.service.d/nice.conf would be invalid" in text, text
     assert "Failed to parse nice priority" in text, text
     assert path.read_text() == DROP_IN
     assert leftovers(root) == []
