@@ -8,7 +8,7 @@ starts gpg-agent or dirmngr."
 
 (eval-when-compile (require consfig.property [defprop]))
 (import re
-        consfig.actions [NO-CHANGE Script run run-ok?]
+        consfig.actions [Script run run-ok?]
         consfig.data [get-data-bytes require-data]
         consfig.engine [Drift]
         consfig.errors [FailedChange]

@@ -12,8 +12,8 @@ and only when it is running."
   (require consfig.property [defprop]
            consfig.propspec [defproplist]))
 (import posixpath
-        consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]
-        consfig.engine [Drift WOULD-CHANGE checking? inform]
+        consfig.actions [NO-CHANGE run run-ok? remote-exists?]
+        consfig.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
         consfig.props.file [read-bytes content->bytes update-file]

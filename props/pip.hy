@@ -14,8 +14,8 @@ whose files the environment then are."
 (import json
         posixpath
         re
-        consfig.actions [NO-CHANGE Script run run-ok? run-walked]
-        consfig.engine [Drift WOULD-CHANGE checking? inform]
+        consfig.actions [NO-CHANGE run run-ok? run-walked]
+        consfig.engine [Drift]
         consfig.errors [FailedChange]
         consfig.props.user [as-user]
         consfig.types *)

@@ -26,7 +26,7 @@ the password itself never reaches the target."
         unicodedata
         consfig.actions [NO-CHANGE run]
         consfig.data [get-data-string require-data]
-        consfig.engine [Drift WOULD-CHANGE checking? inform]
+        consfig.engine [Drift checking?]
         consfig.errors [FailedChange]
         consfig.host [get-hostname]
         consfig.props.apt :as apt

@@ -7,11 +7,12 @@ import subprocess
 import pytest
 
 import hy  # noqa: F401
-from consfig.data import register_data_source, reset_data_sources
+from consfig.data import reset_data_sources
 from consfig.errors import PropspecError
 from consfig.props import apt, gnupg, user
 
-from proptest import apply_twice, deploy_propspec, failure_text, in_chroot, this_os, unapply
+from proptest import (apply_twice, data_item, deploy_propspec, failure_text, in_chroot, said,
+                      this_os, unapply)
 
 pytestmark = pytest.mark.chroot
 
@@ -70,10 +71,6 @@ def in_keyring(root, fpr, who="keyholder"):
                      f"--list-keys {fpr}", check=False).returncode == 0
 
 
-def said(events):
-    return " ".join(e["text"] for e in events if e["event"] == "output")
-
-
 def test_a_key_given_is_imported_into_the_users_keyring(chroot_chain, root, keys):
     fpr = keys.make("Alice <alice@example.org>")
     apply_twice(chroot_chain, [this_os(), gnupg.has_public_key("keyholder", fpr,
@@ -85,9 +82,7 @@ def test_a_key_given_is_imported_into_the_users_keyring(chroot_chain, root, keys
 
 def test_a_key_from_data_with_a_spaced_fingerprint(tmp_path, chroot_chain, root, keys):
     fpr = keys.make("Bob <bob@example.org>")
-    p = tmp_path / "bob.asc"
-    p.write_text(keys.public(fpr))
-    register_data_source("local-file", location=str(p), iden1="--pgp-key", iden2=fpr)
+    data_item(tmp_path, "--pgp-key", fpr, keys.public(fpr))
     spaced = " ".join(fpr[i:i + 4] for i in range(0, 40, 4)).lower()
     apply_twice(chroot_chain, [this_os(), gnupg.has_public_key("keyholder", spaced)])
     assert in_keyring(root, fpr)

@@ -12,7 +12,8 @@ import hy  # noqa: F401
 from consfig.errors import PropspecError
 from consfig.props import apt, pip, service, user
 
-from proptest import apply_twice, deploy_propspec, failure_text, in_chroot, this_os, unapply
+from proptest import (apply_twice, deploy_propspec, failure_text, in_chroot, said, this_os,
+                      unapply)
 
 pytestmark = pytest.mark.chroot
 
@@ -38,10 +39,6 @@ def root(debian_chroot, chroot_chain):
 
 def freeze(root, path):
     return set(in_chroot(root, f"{path}/bin/python -m pip freeze").stdout.split())
-
-
-def said(events):
-    return " ".join(e["text"] for e in events if e["event"] == "output")
 
 
 def test_venv_is_made_with_its_pins_and_left_alone_after(chroot_chain, root):

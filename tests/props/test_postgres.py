@@ -9,51 +9,26 @@ properties reach it through its socket in the chroot's /var/run/postgresql.
 It listens on a free port of this machine's loopback, and is stopped, and
 the mount removed, when the module is done."""
 
-import os
 import pathlib
-import socket
 import subprocess
 import tempfile
 
 import pytest
 
 import hy  # noqa: F401
-from consfig.data import register_data_source, reset_data_sources
+from consfig.data import reset_data_sources
 from consfig.errors import PropspecError
 from consfig.props import postgres, service
 
 from harness import wait_until
-from proptest import (HOSTNAME, apply_twice, deploy_propspec, diffs, failure_text, in_chroot,
-                      this_os, unapply, unmount_below)
+from sshlab import free_port
+from proptest import (HOSTNAME, apply_twice, data_item, deploy_propspec, diffs, failure_text,
+                      in_chroot, rooted_in, said, this_os, unapply, unmount_below)
 
 pytestmark = pytest.mark.chroot
 
 VERSION = "15"
 CLUSTER = f"{VERSION}/consfig"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def said(events):
-    return " ".join(e["text"] for e in events if e["event"] == "output")
-
-
-def rooted_in(path):
-    path = os.path.realpath(path)
-    out = []
-    for p in pathlib.Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                r = os.readlink(p / "root")
-            except OSError:
-                continue
-            if r == path or r.startswith(path + "/"):
-                out.append(int(p.name))
-    return out
 
 
 class Server:
@@ -124,12 +99,6 @@ def no_sources():
     reset_data_sources()
 
 
-def item(tmp_path, iden1, iden2, content):
-    p = tmp_path / (iden1 + "_" + iden2).replace("/", "_")
-    p.write_bytes(content.encode())
-    register_data_source("local-file", location=str(p), iden1=iden1, iden2=iden2)
-
-
 def test_cluster_is_made_and_not_started_in_a_chroot(chroot_chain, root, port):
     events = apply_twice(chroot_chain, [this_os(), postgres.cluster_present(VERSION, "made",
                                                                             port=port + 1)])
@@ -189,7 +158,7 @@ def login(root, port, role, password, *, check=True):
 @pytest.mark.parametrize("password", ["correct horse", "pässwörd ½ ＡＢＣ"])
 def test_password_from_data_lets_the_role_log_in(tmp_path, chroot_chain, root, server, port,
                                                  password):
-    item(tmp_path, "--postgres-passwd--" + HOSTNAME, "web", password + "\n")
+    data_item(tmp_path, "--postgres-passwd--" + HOSTNAME, "web", password + "\n")
     events = apply_twice(chroot_chain, [postgres.has_role("web", login=True, cluster=CLUSTER),
                                         postgres.has_password("web", cluster=CLUSTER)])
     assert password not in str(events), "the password is in no event"
@@ -200,18 +169,18 @@ def test_password_from_data_lets_the_role_log_in(tmp_path, chroot_chain, root, s
 
 
 def test_a_changed_password_is_set_again(tmp_path, chroot_chain, root, server, port):
-    item(tmp_path, "_app", "db", "first\n")
+    data_item(tmp_path, "_app", "db", "first\n")
     p = [postgres.has_role("shared", login=True, cluster=CLUSTER),
          postgres.has_password("shared", iden1="_app", iden2="db", cluster=CLUSTER)]
     deploy_propspec(chroot_chain, p)
     reset_data_sources()
-    item(tmp_path, "_app", "db", "second\n")
+    data_item(tmp_path, "_app", "db", "second\n")
     apply_twice(chroot_chain, p)
     assert login(root, port, "shared", "second").stdout == "shared\n"
 
 
 def test_a_password_item_of_two_lines_is_refused_unshown(tmp_path, chroot_chain, server):
-    item(tmp_path, "--postgres-passwd--" + HOSTNAME, "web", "one\ntwo-secret\n")
+    data_item(tmp_path, "--postgres-passwd--" + HOSTNAME, "web", "one\ntwo-secret\n")
     outcome, events = deploy_propspec(chroot_chain, postgres.has_password("web", cluster=CLUSTER),
                                       check=False)
     assert outcome.status == "failed"
@@ -254,7 +223,7 @@ HBA = f"/etc/postgresql/{CLUSTER}/pg_hba.conf"
 
 def test_hba_rule_goes_first_but_after_postgres_and_takes_effect(chroot_chain, root, server,
                                                                 port, tmp_path):
-    item(tmp_path, "--postgres-passwd--" + HOSTNAME, "blocked", "pw\n")
+    data_item(tmp_path, "--postgres-passwd--" + HOSTNAME, "blocked", "pw\n")
     deploy_propspec(chroot_chain, [postgres.has_role("blocked", login=True, cluster=CLUSTER),
                                    postgres.has_password("blocked", cluster=CLUSTER)])
     assert login(root, port, "blocked", "pw").returncode == 0

@@ -14,7 +14,7 @@ import hy  # noqa: F401
 from consfig.errors import PropspecError
 from consfig.props import apt, service, systemd, user
 
-from proptest import (apply_twice, deploy_propspec, diffs, failure_text, in_chroot,
+from proptest import (apply_twice, deploy_propspec, diffs, failure_text, in_chroot, said,
                       this_os, unapply)
 
 pytestmark = pytest.mark.chroot
@@ -35,10 +35,6 @@ def root(debian_chroot, chroot_chain):
     deploy_propspec(chroot_chain, [this_os(), service.without_starting_services(
         apt.installed_minimally("systemd"))])
     return debian_chroot
-
-
-def said(events):
-    return " ".join(e["text"] for e in events if e["event"] == "output")
 
 
 def leftovers(root):

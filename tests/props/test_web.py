@@ -10,12 +10,12 @@ import subprocess
 import pytest
 
 import hy  # noqa: F401
-from consfig.data import register_data_source, reset_data_sources
+from consfig.data import reset_data_sources
 from consfig.errors import PropspecError
 from consfig.props import apache, apt, nginx, service, tls
 
-from proptest import (HOSTNAME, apply_twice, deploy_propspec, diffs, failure_text, in_chroot,
-                      this_os, unapply)
+from proptest import (HOSTNAME, apply_twice, data_item, deploy_propspec, diffs, failure_text,
+                      in_chroot, said, this_os, unapply)
 
 pytestmark = pytest.mark.chroot
 
@@ -34,10 +34,6 @@ def no_sources():
     reset_data_sources()
 
 
-def said(events):
-    return " ".join(e["text"] for e in events if e["event"] == "output")
-
-
 def keypair(directory, cn, days=30):
     key, cert = directory / f"{cn}.key", directory / f"{cn}.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
@@ -46,15 +42,9 @@ def keypair(directory, cn, days=30):
     return cert.read_bytes(), key.read_bytes()
 
 
-def item(directory, iden1, iden2, content):
-    p = directory / ("item" + (iden1 + iden2).replace("/", "_"))
-    p.write_bytes(content)
-    register_data_source("local-file", location=str(p), iden1=iden1, iden2=iden2)
-
-
 def provide(tmp_path, name, cert, key, iden1=HOSTNAME):
-    item(tmp_path, iden1, f"/etc/ssl/certs/{name}.pem", cert)
-    item(tmp_path, iden1, f"/etc/ssl/private/{name}.key", key)
+    data_item(tmp_path, iden1, f"/etc/ssl/certs/{name}.pem", cert)
+    data_item(tmp_path, iden1, f"/etc/ssl/private/{name}.key", key)
 
 
 def mode_owner(path):
