@@ -10,10 +10,11 @@ packages installed meanwhile do not start theirs either."
 (eval-when-compile (require consfig.property [defprop]))
 (import contextlib
         contextvars
-        consfig.actions [NO-CHANGE run run-ok? read-remote-file write-remote-file
-                         remote-exists?]
+        consfig.actions [NO-CHANGE run run-ok? run-script read-remote-file
+                         write-remote-file remote-exists?]
         consfig.context [connection]
         consfig.engine [apply-sequence inform]
+        consfig.errors [FailedChange]
         consfig.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
         consfig.host [push-hostattr get-hostattr]
         consfig.types *)
@@ -127,6 +128,29 @@ says it is running already."
         (skip-for-no-services f"reloading {service}")
         (_service service "reload"))))
 
+(defn reload-if-running [service]
+  "Make SERVICE reread its configuration if it is running, through systemd
+where it runs, else through invoke-rc.d; nothing where services are not to
+be touched (see `no-services?`), or when SERVICE is not running."
+  (if (no-services?)
+      (skip-for-no-services f"reloading {service}")
+      (run-script (+ "if [ -d /run/systemd/system ]; then "
+                     "exec systemctl try-reload-or-restart -- \"$1.service\"; fi\n"
+                     "if service \"$1\" status >/dev/null 2>&1; then exec invoke-rc.d \"$1\" reload; fi")
+                  service :timeout 300)))
+
+(defn tested-or-undone [test undo what]
+  "Run TEST, an argv that tests a configuration (`nginx -t`), after a
+change to it; when the test fails, call UNDO (unless None), which puts the
+configuration back as it was, and fail with what the test said about WHAT."
+  (setv r (run #* test :check False :timeout 120))
+  (when (not r.ok?)
+    (when undo (undo))
+    (raise (FailedChange (+ f"{what} fails `{(.join " " test)}`"
+                            (if undo "; put back as it was" "; nothing reloaded")
+                            ":\n" (.strip (+ r.stdout r.stderr)))))))
+
 (export :objects [POLICY-RC-D no-services? no-services-where skip-for-no-services services-prevented
+                  reload-if-running tested-or-undone
                   without-starting-services no-services running restarted
                   reloaded])

@@ -8,12 +8,22 @@ services are not to be started (`service.without-starting-services`), they
 say so and do nothing.
 
 With `:user-instance True` a property acts on the user's own service manager
-(`systemctl --user`) of the user the connection runs as."
+(`systemctl --user`) of the user the connection runs as.
+
+Unit files and drop-ins written here are checked with `systemd-analyze
+verify` before they replace what was there, and the manager rereads its
+configuration afterwards, where one runs.  Lingering is recorded in
+/var/lib/systemd/linger, through loginctl where a manager runs."
 
 (eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [NO-CHANGE Script run run-ok?]
-        consfig.engine [Drift inform]
+(import posixpath
+        consfig.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
+                         write-remote-file]
+        consfig.engine [Drift WOULD-CHANGE checking? inform]
+        consfig.errors [FailedChange]
+        consfig.props.file [read-bytes content->bytes update-file]
         consfig.props.service [no-services? skip-for-no-services]
+        consfig.props.user [passwd-entry]
         consfig.types *)
 
 (setv unit-name (matching "unit-name"
@@ -127,5 +137,155 @@ start it.  Works without a running systemd.  Unapplying unmasks it."
   (:apply (systemctl user-instance "mask" "--" service))
   (:unapply (systemctl user-instance "unmask" "--" service)))
 
+(setv unit-file-name (matching "unit-file-name"
+                               (+ "a unit file name: a unit name with its type "
+                                  "(\"foo.service\", \"foo@.service\", \"backup.timer\")")
+                               (+ r"[A-Za-z0-9_\\][A-Za-z0-9_.@:\\-]*"
+                                  r"\.(service|socket|device|mount|automount|swap|target"
+                                  r"|path|timer|slice|scope)"))
+      drop-in-name (matching "drop-in-name"
+                             "a drop-in name (letters, digits, _ . @ and -, not starting with . or -)"
+                             r"[A-Za-z0-9_][A-Za-z0-9_.@-]*"))
+
+(setv UNIT-DIRECTORY "/etc/systemd/system")
+
+(defn unit-path [name]
+  "Where the unit file NAME of the system's manager is written."
+  (posixpath.join UNIT-DIRECTORY name))
+
+(defn drop-in-path [unit name]
+  "Where the drop-in NAME (\".conf\" added unless it is there) of UNIT is written."
+  (posixpath.join UNIT-DIRECTORY (+ unit ".d")
+                  (if (.endswith name ".conf") name (+ name ".conf"))))
+
+;; In a directory of its own, which systemd-analyze puts first in the search
+;; path: the new text is verified with whatever else the unit has (its other
+;; drop-ins, its unit file), and a file of the same name there hides the one
+;; it would replace.
+(setv _VERIFY "
+command -v systemd-analyze >/dev/null 2>&1 || { echo 'systemd-analyze is not installed (package systemd)' >&2; exit 69; }
+dir=$1; shift
+SYSTEMD_UNIT_PATH=\"$dir:\" exec systemd-analyze verify --man=no -- \"$@\" 2>&1
+")
+
+(defn verify-unit-text [unit relative text]
+  "Check with `systemd-analyze verify` that UNIT loads cleanly with TEXT as
+its file RELATIVE to /etc/systemd/system (the unit file itself, or one of its
+drop-ins); a failure carrying systemd's complaints when it does not.  A
+warning about TEXT itself (an unknown key, a value it cannot parse) is a
+failure too: systemd would ignore that setting."
+  (setv tmp (.strip (output "mktemp" "-d" "-t" "consfig-unit.XXXXXXXX" :timeout 60))
+        staged (posixpath.join tmp relative)
+        shown (unit-path relative))
+  (try
+    (when (in "/" relative)
+      (run "mkdir" "--" (posixpath.dirname staged) :timeout 60))
+    (write-remote-file staged (content->bytes text) :mode 0o644)
+    (setv r (run (Script _VERIFY tmp (if (in "/" relative) unit staged))
+                 :check False :timeout 120)
+          said (.strip (+ r.stdout r.stderr))
+          about-it (lfor l (.splitlines said) :if (.startswith l (+ staged ":")) l))
+    (when (= r.exit-code 69)
+      (raise (FailedChange (+ f"cannot verify {shown}: systemd-analyze is not installed here; "
+                              "install systemd first (apt.installed \"systemd\")"))))
+    (when (or (not r.ok?) about-it)
+      (raise (FailedChange (+ f"{shown} would be invalid; left unchanged:\n"
+                              (.replace said staged shown)))))
+    (finally (run "rm" "-rf" "--" tmp :timeout 60))))
+
+(defn _reload-manager []
+  (_runtime-action False "reloading systemd" "daemon-reload"))
+
+(defn _write-verified [path unit relative text]
+  ;; NO-CHANGE, WOULD-CHANGE (check mode: a diff, nothing verified, nothing
+  ;; written) or None once the verified text is in place and the manager
+  ;; has reread it.  Only a new text is verified, and reread.
+  (setv new (content->bytes text))
+  (when (or (= (read-bytes path) new) (checking?))
+    (return (update-file path new :mode 0o644 :owner "root" :group "root")))
+  (verify-unit-text unit relative text)
+  (run-walked [path] "mkdir" "-p" "--" (posixpath.dirname path) :timeout 60)
+  (update-file path new :mode 0o644 :owner "root" :group "root")
+  (_reload-manager)
+  None)
+
+(defn _remove-unit-file [path [directory None]]
+  (cond (not (remote-exists? path)) NO-CHANGE
+        (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
+        True (do (run "rm" "-f" "--" path :timeout 60)
+                 (when directory
+                   (run "rmdir" "--ignore-fail-on-non-empty" "--" directory :timeout 60))
+                 (_reload-manager)
+                 None)))
+
+(defprop unit-file :posix [#^ unit-file-name name #^ text text]
+  "/etc/systemd/system/NAME holds TEXT, a unit file (mode 0644, owned by
+root).  The new text is verified with `systemd-analyze verify` before it
+replaces the old: a unit that would not load, a command that is not
+there, or a warning about the text itself (an unknown key, a value systemd
+cannot parse; name a key `X-…` for systemd to ignore it) fails the
+property and leaves the old file as it was.  So install what the unit runs
+before it.  The service manager rereads its configuration when the file
+changed, where one runs.  Check mode shows the diff.  Unapplying disables
+the unit if it is enabled and removes the file."
+  (:simulates True)
+  (:desc f"systemd unit {name} written")
+  (:apply (_write-verified (unit-path name) name name text))
+  (:unapply
+    (when (and (remote-exists? (unit-path name)) (not (checking?))
+               (= (unit-file-state name) "enabled"))
+      (systemctl False "disable" "--" name))
+    (_remove-unit-file (unit-path name))))
+
+(defprop drop-in :posix [#^ unit-file-name unit #^ drop-in-name name #^ text text]
+  "/etc/systemd/system/UNIT.d/NAME.conf holds TEXT, a drop-in that changes
+some settings of UNIT (mode 0644, owned by root).  UNIT with the new drop-in
+is verified with `systemd-analyze verify` first, as for `unit-file`: UNIT
+must be there already, and a drop-in that would make it fail to load, or
+that systemd would partly ignore, fails the property and changes nothing.
+The service manager rereads its configuration when the drop-in changed,
+where one runs.  Check mode shows the diff.  Unapplying removes the
+drop-in (and UNIT.d, once empty)."
+  (:simulates True)
+  (:desc f"systemd drop-in {name} for {unit} written")
+  (:apply (setv path (drop-in-path unit name))
+          (_write-verified path unit (posixpath.relpath path UNIT-DIRECTORY) text))
+  (:unapply (setv path (drop-in-path unit name))
+            (_remove-unit-file path (posixpath.dirname path))))
+
+(setv LINGER-DIRECTORY "/var/lib/systemd/linger")
+
+(defn _lingers? [user]
+  (remote-exists? (posixpath.join LINGER-DIRECTORY user)))
+
+(defn _with-loginctl? []
+  ;; loginctl starts or stops the user's manager: only where a manager runs
+  ;; and services may be touched.  Elsewhere the file logind reads at boot
+  ;; is written or removed directly.
+  (and (not (no-services?)) (manager-running?)))
+
+(defprop lingering-enabled :posix [#^ user-name user]
+  "USER's own service manager runs from boot to shutdown, whether or not
+USER is logged in, so that USER's units (`:user-instance True`) run
+unattended.  Where a systemd manager runs, through `loginctl
+enable-linger`, which starts it at once; elsewhere (a chroot, an image) by
+the file /var/lib/systemd/linger/USER that logind reads when it starts.
+USER must exist.  Unapplying disables lingering."
+  (:desc f"{user} lingers")
+  (:check (or (_lingers? user) (Drift f"{user} would linger")))
+  (:apply
+    (when (not (passwd-entry user))
+      (raise (FailedChange f"there is no user {user}; create the account first (user.has-account)")))
+    (if (_with-loginctl?)
+        (run "loginctl" "enable-linger" "--" user :timeout 120)
+        (do (run "mkdir" "-p" "--" LINGER-DIRECTORY :timeout 60)
+            (write-remote-file (posixpath.join LINGER-DIRECTORY user) b"" :mode 0o644))))
+  (:unapply
+    (if (_with-loginctl?)
+        (run "loginctl" "disable-linger" "--" user :timeout 120)
+        (run "rm" "-f" "--" (posixpath.join LINGER-DIRECTORY user) :timeout 60))))
+
 (export :objects [systemctl manager-running? unit-file-state daemon-reloaded
-                  started stopped restarted reloaded enabled disabled masked])
+                  started stopped restarted reloaded enabled disabled masked
+                  unit-file drop-in lingering-enabled verify-unit-text unit-path
+                  drop-in-path])

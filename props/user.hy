@@ -27,6 +27,15 @@
     (raise (FailedChange f"there is no user {username}")))
   (get e "home"))
 
+(defn as-user [user argv]
+  "A command that runs ARGV as USER: directly when the connection is USER
+already, else through runuser(1), which needs root and sets HOME, USER and
+LOGNAME to USER's (the rest of the environment stays)."
+  (Script (+ "u=$1; shift\n"
+             "if [ \"$(id -un)\" = \"$u\" ]; then exec \"$@\"; fi\n"
+             "exec runuser -u \"$u\" -- \"$@\"")
+          user #* argv))
+
 (defn _group-exists? [name]
   (run-ok? "getent" "group" "--" name :timeout 60))
 
@@ -200,4 +209,4 @@ with `chpasswd -e`, the hash on standard input, never on a command line."
                   has-account has-account-with-uid group-exists has-groups
                   group-has-members group-members
                   has-login-shell has-locked-password has-enabled-password
-                  passwd-entry home-directory])
+                  passwd-entry home-directory as-user])

@@ -302,6 +302,36 @@ def diffs(events):
     return [e for e in events if e.get("event") == "diff"]
 
 
+def said(events):
+    """What the properties said to the operator in EVENTS, as one string."""
+    return " ".join(e["text"] for e in events if e.get("event") == "output")
+
+
+def data_item(directory, iden1, iden2, content):
+    """Register CONTENT (bytes or text) as the prerequisite data item (IDEN1,
+    IDEN2), from a file made for it in DIRECTORY."""
+    from consfig.data import register_data_source
+    p = pathlib.Path(directory) / ("item" + re.sub(r"[^A-Za-z0-9._-]", "_", iden1 + "_" + iden2))
+    p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    register_data_source("local-file", location=str(p), iden1=iden1, iden2=iden2)
+
+
+def rooted_in(root):
+    """The ids of the processes whose root directory is ROOT or below it."""
+    root = os.path.realpath(root)
+    pids = []
+    for p in pathlib.Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            r = os.readlink(p / "root")
+        except OSError:
+            continue
+        if r == root or r.startswith(root + "/"):
+            pids.append(int(p.name))
+    return pids
+
+
 def in_chroot(root, script, *, check=True, input=None):
     """Run SCRIPT with /bin/sh inside the chroot ROOT (from outside any
     deployment) and return the CompletedProcess, text mode."""

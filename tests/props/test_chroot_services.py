@@ -4,7 +4,6 @@ inside it — when the deployment ends, no process has its root in the chroot,
 and policy-rc.d is as it was."""
 
 import os
-import pathlib
 import subprocess
 
 import pytest
@@ -13,7 +12,7 @@ import hy  # noqa: F401
 from hy.models import Keyword
 from consfig.props import apt, cmd, service, systemd
 
-from proptest import apply_twice, deploy_propspec, in_chroot, this_os
+from proptest import apply_twice, deploy_propspec, in_chroot, rooted_in, this_os
 
 pytestmark = pytest.mark.chroot
 
@@ -22,22 +21,6 @@ POLICY = "usr/sbin/policy-rc.d"
 
 def chain(root):
     return [[Keyword("chroot"), Keyword("into"), str(root)]]
-
-
-def rooted_in(root):
-    """The ids of the processes whose root directory is ROOT or below it."""
-    root = os.path.realpath(root)
-    pids = []
-    for p in pathlib.Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            r = os.readlink(p / "root")
-        except OSError:
-            continue
-        if r == root or r.startswith(root + "/"):
-            pids.append(int(p.name))
-    return pids
 
 
 def _kill_rooted(root):
