@@ -20,9 +20,6 @@ SITE = textwrap.dedent("""\
       (:desc (undefined-thing))
       (:apply None))
 
-    (defhost odd.test {:deploy :local}
-      (file.contains-conf-equals "@ROOT@/odd.conf" "a" "1" "b"))
-
     (defhost flag.test {:deploy :local}
       (with-flagfile "/proc/no/such/flag" (file.has-content "@ROOT@/flagged" "x\\n")))
 
@@ -32,9 +29,19 @@ SITE = textwrap.dedent("""\
     """)
 
 
-def site(tmp_path):
+ODD = textwrap.dedent("""\
+    (require consfig *)
+    (import consfig *)
+    (use-props consfig.props [file])
+
+    (defhost odd.test {:deploy :local}
+      (file.contains-conf-equals "@ROOT@/odd.conf" "a" "1" "b"))
+    """)
+
+
+def site(tmp_path, text=SITE):
     path = tmp_path / "site.hy"
-    path.write_text(SITE.replace("@ROOT@", str(tmp_path)))
+    path.write_text(text.replace("@ROOT@", str(tmp_path)))
     return path
 
 
@@ -42,16 +49,18 @@ def line_of(path, text):
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
-def test_odd_conf_pairs_exit_1_naming_the_property(tmp_path):
-    result = consfig("deploy", "--consfig", site(tmp_path), "odd.test", "--detailed-exitcode")
+def test_odd_conf_pairs_exit_1_naming_the_property_and_line(tmp_path):
+    path = site(tmp_path, ODD)
+    result = consfig("deploy", "--consfig", path, "odd.test", "--detailed-exitcode")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "file.contains-conf-equals" in result.stdout + result.stderr
+    assert f"site.hy:{line_of(path, 'contains-conf-equals')}" in result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert not (tmp_path / "odd.conf").exists()
 
 
 def test_deploy_these_failure_exits_1_without_a_traceback(tmp_path):
-    result = consfig("deploy-these", "--consfig", site(tmp_path), "odd.test",
+    result = consfig("deploy-these", "--consfig", site(tmp_path), "flag.test",
                      f'(file.contains-conf-equals "{tmp_path}/odd.conf" "a" "1" "b")')
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
