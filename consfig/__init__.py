@@ -6,6 +6,8 @@ try-register-data-source);
 ``(import consfig *)`` the functions a consfig and its properties use.
 """
 
+from types import ModuleType as _ModuleType
+
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 # Hy's `require` reads `_hy_macros` from this module's dict, not through
@@ -42,6 +44,11 @@ def _load_all():
     for module_name in _MODULES:
         module = importlib.import_module(f"consfig.{module_name}")
         for name in getattr(module, "__all__", ()):
+            # A name that is also one of consfig's modules (the type
+            # `propspec`) stays the module: `consfig.propspec.read-propspec`
+            # must not depend on whether a site has run `(import consfig *)`.
+            if isinstance(globals().get(name), _ModuleType):
+                continue
             globals()[name] = getattr(module, name)
             names.append(name)
     globals()["deploy_hosts"] = globals()["fleet"].__dict__[hy.mangle("deploy-hosts*")]

@@ -149,9 +149,12 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
 
 `(enum \"daily\" \"weekly\")` accepts `:daily` and `:weekly`.  (Names, because a keyword in a call is an argument
 name in Hy.)"
-  (setv choices (tuple (gfor c choices (if (isinstance c Keyword) c (Keyword (str c))))))
-  (Type (+ "(enum " (.join " " (map show choices)) ")")
-        (+ "one of " (.join ", " (map show choices)))
+  (setv choices (tuple (gfor c choices (if (isinstance c Keyword) c (Keyword (str c)))))
+        ;; Spelt without `show`: Hy's printer (and what it imports) is not
+        ;; for a target that only loads a property module.
+        spelt (lfor c choices (+ ":" c.name)))
+  (Type (+ "(enum " (.join " " spelt) ")")
+        (+ "one of " (.join ", " spelt))
         (fn [v] (in v choices))))
 
 (defclass _Union [Type]

@@ -109,3 +109,13 @@
   (hy.eval '(import consfig *) site)
   (setv their-one-of (get site "one_of"))
   (refuses (their-one-of (get site "user_name") (get site "id_number")) 3.5 "bad user"))
+
+(defn test-import-consfig-star-leaves-the-consfig-modules-in-place []
+  ;; `consfig.types.propspec` (the type) once replaced the module
+  ;; `consfig.propspec` as an attribute of the package, so that
+  ;; `consfig.propspec.read-propspec` failed after any `(import consfig *)`.
+  (import consfig types)
+  (hy.eval '(import consfig *) {})
+  (for [name ["propspec" "property" "host" "types" "data"]]
+    (assert (isinstance (getattr consfig name) types.ModuleType)
+            f"consfig.{name} is {(getattr consfig name)}, not the module")))
