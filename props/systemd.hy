@@ -20,7 +20,7 @@ configuration afterwards, where one runs.  Lingering is recorded in
         consfig.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
                          write-remote-file]
         consfig.engine [Drift WOULD-CHANGE checking? inform]
-        consfig.errors [FailedChange]
+        consfig.errors [AbortedChange FailedChange]
         consfig.props.file [read-bytes content->bytes update-file]
         consfig.props.service [no-services? skip-for-no-services]
         consfig.props.user [passwd-entry]
@@ -54,9 +54,14 @@ one when USER-INSTANCE), as sd_booted(3) tells."
   ;; Starting, stopping and reloading: only where a manager runs and
   ;; services may be touched.
   (cond (no-services?) (skip-for-no-services what)
+        ;; A live host whose PID 1 is not systemd: the unit cannot be
+        ;; started, and an `ok` would hide that (a pull timer that never runs).
         (not (manager-running? user-instance))
-        (do (inform f"not {what}: no systemd service manager is running here")
-            NO-CHANGE)
+        (raise (AbortedChange
+                 (+ f"not {what}: no systemd service manager runs here"
+                    (if user-instance " for this user" " (/run/systemd/system is absent)")
+                    "; on a tree built to boot later, apply it under "
+                    "service.without-starting-services, or schedule with :via :cron")))
         True (do (systemctl user-instance #* args) None)))
 
 (defn unit-file-state [unit [user-instance False]]
@@ -82,7 +87,9 @@ one runs)."
   (:apply (_runtime-action user-instance "reloading systemd" "daemon-reload")))
 
 (defprop started :posix [#^ unit-name service * #^ boolean [user-instance False]]
-  "The unit SERVICE is active."
+  "The unit SERVICE is active.  Under `service.without-starting-services`
+(a chroot, a tree built to boot later) nothing is started, and that is said;
+elsewhere, a host where no systemd service manager runs fails it."
   (:desc f"systemd service {service} started")
   (:check (and (not (no-services?))
                (let [state (_active-state service user-instance)]
