@@ -67,12 +67,16 @@ which it therefore passes on, as they are, to a further `:python` hop."
 
 (defclass Layer []
   "Files a target imports, by their path inside the layer, and the hash
-that names them."
-  (defn __init__ [self files]
+that names them.  BELOW, the hashes of the layers this one is compiled
+against, are part of its name: a site's bytecode holds the expansions of
+the consfig that compiled it, and is not to be run with another."
+  (defn __init__ [self files [below #()]]
     (setv self.files files
           self._archive None)
     (setv lines (gfor rel (sorted files) f"{rel}\x00{(_digest (get files rel))}\n")
-          self.hash (cut (sha256-hex (.encode (.join "" lines))) 0 32)))
+          self.hash (cut (sha256-hex (.encode (+ (.join "" (gfor b below f"below\x00{b}\n"))
+                                                  (.join "" lines))))
+                         0 32)))
 
   (defn archive [self]
     "The layer as a gzipped tar, made once."
@@ -209,10 +213,14 @@ and the site's modules (those defining the properties in PROPSPEC, EXTRA,
 and those declared with `ship-modules`).  On a target, passing a host on to
 a further hop, it is the bundle this process runs from."
   (when _running-from
-    (return (Bundle (lfor d _running-from
-                          :setv files {}
-                          :do (_add-tree files d "")
-                          (Layer files)))))
+    (setv layers [])
+    (for [[i d] (enumerate _running-from)]
+      (setv files {})
+      (_add-tree files d "")
+      (.append layers (Layer files (if (= i (- (len _running-from) 1))
+                                       (lfor l layers l.hash)
+                                       #()))))
+    (return (Bundle layers)))
   (setv core {})
   (for [p CORE-PACKAGES] (_add-package core p))
   (setv layers [(Layer core)])
@@ -222,7 +230,7 @@ a further hop, it is the bundle this process runs from."
     (.append layers (Layer more)))
   (setv site {})
   (for [m (site-modules propspec extra)] (_add-module site m))
-  (.append layers (Layer site))
+  (.append layers (Layer site (lfor l layers l.hash)))
   (Bundle layers))
 
 (defn cache-directory []

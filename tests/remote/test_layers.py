@@ -117,3 +117,17 @@ def test_gathering_the_library_layer_imports_none_of_its_packages():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"gathering the bundle imported {out.stdout.strip()}"
+
+
+def test_the_site_layer_is_named_for_the_libraries_it_was_compiled_against():
+    # The site's bytecode holds the expansions of the consfig that compiled
+    # it: the same site sources over another library layer are another layer,
+    # so a target never runs a site compiled by an older consfig.
+    import consfig.bundle as bundle
+    files = {"consfig_site_x.hy": __file__}
+    assert bundle.Layer(files, ["a" * 32]).hash != bundle.Layer(files, ["b" * 32]).hash, \
+        "the libraries below are not part of the site layer's name"
+    from consfig.props import file
+    b = bundle.bundle_for(file.has_content("/x", "y"))
+    assert b.layers[-1].hash == bundle.Layer(b.layers[-1].files, b.libraries).hash, \
+        "bundle_for names the site layer without its libraries"
