@@ -24,14 +24,14 @@ would-change (or cannot-check)."
 
 (eval-when-compile (require consfig.property [defprop]))
 (import json
-        posixpath
-        consfig.actions [output run Script]
+        consfig.actions [run]
         consfig.combinators [desc eseqprops]
         consfig.context [connection current-host]
         consfig.engine [NO-CHANGE Reported WOULD-CHANGE apply-and-announce at-end
                         checking? current-ending failed-so-far? inform]
         consfig.errors [FailedChange PropspecError]
         consfig.property [find-property hostattrs-of propapp-hostattrs propapps-in site-where]
+        consfig.targetstate [host-state-file write-state-file]
         consfig.types [named non-empty-line non-empty-list-of one-of propspec])
 
 (setv handler-names (named "handler-names" (one-of non-empty-line (non-empty-list-of non-empty-line))
@@ -98,19 +98,8 @@ has handlers of its own, and is not looked into."
 
 (defn _pending-path [st]
   (when (is (get st "path") None)
-    (setv hostname (. (.get current-host) hostname))
-    (when (or (not hostname) (in "/" hostname) (.startswith hostname ".")
-              (any (gfor c hostname (< (ord c) 32))))
-      (raise (FailedChange f"{hostname !r} cannot name a file of pending handlers")))
-    (setv (get st "path") (posixpath.join (_state-directory) "handlers" f"{hostname}.json")))
+    (setv (get st "path") (host-state-file "handlers" (. (.get current-host) hostname))))
   (get st "path"))
-
-(defn _state-directory []
-  ;; A Python of ours on the target asks itself; a shell, its shell.
-  (import consfig.image [state-directory STATE-DIRECTORY-SCRIPT])
-  (if (. (connection) python?)
-      (state-directory)
-      (.rstrip (output (Script (+ STATE-DIRECTORY-SCRIPT "\nprintf '%s\\n' \"$d\""))) "\n")))
 
 (defn _load [st]
   (when (get st "loaded") (return))
@@ -133,13 +122,10 @@ has handlers of its own, and is not looked into."
 (defn _save [st]
   (setv path (_pending-path st))
   (if (get st "pending")
-      (do (run "mkdir" "-p" "-m" "700" "--" (posixpath.dirname path))
-          (.write-file (connection) path
-                       (.encode (+ (json.dumps {"host" (. (.get current-host) hostname)
-                                                "pending" (get st "pending")}
-                                               :indent 1)
-                                   "\n"))
-                       :mode 0o600))
+      (write-state-file path (+ (json.dumps {"host" (. (.get current-host) hostname)
+                                             "pending" (get st "pending")}
+                                            :indent 1)
+                                "\n"))
       (run "rm" "-f" "--" path)))
 
 (defn notify [names]
