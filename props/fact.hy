@@ -69,9 +69,10 @@ multi-line: `^` and `$` match at each line) matches somewhere in it."
                      #^ (enum "active" "inactive" "failed" "activating" "deactivating"
                               "reloading")
                      state]
-  "The systemd unit UNIT is in STATE, as `systemctl is-active` says."
-  (:desc f"{unit} is {state}")
-  (:holds (= (_unit-state unit) state))
+  "The systemd unit UNIT is in STATE (`:active`, `:failed`, …), as
+`systemctl is-active` says."
+  (:desc f"{unit} is {state.name}")
+  (:holds (= (_unit-state unit) state.name))
   (:watch [["unit" unit]]))
 
 (setv argv (named "argv" (non-empty-list-of text)
