@@ -65,10 +65,10 @@ multi-line: `^` and `$` match at each line) matches somewhere in it."
   (:holds (= (_unit-state unit) "active"))
   (:watch [["unit" unit]]))
 
-(deffact unit-state [#^ unit-name unit
-                     #^ (enum "active" "inactive" "failed" "activating" "deactivating"
-                              "reloading")
-                     state]
+(setv unit-active-state (enum "active" "inactive" "failed" "activating" "deactivating"
+                              "reloading"))
+
+(deffact unit-state [#^ unit-name unit #^ unit-active-state state]
   "The systemd unit UNIT is in STATE (`:active`, `:failed`, …), as
 `systemctl is-active` says."
   (:desc f"{unit} is {state.name}")
