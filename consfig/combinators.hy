@@ -9,11 +9,10 @@ the propapps it holds in check mode, so nothing changes.  `with-flagfile`
 answers from its flag file."
 
 (eval-when-compile (require consfig.property [defprop]))
-(import json
-        posixpath
+(import posixpath
         hy.models [Keyword]
         consfig.actions [NO-CHANGE run remote-exists?]
-        consfig.context [commands-bounded-by connection current-host]
+        consfig.context [commands-bounded-by current-host]
         consfig.engine [Drift Reported apply-and-announce apply-propapp unapply-propapp
                         apply-sequence checking? emit inform unapplicable?]
         consfig.events [output-event]
@@ -21,7 +20,7 @@ answers from its flag file."
         consfig.fact [fact-application fact-application? fact-holds? fact-hostattrs fact-watch]
         consfig.host [preserving-hostattrs]
         consfig.property [Propapp find-property propapp-desc propapp-hostattrs propapps-in]
-        consfig.targetstate [host-state-file write-state-file]
+        consfig.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [propspec seconds]
         consfig.util [keyword-name sha256-hex])
 
@@ -251,11 +250,7 @@ the fact."
 
 (defn _applied-blocks [path]
   ;; The target's record: key -> what the block was; {} when there is none.
-  (try
-    (setv text (.read-file (connection) path))
-    (except [FileNotFoundError]
-      (return {})))
-  (setv blocks (try (get (json.loads text) "applied")
+  (setv blocks (try (get (or (read-state-file path) {"applied" {}}) "applied")
                     (except [#(ValueError KeyError TypeError)] None)))
   (when (not (and (isinstance blocks dict) (all (gfor k blocks (isinstance k str)))))
     (raise (FailedChange (+ f"{path} is not consfig's record of the during blocks applied; "
@@ -271,12 +266,8 @@ the fact."
   (if applied
       (setv (get blocks key) {"fact" (repr fact)})
       (del (get blocks key)))
-  (if blocks
-      (write-state-file path (+ (json.dumps {"host" (. (.get current-host) hostname)
-                                             "applied" blocks}
-                                            :indent 1 :sort-keys True)
-                                "\n"))
-      (run "rm" "-f" "--" path)))
+  (save-state-file path (when blocks
+                          {"host" (. (.get current-host) hostname) "applied" blocks})))
 
 (defn _during [fact propapps]
   (setv holds (fact-holds? fact)

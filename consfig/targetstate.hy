@@ -28,10 +28,24 @@ inside a function."
     (raise (FailedChange f"{hostname !r} cannot name a file of consfig's state ({kind})")))
   (posixpath.join (target-state-directory) kind f"{hostname}.json"))
 
-(defn write-state-file [path text]
-  "Write TEXT to PATH, a file of the state directory, atomically, mode 0600,
-its directory made (mode 0700) if need be."
-  (run "mkdir" "-p" "-m" "700" "--" (posixpath.dirname path))
-  (.write-file (connection) path (.encode text) :mode 0o600))
+(defn read-state-file [path]
+  "The JSON data in PATH, a file of the state directory; None when there is
+no such file, a `ValueError` when it is not JSON."
+  (import json)
+  (try
+    (json.loads (.read-file (connection) path))
+    (except [FileNotFoundError]
+      None)))
 
-(export :objects [target-state-directory host-state-file write-state-file])
+(defn save-state-file [path data]
+  "Write DATA as JSON to PATH, a file of the state directory, atomically,
+mode 0600, its directory made (mode 0700) if need be; remove PATH when DATA
+is None."
+  (import json)
+  (if (is data None)
+      (run "rm" "-f" "--" path)
+      (do (run "mkdir" "-p" "-m" "700" "--" (posixpath.dirname path))
+          (.write-file (connection) path (.encode (+ (json.dumps data :indent 1) "\n"))
+                       :mode 0o600))))
+
+(export :objects [target-state-directory host-state-file read-state-file save-state-file])
