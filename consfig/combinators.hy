@@ -257,11 +257,12 @@ the fact."
                             "look at it, and remove it to start afresh"))))
   blocks)
 
-(defn _note-applied [key fact applied]
-  ;; Record (APPLIED) or forget that the block KEY is applied; not in check mode.
+(defn _note-applied [key fact applied [blocks None]]
+  ;; Record (APPLIED) or forget that the block KEY is applied, in BLOCKS
+  ;; (the record as read, if it was); not in check mode.
   (when (checking?) (return))
   (setv path (_record-path)
-        blocks (_applied-blocks path))
+        blocks (if (is blocks None) (_applied-blocks path) blocks))
   (when (= (in key blocks) applied) (return))
   (if applied
       (setv (get blocks key) {"fact" (repr fact)})
@@ -283,7 +284,8 @@ the fact."
 (defn _retract [fact propapps * [evaluated True]]
   (setv key (_during-key fact propapps)
         label (propapp-desc fact)
-        was (in key (_applied-blocks (_record-path)))
+        blocks (_applied-blocks (_record-path))
+        was (in key blocks)
         result NO-CHANGE
         failed 0)
   (when (not evaluated)
@@ -301,7 +303,7 @@ the fact."
   (when failed
     (raise (Reported (FailedChange (+ f"{failed} of the properties held during {label} "
                                       "could not be retracted")))))
-  (_note-applied key fact False)
+  (_note-applied key fact False blocks)
   result)
 
 (defn _retraction [propapps]

@@ -9,11 +9,16 @@ inside a function."
 
 (import posixpath
         consfig.actions [output run Script]
-        consfig.context [connection]
+        consfig.context [connection get-connattr set-connattr]
         consfig.errors [FailedChange])
 
 (defn target-state-directory []
   "The state directory of the user the current connection runs as."
+  ;; Asked once per connection: over a shell, asking is a command.
+  (or (get-connattr "consfig-state-directory")
+      (set-connattr "consfig-state-directory" (_ask-state-directory))))
+
+(defn _ask-state-directory []
   ;; A Python of ours on the target asks itself; a shell, its shell.
   (import consfig.image [state-directory STATE-DIRECTORY-SCRIPT])
   (if (. (connection) python?)
