@@ -185,6 +185,10 @@
   (assert (not (holds-here? (propapp (fact.command-output ["sh" "-c" "echo x; exit 3"] "x"))))
           "a failing command does not hold"))
 
+(defn test-unit-active-does-not-hold-for-a-unit-that-does-not-exist []
+  (assert (not (holds-here? (propapp (fact.unit-active "consfig-no-such-unit.service"))))
+          "asked of the real systemctl: no such unit is active"))
+
 (defn test-negated-holds-when-its-fact-does-not [tmp-path]
   (assert (holds-here? (propapp (fact.negated (fact.file-exists (str (/ tmp-path "none"))))))
           "nothing there"))
