@@ -15,6 +15,7 @@ the record).
 
 import argparse
 import os
+import pathlib
 import shutil
 import statistics
 import sys
@@ -31,6 +32,7 @@ from hy.models import Keyword as K  # noqa: E402
 import consfig.deployment  # noqa: E402
 from consfig.combinators import during, eseqprops  # noqa: E402
 from consfig.host import make_host  # noqa: E402
+from consfig.image import state_directory  # noqa: E402
 from consfig.props import fact, file  # noqa: E402
 
 deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
@@ -54,6 +56,7 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the benchmark needs root: it sets up the SSH lab (users, sudoers)")
+    hostname = f"bench-during-{os.getpid()}.consfig.invalid"
     work = tempfile.mkdtemp(prefix="consfig-bench-during-")
     # sshd reads the lab user's authorized keys as that user.
     lab_root = tempfile.mkdtemp(prefix="consfig-bench-lab-")
@@ -69,7 +72,7 @@ def main():
         cases = {"bare property": eseqprops(prop),
                  "during, fact holds": during(fact.file_exists(flag), prop),
                  "during, fact does not hold": during(fact.file_exists(work + "/none"), prop)}
-        host = make_host(f"bench-during-{os.getpid()}.consfig.invalid", None, None, eseqprops())
+        host = make_host(hostname, None, None, eseqprops())
         open(flag, "w").close()
         print(f"median of {args.runs} warm deployments, seconds")
         for chain_name, chain in chains.items():
@@ -80,6 +83,8 @@ def main():
         lab.teardown()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(lab_root, ignore_errors=True)
+        # The record of the block whose fact held.
+        pathlib.Path(state_directory(), "during", f"{hostname}.json").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
