@@ -69,6 +69,9 @@ both places."
   "A property: its name, type, parameters and subroutines.  Call it to get a
 `Propapp`."
 
+  ;; What messages call it (a fact, consfig.fact, is a kind of property).
+  (setv kind "property")
+
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [propspec None] [announce True]
@@ -226,7 +229,7 @@ invariants; `PropspecError` naming the parameter, its type and the value."
             (+ f"unknown keyword :{(. (get stray 0) name)} for {self.short-name}\n"
                f"  it takes {self.lambda-list}")
             True
-            (+ f"wrong arguments for property {self.short-name}: {e}\n"
+            (+ f"wrong arguments for {self.kind} {self.short-name}: {e}\n"
                f"  it takes {self.lambda-list}\n"
                f"  it was given {(hy.repr (list raw))}"))))
 
