@@ -390,6 +390,8 @@ where no systemd runs; only a host that boots systemd acts on them."
   (:check (all (gfor l (_enable-links name) (remote-exists? l))))
   (:apply
     (run "systemctl" "enable" "--" "machines.target" f"systemd-nspawn@{name}.service" :timeout 120)
+    (when (not (_systemd-host?))
+      (inform "systemd is not PID 1 here: the links take effect only where the host boots systemd"))
     :changed)
   (:unapply
     (if (remote-exists? (get (_enable-links name) 0))
