@@ -111,7 +111,7 @@ removing what an unfinished bootstrap left there first; a failure removes ROOT."
   (cond (_sh? "test -e \"$1/debootstrap\"" root)
         (do (inform f"removing the remains of an unfinished bootstrap of {root}")
             (remove-tree root))
-        (_sh? "test -n \"$(ls -A -- \"$1\" 2>/dev/null)\"" root)
+        (_sh? "test -n \"$(ls -A -- \"$1\" 2>/dev/null | grep -vx lost+found)\"" root)
         (raise (AbortedChange f"{root} exists and holds no bootstrapped system; remove it, or choose another directory")))
   (inform f"{tool} {(get os-value "suite")} from {mirror}")
   (setv r (run (bootstrap-argv tool os-value root mirror options)

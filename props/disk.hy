@@ -23,9 +23,14 @@ mounted is released however the build ends."
 (import posixpath
         re
         hy.models [Keyword]
-        consfig.actions [NO-CHANGE Script run output]
+        consfig.actions [NO-CHANGE Script run output read-remote-file write-remote-file
+                         remote-exists?]
+        consfig.deployment [deploy-nested]
+        consfig.engine [inform]
         consfig.errors [FailedChange]
-        consfig.host [push-hostattr]
+        consfig.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]
+        consfig.props.chroot [bootstrappable-os bootstrap-into bootstrap-options]
+        consfig.props.service [without-starting-services]
         consfig.util [keyword-name]
         consfig.types *)
 
@@ -304,6 +309,122 @@ partition table and empty filesystems; return the UUIDs of the filesystems
       (run "rm" "-f" "--" image :check False :timeout 60)
       (raise))))
 
+(defn _image-host [host]
+  (preprocess-host (Host (get host "hostname") (get host "propspec"))))
+
+(defn _volumes-of [prepared]
+  (setv v (get-hostattr "volumes" prepared))
+  (when (not v)
+    (inapplicable (+ f"{prepared.hostname} declares no volumes; give it "
+                     "(disk.has-volumes {:table :gpt :partitions […]})")))
+  v)
+
+(defn _mount-order [norm]
+  ;; Root first, then each mount point after the one it is below.
+  (sorted (lfor [i p] (enumerate (get norm "partitions")) :if (get p "mount") #(i (get p "mount")))
+          :key (fn [x] #((.count (.rstrip (get x 1) "/") "/") (get x 1)))))
+
+(defn _uuids [opened norm]
+  (dfor [i p] (enumerate (get norm "partitions"))
+        :if (!= (get p "fs") "none")
+        i (.strip (output "blkid" "-o" "value" "-s" "UUID" "--" (get opened.devices i) :timeout 60))))
+
+(defn _fill [root host prepared options]
+  ;; A tarball of a bootstrapped tree stands in for debootstrap (a cached
+  ;; base, as the tests use); else the OS the host declares is bootstrapped.
+  (if (.get options "tarball")
+      (run "tar" "-C" root "--numeric-owner" "--xattrs" "-xpf" (get options "tarball") :timeout 1800)
+      (bootstrap-into root prepared (bootstrap-options (.get options "bootstrap" {})))))
+
+(defn _inside [root host]
+  (deploy-nested [[(Keyword "chroot") (Keyword "into") root]]
+                 {"hostname" (get host "hostname")
+                  "deploy" None
+                  "propspec" (without-starting-services (get host "propspec"))
+                  "these" None}
+                 None))
+
+(defn _fstab [root norm uuids]
+  (setv path (posixpath.join root "etc/fstab")
+        text (+ "# Written by consfig from the host's volumes (disk.has-volumes).\n"
+                (.join "\n" (fstab-lines norm uuids)) "\n"))
+  (if (= (read-remote-file path) text)
+      NO-CHANGE
+      (do (write-remote-file path text :mode 0o644) :changed)))
+
+(defn _partial [image] (+ image ".consfig-partial"))
+
+(defn build-image [host image options]
+  "Build (or bring up to date) the raw disk IMAGE of HOST (host data): see
+`raw-image-built-for`.  Return `:changed` or `:no-change`."
+  (setv prepared (_image-host host)
+        norm (_volumes-of prepared)
+        made (not (remote-exists? image))
+        target (if made (_partial image) image)
+        work (.strip (output "mktemp" "-d" "/tmp/consfig-image-XXXXXXXX" :timeout 60)))
+  (try
+    (when made
+      ;; What a killed build left: its loops, mounts and half-made image.
+      (release-image target)
+      (run "rm" "-f" "--" target :timeout 60)
+      (inform f"partitioning {image} ({(disk-mebibytes norm)} MiB)")
+      (partitioned-image norm target))
+    (with [opened (OpenedImage target)]
+      ;; The root alone while bootstrapping: debootstrap wants it empty.
+      (setv order (_mount-order norm)
+            [root-index _] (get order 0))
+      (.mount opened (get opened.devices root-index) work)
+      (when made
+        (inform f"bootstrapping {(get host "hostname")} into {image}")
+        (_fill work host prepared options))
+      (for [[i point] (cut order 1 None)]
+        (.mount opened (get opened.devices i) (+ work point)))
+      (setv changes [(_inside work host) (_fstab work norm (_uuids opened norm))]))
+    (when made
+      (run "mv" "-f" "-T" "--" target image :timeout 60))
+    (if (or made (any (gfor c changes (!= c NO-CHANGE)))) :changed NO-CHANGE)
+    (except [BaseException]
+      (when made
+        (release-image target)
+        (run "rm" "-f" "--" target :check False :timeout 60))
+      (raise))
+    (finally
+      (run "rmdir" "--" work :check False :timeout 60))))
+
+(setv image-options
+      (predicate "image-options" "a dict of :tarball (an absolute path) and :bootstrap (debootstrap's options)"
+                 (fn [v] (and (isinstance v dict)
+                              (all (gfor [k x] (.items v)
+                                         (cond (= (_name k) "tarball") (.accepts abs-path x)
+                                               (= (_name k) "bootstrap") (isinstance x dict)
+                                               True False)))))))
+
+(defprop raw-image-built-for :posix [#^ (optional image-options) options #^ anything host
+                                     #^ abs-path image]
+  "IMAGE is a raw disk image of HOST (a defined host, or its name): its
+volumes (`has-volumes`) partitioned and made, its OS bootstrapped into them
+(or OPTIONS' `:tarball` of a bootstrapped tree unpacked there), its own
+propspec applied inside through a chroot with no service started, and its
+/etc/fstab written from the volumes.  The image is built under
+IMAGE.consfig-partial and renamed when complete; a build that was killed
+is cleaned up (its loop devices, mounts and file) by the next.  An image
+that exists already has HOST's propspec re-applied inside it: unchanged, it
+changes nothing.  No bootloader is installed yet."
+  (:desc f"Disk image {image} built")
+  (:opaque-type True)
+  (:preprocess [(dfor [k v] (.items (or options {})) (_name k) v) (_host-data host) image])
+  (:hostattrs
+    (setv prepared (_image-host host))
+    (_volumes-of prepared)
+    (bootstrappable-os prepared))
+  (:apply (build-image host image options)))
+
+(defn _host-data [host]
+  (if (isinstance host dict)
+      host
+      (do (setv h (find-host host))
+          {"hostname" h.hostname "propspec" h.propspec})))
+
 (export :objects [TABLES FILESYSTEMS PARTITION-TYPES mebibytes normalise-volumes volumes-problem
                   disk-mebibytes sfdisk-script fstab-lines OpenedImage release-image
-                  partitioned-image has-volumes])
+                  partitioned-image build-image has-volumes raw-image-built-for])

@@ -137,3 +137,74 @@ def test_a_failed_partitioning_leaves_no_image_and_no_loop(tools, tmp_path):
             disk.partitioned_image(norm, str(image))
     assert not image.exists(), "a half-made image is left"
     assert not _loops_of(image), "loop devices left attached"
+
+
+# No vfat here: the test machines' kernel may lack it (it can be made, not mounted).
+IMAGE_VOLUMES = {K("table"): K("gpt"), K("size"): "1G",
+                 K("partitions"): [{K("size"): "1M", K("type"): K("bios-boot")},
+                                   {K("size"): "64M", K("fs"): K("ext4"), K("mount"): "/boot"},
+                                   {K("size"): "16M", K("fs"): K("swap")},
+                                   {K("size"): K("rest"), K("fs"): K("ext4"), K("mount"): "/"}]}
+
+
+def _image_host(name, motd):
+    from consfig.combinators import eseqprops
+    from consfig.host import make_host
+    from consfig.props import file
+    from proptest import this_os
+    return make_host(name, None, None, eseqprops(this_os(), disk.has_volumes(IMAGE_VOLUMES),
+                                                 file.has_content("/etc/motd", motd),
+                                                 file.has_content("/boot/marker", "on /boot\n")))
+
+
+def _read_from_image(image, tmp_path, *paths):
+    mnt = tmp_path / "look"
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        with disk.OpenedImage(str(image)) as opened:
+            opened.mount(opened.devices[3], str(mnt))
+            opened.mount(opened.devices[1], str(mnt / "boot"))
+            found = {p: (mnt / p).read_text() if (mnt / p).exists() else None for p in paths}
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_raw_image_is_built_from_the_hosts_definition_and_rebuilt_as_a_no_change(
+        tools, debian_chroot_tarball, tmp_path):
+    from proptest import deploy_propspec, statuses
+    image = tmp_path / "web1.img"
+    host = _image_host("web1.image.invalid", "built into the image\n")
+    prop = disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)}, host, str(image))
+    outcome, events = deploy_propspec([K("local")], prop)
+    assert outcome.status == "changed", statuses(events)
+    assert not _loops_of(image), "loop devices left attached"
+    assert not os.path.exists(f"{image}.consfig-partial"), "the partial image is left"
+    found = _read_from_image(image, tmp_path, "etc/motd", "etc/fstab", "boot/marker")
+    assert found["etc/motd"] == "built into the image\n", found
+    fstab = [line.split()[1:3] for line in found["etc/fstab"].splitlines()[1:]]
+    assert fstab == [["/", "ext4"], ["none", "swap"], ["/boot", "ext4"]], fstab
+    assert found["boot/marker"] == "on /boot\n", "/boot was not mounted while applying"
+    again, events = deploy_propspec([K("local")], prop)
+    assert again.status == "no-change", f"an unchanged rebuild changed: {statuses(events)}"
+    assert not _loops_of(image), "loop devices left attached after the rebuild"
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_raw_image_build_cleans_up_after_a_killed_one(tools, debian_chroot_tarball, tmp_path):
+    from proptest import deploy_propspec, statuses
+    image = tmp_path / "web2.img"
+    partial = tmp_path / "web2.img.consfig-partial"
+    subprocess.run(["truncate", "-s", "64M", str(partial)], check=True)
+    stale = subprocess.run(["losetup", "--show", "--find", str(partial)], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    try:
+        host = _image_host("web2.image.invalid", "second\n")
+        outcome, events = deploy_propspec(
+            [K("local")], disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)},
+                                                   host, str(image)))
+        assert outcome.status == "changed", statuses(events)
+        assert not _loops_of(partial) and not _loops_of(image), "loop devices left attached"
+        assert image.exists() and not partial.exists(), "not finished under the final name"
+    finally:
+        subprocess.run(["losetup", "--detach", stale], capture_output=True)
