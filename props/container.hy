@@ -417,7 +417,12 @@ is removed too."
   (stop name)
   (when (remote-exists? (get (_enable-links name) 0))
     (run "systemctl" "disable" "--" f"systemd-nspawn@{name}.service" :check False :timeout 120))
-  (when (and target (!= target "/") (!= target link))
+  (when (and target (!= target link))
+    ;; Only a system's tree: never / or whatever else a link might lead to.
+    (when (or (= target "/")
+              (not (run-ok? (Script "test -d \"$1/etc\" && test -d \"$1/usr\"" target))))
+      (raise (FailedChange (+ f"{link} leads to {target}, which does not look like a "
+                              "container's tree (no etc and usr in it): not removing it"))))
     (remove-tree target))
   (when (run-ok? "test" "-e" link "-o" "-L" link)
     (if (run-ok? "test" "-L" link)

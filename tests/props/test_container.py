@@ -3,7 +3,8 @@
 test chroot, with its own systemd as PID 1.
 
 One container is booted per module (the machine has two cores): the tests
-run in order against it and the last ones stop and remove it."""
+run in order against it and the last ones stop and remove it.  Those that
+need it are marked slow; the checks made at load are not."""
 
 import os
 import pathlib
@@ -29,7 +30,7 @@ from consfig.props import container, file
 deploy = _deployment[hy.mangle("deploy*")]
 deploys = _deployment["deploys"]
 
-pytestmark = [pytest.mark.chroot, pytest.mark.slow]
+pytestmark = pytest.mark.chroot
 
 NAME = f"cftest{os.getpid()}"
 NSPAWN = [Keyword("nspawn"), Keyword("machine"), NAME]
@@ -107,16 +108,19 @@ def booted(debian_chroot):
         wait_until(lambda: not _rooted_in(root), 30, "the container's processes to end")
 
 
+@pytest.mark.slow
 def test_nspawn_running_boots_systemd_as_pid_1(booted):
     assert _inside("cat", "/proc/1/comm").stdout == "systemd\n", "PID 1 is not systemd"
     r = _inside("timeout", "60", "systemctl", "is-system-running", "--wait", timeout=90)
     assert r.stdout.strip() in ("running", "degraded"), f"systemd says {r.stdout!r} {r.stderr!r}"
 
 
+@pytest.mark.slow
 def test_nspawn_running_applies_the_containers_propspec_inside(booted):
     assert (booted / "etc/motd").read_text() == "in the container\n", "motd not written inside"
 
 
+@pytest.mark.slow
 def test_nspawn_running_registers_the_machine_and_its_settings(booted):
     link = pathlib.Path(f"/var/lib/machines/{NAME}")
     assert link.is_symlink() and os.readlink(link) == str(booted), "not linked in /var/lib/machines"
@@ -124,12 +128,14 @@ def test_nspawn_running_registers_the_machine_and_its_settings(booted):
     assert "[Exec]\nBoot=yes\n" in settings, f"settings do not boot: {settings!r}"
 
 
+@pytest.mark.slow
 def test_nspawn_running_again_changes_nothing(booted):
     outcome, events = deploy_propspec(
         [Keyword("local")], _running(booted, file.has_content("/etc/motd", "in the container\n")))
     assert outcome.status == "no-change", f"second apply changed: {statuses(events)}"
 
 
+@pytest.mark.slow
 def test_nspawn_hop_passes_exit_codes_and_binary_data(booted):
     conns = establish_chain(parse_chain([NSPAWN]))
     try:
@@ -146,6 +152,7 @@ def test_nspawn_hop_passes_exit_codes_and_binary_data(booted):
         close_chain(conns)
 
 
+@pytest.mark.slow
 def test_nspawn_hop_timeout_kills_the_command_inside(booted):
     conns = establish_chain(parse_chain([NSPAWN]))
     try:
@@ -157,11 +164,13 @@ def test_nspawn_hop_timeout_kills_the_command_inside(booted):
                10, "the timed-out sleep in the container to be killed")
 
 
+@pytest.mark.slow
 def test_nspawn_hop_then_python_applies_inside(booted):
     apply_twice([NSPAWN, PYTHON], [this_os(), file.has_content("/etc/from-python", "py\n")])
     assert (booted / "etc/from-python").read_text() == "py\n", "not written by the python hop"
 
 
+@pytest.mark.slow
 def test_deploys_into_the_container_like_a_chroot(booted):
     host = make_host("web1.test.invalid", None, None,
                      _container_propspec(file.has_content("/etc/deployed", "web1\n")))
@@ -169,6 +178,7 @@ def test_deploys_into_the_container_like_a_chroot(booted):
     assert (booted / "etc/deployed").read_text() == "web1\n", "nested host not deployed"
 
 
+@pytest.mark.slow
 def test_a_defined_container_host_deploys_from_its_parent_and_on_its_own(booted):
     host = make_host("web2.test.invalid", {Keyword("deploy"): [NSPAWN]}, None,
                      _container_propspec(file.has_content("/etc/web2", "web2\n")))
@@ -182,6 +192,7 @@ def test_a_defined_container_host_deploys_from_its_parent_and_on_its_own(booted)
     assert (booted / "etc/web2").read_text() == "web2\n", "not applied on its own"
 
 
+@pytest.mark.slow
 def test_nspawn_enabled_writes_the_boot_links_and_unapplying_removes_them(booted):
     wants = pathlib.Path(f"/etc/systemd/system/machines.target.wants/systemd-nspawn@{NAME}.service")
     try:
@@ -192,6 +203,7 @@ def test_nspawn_enabled_writes_the_boot_links_and_unapplying_removes_them(booted
     assert not wants.exists(), "still enabled after unapplying"
 
 
+@pytest.mark.slow
 def test_nspawn_stopped_powers_off_and_leaves_nothing(booted):
     apply_twice([Keyword("local")], container.nspawn_stopped(NAME))
     assert not _nspawn_pids(NAME), "systemd-nspawn still running"
@@ -201,6 +213,7 @@ def test_nspawn_stopped_powers_off_and_leaves_nothing(booted):
         establish_chain(parse_chain([NSPAWN]))
 
 
+@pytest.mark.slow
 def test_nspawn_removed_deletes_tree_link_and_settings(booted, debian_chroot_tarball):
     keep_debs(booted, debian_chroot_tarball)
     apply_twice([Keyword("local")], container.nspawn_removed(NAME))
@@ -240,3 +253,21 @@ def test_a_container_without_an_os_is_refused_before_connecting():
         deploy_propspec([Keyword("local")],
                         container.nspawn_running("web9", {}, eseqprops(file.has_content("/x", "y"))))
     assert not os.path.exists("/var/lib/machines/web9"), "it made something"
+
+
+def test_nspawn_removed_refuses_a_link_to_what_is_not_a_system_tree(tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "keep").write_text("mine\n")
+    name = f"cflink{os.getpid()}"
+    link = pathlib.Path(f"/var/lib/machines/{name}")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(precious)
+    try:
+        outcome, events = deploy_propspec([Keyword("local")], container.nspawn_removed(name),
+                                          check=False)
+        assert outcome.status == "failed", statuses(events)
+        assert "does not look like a container's tree" in failure_text(events), failure_text(events)
+        assert (precious / "keep").read_text() == "mine\n", "it removed what the link leads to"
+    finally:
+        link.unlink()
