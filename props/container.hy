@@ -333,7 +333,7 @@ bootstrapped as `chroot.os-bootstrapped` does, from HOST's own OS
 declaration, with `:bootstrap`'s options for debootstrap, and with systemd
 and dbus included.  `:settings` adds to or overrides its .nspawn file (by
 default it shares the host's network and users: `{\"Network\"
-{\"VirtualEthernet\" true}}` gives it a veth link of its own).  HOST's
+{\"VirtualEthernet\" True}}` gives it a veth link of its own).  HOST's
 propspec is applied inside the running container every time, over
 `[:nspawn :machine NAME]`, followed by `:python` when `:python` is true.
 
