@@ -285,7 +285,89 @@ USER must exist.  Unapplying disables lingering."
         (run "loginctl" "disable-linger" "--" user :timeout 120)
         (run "rm" "-f" "--" (posixpath.join LINGER-DIRECTORY user) :timeout 60))))
 
+(defn _default-target []
+  (.strip (. (systemctl False "get-default" :check False) stdout)))
+
+(defprop default-target :posix [#^ unit-name target]
+  "The system boots into TARGET (\"multi-user.target\" for a server,
+\"graphical.target\" for a desktop): `systemctl set-default`.  Works without
+a running systemd."
+  (:desc f"systemd boots into {target}")
+  (:invariant (.endswith target ".target") "a default target is a .target unit")
+  (:check (setv have (_default-target))
+          (or (= have target) (Drift f"default target {have} → {target}")))
+  (:apply (systemctl False "set-default" "--" target)))
+
+(defprop enabled-for-all-users :posix [#^ unit-name unit]
+  "The user unit UNIT is enabled for every user (`systemctl --global
+enable`): each user's own manager starts it.  Works without a running
+systemd.  Unapplying disables it globally."
+  (:desc f"user unit {unit} enabled for all users")
+  (:check (or (run-ok? "systemctl" "--global" "is-enabled" "--quiet" "--" unit)
+              (Drift f"user unit {unit} would be enabled for all users")))
+  (:apply (run "systemctl" "--global" "enable" "--" unit :timeout 300))
+  (:unapply (if (run-ok? "systemctl" "--global" "is-enabled" "--quiet" "--" unit)
+                (run "systemctl" "--global" "disable" "--" unit :timeout 300)
+                NO-CHANGE)))
+
+(setv component (matching "systemd-component"
+                          (+ "a systemd component with a configuration file in /etc/systemd: system, "
+                             "user, journald, logind, timesyncd, resolved, networkd, coredump, sleep, "
+                             "pstore, oomd, homed, journal-upload or journal-remote")
+                          (+ r"system|user|journald|logind|timesyncd|resolved|networkd|coredump"
+                             r"|sleep|pstore|oomd|homed|journal-upload|journal-remote"))
+      section-name (matching "section-name" "a section name such as Journal (letters, digits and -)"
+                             r"[A-Za-z][A-Za-z0-9-]*")
+      setting-key (matching "setting-key" "a setting such as SystemMaxUse (letters, digits and _)"
+                            r"[A-Za-z][A-Za-z0-9_]*")
+      setting (named "setting" (one-of line integer (dict-of setting-key (one-of line integer)))
+                     "a setting's key or value (one line, or an integer), or a dict of them"))
+
+(defn conf-path [component name]
+  "Where the drop-in NAME of COMPONENT's configuration goes:
+/etc/systemd/COMPONENT.conf.d/NAME.conf."
+  (posixpath.join "/etc/systemd" (+ component ".conf.d") (+ name ".conf")))
+
+(defn _settings [pairs]
+  (if (and (= (len pairs) 1) (isinstance (get pairs 0) dict))
+      (lfor [k v] (.items (get pairs 0)) [(str k) (str v)])
+      (lfor [k v] (zip (cut pairs 0 None 2) (cut pairs 1 None 2)) [(str k) (str v)])))
+
+(defn _settings-problem [pairs]
+  (cond (and (= (len pairs) 1) (isinstance (get pairs 0) dict)) None
+        (or (not pairs) (% (len pairs) 2)) "needs settings: alternating keys and values, or one dict"
+        True (next (gfor k (cut pairs 0 None 2) :if (not (.accepts setting-key k))
+                         (+ "each key " (.explain setting-key k)))
+                   None)))
+
+(defprop configured :posix [#^ component component #^ section-name section #^ setting #* pairs
+                            #^ drop-in-name [name "consfig"]]
+  "COMPONENT (journald, logind, timesyncd, resolved, …) has the settings
+PAIRS (alternating keys and values, or one dict) in SECTION, in the drop-in
+/etc/systemd/COMPONENT.conf.d/NAME.conf, which holds nothing else: the
+packaged COMPONENT.conf stays as it is.  The component reads it when it next
+starts; restart it with `on-change` for it to take effect now.  Unapplying
+removes the drop-in.
+
+  (systemd.configured \"logind\" \"Login\" \"HandleLidSwitch\" \"ignore\")"
+  (:simulates True)
+  (:invariant (not (_settings-problem pairs)) (_settings-problem pairs))
+  (:desc (+ f"systemd {component} has "
+            (.join ", " (gfor [k v] (_settings pairs) f"{k}={v}"))))
+  (:apply
+    (setv path (conf-path component name))
+    (when (not (checking?))
+      (run "mkdir" "-p" "--" (posixpath.dirname path) :timeout 60))
+    (update-file path (+ "# Written by consfig.\n" f"[{section}]\n"
+                         (.join "" (gfor [k v] (_settings pairs) f"{k}={v}\n")))
+                 :mode 0o644))
+  (:unapply
+    (setv path (conf-path component name))
+    (if (remote-exists? path)
+        (if (checking?) WOULD-CHANGE (run "rm" "-f" "--" path :timeout 60))
+        NO-CHANGE)))
+
 (export :objects [systemctl manager-running? unit-file-state daemon-reloaded
                   started stopped restarted reloaded enabled disabled masked
                   unit-file drop-in lingering-enabled verify-unit-text unit-path
-                  drop-in-path])
+                  drop-in-path default-target enabled-for-all-users configured conf-path])
