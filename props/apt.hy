@@ -780,6 +780,35 @@ minimal server wants (`APT::Install-Recommends \"false\"`, in
                        :mode 0o644))
   (:unapply (remove-files NO-RECOMMENDS)))
 
+(defn _marks [which]
+  (set (.split (. (run "apt-mark" (+ "show" which) :timeout 120) stdout))))
+
+(defn _mark-drift [packages which]
+  (setv wrong (lfor p packages :if (not-in p (_marks which)) p))
+  (or (not wrong) (Drift f"would mark {which}: {(.join " " wrong)}")))
+
+(defprop marked-manual :posix [#^ packages #* packages]
+  "Each of PACKAGES, installed, is marked as installed by hand (`apt-mark
+manual`): `apt-get autoremove` keeps it when nothing depends on it any
+more.  Unapplying marks them automatically installed."
+  (:desc f"apt marks {(.join " " (_flatten packages))} manual")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (_mark-drift packages "manual"))
+  (:apply (run-waiting-for-locks "apt-mark" "manual" "--" #* packages :timeout 300))
+  (:unapply (run-waiting-for-locks "apt-mark" "auto" "--" #* packages :timeout 300)))
+
+(defprop marked-auto :posix [#^ packages #* packages]
+  "Each of PACKAGES, installed, is marked as automatically installed
+(`apt-mark auto`): `apt-get autoremove` removes it once nothing depends on
+it.  Unapplying marks them installed by hand."
+  (:desc f"apt marks {(.join " " (_flatten packages))} auto")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (_mark-drift packages "auto"))
+  (:apply (run-waiting-for-locks "apt-mark" "auto" "--" #* packages :timeout 300))
+  (:unapply (run-waiting-for-locks "apt-mark" "manual" "--" #* packages :timeout 300)))
+
 (export :objects [installed installed-minimally removed updated upgraded
                   autoremoved reconfigured service-installed-running mirrors
                   proxy standard-sources-list additional-sources cache-cleaned
@@ -788,4 +817,5 @@ minimal server wants (`APT::Install-Recommends \"false\"`, in
                   lock-timeout apt-options run-waiting-for-locks sources-changed
                   trusts-key source pinned backports-enabled unattended-upgrades-enabled
                   keyring-path key-path dearmor sources-text openpgp-public-key
-                  UPDATE-NEEDED purged held recommends-not-installed NO-RECOMMENDS])
+                  UPDATE-NEEDED purged held recommends-not-installed NO-RECOMMENDS
+                  marked-manual marked-auto])

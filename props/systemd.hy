@@ -15,8 +15,10 @@ verify` before they replace what was there, and the manager rereads its
 configuration afterwards, where one runs.  Lingering is recorded in
 /var/lib/systemd/linger, through loginctl where a manager runs."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.property [defprop]
+                           consfig.propspec [defpropspec]))
 (import posixpath
+        consfig.combinators [eseqprops unapplied with-unapply]
         consfig.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
                          write-remote-file]
         consfig.engine [Drift WOULD-CHANGE checking? inform]
@@ -367,7 +369,49 @@ removes the drop-in.
         (if (checking?) WOULD-CHANGE (run "rm" "-f" "--" path :timeout 60))
         NO-CHANGE)))
 
+(defn exec-line [argv]
+  "ARGV as the value of an ExecStart= line: each word in double quotes,
+with what systemd would otherwise expand (`%` specifiers, `$` variables,
+backslashes and quotes) escaped, so that the program gets ARGV as it is."
+  (.join " " (gfor a argv
+                   (+ "\""
+                      (.translate a {(ord "\\") "\\\\" (ord "\"") "\\\"" (ord "%") "%%" (ord "$") "$$"})
+                      "\""))))
+
+(defn timer-texts [name calendar argv user]
+  "The service and timer units that run ARGV (as USER, or root) at CALENDAR."
+  #((+ f"[Unit]\nDescription={name} (consfig)\n\n[Service]\nType=oneshot\n"
+       (if user f"User={user}\n" "")
+       f"ExecStart={(exec-line argv)}\n")
+    (+ f"[Unit]\nDescription={name} (consfig)\n\n[Timer]\nOnCalendar={calendar}\nPersistent=true\n\n"
+       "[Install]\nWantedBy=timers.target\n")))
+
+(defpropspec runs-on-calendar :posix [#^ drop-in-name name
+                                      #^ (matching "calendar" "a systemd calendar event (one line) such as daily or Mon *-*-* 03:00"
+                                                   r"[A-Za-z0-9 *:,./~+-]+")
+                                      calendar
+                                      #^ abs-path program #^ line #* args
+                                      #^ (optional user-name) [user None]]
+  "PROGRAM runs with ARGS (as USER, or as root) at the times CALENDAR
+describes (systemd.time(7): `daily`, `Mon..Fri 02:30`, `*:0/15`), from the
+units NAME.service and NAME.timer, which this writes, verifies and enables;
+a run missed while the machine was off happens when it next boots.  The
+systemd answer to a cron job.  Unapplying disables and removes both units.
+
+  (systemd.runs-on-calendar \"backup\" \"*-*-* 03:00\" \"/usr/local/bin/backup\" \"--all\")"
+  (:desc f"{name} runs at {calendar}")
+  (setv #(service timer) (timer-texts name calendar [program #* args] user))
+  (with-unapply
+    (unit-file f"{name}.service" service)
+    (unit-file f"{name}.timer" timer)
+    (enabled f"{name}.timer")
+    (started f"{name}.timer")
+    :unapply
+    (eseqprops (unapplied (unit-file f"{name}.timer" timer))
+               (unapplied (unit-file f"{name}.service" service)))))
+
 (export :objects [systemctl manager-running? unit-file-state daemon-reloaded
                   started stopped restarted reloaded enabled disabled masked
                   unit-file drop-in lingering-enabled verify-unit-text unit-path
-                  drop-in-path default-target enabled-for-all-users configured conf-path])
+                  drop-in-path default-target enabled-for-all-users configured conf-path
+                  exec-line timer-texts runs-on-calendar])

@@ -256,9 +256,19 @@ taken as it is, and the old one left."
   (:apply (run "usermod" "-d" home #* (if (run-ok? "test" "-e" home) [] ["-m"]) "--" username
                :timeout 600)))
 
+(defprop lacks-account :posix [#^ user-name username * #^ boolean [remove-home False]]
+  "There is no user account USERNAME; with REMOVE-HOME, its home directory
+and mail spool go with it (`userdel -r`), else they stay.  A user with
+processes running is a failure, from userdel."
+  (:desc f"No account for {username}")
+  (:check (or (not (passwd-entry username))
+              (Drift f"account {username} would be deleted")))
+  (:apply (run "userdel" #* (if remove-home ["-r"] []) "--" username :timeout 120)))
+
 (export :objects [has-password password-iden1
                   has-account has-account-with-uid group-exists has-groups
                   group-has-members group-members
                   has-login-shell has-locked-password has-enabled-password
                   passwd-entry home-directory as-user
-                  has-system-account has-full-name has-primary-group has-home-directory])
+                  has-system-account has-full-name has-primary-group has-home-directory
+                  lacks-account])

@@ -128,3 +128,19 @@ def test_preseeded_refuses_a_value_with_a_newline():
         debconf.preseeded("tzdata", "tzdata/Areas", "select", "Europe\nother q string x")
     with pytest.raises(PropspecError):
         debconf.preseeded("tzdata", "tzdata/Areas", "select; rm", "Europe")
+
+
+def test_marked_auto_and_manual(chroot_chain, debian_chroot):
+    deploy_propspec(chroot_chain, [this_os(), apt.installed_minimally("hello")])
+    apply_twice(chroot_chain, [this_os(), apt.marked_auto("hello")])
+    assert "hello" in in_chroot(debian_chroot, "apt-mark showauto").stdout.split()
+    apply_twice(chroot_chain, [this_os(), apt.marked_manual("hello")])
+    assert "hello" in in_chroot(debian_chroot, "apt-mark showmanual").stdout.split()
+    unapply(chroot_chain, [this_os(), apt.marked_manual("hello")])
+    assert "hello" in in_chroot(debian_chroot, "apt-mark showauto").stdout.split()
+
+
+def test_marks_refuse_options():
+    for p in [apt.marked_auto, apt.marked_manual]:
+        with pytest.raises(PropspecError):
+            p("--config-file=/tmp/x")

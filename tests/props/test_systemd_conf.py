@@ -7,7 +7,7 @@ import pytest
 
 import hy  # noqa: F401
 from consfig.errors import PropspecError
-from consfig.props import apt, journald, service, systemd, timesyncd, tmpfiles
+from consfig.props import apt, journald, service, systemd, timesyncd, tmpfiles, user
 
 from proptest import apply_twice, deploy_propspec, diffs, failure_text, in_chroot, said, this_os, unapply
 
@@ -109,3 +109,32 @@ def test_tmpfiles_refuses_hostile_lines():
     for args in [("demo", "d relative"), ("demo", "d /x\nd /y"), ("-demo", "d /x"), ("demo",)]:
         with pytest.raises(PropspecError):
             tmpfiles.configured(*args)
+
+
+def test_runs_on_calendar_writes_verified_units_and_enables_the_timer(root, chroot_chain):
+    deploy_propspec(chroot_chain, user.has_system_account("nightly"))
+    p = systemd.runs_on_calendar("nightly", "*-*-* 03:00", "/bin/echo", "100% $HOME", user="nightly")
+    apply_twice(chroot_chain, p)
+    service_text = (root / "etc/systemd/system/nightly.service").read_text()
+    assert 'ExecStart="/bin/echo" "100%% $$HOME"\n' in service_text and "User=nightly\n" in service_text
+    assert "OnCalendar=*-*-* 03:00\n" in (root / "etc/systemd/system/nightly.timer").read_text()
+    assert (root / "etc/systemd/system/timers.target.wants/nightly.timer").is_symlink()
+    unapply(chroot_chain, p)
+    assert not (root / "etc/systemd/system/nightly.timer").exists()
+    assert not (root / "etc/systemd/system/nightly.service").exists()
+    assert not (root / "etc/systemd/system/timers.target.wants/nightly.timer").exists()
+
+
+def test_runs_on_calendar_refuses_a_calendar_systemd_cannot_read(root, chroot_chain):
+    outcome, events = deploy_propspec(chroot_chain, systemd.runs_on_calendar("bad", "someday", "/bin/true"),
+                                      check=False)
+    assert outcome.status == "failed"
+    assert not (root / "etc/systemd/system/bad.timer").exists()
+    deploy_propspec(chroot_chain, systemd.runs_on_calendar("bad", "someday", "/bin/true"), unapply=True)
+
+
+def test_runs_on_calendar_refuses_hostile_values():
+    for args in [("x", "daily\nExecStartPre=/bin/sh", "/bin/true"), ("x", "daily", "/bin/true", "a\nb"),
+                 ("-x", "daily", "/bin/true"), ("x", "daily", "true")]:
+        with pytest.raises(PropspecError):
+            systemd.runs_on_calendar(*args)

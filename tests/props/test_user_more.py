@@ -60,3 +60,17 @@ def test_hostile_values_are_refused():
                 lambda: user.has_system_account("svc", shell="/bin/sh\nroot")]:
         with pytest.raises(PropspecError):
             bad()
+
+
+def test_lacks_account_deletes_it_and_its_home_when_asked(chroot_chain, debian_chroot):
+    deploy_propspec(chroot_chain, [user.has_account("gina"), user.has_account("hank")])
+    apply_twice(chroot_chain, user.lacks_account("gina"))
+    assert in_chroot(debian_chroot, "getent passwd gina", check=False).returncode == 2
+    assert (debian_chroot / "home/gina").is_dir(), "the home stays by default"
+    apply_twice(chroot_chain, user.lacks_account("hank", remove_home=True))
+    assert not (debian_chroot / "home/hank").exists()
+
+
+def test_lacks_account_refuses_a_name_starting_with_a_dash():
+    with pytest.raises(PropspecError):
+        user.lacks_account("-r")
