@@ -3,8 +3,7 @@
 (eval-when-compile (require consfig.propspec [defpropspec]))
 (import consfig.combinators [eseqprops on-change]
         consfig.props [file systemd]
-        consfig.props.systemd [setting]
-        consfig.types *)
+        consfig.props.systemd [setting])
 
 (defn _restarted-on-change [propspec]
   ;; journald reads its configuration only when it starts.

@@ -66,10 +66,13 @@ old logs, compressed (but the newest old one) when COMPRESS."
                      f"    {l}\n"))
      "}\n"))
 
+(setv rotation-frequency (enum "daily" "weekly" "monthly" "yearly")
+      log-count (int-range 0 100000)
+      log-size (optional (matching "log-size" "a size such as 100M" r"[0-9]+[kMG]?")))
+
 (defpropspec rotates :posix [#^ logrotate-name name #^ log-path #* paths
-                             #^ (enum "daily" "weekly" "monthly" "yearly") [frequency :weekly]
-                             #^ (int-range 0 100000) [keep 4] #^ boolean [compress True]
-                             #^ (optional (matching "size" "a size such as 100M" r"[0-9]+[kMG]?")) [size None]]
+                             #^ rotation-frequency [frequency :weekly] #^ log-count [keep 4]
+                             #^ boolean [compress True] #^ log-size [size None]]
   "logrotate rotates PATHS (absolute paths or globs) every FREQUENCY, or
 sooner once one is past SIZE, keeping KEEP old logs, compressed when
 COMPRESS; a missing or empty log is no error.  The stanza goes to

@@ -386,10 +386,11 @@ backslashes and quotes) escaped, so that the program gets ARGV as it is."
     (+ f"[Unit]\nDescription={name} (consfig)\n\n[Timer]\nOnCalendar={calendar}\nPersistent=true\n\n"
        "[Install]\nWantedBy=timers.target\n")))
 
-(defpropspec runs-on-calendar :posix [#^ drop-in-name name
-                                      #^ (matching "calendar" "a systemd calendar event (one line) such as daily or Mon *-*-* 03:00"
-                                                   r"[A-Za-z0-9 *:,./~+-]+")
-                                      calendar
+(setv calendar-event (matching "calendar-event"
+                               "a systemd calendar event (one line) such as daily or Mon *-*-* 03:00"
+                               r"[A-Za-z0-9 *:,./~+-]+"))
+
+(defpropspec runs-on-calendar :posix [#^ drop-in-name name #^ calendar-event calendar
                                       #^ abs-path program #^ line #* args
                                       #^ (optional user-name) [user None]]
   "PROGRAM runs with ARGS (as USER, or as root) at the times CALENDAR
