@@ -23,7 +23,7 @@ configuration afterwards, where one runs.  Lingering is recorded in
                          write-remote-file]
         consfig.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
-        consfig.props.file [read-bytes content->bytes update-file]
+        consfig.props.file [conf-pairs pairs-problem read-bytes content->bytes update-file]
         consfig.props.service [no-services? skip-for-no-services]
         consfig.props.user [passwd-entry]
         consfig.types *)
@@ -331,16 +331,12 @@ systemd.  Unapplying disables it globally."
   (posixpath.join "/etc/systemd" (+ component ".conf.d") (+ name ".conf")))
 
 (defn _settings [pairs]
-  (if (and (= (len pairs) 1) (isinstance (get pairs 0) dict))
-      (lfor [k v] (.items (get pairs 0)) [(str k) (str v)])
-      (lfor [k v] (zip (cut pairs 0 None 2) (cut pairs 1 None 2)) [(str k) (str v)])))
+  (lfor [[_ k] v] (.items (conf-pairs pairs)) [k v]))
 
 (defn _settings-problem [pairs]
-  (cond (and (= (len pairs) 1) (isinstance (get pairs 0) dict)) None
-        (or (not pairs) (% (len pairs) 2)) "needs settings: alternating keys and values, or one dict"
-        True (next (gfor k (cut pairs 0 None 2) :if (not (.accepts setting-key k))
-                         (+ "each key " (.explain setting-key k)))
-                   None)))
+  (if pairs
+      (pairs-problem pairs setting-key)
+      "needs settings: alternating keys and values, or one dict"))
 
 (defprop configured :posix [#^ component component #^ section-name section #^ setting #* pairs
                             #^ drop-in-name [name "consfig"]]
