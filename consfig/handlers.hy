@@ -98,14 +98,22 @@ has handlers of its own, and is not looked into."
 
 (defn _pending-path [st]
   (when (is (get st "path") None)
-    (setv hostname (. (.get current-host) hostname))
-    (when (or (not hostname) (in "/" hostname) (.startswith hostname ".")
-              (any (gfor c hostname (< (ord c) 32))))
-      (raise (FailedChange f"{hostname !r} cannot name a file of pending handlers")))
-    (setv (get st "path") (posixpath.join (_state-directory) "handlers" f"{hostname}.json")))
+    (setv (get st "path") (host-state-file "handlers" "pending handlers")))
   (get st "path"))
 
-(defn _state-directory []
+(defn host-state-file [kind what]
+  "The file of the host being applied under KIND in consfig's state
+directory on the target (`KIND/HOSTNAME.json`); WHAT it holds names it in
+the refusal of a hostname that cannot name a file."
+  (setv hostname (. (.get current-host) hostname))
+  (when (or (not hostname) (in "/" hostname) (.startswith hostname ".")
+            (any (gfor c hostname (< (ord c) 32))))
+    (raise (FailedChange f"{hostname !r} cannot name a file of {what}")))
+  (posixpath.join (target-state-directory) kind f"{hostname}.json"))
+
+(defn target-state-directory []
+  "consfig's private state directory on the target, as the user the chain
+ends as sees it (see `consfig.image.state-directory`)."
   ;; A Python of ours on the target asks itself; a shell, its shell.
   (import consfig.image [state-directory STATE-DIRECTORY-SCRIPT])
   (if (. (connection) python?)
@@ -254,4 +262,5 @@ deployment has failed so far.  Handlers notified after it run at the end."
   (:announce False)
   (:apply (run-pending (failed-so-far?))))
 
-(export :objects [notifies handler flush-handlers notify])
+(export :objects [notifies handler flush-handlers notify target-state-directory
+                  host-state-file])
