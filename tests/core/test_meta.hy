@@ -7,7 +7,6 @@
 (import consfig *
         consfig.events [first-report?]
         consfig.propspec [propspec->data data->propspec]
-        hy.models [Keyword]
         json
         os
         pathlib
