@@ -138,6 +138,13 @@ asks this before changing anything, and returns what it would do."
   (setv run (.get current-run None))
   (bool (or (and run run.check) (.get (.get current-meta) "noop"))))
 
+(defn noop? []
+  "Whether the property being applied is under `:noop` in a deployment that
+is not a check: what it would do is reported, and nothing it would set off
+(a handler) is owed."
+  (setv run (.get current-run None))
+  (bool (and (.get (.get current-meta) "noop") (not (and run run.check)))))
+
 ;; The meta-parameters in force (see `consfig.meta`): a dict by name,
 ;; those of the innermost `with-meta` over those of the ones around it.
 (setv current-meta (contextvars.ContextVar "consfig-meta" :default {}))
@@ -537,4 +544,4 @@ and what would change."
                   Outcome Run Reported SinkFailed current-run unapplicable?
                   Ending at-end current-ending failed-so-far? apply-deployment
                   watching-events announce-action current-meta meta-in-force
-                  describe-meta leaf?])
+                  describe-meta leaf? noop?])

@@ -176,6 +176,17 @@
   (assert (= #(outcome.changes outcome.drift) #(1 1)) #(outcome.changes outcome.drift))
   (assert (= (get (events.summary) "drift") 1) (events.summary)))
 
+(defn test-noop-notifies-no-handler [events tmp-path]
+  (setv path (/ tmp-path "conf")
+        restarts (/ tmp-path "restarts"))
+  (deploy-props events (propapp (eseqprops
+    (with-meta {:noop True}
+      (notifies "restart" (file.has-content (str path) "new\n")))
+    (handler "restart" (file.has-content (str restarts) "restarted\n")))))
+  (assert (not (.exists restarts)) "the handler did not run")
+  (assert (not (.exists (pathlib.Path (state-directory) "handlers" f"{HOSTNAME}.json")))
+          "nor is it owed"))
+
 ;; :reverse
 
 (defn test-a-property-under-reverse-is-unapplied-once-it-leaves-the-propspec [events tmp-path]
