@@ -315,10 +315,16 @@ host's whole propspec.  See `consfig.meta`."
   (:simulates True)
   (:announce False)
   (:apply
-    (setv st (_state))
+    (setv st (_state)
+          propspec (. (.get current-host) propspec))
+    (try
+      (_path st)
+      (except [FailedChange]
+        ;; A hostname that cannot name a file: nothing was recorded for it.
+        (return NO-CHANGE)))
     (_load st)
-    (when (not (get st "records")) (return NO-CHANGE))
-    (setv #(under present) (_reversible (. (.get current-host) propspec))
+    (when (or (not (get st "records")) (is propspec None)) (return NO-CHANGE))
+    (setv #(under present) (_reversible propspec)
           result NO-CHANGE
           failure None
           kept {})
