@@ -215,6 +215,13 @@
   (assert (.exists path) "a deploy-these applies just some properties: nothing left the propspec")
   (assert (.exists (reverse-file)) "still recorded"))
 
+(defn test-a-reverse-property-applied-by-deploy-these-is-unapplied-by-the-next-whole-deployment [events tmp-path]
+  (setv path (/ tmp-path "temporary"))
+  (deploy-props events (propapp (with-meta {:reverse True} (file.exists-with-content (str path) "x\n"))))
+  (assert (.exists path) "applied by deploy-these")
+  (deploy-host events (propapp (eseqprops)))
+  (assert (not (.exists path)) "the host's own propspec does not have it"))
+
 (defn test-a-failing-unapply-stays-recorded-and-is-tried-next-time [events tmp-path]
   (setv d (/ tmp-path "d")
         path (/ d "managed"))
