@@ -31,11 +31,10 @@ error.  A usage error exits 64."
         traceback
         consfig.chain [chain->data parse-chain]
         consfig.data [resolve-data]
-        consfig.engine [SinkFailed]
+        consfig.engine [SinkFailed describe-meta effective-meta]
         consfig.errors [ConsfigError]
         consfig.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
         consfig.host [hosts preprocess-host]
-        consfig.meta [describe-meta effective-meta]
         consfig.property [propapp-desc]
         consfig.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
         consfig.report [JsonSink Reporter error]

@@ -167,6 +167,32 @@ when there is none."
                          True f"{k} {v}")))
   (.join ", " parts))
 
+(defn meta-name [key]
+  "The name of a meta-parameter written as KEY: `:retry` or \"retry\"."
+  (cond (isinstance key hy.models.Keyword) key.name
+        (isinstance key str) key
+        True None))
+
+(defn meta-dict [options]
+  "The meta-parameters OPTIONS of a `with-meta` (keywords or names as
+keys) as a dict by name."
+  (dfor [k v] (.items options) (meta-name k) v))
+
+(defn effective-meta [propspec]
+  "Every leaf propapp of PROPSPEC (one holding no other propapp), in order,
+as `[propapp meta]`: META the meta-parameters that hold for it (a dict by
+name), those of the innermost `with-meta` (`consfig.meta`) winning.  A
+deployment of another host inside (`deploys`) is not looked into."
+  (setv out [])
+  (defn walk [p meta]
+    (cond (= p.name "consfig.meta.with-meta")
+          (do (setv inner {#** meta #** (meta-dict (get p.args 0))})
+              (for [q (propapps-in (cut p.args 1 None))] (walk q inner)))
+          (or (. (find-property p.name) opaque-type) (leaf? p)) (.append out [p meta])
+          True (for [q (propapps-in p.args)] (walk q meta))))
+  (walk propspec {})
+  out)
+
 (defn leaf? [propapp]
   "Whether PROPAPP holds no other propapp: what meta-parameters apply to."
   (not (propapps-in propapp.args)))
@@ -544,4 +570,4 @@ and what would change."
                   Outcome Run Reported SinkFailed current-run unapplicable?
                   Ending at-end current-ending failed-so-far? apply-deployment
                   watching-events announce-action current-meta meta-in-force
-                  describe-meta leaf? noop?])
+                  describe-meta leaf? noop? meta-name meta-dict effective-meta])

@@ -41,7 +41,8 @@ One still in the propspec but no longer under `:reverse` is forgotten."
         consfig.actions [run]
         consfig.context [connection current-host]
         consfig.engine [NO-CHANGE Reported apply-and-announce apply-sequence checking? current-ending
-                        current-meta describe-meta inform leaf? meta-in-force unapplicable?]
+                        current-meta describe-meta effective-meta inform meta-dict meta-in-force
+                        meta-name unapplicable?]
         consfig.errors [FailedChange PropspecError]
         consfig.handlers [host-state-file]
         consfig.property [Propapp did-you-mean find-property propapp-desc propapp-hostattrs
@@ -62,17 +63,12 @@ One still in the propspec but no longer under `:reverse` is forgotten."
        "noop" #((fn [v] (isinstance v bool)) "True or False")
        "reverse" #((fn [v] (isinstance v bool)) "True or False")})
 
-(defn _name [key]
-  (cond (isinstance key Keyword) key.name
-        (isinstance key str) key
-        True None))
-
 (defn _explain [value]
   ;; What is wrong with VALUE as the options of a `with-meta`, or None.
   (when (not (isinstance value dict))
     (return f"must be a dict of meta-parameters such as {{:retry 3 :delay 5}}, not {(show value)}"))
   (for [[k v] (.items value)]
-    (setv name (_name k))
+    (setv name (meta-name k))
     (when (not-in name PARAMETERS)
       (setv near (did-you-mean (or name (str k)) PARAMETERS))
       (return (+ f"has an unknown meta-parameter {(show k)}"
@@ -81,7 +77,7 @@ One still in the propspec but no longer under `:reverse` is forgotten."
     (setv #(ok phrase) (get PARAMETERS name))
     (when (not (ok v))
       (return f":{name} must be {phrase}, not {(show v)}")))
-  (setv names (sfor k value (_name k)))
+  (setv names (sfor k value (meta-name k)))
   (when (and (in "burst" names) (not-in "limit" names))
     (return ":burst needs :limit (repairs per second); the burst is how many may come at once"))
   (when (and (in "delay" names) (not-in "retry" names))
@@ -90,11 +86,6 @@ One still in the propspec but no longer under `:reverse` is forgotten."
 
 (setv meta-parameters (Type "meta-parameters" "a dict of meta-parameters" None))
 (setv meta-parameters.explain _explain)
-
-(defn meta-dict [options]
-  "The meta-parameters OPTIONS (as written: keywords or names as keys) as
-a dict by name."
-  (dfor [k v] (.items options) (_name k) v))
 
 (defn _children-unapplicable? [propapps]
   (all (gfor p propapps (and (isinstance p Propapp) (unapplicable? (find-property p.name))))))
@@ -152,24 +143,6 @@ a dict such as `{:retry 3 :delay 5}`: `:retry`, `:delay`, `:noop`,
   (:unapply
     (with [(meta-in-force (meta-dict meta))]
       (apply-sequence propapps :unapply True))))
-
-;; What the agent asks
-
-(defn effective-meta [propspec]
-  "Every leaf propapp of PROPSPEC (one holding no other propapp), in order,
-as `[propapp meta]`: META the meta-parameters that hold for it (a dict by
-name), those of the innermost `with-meta` winning.  A deployment of
-another host inside (`deploys`) is not looked into."
-  (setv out [])
-  (defn walk [p meta]
-    (setv prop (find-property p.name))
-    (cond (= p.name "consfig.meta.with-meta")
-          (do (setv inner {#** meta #** (meta-dict (get p.args 0))})
-              (for [q (propapps-in (cut p.args 1 None))] (walk q inner)))
-          (or prop.opaque-type (leaf? p)) (.append out [p meta])
-          True (for [q (propapps-in p.args)] (walk q meta))))
-  (walk propspec {})
-  out)
 
 (defclass RepairLimit []
   "A token bucket: LIMIT repairs a second on average, BURST of them at
