@@ -252,6 +252,27 @@
   (assert (.exists (reverse-file)) "a check forgets nothing")
   (assert (= outcome.status "changed") (events.ends)))
 
+(defn test-a-property-no-longer-under-reverse-stays-applied-and-is-forgotten [events tmp-path]
+  (setv path (/ tmp-path "managed"))
+  (deploy-host events (propapp (with-meta {:reverse True} (file.exists-with-content (str path) "x\n"))))
+  (deploy-host events (propapp (file.exists-with-content (str path) "x\n")))
+  (assert (.exists path) "still in the propspec")
+  (assert (not (.exists (reverse-file))) "forgotten: removing it later leaves it be")
+  (deploy-host events (propapp (eseqprops)))
+  (assert (.exists path) "no longer reversible"))
+
+(defn test-a-record-that-is-not-consfigs-fails-the-deployment-and-is-kept [events tmp-path]
+  (.mkdir (. (reverse-file) parent) :parents True :exist-ok True)
+  (.write-text (reverse-file) "{\"applied\": 3}")
+  (setv outcome (deploy-host events (propapp (eseqprops))))
+  (assert (= outcome.status "failed") (events.ends))
+  (setv [failure] (lfor e events.events :if (first-report? e) e))
+  (assert (in (str (reverse-file)) (get failure "message")) failure)
+  (assert (= (.read-text (reverse-file)) "{\"applied\": 3}") "left for a person to look at"))
+
+(defn test-with-meta-refuses-a-key-that-is-no-name []
+  (assert (in "unknown meta-parameter 1" (refusal (fn [] (with-meta {1 2} (file.has-content "/tmp/x" "")))))))
+
 ;; Shown
 
 (defn test-check-mode-shows-the-meta-parameters-after-the-description [events tmp-path]
