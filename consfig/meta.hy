@@ -29,8 +29,10 @@ bucket that `:limit` and `:burst` describe.
 (before it is applied) in `reverse/HOSTNAME.json` in consfig's state
 directory there (the one `consfig.handlers` keeps pending handlers in).  At
 the end of every deployment of the host's whole propspec, those recorded
-that are no longer in the propspec are unapplied, and forgotten once that
-succeeded; one that fails stays recorded and is tried again the next time.
+that are no longer in the propspec are unapplied (what a sequence in them
+holds, property by property, so that an edited proplist keeps what it still
+holds), and forgotten once that succeeded; one that fails stays recorded
+and is tried again the next time.
 One still in the propspec but no longer under `:reverse` is forgotten."
 
 (eval-when-compile (require consfig.property [defprop]))
@@ -273,13 +275,40 @@ when the bucket holds a whole token again."
   (walk propspec)
   #(under present))
 
-(defn _unapply-recorded [entry]
-  ;; Under the meta-parameters it was applied with (its :retry too).
-  (setv p (data->propspec (get entry "propapp"))
-        line ((find-property "consfig.combinators.desc")
-               (+ "no longer in the propspec, unapplied: " (propapp-desc p))
-               (with-meta (dfor [k v] (.items (get entry "meta")) (Keyword k) v) p)))
-  (apply-and-announce line :unapply True))
+(defn _units [propapp meta]
+  ;; What unapplying PROPAPP comes to, as `[propapp meta]`: the propapps a
+  ;; sequence holds (and those they hold), each under the meta-parameters
+  ;; it was applied with; any other propapp is undone whole.
+  (cond (= propapp.name "consfig.meta.with-meta")
+        (do (setv inner {#** meta #** (dfor [k v] (.items (meta-dict (get propapp.args 0)))
+                                            :if (!= k "reverse") k v)})
+            (sum (gfor q (propapps-in (cut propapp.args 1 None)) (_units q inner)) []))
+        (in propapp.name _SEQUENCES)
+        (sum (gfor q (propapps-in propapp.args) (_units q meta)) [])
+        True [[propapp meta]]))
+
+(defn _unapply-recorded [entry present]
+  ;; Unapply, last first, what the recorded propapp holds that has left
+  ;; the propspec: a proplist edited since keeps what it still holds.
+  ;; Each under the meta-parameters it was applied with (its :retry too).
+  ;; A failure is counted, and the others are still unapplied.
+  (setv desc (find-property "consfig.combinators.desc")
+        result NO-CHANGE
+        failure None)
+  (for [[p meta] (reversed (_units (data->propspec (get entry "propapp")) (get entry "meta")))]
+    (when (in (_key p) present) (continue))
+    (try
+      (when (!= (apply-and-announce
+                  (desc (+ "no longer in the propspec, unapplied: " (propapp-desc p))
+                        (with-meta (dfor [k v] (.items meta) (Keyword k) v) p))
+                  :unapply True)
+                NO-CHANGE)
+        (setv result :changed))
+      (except [r Reported]
+        (when r.lost? (raise))
+        (setv failure (or failure r)))))
+  (when failure (raise failure))
+  result)
 
 (defprop removed-unapplied :posix []
   "Unapply what was applied under `:reverse` and has left the host's
@@ -308,7 +337,7 @@ host's whole propspec.  See `consfig.meta`."
                        "under :reverse: it stays applied, and is forgotten"))
             True
             (try
-              (when (!= (_unapply-recorded entry) NO-CHANGE)
+              (when (!= (_unapply-recorded entry present) NO-CHANGE)
                 (setv result :changed))
               (when (checking?) (setv (get kept key) entry))
               (except [r Reported]

@@ -273,6 +273,24 @@
 (defn test-with-meta-refuses-a-key-that-is-no-name []
   (assert (in "unknown meta-parameter 1" (refusal (fn [] (with-meta {1 2} (file.has-content "/tmp/x" "")))))))
 
+(defn test-an-edited-proplist-under-reverse-unapplies-only-what-it-no-longer-holds [events tmp-path]
+  (setv a (/ tmp-path "a")
+        b (/ tmp-path "b"))
+  (defproplist two-files []
+    (file.exists-with-content (str a) "a\n")
+    (file.exists-with-content (str b) "b\n"))
+  (defproplist one-file []
+    (file.exists-with-content (str a) "a\n"))
+  (deploy-host events (propapp (with-meta {:reverse True} (two-files))))
+  (assert (and (.exists a) (.exists b)) "both applied")
+  (setv outcome (deploy-host events (propapp (with-meta {:reverse True} (one-file)))))
+  (assert (.exists a) "still held: kept")
+  (assert (not (.exists b)) "no longer held: unapplied")
+  (assert (= outcome.failures 0) (events.ends))
+  (deploy-host events (propapp (eseqprops)))
+  (assert (not (.exists a)) "then removed altogether: unapplied")
+  (assert (not (.exists (reverse-file))) "and nothing left recorded"))
+
 ;; Shown
 
 (defn test-check-mode-shows-the-meta-parameters-after-the-description [events tmp-path]
