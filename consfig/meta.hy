@@ -27,7 +27,7 @@ bucket that `:limit` and `:burst` describe.
 
 `:reverse` is kept on the target: each propapp applied under it is written
 (before it is applied) in `reverse/HOSTNAME.json` in consfig's state
-directory there (the one `consfig.handlers` keeps pending handlers in).  At
+directory there (`consfig.targetstate`, as for pending handlers).  At
 the end of every deployment of the host's whole propspec, those recorded
 that are no longer in the propspec are unapplied (what a sequence in them
 holds, property by property, so that an edited proplist keeps what it still
@@ -37,19 +37,17 @@ One still in the propspec but no longer under `:reverse` is forgotten."
 
 (eval-when-compile (require consfig.property [defprop]))
 (import json
-        posixpath
         time
         hy.models [Keyword]
-        consfig.actions [run]
-        consfig.context [connection current-host]
+        consfig.context [current-host]
         consfig.engine [NO-CHANGE Reported apply-and-announce apply-sequence checking? current-ending
                         current-meta describe-meta effective-meta inform meta-dict meta-in-force
                         meta-name unapplicable?]
         consfig.errors [FailedChange PropspecError]
-        consfig.handlers [host-state-file]
         consfig.property [Propapp did-you-mean find-property propapp-desc propapp-hostattrs
                           propapps-in site-where]
         consfig.propspec [data->propspec propspec->data]
+        consfig.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [Type propspec show])
 
 ;; The meta-parameters: name -> #(accepts? phrase).
@@ -201,41 +199,31 @@ when the bucket holds a whole token again."
 
 (defn _path [st]
   (when (is (get st "path") None)
-    (setv (get st "path") (host-state-file "reverse" "properties to unapply")))
+    (setv (get st "path") (host-state-file "reverse" (. (.get current-host) hostname))))
   (get st "path"))
 
 (defn _load [st]
   (when (get st "loaded") (return))
-  (setv path (_path st))
-  (try
-    (setv text (.read-file (connection) path))
-    (except [FileNotFoundError]
-      (setv text None)))
-  (setv records {})
-  (when (is-not text None)
-    (setv entries (try (get (json.loads text) "applied")
-                       (except [#(ValueError KeyError TypeError)] None)))
-    (when (not (and (isinstance entries list)
-                    (all (gfor e entries (and (isinstance e dict) (in "propapp" e))))))
-      (raise (FailedChange (+ f"{path} is not a list of consfig's properties applied under "
-                              ":reverse; look at it, and remove it if nothing is to be unapplied"))))
-    (for [e entries]
-      (setv (get records (json.dumps (get e "propapp") :sort-keys True)) e)))
+  (setv path (_path st)
+        data (try (read-state-file path)
+                  (except [ValueError] "")))
+  (setv entries (if (is data None)
+                    []
+                    (try (get data "applied")
+                         (except [#(KeyError TypeError)] None))))
+  (when (not (and (isinstance entries list)
+                  (all (gfor e entries (and (isinstance e dict) (in "propapp" e))))))
+    (raise (FailedChange (+ f"{path} is not a list of consfig's properties applied under "
+                            ":reverse; look at it, and remove it if nothing is to be unapplied"))))
   ;; Recorded before this was read: after the older ones.
-  (setv (get st "records") {#** records #** (get st "records")}
+  (setv (get st "records") {#** (dfor e entries (json.dumps (get e "propapp") :sort-keys True) e)
+                            #** (get st "records")}
         (get st "loaded") True))
 
 (defn _save [st]
-  (setv path (_path st))
-  (if (get st "records")
-      (do (run "mkdir" "-p" "-m" "700" "--" (posixpath.dirname path))
-          (.write-file (connection) path
-                       (.encode (+ (json.dumps {"host" (. (.get current-host) hostname)
-                                                "applied" (list (.values (get st "records")))}
-                                               :indent 1)
-                                   "\n"))
-                       :mode 0o600))
-      (run "rm" "-f" "--" path)))
+  (save-state-file (_path st) (when (get st "records")
+                                {"host" (. (.get current-host) hostname)
+                                 "applied" (list (.values (get st "records")))})))
 
 (defn _record [propapps]
   ;; Written before they are applied: one that fails half-way is still
