@@ -22,7 +22,8 @@ _MACRO_MODULES = (property, propspec, host, deployment, data, fact)
 # :python hop imports it on the way to `consfig.serve`, and there applies a
 # propspec with a small part of the library.
 _MODULES = ("property", "propspec", "host", "deployment", "fleet", "image", "combinators",
-            "handlers", "fact", "result", "actions", "context", "chain", "hop", "types", "engine",
+            "handlers", "fact", "meta", "result", "actions", "context", "chain", "hop", "types",
+            "engine",
             "errors", "data", "datasources", "keep")
 
 _hy_macros = {}

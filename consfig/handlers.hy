@@ -26,7 +26,7 @@ would-change (or cannot-check)."
 (import consfig.combinators [desc eseqprops]
         consfig.context [current-host]
         consfig.engine [NO-CHANGE Reported WOULD-CHANGE apply-and-announce at-end
-                        checking? current-ending failed-so-far? inform]
+                        checking? current-ending failed-so-far? inform noop?]
         consfig.errors [FailedChange PropspecError]
         consfig.property [find-property hostattrs-of propapp-hostattrs propapps-in site-where]
         consfig.targetstate [host-state-file read-state-file save-state-file]
@@ -125,8 +125,12 @@ has handlers of its own, and is not looked into."
   "Notify the handlers NAMES (a name or a list): they run at the end of the
 deployment being applied (or at its next `flush-handlers`).  Outside check
 mode they are written among the target's pending handlers first."
-  (setv st (_state)
-        names (_names names))
+  (setv names (_names names))
+  (when (noop?)
+    ;; Drift reported under :noop sets nothing off.
+    (inform (+ "would notify " (.join ", " (map hy.repr names)) ": not notified, under :noop"))
+    (return))
+  (setv st (_state))
   (_load st)
   (setv new (lfor n names :if (not-in n (get st "pending")) n))
   (.extend (get st "pending") new)

@@ -260,7 +260,8 @@ inside another indented under it.  It reads back equal, as
         (for [p (cut parts 1 None)] (setv obj (getattr obj (hy.mangle p))))
         (when (isinstance obj Property) (return obj))
         (except [AttributeError] None))))
-  (for [qualified [name f"consfig.props.{name}" f"consfig.combinators.{name}"]]
+  (for [qualified [name f"consfig.props.{name}" f"consfig.combinators.{name}"
+                   f"consfig.meta.{name}"]]
     (try (return (find-property qualified))
          (except [PropspecError] None)))
   (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))

@@ -202,7 +202,8 @@ older ones candidates for pruning."
     (setv host (host-on-target msg :entries entries))
     (setv outcome (with [_ (_target-lock (_cache-root layer-dirs) (.get msg "lock"))]
                     (_apply-here host msg writer.event)))
-    (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
+    (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures
+                      "drift" outcome.drift})
     (except [e Exception]
       (.message writer (_error-message e)))))
 
