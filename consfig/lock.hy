@@ -30,13 +30,38 @@ process, is deployed without a lock."
         consfig.errors [ConnectionFailed]
         consfig.hop [Connection])
 
+;; `consfig.boot.cache_directory` in the shell: the two must agree, or a
+;; POSIX and a `:python` deployment of one target would lock different files.
+(setv CACHE-DIRECTORY-SCRIPT "
+consfig_safe() {
+  [ -d \"$1\" ] && [ -O \"$1\" ] &&
+    [ -z \"$(find -H \"$1\" -prune \\( -perm -020 -o -perm -002 \\) -print)\" ]
+}
+consfig_cache() {
+  home=$(getent passwd \"$(id -u)\" 2>/dev/null | cut -d: -f6)
+  for root in \"$XDG_CACHE_HOME\" \"${home:-$HOME}/.cache\"; do
+    case $root in /*) ;; *) continue;; esac
+    if [ \"$1\" = make ]; then
+      [ -e \"$root\" ] || mkdir -p -m 700 \"$root\" 2>/dev/null
+      consfig_safe \"$root\" && mkdir -m 700 \"$root/consfig\" 2>/dev/null
+    fi
+    if consfig_safe \"$root\" && [ ! -L \"$root/consfig\" ] && consfig_safe \"$root/consfig\"; then
+      [ \"$1\" = make ] && chmod 700 \"$root/consfig\"
+      printf '%s\\n' \"$root/consfig\"
+      return 0
+    fi
+  done
+  return 1
+}
+")
+
 ;; How long a deployment waits for another one on the same target to end.
 (setv LOCK-WAIT 60)
 
 ;; $1: seconds to wait; $2: who we are, for whoever waits on us; $3: the
 ;; token the deployment's commands carry.  The reaper runs once the input
 ;; ends: TERM to what carries the token, KILL to what is left after 2 s.
-(setv _HOLD-LOCK "
+(setv _HOLD-LOCK (+ CACHE-DIRECTORY-SCRIPT "
 carrying() {
   grep -lzx \"CONSFIG_DEPLOYMENT=$1\" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
 }
@@ -51,9 +76,8 @@ reap() {
   kill -KILL $pids 2>/dev/null
   return 0
 }
-d=\"${XDG_CACHE_HOME:-$HOME/.cache}/consfig\"
 command -v flock >/dev/null 2>&1 || { echo unlocked; cat >/dev/null; reap \"$3\"; exit 0; }
-mkdir -p -m 700 \"$d\" || exit 1
+d=$(consfig_cache make) || { echo 'no cache directory of this user is safe to use'; exit 1; }
 exec 9>>\"$d/deploy.lock\"
 if ! flock -w \"$1\" 9; then
   printf 'busy %s\\n' \"$(cat \"$d/deploy.holder\" 2>/dev/null)\"
@@ -62,7 +86,7 @@ fi
 printf '%s\\n' \"$2\" >\"$d/deploy.holder\"
 echo locked
 cat >/dev/null
-reap \"$3\"")
+reap \"$3\""))
 
 (defn _holder [hostname]
   ;; getpass, socket and secrets (below) are imported where they are used:
@@ -131,4 +155,4 @@ which may be held by the controller, out of this process's sight."
               (setv connection.deployment-token None)
               (_release process))))))
 
-(export :objects [holding-target-lock lock-request LOCK-WAIT])
+(export :objects [holding-target-lock lock-request LOCK-WAIT CACHE-DIRECTORY-SCRIPT])

@@ -157,3 +157,44 @@ def test_a_hop_that_cannot_start_a_process_deploys_unlocked():
         with consfig.lock.holding_target_lock(conn, "x.example"):
             ran.append(conn.deployment_token)
     assert ran == [None], f"the body ran once, with no lock token: {ran}"
+
+
+def _hold_locally(hostname):
+    conns = establish_chain(parse_chain([K("local")]))
+    lock = consfig.lock.holding_target_lock(conns[-1], hostname)
+    lock.__enter__()
+    return conns, lock
+
+
+@pytest.mark.parametrize("environment", ["home-not-the-password-databases", "cache-home-relative",
+                                         "cache-home-writable-by-others"])
+def test_a_posix_and_a_python_deployment_of_one_target_contend_for_one_lock(
+        tmp_path, monkeypatch, environment):
+    # Where $HOME or $XDG_CACHE_HOME say something the target's Python
+    # does not take (consfig.boot.cache_directory), the POSIX holder must
+    # still lock the file the Python locks: the two deployments contend.
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    if environment == "home-not-the-password-databases":
+        (tmp_path / "home").mkdir()
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    elif environment == "cache-home-relative":
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("XDG_CACHE_HOME", "relative-cache")
+    else:
+        (tmp_path / "open").mkdir(mode=0o777)
+        (tmp_path / "open").chmod(0o777)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "open"))
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
+    with establishing_for(make_host("holder.example", None, None, eseqprops())):
+        conns, lock = _hold_locally("holder.example")
+    try:
+        with pytest.raises(ConsfigError) as e:
+            deploy([K("local"), K("python")], make_host("lab", None, None, eseqprops()),
+                   propspec=eseqprops(file.contains_lines(str(tmp_path / "f"), "x")),
+                   sink=lambda e: None)
+    finally:
+        lock.__exit__(None, None, None)
+        close_chain(conns)
+    message = str(e.value)
+    assert "deploying holder.example" in message, message
+    assert not (tmp_path / "f").exists(), "nothing was applied"
