@@ -29,6 +29,11 @@ property, and the combinators decide what happens to the rest."
 (defclass ConnectionFailed [ConsfigError]
   "A hop could not be established, or an established one broke.")
 
+(defclass CannotStartProcess [ConnectionFailed]
+  "A hop that only runs scripts was asked to start a process while it runs
+(`Connection.start-process`): what a `:python` hop after it needs, and the
+deployment lock.")
+
 (defclass InapplicableProperty [ConsfigError]
   "Raised from a `:hostattrs` subroutine: this property cannot apply to this host.
 The deployment stops before any connection is made.")
@@ -157,7 +162,7 @@ example sites shipped in consfig/hosts are site code too."
 (defn _indent [text [prefix "    "]]
   (.join "\n" (gfor line (.splitlines text) (+ prefix line))))
 
-(export :objects [ConsfigError PropspecError ChainError ConnectionFailed
+(export :objects [ConsfigError PropspecError ChainError ConnectionFailed CannotStartProcess
                   InapplicableProperty FailedChange AbortedChange ConnectionLost
                   CommandFailed CommandTimedOut UnsafePath SymlinkNotFollowed
                   site-location site-file?])

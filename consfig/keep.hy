@@ -60,10 +60,8 @@ asking the target: its SSH connections are up (paramiko's keepalive finds
 a dead one), and its `:python` hop's Python, if any, is running and has
 ticked lately."
   (import consfig.serve [HEARTBEAT])
-  (setv keeper (getattr (get conns -1) "keeper" None))
-  (and (all (gfor c conns
-                  :setv transport (getattr c "transport" None)
-                  (or (is transport None) (.is-active transport))))
+  (setv keeper (. (get conns -1) keeper))
+  (and (all (gfor c conns (.alive? c)))
        (or (not (.apply-remotely? (get conns -1)))
            (and keeper keeper.session (.usable? keeper.session (* 3 HEARTBEAT))))))
 
@@ -79,10 +77,11 @@ not kept."
 (defn keepable? [chain]
   "Whether the parsed CHAIN may be kept: it has a `:python` hop, or it is
 `:ssh` hops and then users (`:sudo`, `:su`, `:as`)."
+  (import consfig.chain [hop-spec])
   (setv names (lfor [name _] chain name))
   (or (in "python" names)
       (and names (= (get names 0) "ssh")
-           (all (gfor n names (in n #("ssh" "sudo" "su" "as")))))))
+           (all (gfor n names (or (= n "ssh") (. (hop-spec n) user-hop)))))))
 
 (defn chain-key [chain hostname]
   "What a kept chain is found by: the parsed CHAIN and the HOSTNAME."

@@ -27,8 +27,7 @@ process, is deployed without a lock."
         os
         time
         consfig.context [deployment-cache]
-        consfig.errors [ConnectionFailed]
-        consfig.hop [Connection])
+        consfig.errors [CannotStartProcess ConnectionFailed])
 
 ;; `consfig.boot.cache_directory` in the shell: the two must agree, or a
 ;; POSIX and a `:python` deployment of one target would lock different files.
@@ -103,9 +102,13 @@ it, for whoever waits."
 
 (defn _acquire [connection hostname wait]
   (import secrets)
-  (setv token (secrets.token-hex 16)
-        process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
-                                            (str wait) (_holder hostname) token]))
+  (setv token (secrets.token-hex 16))
+  (try
+    (setv process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
+                                              (str wait) (_holder hostname) token]))
+    ;; A hop that cannot start a process (one of a site's own that
+    ;; implements only run-script) cannot hold a lock either.
+    (except [CannotStartProcess] (return None)))
   (setv answer (.decode (.readline process.stdout) "utf-8" "replace"))
   (cond
     (in (.strip answer) #("locked" "unlocked"))
@@ -129,25 +132,37 @@ it, for whoever waits."
   (when (is (.wait process 10) None)
     (.kill process)))
 
+(defn _lock-holder [connection]
+  ;; A `:python` hop starts its processes through the hop before it, where
+  ;; the lock file is too: that is the target the lock is on.
+  (while (.apply-remotely? connection)
+    (setv connection connection.upstream))
+  connection)
+
+(defn lock-held? [connection * [within None]]
+  "Whether the target of CONNECTION is under a deployment lock already: one
+this process holds (`holding-target-lock`), or the lock of the deployment
+applied through WITHIN when a nested deployment's target is that same
+connection (`[:local :python]` from it) — which may be held by the
+controller, out of this process's sight."
+  (setv connection (_lock-holder connection))
+  (or (in connection.where (.get (deployment-cache) "target-locks" #{}))
+      (is connection within)))
+
 (defn [contextlib.contextmanager] holding-target-lock [connection hostname * [within None]]
   "Hold the deployment lock on the target of CONNECTION while the body runs,
 waiting up to `LOCK-WAIT` seconds for another deployment to release it.  A
 deployment nested in the one applied through WITHIN whose target is that
 same connection (`[:local :python]` from it) is under its lock already —
 which may be held by the controller, out of this process's sight."
-  ;; A `:python` hop starts its processes through the hop before it, where
-  ;; the lock file is too: that is the target the lock is on.
-  (while (.apply-remotely? connection)
-    (setv connection connection.upstream))
-  (setv held (.setdefault (deployment-cache) "target-locks" (set))
+  (setv connection (_lock-holder connection)
+        held (.setdefault (deployment-cache) "target-locks" (set))
         key connection.where)
-  (if (or (in key held) (is connection within)
-          ;; A hop that cannot start a process (one of a site's own that
-          ;; implements only run-script) cannot hold a lock either.
-          (is (. (type connection) start-process) Connection.start-process))
+  (setv process (when (not (lock-held? connection :within within))
+                  (_acquire connection hostname LOCK-WAIT)))
+  (if (is process None)
       (yield)
-      (do (setv process (_acquire connection hostname LOCK-WAIT))
-          (.add held key)
+      (do (.add held key)
           (try
             (yield)
             (finally
@@ -155,4 +170,4 @@ which may be held by the controller, out of this process's sight."
               (setv connection.deployment-token None)
               (_release process))))))
 
-(export :objects [holding-target-lock lock-request LOCK-WAIT CACHE-DIRECTORY-SCRIPT])
+(export :objects [holding-target-lock lock-held? lock-request LOCK-WAIT CACHE-DIRECTORY-SCRIPT])
