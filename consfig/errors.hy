@@ -95,7 +95,7 @@ applied through it, so every sequence stops, `seqprops` included.")
       (+ "command " (_exit-text exit-code)
          (if where f" on {where}" "")
          f": {command}"
-         (if output (+ "\n" (_indent (_last-lines output))) "")))))
+         (if output (+ "\n" (indented (_last-lines output))) "")))))
 
 ;; How much of a failed command's output its failure shows: the end, where
 ;; the reason usually is, and of very long lines their head and tail.  The
@@ -159,7 +159,9 @@ example sites shipped in consfig/hosts are site code too."
             d spec.submodule-search-locations
             (+ (os.path.realpath d) os.sep)))
 
-(defn _indent [text [prefix "    "]]
+(defn indented [text [prefix "    "]]
+  "TEXT with PREFIX before each of its lines: another program's output
+quoted in a message."
   (.join "\n" (gfor line (.splitlines text) (+ prefix line))))
 
 (export :objects [ConsfigError PropspecError ChainError ConnectionFailed CannotStartProcess

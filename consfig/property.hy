@@ -556,10 +556,10 @@ the last parameter receives the trailing forms as an unevaluated propspec."
                    (fn ~params None)
                    :doc ~doc
                    :where ~(definition-where _hy_compiler)
-                   :invariants ~(_invariants-form params invariants)
+                   :invariants ~(invariants-form params invariants)
                    ~@(sum (gfor [k form] subs [(hy.models.Keyword k) (_subroutine-form params form)]) [])
                    ~@(sum (gfor [k v] options [(hy.models.Keyword k) v]) [])))
-     ~(_dotted-macro-form name module doc)))
+     ~(dotted-macro-form name module doc)))
 
 (defn definition-where [compiler [form None]]
   "file:line of FORM (by default the form COMPILER is expanding), for
@@ -571,14 +571,17 @@ messages; the file relative to the working directory when it is below it."
     (setv filename (os.path.relpath filename)))
   (if line f"{filename}:{line}" filename))
 
-(defn _invariants-form [params invariants]
-  ;; (:invariant CONDITION MESSAGE): both see the parameters.
+(defn invariants-form [params invariants]
+  "The code of a property's INVARIANTS, each `(:invariant CONDITION MESSAGE)`,
+both forms seeing the parameters PARAMS: for `defprop`'s expansion."
   `[~@(gfor form invariants
             (do (when (!= (len form) 3)
                   (raise (PropspecError f"(:invariant CONDITION MESSAGE) takes two forms, got {(hy.repr form)}")))
                 `#((fn ~params ~(get form 1)) (fn ~params ~(get form 2)))))])
 
-(defn _dotted-macro-form [name module [doc None]]
+(defn dotted-macro-form [name module [doc None]]
+  "The `NAME*` macro a definer makes for the property NAME of MODULE: its
+dotted form, whose last parameter takes the trailing forms."
   (setv star (hy.models.Symbol (+ (str name) "*")))
   `(defmacro ~star [_hy_compiler #* args]
      ~(+ f"The dotted form of {name}: its last parameter takes the trailing forms

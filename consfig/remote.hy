@@ -32,7 +32,7 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
         consfig.boot [NO-SAFE-CACHE PROTOCOL TOO-OLD]
         consfig.bundle [bundle-for bytecode-matches? compiled-archive]
         consfig.datacache [data-frame items-to-carry kept? sent-events]
-        consfig.errors [ConnectionFailed ConsfigError _indent]
+        consfig.errors [ConnectionFailed ConsfigError indented]
         consfig.events [output-event]
         consfig.frames [frame read-frame]
         consfig.noservices [no-services-reason]
@@ -206,16 +206,16 @@ has exited or WAIT seconds have passed."
   (setv found (cond (= code TOO-OLD) (or stderr "a Python older than 3.9")
                     (in code #(126 127 None)) f"{interpreter} was not found, or cannot run"
                     True (+ f"{interpreter} exited with code {code} before it could start"
-                            (if stderr f":\n{(_indent stderr)}" ""))))
+                            (if stderr f":\n{(indented stderr)}" ""))))
   (when (= code NO-SAFE-CACHE)
     (return (ConnectionFailed
               (+ f"{hostname}: the Python on the target ({where}) has no safe place to cache "
-                 f"consfig's code:\n{(_indent stderr)}\n"
+                 f"consfig's code:\n{(indented stderr)}\n"
                  "  Make $XDG_CACHE_HOME or ~/.cache a directory of the target user's that no one "
                  "else can write to."))))
   (ConnectionFailed
     (+ f"{hostname}: no usable Python on the target ({where}): {found}\n"
-       (if (and stderr (in code #(126 127))) f"{(_indent stderr)}\n" "")
+       (if (and stderr (in code #(126 127))) f"{(indented stderr)}\n" "")
        "  consfig needs Python 3.9 or later there: install it, name it with "
        "[:python :interpreter \"/path/to/python3\"], or use [:python :install True].")))
 
@@ -285,7 +285,7 @@ has exited or WAIT seconds have passed."
   (ConnectionFailed
     (+ f"{name}: the Python on the target ({where}) ended before the deployment finished"
        (if (is code None) "" f" (exit code {code})")
-       (let [err (.stderr-text session)] (if err f":\n{(_indent err)}" "")))))
+       (let [err (.stderr-text session)] (if err f":\n{(indented err)}" "")))))
 
 (defn _receive [session timeout name where stage]
   (try (.receive session timeout)
@@ -346,7 +346,7 @@ has exited or WAIT seconds have passed."
       (raise (ConsfigError
                (+ f"{name}: on the target ({where}): {(get m "message")}"
                   (if (and verbosity (get m "traceback"))
-                      (+ "\n" (_indent (get m "traceback")))
+                      (+ "\n" (indented (get m "traceback")))
                       "")))))))
 
 (defclass KeptSessionLost [ConnectionFailed]

@@ -245,6 +245,10 @@ name in Hy.)"
   "Type T, for a secret value: a refusal does not show the value."
   (_Secret t))
 
+(defn secret-type? [t]
+  "Whether T is a `(secret …)` type: a value of it is never shown."
+  (isinstance t _Secret))
+
 (defn annotation-type [annotation]
   "The `Type` of a parameter's ANNOTATION, or None when it has none."
   (if (isinstance annotation Type) annotation None))

@@ -77,7 +77,9 @@ one dict; None when nothing is."
         (.extend out (_file-lines x))))
   out)
 
-(defn _text [content]
+(defn content-text [content]
+  "The text of a file given as CONTENT: a string as it is, or a list of
+lines (nested lists flattened, each line ended by a newline)."
   (if (isinstance content #(list tuple))
       (+ (.join "\n" (_lines content)) "\n")
       content))
@@ -216,7 +218,7 @@ from prerequisite data instead (`secret-uploaded`)."
   (:simulates True)
   (:desc f"{path} has content")
   (:invariant (not secret) _INLINE-SECRET)
-  (:apply (update-file path (_text content) :mode mode :follow follow)))
+  (:apply (update-file path (content-text content) :mode mode :follow follow)))
 
 (defprop exists-with-content :posix [#^ abs-path path #^ content content
                                       * #^ file-mode [mode None] #^ boolean [secret False]]
@@ -226,7 +228,7 @@ with the OS.  SECRET True is refused, as there."
   (:simulates True)
   (:desc f"{path} exists with content")
   (:invariant (not secret) _INLINE-SECRET)
-  (:apply (update-file path (_text content) :mode mode))
+  (:apply (update-file path (content-text content) :mode mode))
   (:unapply (remove-files path)))
 
 (defn remove-files [#* paths]
