@@ -8,6 +8,7 @@ and a bare hostname symbol."
 (import hy.models [Keyword String]
         consfig.chain [parse-chain establish-chain close-chain chain->data hop-spec]
         consfig.context [applying connection current-host establishing-for]
+        consfig.combinators [seqprops]
         consfig.data [resolve-data]
         consfig.engine [Reported announce-action announced-count apply-deployment apply-host
                         check-propspec-fits checking? current-run inform watching-events]
@@ -48,7 +49,7 @@ host's propspec; ADDITIONAL is applied after it."
         parsed (_chain-for chain host)
         propspec (or propspec host.propspec))
   (when additional
-    (setv propspec ((find-property "consfig.combinators.seqprops") propspec additional)))
+    (setv propspec (seqprops propspec additional)))
   (setv prepared (preprocess-host host propspec))
   (resolve-data prepared)
   (_carry-hop-data prepared parsed True)
@@ -211,6 +212,8 @@ many, False never; None (the default) does what the REPL says, keep (in
         (.finish reporter)
         (.close reporter)))))
 
+(setv Host.deployer deploy*)
+
 (defn deploy-these* [chain host propspec #** kwargs]
   "Apply just PROPSPEC to HOST over CHAIN (with HOST's hostattrs)."
   (deploy* chain host :propspec propspec #** kwargs))
@@ -286,8 +289,7 @@ of `deploy*` may come among them: `:check True`."
         parsed (_chain-for chain host)
         propspec these)
   (when additional
-    (setv propspec ((find-property "consfig.combinators.seqprops")
-                     (or propspec host.propspec) additional)))
+    (setv propspec (seqprops (or propspec host.propspec) additional)))
   (setv prepared (preprocess-host host propspec)
         outer (.get current-host None))
   (resolve-data prepared)

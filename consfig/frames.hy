@@ -13,6 +13,11 @@ with the standard library alone, before this module is on the target."
 
 (setv _HEADER (struct.Struct ">II"))
 
+;; A target's Python that has nothing to send says so every HEARTBEAT
+;; seconds (`consfig.serve`), so that the controller can tell a quiet
+;; target from a dead one (`consfig.remote`, `consfig.keep`).
+(setv HEARTBEAT 5)
+
 (defn frame [msg [payload b""]]
   "The bytes of one frame: MSG (JSON data) and a binary PAYLOAD."
   (setv j (.encode (json.dumps msg :default str :separators #("," ":"))))
@@ -110,4 +115,4 @@ LIMIT/2 bytes, with a line between them saying how many were left out, as
                         (cut (memoryview (get self.tail 0)) extra None)
                         #* (itertools.islice self.tail 1 None)])))))
 
-(export :objects [frame read-frame bounded OutputBuffer OUTPUT-LIMIT])
+(export :objects [frame read-frame bounded OutputBuffer OUTPUT-LIMIT HEARTBEAT])

@@ -59,7 +59,7 @@ end of any deployment does."
 asking the target: its SSH connections are up (paramiko's keepalive finds
 a dead one), and its `:python` hop's Python, if any, is running and has
 ticked lately."
-  (import consfig.serve [HEARTBEAT])
+  (import consfig.frames [HEARTBEAT])
   (setv keeper (. (get conns -1) keeper))
   (and (all (gfor c conns (.alive? c)))
        (or (not (.apply-remotely? (get conns -1)))

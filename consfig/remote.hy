@@ -404,7 +404,7 @@ deployment made through it: one it kept is used when it is still there and
 runs the same bundle.  When that one turns out to have ended before it got
 the host, `KeptSessionLost` is raised.  LOCK (a `consfig.lock.lock-request`):
 the target's Python takes the deployment lock itself, for this apply."
-  (import consfig.serve [HEARTBEAT])
+  (import consfig.frames [HEARTBEAT])
   (setv where (or where upstream.where)
         name host.hostname
         bundle (bundle-for host.propspec modules)
