@@ -18,7 +18,6 @@ and a bare hostname symbol."
         consfig.rebooting [RebootWatch await-return await-return-reported back-after back-line
                            probe-chain reboot-note]
         consfig.lock [holding-target-lock lock-held? lock-request]
-        consfig.property [find-property]
         consfig.propspec [dotted->name walk-body]
         consfig.result [NO-CHANGE])
 
