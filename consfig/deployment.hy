@@ -8,7 +8,6 @@ and a bare hostname symbol."
 (import hy.models [Keyword String]
         consfig.chain [parse-chain establish-chain close-chain chain->data hop-spec]
         consfig.context [applying connection current-host establishing-for]
-        consfig.combinators [seqprops]
         consfig.data [resolve-data]
         consfig.engine [Reported announce-action announced-count apply-deployment apply-host
                         check-propspec-fits checking? current-run inform watching-events]
@@ -48,6 +47,7 @@ host's propspec; ADDITIONAL is applied after it."
         parsed (_chain-for chain host)
         propspec (or propspec host.propspec))
   (when additional
+    (import consfig.combinators [seqprops])  ; start-up: 3 ms of a :python target's
     (setv propspec (seqprops propspec additional)))
   (setv prepared (preprocess-host host propspec))
   (resolve-data prepared)
@@ -288,6 +288,7 @@ of `deploy*` may come among them: `:check True`."
         parsed (_chain-for chain host)
         propspec these)
   (when additional
+    (import consfig.combinators [seqprops])  ; start-up: 3 ms of a :python target's
     (setv propspec (seqprops (or propspec host.propspec) additional)))
   (setv prepared (preprocess-host host propspec)
         outer (.get current-host None))

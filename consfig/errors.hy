@@ -9,7 +9,7 @@ property, and the combinators decide what happens to the rest."
         os
         signal
         traceback
-        consfig.frames [bounded])
+        consfig.util [bounded])
 
 (defclass ConsfigError [Exception]
   "A mistake in a consfig, a chain or a command line, reported without a traceback."

@@ -1,5 +1,5 @@
 "Small helpers every layer uses: keyword names, the text/bytes boundary,
-digests, and writing a local file atomically.
+text bounded in length, digests, and writing a local file atomically.
 
 Nothing here imports anything of consfig's, so any module may import it."
 
@@ -22,6 +22,19 @@ Nothing here imports anything of consfig's, so any module may import it."
   (cond (is s None) None
         (isinstance s bytes) s
         True (.encode s "utf-8")))
+
+(defn left-out-note [n]
+  "The line that stands, in bounded output, for the N bytes left out."
+  f"\n[… {n} bytes left out …]\n")
+
+(defn bounded [text [limit 65536]]
+  "TEXT, or when it is longer than LIMIT characters its head and tail with
+a line in between saying how many bytes were left out."
+  (if (<= (len text) limit)
+      text
+      (do (setv half (// limit 2)
+                left-out (len (.encode (cut text half (- half)) "utf-8" "replace")))
+          (+ (cut text 0 half) (left-out-note left-out) (cut text (- half) None)))))
 
 (defn sha256-hex [b]
   "The hex SHA-256 digest of the bytes B."
@@ -74,4 +87,5 @@ shell script (`consfig.hop.Connection.write-script`)."
          (except [FileExistsError] None)))
   (raise (FileExistsError errno.EEXIST "no free temporary name" ".consfig-XXXXXXXX")))
 
-(export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically])
+(export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically bounded
+                  left-out-note])
