@@ -13,7 +13,7 @@ and a bare hostname symbol."
                         check-propspec-fits checking? current-run inform watching-events]
         consfig.errors [ConnectionFailed ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
-        consfig.keep [chain-key idle-limit keepable? keep-chain take-kept]
+        consfig.keep [chain-alive? chain-key idle-limit keepable? keep-chain take-kept]
         consfig.rebooting [RebootWatch await-return await-return-reported back-after back-line
                            probe-chain reboot-note]
         consfig.lock [holding-target-lock lock-held? lock-request]
@@ -110,7 +110,7 @@ sent (`consfig.rebooting`)."
   ;; Over the chain kept from the last deployment of this host, if it is
   ;; still there; else over a fresh one, kept afterwards.  A kept one that
   ;; turns out to have ended before the host reached it is replaced, once.
-  (import consfig.remote [Keeper KeptSessionLost])
+  (import consfig.remote [Keeper KeptSessionLost])  ; start-up: 4 ms, for :python hops alone
   (setv prepared deployment.host
         key (chain-key deployment.chain prepared.hostname))
   (with [_ (establishing-for prepared :seed secrets)]
@@ -138,8 +138,7 @@ sent (`consfig.rebooting`)."
   ;; As over a fresh chain.  Taking the lock is the first thing sent over a
   ;; POSIX chain: when that fails because a REUSED chain has died
   ;; meanwhile, nothing was applied and a fresh chain may be tried.
-  (import consfig.keep [chain-alive?]
-          consfig.remote [KeptSessionLost])
+  (import consfig.remote [KeptSessionLost])  ; start-up: 4 ms, for :python hops alone
   (setv target (get conns -1)
         locked False)
   (defn apply-here []

@@ -34,7 +34,10 @@ end of any deployment does."
 (import atexit
         threading
         time
-        consfig.chain [chain->data close-chain])
+        consfig.chain [chain->data close-chain hop-spec]
+        consfig.errors [ConsfigError]
+        consfig.frames [HEARTBEAT]
+        consfig.host [find-host])
 
 (setv IDLE-LIMIT 300)
 
@@ -59,7 +62,6 @@ end of any deployment does."
 asking the target: its SSH connections are up (paramiko's keepalive finds
 a dead one), and its `:python` hop's Python, if any, is running and has
 ticked lately."
-  (import consfig.frames [HEARTBEAT])
   (setv keeper (. (get conns -1) keeper))
   (and (all (gfor c conns (.alive? c)))
        (or (not (.apply-remotely? (get conns -1)))
@@ -77,7 +79,6 @@ not kept."
 (defn keepable? [chain]
   "Whether the parsed CHAIN may be kept: it has a `:python` hop, or it is
 `:ssh` hops and then users (`:sudo`, `:su`, `:as`)."
-  (import consfig.chain [hop-spec])
   (setv names (lfor [name _] chain name))
   (or (in "python" names)
       (and names (= (get names 0) "ssh")
@@ -122,8 +123,6 @@ back with `keep-chain`), or None when there are none that still live."
       (with [_changed] (.wait _changed (max wait 0.05))))))
 
 (defn _hostname-of [host]
-  (import consfig.errors [ConsfigError]
-          consfig.host [find-host])
   (when (hasattr host "hostname") (return host.hostname))
   (try (. (find-host host) hostname)
        (except [ConsfigError] (str host))))
