@@ -200,3 +200,21 @@ def test_a_posix_and_a_python_deployment_of_one_target_contend_for_one_lock(
     message = str(e.value)
     assert "deploying holder.example" in message, message
     assert not (tmp_path / "f").exists(), "nothing was applied"
+
+
+lock_held = getattr(consfig.lock, hy.mangle("lock-held?"))
+
+
+def test_a_python_hop_over_the_locked_connection_is_under_its_lock(monkeypatch):
+    # What a nested `[:local :python]` deployment relies on: its target's
+    # Python is told to take no lock of its own, which would wait for ours.
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 300)
+    with establishing_for(make_host("lab", None, None, eseqprops())):
+        conns = establish_chain(parse_chain([K("local"), K("python")]))
+        try:
+            assert not lock_held(conns[-1]), "not before the lock is taken"
+            with consfig.lock.holding_target_lock(conns[0], "outer.example"):
+                assert lock_held(conns[-1]), "the Python's target is the locked one"
+            assert not lock_held(conns[-1]), "nor after it is released"
+        finally:
+            close_chain(conns)
