@@ -32,11 +32,13 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
         consfig.boot [NO-SAFE-CACHE PROTOCOL TOO-OLD]
         consfig.bundle [bundle-for bytecode-matches? compiled-archive]
         consfig.datacache [data-frame items-to-carry kept? sent-events]
+        consfig.engine [Outcome]
         consfig.errors [ConnectionFailed ConsfigError indented]
         consfig.events [output-event]
-        consfig.frames [frame read-frame]
+        consfig.frames [HEARTBEAT frame read-frame]
         consfig.noservices [no-services-reason]
         consfig.payload [host-payload]
+        consfig.propspec [propspec->data]
         consfig.util [write-atomically])
 
 (defn _minify [source]
@@ -233,7 +235,6 @@ has exited or WAIT seconds have passed."
   ;; All at once: the target reads the apply message once it is ready.
   ;; The payload holds the host and its data's manifest (as an image does);
   ;; SETTINGS: unapply, check, verbosity, command-timeout, no-services.
-  (import consfig.propspec [propspec->data])
   (.send session {"op" "hello" "protocol" PROTOCOL "layers" bundle.hashes})
   (.send session {"op" "apply"
                   #** (host-payload host)
@@ -312,7 +313,6 @@ has exited or WAIT seconds have passed."
   ;; Answer the target until it is done: the bundle when it asks (once),
   ;; data it found damaged in its cache (ITEMS: all it may ask for), its
   ;; events to SINK.  The `Outcome`, or an error.
-  (import consfig.engine [Outcome])
   (setv note (fn [text] (_tell sink name text "progress"))
         sent (set)
         wait timeout)
@@ -404,7 +404,6 @@ deployment made through it: one it kept is used when it is still there and
 runs the same bundle.  When that one turns out to have ended before it got
 the host, `KeptSessionLost` is raised.  LOCK (a `consfig.lock.lock-request`):
 the target's Python takes the deployment lock itself, for this apply."
-  (import consfig.frames [HEARTBEAT])
   (setv where (or where upstream.where)
         name host.hostname
         bundle (bundle-for host.propspec modules)

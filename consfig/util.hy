@@ -46,7 +46,8 @@ a line in between saying how many bytes were left out."
 (defn write-atomically [path data [mode 0o644] * [dir-fd None] [prepare None]]
   "Write DATA (bytes) to the local file PATH, with MODE, through a temporary
 file in its directory, flushed to disk before it is renamed over PATH (and
-the directory flushed after): a reader sees the old file or the new one,
+the directory flushed after, but for DIR-FD: a property's write, as over
+a POSIX hop, leaves that to the file system): a reader sees the old file or the new one,
 never part of one, and a failure leaves no temporary behind.  The
 temporary is named `.consfig-XXXXXXXX`, so that what a killed write left
 can be recognised.  With DIR-FD (a descriptor of a directory, `O_PATH`
@@ -61,6 +62,8 @@ shell script (`consfig.hop.Connection.write-script`)."
       (do (setv path (os.fspath path)
                 fd (os.open (or (os.path.dirname path) ".") (| os.O-PATH os.O-DIRECTORY os.O-CLOEXEC)))
           (try (write-atomically (os.path.basename path) data mode :dir-fd fd :prepare prepare)
+               (setv d (os.open "." (| os.O-RDONLY os.O-CLOEXEC) :dir-fd fd))
+               (try (os.fsync d) (finally (os.close d)))
                (finally (os.close fd))))
       (do (setv #(fd tmp) (_create-temporary dir-fd))
           (try
@@ -72,9 +75,7 @@ shell script (`consfig.hop.Connection.write-script`)."
             (os.rename tmp path :src-dir-fd dir-fd :dst-dir-fd dir-fd)
             (except [BaseException]
               (try (os.unlink tmp :dir-fd dir-fd) (except [FileNotFoundError] None))
-              (raise)))
-          (setv d (os.open "." (| os.O-RDONLY os.O-CLOEXEC) :dir-fd dir-fd))
-          (try (os.fsync d) (finally (os.close d))))))
+              (raise))))))
 
 (defn _create-temporary [dir-fd]
   ;; mkstemp, relative to a descriptor: a new name, made here and nowhere else.
