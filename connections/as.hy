@@ -20,6 +20,6 @@ makes is the sudo or su hop's own, so scripts and streaming processes (for a
                      "  Use [:sudo :user … :from \"user@host\"] to give sudo a password.")
                   upstream.where))))
 
-(setv HOP (Hop "as" {"user" STRING} establish :required ["user"]))
+(setv HOP (Hop "as" {"user" STRING} establish :required ["user"] :user-hop True))
 
 (export :objects [HOP])

@@ -15,14 +15,13 @@ for deployments made from Python (`consfig.fabric`), not for a `defhost`'s
 (import sys
         consfig.connections.ssh [HOP :as SSH-HOP connect-over]
         consfig.errors [ChainError]
-        consfig.hop [ArgType Hop SECONDS])
+        consfig.hop [Hop SECONDS]
+        consfig.types [Type])
 
-(defn _fabric-connection [v]
+(defn _fabric-connection? [v]
   ;; Without importing Fabric: whoever made a Connection has imported it.
   (setv fabric (.get sys.modules "fabric"))
-  (if (and fabric (isinstance v fabric.Connection))
-      v
-      (raise (ValueError))))
+  (and fabric (isinstance v fabric.Connection)))
 
 (defn establish [upstream * connection [strict-host-key-checking None] [command-timeout None]]
   "The `SSHConnection` over CONNECTION, which this hop leaves open."
@@ -34,7 +33,7 @@ for deployments made from Python (`consfig.fabric`), not for a `defhost`'s
                 :strict-host-key-checking strict-host-key-checking
                 :command-timeout command-timeout))
 
-(setv HOP (Hop "fabric" {"connection" (ArgType "a fabric.Connection" _fabric-connection)
+(setv HOP (Hop "fabric" {"connection" (Type "fabric-connection" "a fabric.Connection" _fabric-connection?)
                          "strict-host-key-checking" (get SSH-HOP.arguments
                                                          "strict-host-key-checking")
                          "command-timeout" SECONDS}

@@ -18,7 +18,7 @@ calls rather than by running `cat`."
         consfig.frames [OUTPUT-LIMIT OutputBuffer]
         consfig.hop [Connection Hop STALE-MINUTES check-path]
         consfig.safepath [walk chmod-node]
-        consfig.util [bytes->text])
+        consfig.util [bytes->text write-atomically])
 
 (defn _kill-group [proc [grace 1]]
   ;; TERM first: sudo passes TERM on to the command it runs as root, but a
@@ -206,25 +206,17 @@ being started when the end came, before it was recorded)."
       (when (and old (not (stat.S_ISREG old.st_mode)))
         (setv old None))
       (_remove-stale-temporaries d)
-      (setv #(fd tmp) (_create-temporary d))
-      (try
-        (with [f (os.fdopen fd "wb")]
-          (.write f content)
-          (.flush f)
-          (cond (is-not mode None) (os.fchmod fd mode)
-                old (os.fchmod fd (& old.st_mode 0o7777))
-                True (os.fchmod fd (& 0o666 (bnot (_umask)))))
-          ;; As over a POSIX hop: the old file's owner and group are kept, but
-          ;; for what OWNER and GROUP (names, or numbers as text) say.
-          (when (and old (or (!= old.st_uid (os.getuid)) (!= old.st_gid (os.getgid))))
-            (os.fchown fd old.st_uid old.st_gid))
-          (when (or owner group)
-            (os.fchown fd (_uid owner) (_gid group)))
-          (os.fsync fd))
-        (os.rename tmp name :src_dir_fd d :dst_dir_fd d)
-        (except [BaseException]
-          (try (os.unlink tmp :dir_fd d) (except [FileNotFoundError] None))
-          (raise)))))
+      (defn prepare [fd]
+        (cond (is-not mode None) (os.fchmod fd mode)
+              old (os.fchmod fd (& old.st_mode 0o7777))
+              True (os.fchmod fd (& 0o666 (bnot (_umask)))))
+        ;; As over a POSIX hop: the old file's owner and group are kept, but
+        ;; for what OWNER and GROUP (names, or numbers as text) say.
+        (when (and old (or (!= old.st_uid (os.getuid)) (!= old.st_gid (os.getgid))))
+          (os.fchown fd old.st_uid old.st_gid))
+        (when (or owner group)
+          (os.fchown fd (_uid owner) (_gid group))))
+      (write-atomically name content :dir-fd d :prepare prepare)))
 
   (defn set-mode [self path mode * [follow False]]
     (check-path path)
@@ -251,16 +243,6 @@ being started when the end came, before it was recorded)."
                                      path)))))
   (defn __enter__ [self] self)
   (defn __exit__ [self #* _] (os.close self.fd)))
-
-(defn _create-temporary [dirfd]
-  ;; mkstemp, relative to a descriptor: a new name, made here and nowhere else.
-  (for [_ (range 100)]
-    (setv name (+ ".consfig-" (.hex (os.urandom 4))))
-    (try (return #((os.open name (| os.O_WRONLY os.O_CREAT os.O_EXCL os.O_NOFOLLOW os.O_CLOEXEC)
-                            0o600 :dir_fd dirfd)
-                   name))
-         (except [FileExistsError] None)))
-  (raise (FileExistsError errno.EEXIST "no free temporary name" ".consfig-XXXXXXXX")))
 
 (defn _uid [x]
   (cond (is x None) -1

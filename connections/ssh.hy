@@ -122,6 +122,10 @@ paramiko does that before asking a policy."
 
   (defn describe [self] f"ssh:{self.fabric.user}@{self.alias}")
 
+  (defn alive? [self]
+    ;; paramiko's keepalive finds a dead connection.
+    (bool (and self.transport (.is-active self.transport))))
+
   (defn _lost [self [why None]]
     (ConnectionFailed (+ "the SSH connection was lost"
                          (if why f" ({why})" "")

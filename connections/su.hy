@@ -49,6 +49,6 @@ input, so that a password prompt fails at once instead of waiting."
              upstream.where)))
   (SuConnection upstream to))
 
-(setv HOP (Hop "su" {"to" STRING} establish))
+(setv HOP (Hop "su" {"to" STRING} establish :user-hop True))
 
 (export :objects [SuConnection HOP su-probe])

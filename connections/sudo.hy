@@ -242,8 +242,13 @@ for once, on the main thread, whether or not each host's sudo will want it."
   (when from_
     (sudo-password from_ where)))
 
+(defn carried-data [kwargs]
+  "What a `[:sudo :from …]` hop established on a target needs sent: its password."
+  (if (.get kwargs "from") [(password-carried (get kwargs "from"))] []))
+
 (setv HOP (Hop "sudo" {"user" STRING "from" STRING} establish :ask-beforehand ask-beforehand
-               :establish-before-python establish-before-python))
+               :establish-before-python establish-before-python :carried-data carried-data
+               :user-hop True))
 
 (export :objects [SudoConnection HOP password-item password-carried sudo-password
                   forget-sudo-password sudo-without-password?])

@@ -16,8 +16,9 @@ from consfig import data, deployment, fact, host, property, propspec
 
 _MACRO_MODULES = (property, propspec, host, deployment, data, fact)
 
-# The modules whose names `(import consfig *)` brings, in the order in which
-# a later one's name wins.  They are imported when one of their names is
+# The modules whose names `(import consfig *)` brings: each module's own
+# `(export …)` list, and no name exported by two of them as two different
+# things (tests/core/test_exports.py).  They are imported when one of their names is
 # first asked for (PEP 562), not with this package: the target of a
 # :python hop imports it on the way to `consfig.serve`, and there applies a
 # propspec with a small part of the library.
@@ -50,8 +51,13 @@ def _load_all():
             # must not depend on whether a site has run `(import consfig *)`.
             if isinstance(globals().get(name), _ModuleType):
                 continue
-            globals()[name] = getattr(module, name)
-            names.append(name)
+            obj = getattr(module, name)
+            if name in names and globals()[name] is not obj:
+                raise ImportError(f"consfig.{module_name} exports {name}, which another "
+                                  "module of (import consfig *) exports as something else")
+            if name not in names:
+                globals()[name] = obj
+                names.append(name)
     globals()["deploy_hosts"] = globals()["fleet"].__dict__[hy.mangle("deploy-hosts*")]
     globals()["__all__"] = names
 

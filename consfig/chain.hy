@@ -12,6 +12,7 @@ line.  `establish-chain` then makes the hops one inside the other."
         pkgutil
         hy.models [Keyword]
         consfig.errors [ChainError]
+        consfig.types [ParameterTypeError]
         consfig.util [keyword-name])
 
 (defn _hop-module [name]
@@ -114,9 +115,9 @@ type, argument and argument type before anything connects.  A mistake is a
 
 (defn _checked [name k v type]
   (try
-    (type.convert v)
-    (except [ValueError]
-      (raise (ChainError f"hop :{name}: :{k} wants {type.description}, not {(hy.repr v)}")))))
+    (.normalise type v)
+    (except [ParameterTypeError]
+      (raise (ChainError f"hop :{name}: :{k} wants {type.phrase}, not {(hy.repr v)}")))))
 
 (defn _example [name missing spec]
   (hy.repr [(Keyword name) #* (sum (gfor m missing [(Keyword m) "…"]) [])]))

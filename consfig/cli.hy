@@ -388,6 +388,28 @@ error (with its traceback at -v) is status 1, an interrupt 130."
       (error "interrupted")
       130)))
 
+(defn _image-parser [hostname archive]
+  (setv p (Parser :prog f"python3 {(os.path.basename archive)}"
+                  :description f"Apply the configuration of {hostname} to this machine."
+                  :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
+                             "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
+                             "64 a usage error.")))
+  (output-options p)
+  (.add-argument p "--as-host" :action "store_true"
+                 :help f"apply {hostname}'s configuration even though this machine's hostname is not {hostname}")
+  p)
+
+(defn run-image [archive image meta directories new argv]
+  "The command line of an image: apply the host of the image ARCHIVE (the
+open zip IMAGE, its META, its layers unpacked in DIRECTORIES, NEW those
+unpacked just now) to this machine, as the arguments ARGV ask
+(`consfig.image.apply-image`); return the exit status.  Called by the
+image's `__main__.py`."
+  (import consfig.image [apply-image])
+  (setv args (.parse-args (_image-parser (get meta "hostname") archive) argv))
+  (guarded args (fn [args] (apply-image args archive image meta directories new
+                                        (output-sink args)))))
+
 (defn run []
   "The console script: exit with `main`'s status."
   (try
@@ -402,5 +424,5 @@ error (with its traceback at -v) is status 1, an interrupt 130."
       (setv status 141)))
   (sys.exit status))
 
-(export :objects [main run read-chain read-propspecs guarded output-options output-sink via-option
+(export :objects [main run run-image read-chain read-propspecs guarded output-options output-sink via-option
                   Parser EX-USAGE])

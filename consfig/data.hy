@@ -206,7 +206,9 @@ connects, unless the source says not to PREFETCH (it asks the user)."
     (raise (NotImplementedError)))
   (defn describe [self] (. (type self) __name__)))
 
-(defn _mtime-version [path]
+(defn mtime-version [path]
+  "The version of the file at PATH, for a data source that versions items
+by their files: its modification time in nanoseconds, as text."
   (str (. (os.stat path) st-mtime-ns)))
 
 (defn _read-bytes [path]
@@ -216,7 +218,7 @@ connects, unless the source says not to PREFETCH (it asks the user)."
   "`:local-file`: one file, the item (IDEN1, IDEN2), versioned by VERSION or
 else by the file's modification time."
   (defn __init__ [self * location iden1 iden2 [version None] [relative-to None]]
-    (setv self.location (_absolute location relative-to)
+    (setv self.location (absolute-location location relative-to)
           self.iden1 (_check-iden "iden1" iden1)
           self.iden2 (_check-iden "iden2" iden2)
           self.fixed-version (when (is-not version None) (str version)))
@@ -224,14 +226,15 @@ else by the file's modification time."
       (raise (DataSourceUnusable f":local-file: no such file {self.location}"))))
   (defn version [self iden1 iden2]
     (when (and (= iden1 self.iden1) (= iden2 self.iden2) (os.path.isfile self.location))
-      (or self.fixed-version (_mtime-version self.location))))
+      (or self.fixed-version (mtime-version self.location))))
   (defn fetch [self iden1 iden2] (_read-bytes self.location))
   (defn describe [self] f":local-file {self.location}"))
 
-(defn _tree-path [root iden1 iden2]
-  ;; Slashes in an identifier are path separators and an absolute IDEN2 is
-  ;; taken as relative, so (\"web\", \"/etc/nginx/x.conf\") is
-  ;; ROOT/web/etc/nginx/x.conf; nothing may climb out of ROOT.
+(defn tree-path [root iden1 iden2]
+  "The file of the item (IDEN1, IDEN2) in a tree of files at ROOT, or None
+when it would climb out of ROOT.  Slashes in an identifier are path
+separators and an absolute IDEN2 is taken as relative, so (\"web\",
+\"/etc/nginx/x.conf\") is ROOT/web/etc/nginx/x.conf."
   (setv parts (+ (.split iden1 "/") (.split (.lstrip iden2 "/") "/"))
         parts (lfor p parts :if (and p (!= p ".")) p))
   (when (in ".." parts) (return None))
@@ -241,18 +244,21 @@ else by the file's modification time."
   "`:files-tree`: a directory where the item (IDEN1, IDEN2) is the file
 LOCATION/IDEN1/IDEN2, versioned by its modification time."
   (defn __init__ [self * location [relative-to None]]
-    (setv self.location (_absolute location relative-to))
+    (setv self.location (absolute-location location relative-to))
     (when (not (os.path.isdir self.location))
       (raise (DataSourceUnusable f":files-tree: no such directory {self.location}"))))
   (defn version [self iden1 iden2]
-    (setv path (_tree-path self.location iden1 iden2))
+    (setv path (tree-path self.location iden1 iden2))
     (when (and path (os.path.isfile path))
-      (_mtime-version path)))
+      (mtime-version path)))
   (defn fetch [self iden1 iden2]
-    (_read-bytes (_tree-path self.location iden1 iden2)))
+    (_read-bytes (tree-path self.location iden1 iden2)))
   (defn describe [self] f":files-tree {self.location}"))
 
-(defn _absolute [location relative-to]
+(defn absolute-location [location relative-to]
+  "A data source's LOCATION (a path, `~` expanded) made absolute: relative
+to RELATIVE-TO, else to the directory of the consfig file that registers
+the source.  A `ConsfigError` when LOCATION is not a path."
   (when (not (isinstance location #(str os.PathLike)))
     (raise (ConsfigError f"a data source's :location is a path, not {(hy.repr location)}")))
   (setv location (os.path.expanduser (os.fspath location)))

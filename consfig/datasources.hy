@@ -16,8 +16,8 @@ memory: a secret is never in a command line, an environment or a file."
         os
         subprocess
         threading
-        consfig.data [DataSource DataSourceUnusable Secret data-source-kinds _absolute
-                      _tree-path _mtime-version]
+        consfig.data [DataSource DataSourceUnusable Secret data-source-kinds absolute-location
+                      tree-path mtime-version]
         consfig.context [deployment-cache]
         consfig.errors [ConsfigError])
 
@@ -69,7 +69,7 @@ is a secret."
   (setv secret-only True)
   (defn __init__ [self * [location None] [relative-to None]]
     (_need-program "pass" "pass")
-    (setv self.location (_absolute (or location (os.environ.get "PASSWORD_STORE_DIR")
+    (setv self.location (absolute-location (or location (os.environ.get "PASSWORD_STORE_DIR")
                                        "~/.password-store")
                                    relative-to))
     (when (not (os.path.isdir self.location))
@@ -79,14 +79,14 @@ is a secret."
     (setv #(a b) (if (user-password-item? iden1)
                      #((password-host iden1) iden2)
                      #(iden1 iden2))
-          path (_tree-path self.location a b))
+          path (tree-path self.location a b))
     (when path (os.path.relpath path self.location)))
 
   (defn version [self iden1 iden2]
     (setv entry (._entry self iden1 iden2))
     (when entry
       (setv path (os.path.join self.location (+ entry ".gpg")))
-      (when (os.path.isfile path) (_mtime-version path))))
+      (when (os.path.isfile path) (mtime-version path))))
 
   (defn fetch [self iden1 iden2]
     (setv out (_run ["pass" "show" "--" (._entry self iden1 iden2)]
@@ -127,14 +127,14 @@ is first asked, and again when it has changed.  `pgp-set-data` and
   (setv secret-only True)
   (defn __init__ [self * location [relative-to None]]
     (_need-program "gpg" "pgp")
-    (setv self.location (_absolute location relative-to)
+    (setv self.location (absolute-location location relative-to)
           self._items None
           self._stamp None)
     (when (not (os.path.isfile self.location))
       (raise (DataSourceUnusable f":pgp: no such file {self.location}"))))
 
   (defn _current [self]
-    (setv stamp (_mtime-version self.location))
+    (setv stamp (mtime-version self.location))
     (when (!= stamp self._stamp)
       (setv self._items (_decrypt self.location)
             self._stamp stamp))
@@ -203,7 +203,7 @@ hash.  The controller keeps each snapshot it made in its data cache."
     (_need-program "git" "git-snapshot")
     (setv self.name name
           self.local (not (in "://" repo))
-          self.repo (if self.local (_absolute repo relative-to) repo)
+          self.repo (if self.local (absolute-location repo relative-to) repo)
           self.branch branch
           self.commit commit)
     (when (and self.local (not (os.path.isdir self.repo)))

@@ -6,18 +6,17 @@ and a bare hostname symbol."
 
 (eval-when-compile (require consfig.property [defprop]))
 (import hy.models [Keyword String]
-        consfig.chain [parse-chain establish-chain close-chain chain->data]
+        consfig.chain [parse-chain establish-chain close-chain chain->data hop-spec]
         consfig.context [applying connection current-host establishing-for]
         consfig.data [resolve-data]
         consfig.engine [Reported announce-action announced-count apply-deployment apply-host
                         check-propspec-fits checking? current-run inform watching-events]
         consfig.errors [ConnectionFailed ConsfigError FailedChange]
         consfig.host [Host find-host preprocess-host]
-        consfig.keep [chain-key idle-limit keepable? keep-chain take-kept]
+        consfig.keep [chain-alive? chain-key idle-limit keepable? keep-chain take-kept]
         consfig.rebooting [RebootWatch await-return await-return-reported back-after back-line
                            probe-chain reboot-note]
-        consfig.lock [holding-target-lock lock-request]
-        consfig.property [find-property]
+        consfig.lock [holding-target-lock lock-held? lock-request]
         consfig.propspec [dotted->name walk-body]
         consfig.result [NO-CHANGE])
 
@@ -48,10 +47,11 @@ host's propspec; ADDITIONAL is applied after it."
         parsed (_chain-for chain host)
         propspec (or propspec host.propspec))
   (when additional
-    (setv propspec ((find-property "consfig.combinators.seqprops") propspec additional)))
+    (import consfig.combinators [seqprops])  ; start-up: 3 ms of a :python target's
+    (setv propspec (seqprops propspec additional)))
   (setv prepared (preprocess-host host propspec))
   (resolve-data prepared)
-  (_carry-hop-passwords prepared parsed True)
+  (_carry-hop-data prepared parsed True)
   (check-propspec-fits prepared.propspec
                        (or (any (gfor [name _] parsed (= name "python")))
                            (all (gfor [name _] parsed (= name "local"))))
@@ -100,14 +100,9 @@ sent (`consfig.rebooting`)."
     (try
       (setv conns (establish-chain deployment.chain)
             target (get conns -1))
-      (if (.apply-remotely? target)
-          ;; The target's Python takes the lock itself, as it applies: no
-          ;; round trip to start a holder first.  Its commands are its own
-          ;; children, which it ends before it exits.
-          (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity
-                           :check check :lock (lock-request prepared.hostname))
-          (with [_ (holding-target-lock target prepared.hostname)]
-            (apply-host prepared target sink :unapply unapply :check check)))
+      (apply-on-target target prepared sink
+                       (fn [] (apply-host prepared target sink :unapply unapply :check check))
+                       :unapply unapply :check check :verbosity verbosity)
       (finally
         (close-chain conns)))))
 
@@ -115,7 +110,7 @@ sent (`consfig.rebooting`)."
   ;; Over the chain kept from the last deployment of this host, if it is
   ;; still there; else over a fresh one, kept afterwards.  A kept one that
   ;; turns out to have ended before the host reached it is replaced, once.
-  (import consfig.remote [Keeper KeptSessionLost])
+  (import consfig.remote [Keeper KeptSessionLost])  ; start-up: 4 ms, for :python hops alone
   (setv prepared deployment.host
         key (chain-key deployment.chain prepared.hostname))
   (with [_ (establishing-for prepared :seed secrets)]
@@ -128,12 +123,8 @@ sent (`consfig.rebooting`)."
           (setv (. (get conns -1) keeper) (Keeper))))
       (setv target (get conns -1))
       (try
-        (if (.apply-remotely? target)
-            (setv outcome (.apply-remotely target prepared sink :unapply unapply
-                                           :verbosity verbosity :check check
-                                           :lock (lock-request prepared.hostname)))
-            (setv outcome (_apply-kept-posix conns reused prepared sink
-                                             :unapply unapply :check check)))
+        (setv outcome (_apply-kept conns reused prepared sink
+                                   :unapply unapply :check check :verbosity verbosity))
         (except [KeptSessionLost]
           (close-chain conns)
           (if reused (continue) (raise)))
@@ -143,22 +134,45 @@ sent (`consfig.rebooting`)."
       (keep-chain key conns idle)
       (return outcome))))
 
-(defn _apply-kept-posix [conns reused prepared sink * unapply check]
-  ;; Under the lock, as over a fresh chain.  Taking it is the first thing
-  ;; sent: when that fails because a REUSED chain has died meanwhile,
-  ;; nothing was applied and a fresh chain may be tried.
-  (import consfig.keep [chain-alive?]
-          consfig.remote [KeptSessionLost])
+(defn _apply-kept [conns reused prepared sink * unapply check verbosity]
+  ;; As over a fresh chain.  Taking the lock is the first thing sent over a
+  ;; POSIX chain: when that fails because a REUSED chain has died
+  ;; meanwhile, nothing was applied and a fresh chain may be tried.
+  (import consfig.remote [KeptSessionLost])  ; start-up: 4 ms, for :python hops alone
   (setv target (get conns -1)
         locked False)
+  (defn apply-here []
+    (nonlocal locked)
+    (setv locked True)
+    (apply-host prepared target sink :unapply unapply :check check))
   (try
-    (with [_ (holding-target-lock target prepared.hostname)]
-      (setv locked True)
-      (apply-host prepared target sink :unapply unapply :check check))
+    (apply-on-target target prepared sink apply-here :unapply unapply :check check
+                     :verbosity verbosity)
     (except [e ConnectionFailed]
-      (if (and reused (not locked) (not (chain-alive? conns)))
+      (if (and reused (not locked) (not (.apply-remotely? target)) (not (chain-alive? conns)))
           (raise (KeptSessionLost (str e) target.where) :from e)
           (raise)))))
+
+(defn apply-on-target [target prepared sink apply-here * [unapply False] [check False]
+                       [verbosity 0] [within None] [remote-outcome None]]
+  "Apply the preprocessed host PREPARED on TARGET, the last connection of
+its established chain, under the target's deployment lock (`consfig.lock`):
+the one place that chooses between applying here and over there.  When
+TARGET applies remotely (after a `:python` hop) the target's Python does it
+and takes the lock itself, as it applies: no round trip to start a holder
+first, and its commands are its own children, which it ends before it
+exits.  Its events go to SINK, and its `Outcome` is returned, through
+REMOTE-OUTCOME when given.  Otherwise APPLY-HERE (a function of no
+arguments) is called, under the lock held through TARGET, and what it
+returns is returned.  WITHIN: the connection a nested deployment is made
+from, whose lock may cover TARGET already (`consfig.lock.lock-held?`)."
+  (if (.apply-remotely? target)
+      ((or remote-outcome (fn [o] o))
+        (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity :check check
+                         :lock (when (not (lock-held? target :within within))
+                                 (lock-request prepared.hostname))))
+      (with [_ (holding-target-lock target prepared.hostname :within within)]
+        (apply-here))))
 
 (defn deploy* [chain host * [propspec None] [additional None] [sink None]
                [verbosity 0] [unapply False] [check False] [diff False] [persist None]]
@@ -195,6 +209,8 @@ many, False never; None (the default) does what the REPL says, keep (in
       (when reporter
         (.finish reporter)
         (.close reporter)))))
+
+(setv Host.deployer deploy*)
 
 (defn deploy-these* [chain host propspec #** kwargs]
   "Apply just PROPSPEC to HOST over CHAIN (with HOST's hostattrs)."
@@ -271,30 +287,31 @@ of `deploy*` may come among them: `:check True`."
         parsed (_chain-for chain host)
         propspec these)
   (when additional
-    (setv propspec ((find-property "consfig.combinators.seqprops")
-                     (or propspec host.propspec) additional)))
+    (import consfig.combinators [seqprops])  ; start-up: 3 ms of a :python target's
+    (setv propspec (seqprops (or propspec host.propspec) additional)))
   (setv prepared (preprocess-host host propspec)
         outer (.get current-host None))
   (resolve-data prepared)
   ;; What the host deploying this one carries over a :python hop, for the
   ;; deployment made from its target.
   (when outer
-    (_carry-hop-passwords outer parsed False)
+    (_carry-hop-data outer parsed False)
     (.update outer.nested-data prepared.nested-data)
     (.update outer.nested-data prepared.data))
   #(parsed prepared))
 
-(defn _carry-hop-passwords [host chain top]
-  ;; A [:sudo :from …] hop established on a target (after the :python hop of
-  ;; a TOP chain, anywhere in a nested deployment's) finds its password in
-  ;; the data sent with the host: the target has no terminal of ours.
-  (import consfig.connections.sudo [password-carried])
+(defn _carry-hop-data [host chain top]
+  ;; A hop established on a target (after the :python hop of a TOP chain,
+  ;; anywhere in a nested deployment's) has no terminal of ours: what it
+  ;; needs from here (a [:sudo :from …] hop's password) is sent with the
+  ;; host (`Hop` CARRIED-DATA).
   (setv remote (not top))
   (for [[name kwargs] chain]
-    (when (and remote (= name "sudo") (.get kwargs "from"))
-      (setv item (password-carried (get kwargs "from"))
-            (get host.nested-data #(item.iden1 item.iden2)) item))
-    (when (= name "python") (setv remote True))))
+    (setv spec (hop-spec name))
+    (when (and remote spec.carried-data)
+      (for [item (spec.carried-data kwargs)]
+        (setv (get host.nested-data #(item.iden1 item.iden2)) item)))
+    (when spec.takes-rest (setv remote True))))
 
 (defn _forwarding-sink []
   ;; Events of a deployment applied by another Python, nested under this
@@ -323,17 +340,18 @@ connection, as part of the current deployment; return its result."
       (with [_ (watching-events noted)]
         (setv conns (establish-chain parsed upstream)
               target (get conns -1))
-        (with [_ (holding-target-lock target prepared.hostname :within upstream)]
-          (if (.apply-remotely? target)
-              (do (setv outcome (.apply-remotely target prepared (_forwarding-sink) :unapply unapply
-                                                 :check (checking?)))
-                  ;; Its failures were reported as they happened, nested here.
-                  (when outcome.failures
-                    (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
-                  (setv result (if outcome.changes :changed NO-CHANGE)))
-              (do (check-propspec-fits prepared.propspec target.python? target.where)
-                  (with [(applying prepared target :parent parent)]
-                    (setv result (apply-deployment prepared.propspec unapply)))))))
+        (defn apply-here []
+          (check-propspec-fits prepared.propspec target.python? target.where)
+          (with [(applying prepared target :parent parent)]
+            (apply-deployment prepared.propspec unapply)))
+        (defn remote-outcome [outcome]
+          ;; Its failures were reported as they happened, nested here.
+          (when outcome.failures
+            (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
+          (if outcome.changes :changed NO-CHANGE))
+        (setv result (apply-on-target target prepared (_forwarding-sink) apply-here
+                                      :unapply unapply :check (checking?) :within upstream
+                                      :remote-outcome remote-outcome)))
       (finally
         (close-chain (cut conns 1 None))))
     ;; It rebooted at the end of its deployment: carry on once it is back.
@@ -372,5 +390,5 @@ HOST's hostattrs).  The dotted form takes PROPSPEC as its trailing forms."
   (:unapply (deploy-nested chain host None True)))
 
 (export :objects [deploy* deploy-these* deploys deploys-these deploy-nested
-                  Prepared prepare-deployment run-prepared]
+                  Prepared prepare-deployment run-prepared apply-on-target]
         :macros [deploy deploy-these])

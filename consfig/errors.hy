@@ -9,7 +9,7 @@ property, and the combinators decide what happens to the rest."
         os
         signal
         traceback
-        consfig.frames [bounded])
+        consfig.util [bounded])
 
 (defclass ConsfigError [Exception]
   "A mistake in a consfig, a chain or a command line, reported without a traceback."
@@ -28,6 +28,11 @@ property, and the combinators decide what happens to the rest."
 
 (defclass ConnectionFailed [ConsfigError]
   "A hop could not be established, or an established one broke.")
+
+(defclass CannotStartProcess [ConnectionFailed]
+  "A hop that only runs scripts was asked to start a process while it runs
+(`Connection.start-process`): what a `:python` hop after it needs, and the
+deployment lock.")
 
 (defclass InapplicableProperty [ConsfigError]
   "Raised from a `:hostattrs` subroutine: this property cannot apply to this host.
@@ -90,7 +95,7 @@ applied through it, so every sequence stops, `seqprops` included.")
       (+ "command " (_exit-text exit-code)
          (if where f" on {where}" "")
          f": {command}"
-         (if output (+ "\n" (_indent (_last-lines output))) "")))))
+         (if output (+ "\n" (indented (_last-lines output))) "")))))
 
 ;; How much of a failed command's output its failure shows: the end, where
 ;; the reason usually is, and of very long lines their head and tail.  The
@@ -154,10 +159,12 @@ example sites shipped in consfig/hosts are site code too."
             d spec.submodule-search-locations
             (+ (os.path.realpath d) os.sep)))
 
-(defn _indent [text [prefix "    "]]
+(defn indented [text [prefix "    "]]
+  "TEXT with PREFIX before each of its lines: another program's output
+quoted in a message."
   (.join "\n" (gfor line (.splitlines text) (+ prefix line))))
 
-(export :objects [ConsfigError PropspecError ChainError ConnectionFailed
+(export :objects [ConsfigError PropspecError ChainError ConnectionFailed CannotStartProcess
                   InapplicableProperty FailedChange AbortedChange ConnectionLost
                   CommandFailed CommandTimedOut UnsafePath SymlinkNotFollowed
                   site-location site-file?])

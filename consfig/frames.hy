@@ -9,9 +9,15 @@ with the standard library alone, before this module is on the target."
 (import collections
         itertools
         json
-        struct)
+        struct
+        consfig.util [bounded left-out-note])
 
 (setv _HEADER (struct.Struct ">II"))
+
+;; A target's Python that has nothing to send says so every HEARTBEAT
+;; seconds (`consfig.serve`), so that the controller can tell a quiet
+;; target from a dead one (`consfig.remote`, `consfig.keep`).
+(setv HEARTBEAT 5)
 
 (defn frame [msg [payload b""]]
   "The bytes of one frame: MSG (JSON data) and a binary PAYLOAD."
@@ -49,18 +55,6 @@ part of it arrives.  A frame larger than LIMIT bytes is a `ValueError`."
   (setv (get msg "_payload") payload)
   msg)
 
-(defn _left-out [n]
-  f"\n[… {n} bytes left out …]\n")
-
-(defn bounded [text [limit 65536]]
-  "TEXT, or when it is longer than LIMIT characters its head and tail with
-a line in between saying how many bytes were left out."
-  (if (<= (len text) limit)
-      text
-      (do (setv half (// limit 2)
-                left-out (len (.encode (cut text half (- half)) "utf-8" "replace")))
-          (+ (cut text 0 half) (_left-out left-out) (cut text (- half) None)))))
-
 ;; How much of a command's output the controller keeps whole: enough for any
 ;; file `cat` reads for a property or any package list; past it, the head
 ;; and the tail.
@@ -70,7 +64,7 @@ a line in between saying how many bytes were left out."
   "A command's output (bytes) collected as it arrives, in bounded memory:
 kept whole up to LIMIT bytes (None: no limit); past that, its first and last
 LIMIT/2 bytes, with a line between them saying how many were left out, as
-`bounded` does for text."
+`consfig.util.bounded` does for text."
   (defn __init__ [self [limit OUTPUT-LIMIT]]
     (setv self.limit limit
           self.head (bytearray)
@@ -106,8 +100,8 @@ LIMIT/2 bytes, with a line between them saying how many were left out, as
         (do (setv keep (- self.limit (// self.limit 2))
                   extra (- self.tail-size keep))
             (.join b"" [self.head
-                        (.encode (_left-out (- self.total (len self.head) keep)))
+                        (.encode (left-out-note (- self.total (len self.head) keep)))
                         (cut (memoryview (get self.tail 0)) extra None)
                         #* (itertools.islice self.tail 1 None)])))))
 
-(export :objects [frame read-frame bounded OutputBuffer OUTPUT-LIMIT])
+(export :objects [frame read-frame bounded OutputBuffer OUTPUT-LIMIT HEARTBEAT])

@@ -27,8 +27,9 @@ the function that establishes it."
         shlex
         time
         consfig.frames [OUTPUT-LIMIT]
-        consfig.errors [AbortedChange CommandFailed CommandTimedOut ConnectionFailed
+        consfig.errors [AbortedChange CannotStartProcess CommandFailed CommandTimedOut
                         SymlinkNotFollowed UnsafePath]
+        consfig.types [Type abs-path boolean int-range named path seconds]
         consfig.util [bytes->text text->bytes])
 
 ;; How long a hop may take to answer a question asked while it is being
@@ -178,17 +179,38 @@ one longer than `MAX-COMMAND`.  The property fails; the connection lives on."
 (defclass Connection []
   "One established hop.  `upstream` is the connection it runs inside
 (None for a hop that runs on the controller).  `connattrs` is state that
-lives as long as the connection, for properties (see `consfig.context`)."
+lives as long as the connection, for properties (see `consfig.context`).
+
+Every member the rest of consfig uses on a connection is declared here.  A
+POSIX hop implements `run-script`, and `start-process` if it can (else it
+can carry no `:python` hop, and its target is deployed without the lock of
+`consfig.lock`, whose holder is such a process).  The attributes:
+
+  python?          whether commands run in a Python on the target (`:local`,
+                   and what comes after a `:python` hop): file operations
+                   are then system calls
+  hop-name         the hop's name, for messages
+  command-timeout  seconds that bound each command run here with no timeout
+                   of its own (the hop's :command-timeout), or None; see
+                   `chain-command-timeout`
+  keeper           a `consfig.remote.Keeper` while a chain is kept between
+                   deployments (`consfig.keep`) and this connection applies
+                   remotely, else None
+  deployment-token set by the deployment lock: the commands run here carry
+                   it in their environment, so that the lock's holder can
+                   end them all if the deployment ends before they do
+
+and the methods besides the file operations: `alive?` (for a kept chain),
+`apply-remotely?` and `apply-remotely`, `explain-start-failure`, `close`."
 
   (setv python? False
-        hop-name "connection")
+        hop-name "connection"
+        command-timeout None
+        keeper None)
 
   (defn __init__ [self [upstream None]]
     (setv self.upstream upstream
           self.connattrs {}
-          ;; Set by the deployment lock (`consfig.lock`): the commands run
-          ;; here carry it, so that its holder can end them all if the
-          ;; deployment ends before they do.
           self.deployment-token None))
 
   (defn [property] where [self]
@@ -206,7 +228,7 @@ command run through this connection with no timeout of its own, the
 commands of a Python a `:python` hop starts after it included."
     (setv conn self)
     (while conn
-      (setv t (getattr conn "command_timeout" None))
+      (setv t conn.command-timeout)
       (when t (return t))
       (setv conn conn.upstream))
     None)
@@ -383,7 +405,7 @@ must give it end of file on stdin: that is how it learns to stop.  A hop that
 wraps a command (`sudo …`, `ssh host …`) implements this by starting its
 own command line through `(.start-process self.upstream …)`, quoting ARGV
 where a shell will read it; a missing program shows as exit code 127."
-    (raise (ConnectionFailed
+    (raise (CannotStartProcess
              (+ f"hop :{self.hop-name} cannot start a streaming process ({self.where}), "
                 "which a :python hop after it needs"))))
 
@@ -400,59 +422,63 @@ target (`apply-remotely`), rather than letting the controller apply it
 through `run` and the file operations."
     False)
 
+  (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]
+                        [lock None]]
+    "Apply the preprocessed HOST on the target, feeding its events to SINK,
+and return the `Outcome`: for a connection that is `apply-remotely?`.
+LOCK: None, or a `consfig.lock.lock-request` for the target to take the
+deployment lock itself."
+    (raise (NotImplementedError f"{(. (type self) __name__)} does not apply remotely")))
+
+  (defn alive? [self]
+    "Whether this connection still works, as far as can be told without a
+round trip (a kept chain is checked so before it is used again)."
+    True)
+
   (defn close [self]
     "Tear the hop down.  Closing an upstream is its owner's business."
     None))
 
-;; Hop argument types: each checks a value a user wrote in a chain and
-;; returns it normalised, so that no hop validates its own arguments.
+;; Hop argument types: `consfig.types` types, each checking a value a user
+;; wrote in a chain, and normalising it, so that no hop validates its own
+;; arguments.
 
-(defclass ArgType []
-  "The type of a hop argument: a description for messages and a function
-that returns the value normalised or raises `ValueError`."
-  (defn __init__ [self description convert]
-    (setv self.description description
-          self.convert convert)))
-
-(defn _check [test]
-  (fn [v] (if (test v) v (raise (ValueError)))))
+(defn ArgType [description convert]
+  "A hop argument type described by DESCRIPTION (for messages), whose
+CONVERT returns an accepted value normalised or raises `ValueError`: a
+`consfig.types.Type`, for a site's own hop."
+  (defn accepted? [v]
+    (try (convert v) True (except [ValueError] False)))
+  (Type description description accepted? :normalise convert))
 
 (defn _port [v]
-  (when (isinstance v bool) (raise (ValueError)))
-  (setv p (cond (isinstance v int) v
-                (and (isinstance v str) (.isdigit v)) (int v)
-                True (raise (ValueError))))
-  (if (<= 1 p 65535) p (raise (ValueError))))
+  (if (isinstance v str) (int v) v))
 
-(defn _strings [v]
-  (cond (and (isinstance v str) v) [v]
-        (and (isinstance v #(list tuple)) (all (gfor s v (and (isinstance s str) s)))) (list v)
-        True (raise (ValueError))))
-
-(setv STRING (ArgType "a non-empty string" (_check (fn [v] (and (isinstance v str) v
-                                                                (not-in "\0" v)))))
-      STRINGS (ArgType "a string or a list of strings" _strings)
-      PORT (ArgType "a port number (1-65535)" _port)
-      SECONDS (ArgType "a positive number of seconds"
-                       (_check (fn [v] (and (isinstance v #(int float)) (not (isinstance v bool))
-                                            (> v 0)))))
-      BOOLEAN (ArgType "true or false" (_check (fn [v] (isinstance v bool))))
-      ABSOLUTE-PATH (ArgType "an absolute path"
-                             (fn [v] (if (and (isinstance v str) (posixpath.isabs v)
-                                              (not-in "\0" v))
-                                         (.rstrip (posixpath.normpath v) "/")
-                                         (raise (ValueError))))))
+(setv STRING (named "STRING" path "a non-empty string")
+      STRINGS (Type "STRINGS" "a string or a list of strings"
+                    (fn [v] (or (and (isinstance v str) v)
+                                (and (isinstance v #(list tuple))
+                                     (all (gfor s v (and (isinstance s str) s))))))
+                    :normalise (fn [v] (if (isinstance v str) [v] (list v))))
+      PORT (Type "PORT" "a port number (1-65535)"
+                 (fn [v] (or (.accepts (int-range 1 65535) v)
+                             (and (isinstance v str) (.isdigit v) (.isascii v)
+                                  (<= 1 (int v) 65535))))
+                 :normalise _port)
+      SECONDS (named "SECONDS" seconds)
+      BOOLEAN (named "BOOLEAN" boolean "true or false")
+      ABSOLUTE-PATH (Type "ABSOLUTE-PATH" "an absolute path" (fn [v] (.accepts abs-path v))
+                          :normalise (fn [v] (.rstrip (posixpath.normpath v) "/"))))
 
 (defn choice-of [#* choices]
-  "An `ArgType` accepting the strings CHOICES (any case) and the booleans."
-  (ArgType (+ "one of " (.join ", " (gfor c choices (hy.repr c))) ", true or false")
-           (fn [v] (if (or (isinstance v bool) (and (isinstance v str) (in (.lower v) choices)))
-                       v
-                       (raise (ValueError))))))
+  "A hop argument type accepting the strings CHOICES (any case) and the booleans."
+  (setv phrase (+ "one of " (.join ", " (gfor c choices (hy.repr c))) ", true or false"))
+  (Type phrase phrase
+        (fn [v] (or (isinstance v bool) (and (isinstance v str) (in (.lower v) choices))))))
 
 (defclass Hop []
   "What a hop type offers: its name, the arguments it accepts (a dict of
-argument name → `ArgType`), which of them it requires, and the function that
+argument name → `consfig.types.Type`), which of them it requires, and the function that
 establishes it on top of an upstream connection.  A hop that TAKES-REST
 (`:python`) receives the rest of the chain and establishes it itself.
 
@@ -464,9 +490,22 @@ keeps the answer in the `deployment-cache`, where the hop finds it.
 A hop may have ESTABLISH-BEFORE-PYTHON, used instead of ESTABLISH when a
 `:python` hop comes next: it may leave a check that costs a round trip to
 the start of the target's Python, and explain a failed start afterwards
-(`Connection.explain-start-failure`)."
+(`Connection.explain-start-failure`).
+
+A hop established on a target, after a `:python` hop, has no terminal of
+the controller's to ask on.  CARRIED-DATA, called on the controller with the
+hop's arguments (a dict), returns the prerequisite data items (`DataItem`s)
+it will need there, which are sent with the host: `[:sudo :from …]` carries
+its password so.
+
+A USER-HOP only changes the user commands run as (`:sudo`, `:su`, `:as`):
+a chain of `:ssh` hops and user hops can be kept between deployments
+(`consfig.keep`)."
   (defn __init__ [self name arguments establish * [required #()] [takes-rest False]
-                  [ask-beforehand None] [establish-before-python None]]
+                  [ask-beforehand None] [establish-before-python None]
+                  [carried-data None] [user-hop False]]
+    (setv self.carried-data carried-data
+          self.user-hop user-hop)
     (setv self.name name
           self.arguments (dict arguments)
           self.required (frozenset required)

@@ -40,6 +40,11 @@ naming the hosts in it, raised before any connection."
 (defclass Host []
   "A host: hostname, propspec, hostattrs, and how to deploy it by default.
 Call it to deploy it with that default chain."
+
+  ;; What a call runs: `consfig.deployment` makes it its `deploy*` when it
+  ;; is imported (as `import consfig` does), so that the model does not
+  ;; import the deployment layer above it.
+  (setv deployer None)
   (defn __init__ [self hostname propspec * [deploy None] [desc None] [hostattrs None]
                  [groups None] [site-file None]]
     (setv self.hostname hostname
@@ -64,8 +69,8 @@ Call it to deploy it with that default chain."
   (defn __call__ [self #** kwargs]
     "Deploy this host over its default chain: `(athena :check True)`."
     (import inspect
-            consfig.deployment [deploy*]
             consfig.errors [ConsfigError])
+    (setv deploy* Host.deployer)
     (setv known (lfor [name p] (.items (. (inspect.signature deploy*) parameters))
                       :if (= p.kind p.KEYWORD-ONLY)
                       name)

@@ -9,7 +9,7 @@ An image is a zip file that Python runs, after a `#!/usr/bin/env python3`
 line:
 
   __main__.py          consfig/imageboot.py: unpacks the layers the user's
-                       cache lacks, imports them, calls `run-image`
+                       cache lacks, imports them, calls `consfig.cli.run-image`
   consfig-image.json   {format hostname layers secrets}
   host.json            the preprocessed host and its prerequisite data, as
                        the `:python` hop sends them, the data's content
@@ -143,8 +143,8 @@ saying why."
   (setv entries {})
   (for [layer bundle.layers]
     (.update entries (_layer-entries layer)))
-  (import consfig.imageboot)
-  (setv (get entries "__main__.py") (_read consfig.imageboot.__file__)
+  ;; Its source, read and not imported: the image's, not this process's.
+  (setv (get entries "__main__.py") (_read (os.path.join (os.path.dirname __file__) "imageboot.py"))
         (get entries "consfig-image.json")
         (.encode (json.dumps {"format" FORMAT "hostname" prepared.hostname
                               "layers" bundle.hashes "secrets" (bool secrets)}
@@ -180,18 +180,6 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
       (and (or (not-in "." here) (not-in "." hostname))
            (= (get (.split here ".") 0) (get (.split hostname ".") 0)))))
 
-(defn _parser [hostname archive]
-  (import consfig.cli [Parser output-options])
-  (setv p (Parser :prog f"python3 {(os.path.basename archive)}"
-                  :description f"Apply the configuration of {hostname} to this machine."
-                  :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
-                             "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
-                             "64 a usage error.")))
-  (output-options p)
-  (.add-argument p "--as-host" :action "store_true"
-                 :help f"apply {hostname}'s configuration even though this machine's hostname is not {hostname}")
-  p)
-
 (defclass _Tally []
   ;; Passes events on to SINK, keeping what the state file records.
   (defn __init__ [self sink]
@@ -212,19 +200,13 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
       (setv self.summary event))
     (self.sink event)))
 
-(defn run-image [archive image meta directories new argv]
+(defn apply-image [args archive image meta directories new sink]
   "Apply the host of the image ARCHIVE (the open zip IMAGE, its META, its
 layers unpacked in DIRECTORIES, NEW those unpacked just now) to this
-machine, as the command-line arguments ARGV ask; return the exit status.
-Called by the image's `__main__.py`."
-  (import consfig.cli [guarded])
-  (setv args (.parse-args (_parser (get meta "hostname") archive) argv))
-  (guarded args (fn [args] (_run args archive image meta directories new))))
-
-(defn _run [args archive image meta directories new]
+machine, as ARGS (the image's command line, `consfig.cli.run-image`) ask,
+its events going to SINK; return the exit status."
   (import socket
           consfig.chain [parse-chain]
-          consfig.cli [output-sink]
           consfig.deployment [Prepared run-prepared]
           consfig.engine [announced-count]
           consfig.fleet [fleet-exit-code]
@@ -237,7 +219,6 @@ Called by the image's `__main__.py`."
   ;; A :python hop from here (a chroot, say) ships this very bundle.
   (running-from directories)
   (setv host (host-on-target (json.loads (.decode (.read image "host.json") "utf-8")))
-        sink (output-sink args)
         tally (_Tally sink)
         run {"hostname" hostname
              "image" (sha256-hex (_read archive))
@@ -379,5 +360,5 @@ image never ran there."
     (.append lines f"  failed: {(get f "property")}: {(get (+ (.splitlines (get f "message")) [""]) 0)}"))
   (.join "\n" lines))
 
-(export :objects [Image make-image build-image write-image run-image state-directory
+(export :objects [Image make-image build-image write-image apply-image state-directory
                   STATE-DIRECTORY-SCRIPT state-file host-status format-status])

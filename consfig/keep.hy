@@ -34,7 +34,10 @@ end of any deployment does."
 (import atexit
         threading
         time
-        consfig.chain [chain->data close-chain])
+        consfig.chain [chain->data close-chain hop-spec]
+        consfig.errors [ConsfigError]
+        consfig.frames [HEARTBEAT]
+        consfig.host [find-host])
 
 (setv IDLE-LIMIT 300)
 
@@ -59,11 +62,8 @@ end of any deployment does."
 asking the target: its SSH connections are up (paramiko's keepalive finds
 a dead one), and its `:python` hop's Python, if any, is running and has
 ticked lately."
-  (import consfig.serve [HEARTBEAT])
-  (setv keeper (getattr (get conns -1) "keeper" None))
-  (and (all (gfor c conns
-                  :setv transport (getattr c "transport" None)
-                  (or (is transport None) (.is-active transport))))
+  (setv keeper (. (get conns -1) keeper))
+  (and (all (gfor c conns (.alive? c)))
        (or (not (.apply-remotely? (get conns -1)))
            (and keeper keeper.session (.usable? keeper.session (* 3 HEARTBEAT))))))
 
@@ -82,7 +82,7 @@ not kept."
   (setv names (lfor [name _] chain name))
   (or (in "python" names)
       (and names (= (get names 0) "ssh")
-           (all (gfor n names (in n #("ssh" "sudo" "su" "as")))))))
+           (all (gfor n names (or (= n "ssh") (. (hop-spec n) user-hop)))))))
 
 (defn chain-key [chain hostname]
   "What a kept chain is found by: the parsed CHAIN and the HOSTNAME."
@@ -123,8 +123,6 @@ back with `keep-chain`), or None when there are none that still live."
       (with [_changed] (.wait _changed (max wait 0.05))))))
 
 (defn _hostname-of [host]
-  (import consfig.errors [ConsfigError]
-          consfig.host [find-host])
   (when (hasattr host "hostname") (return host.hostname))
   (try (. (find-host host) hostname)
        (except [ConsfigError] (str host))))

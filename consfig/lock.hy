@@ -27,8 +27,32 @@ process, is deployed without a lock."
         os
         time
         consfig.context [deployment-cache]
-        consfig.errors [ConnectionFailed]
-        consfig.hop [Connection])
+        consfig.errors [CannotStartProcess ConnectionFailed])
+
+;; `consfig.boot.cache_directory` in the shell: the two must agree, or a
+;; POSIX and a `:python` deployment of one target would lock different files.
+(setv CACHE-DIRECTORY-SCRIPT "
+consfig_safe() {
+  [ -d \"$1\" ] && [ -O \"$1\" ] &&
+    [ -z \"$(find -H \"$1\" -prune \\( -perm -020 -o -perm -002 \\) -print)\" ]
+}
+consfig_cache() {
+  home=$(getent passwd \"$(id -u)\" 2>/dev/null | cut -d: -f6)
+  for root in \"$XDG_CACHE_HOME\" \"${home:-$HOME}/.cache\"; do
+    case $root in /*) ;; *) continue;; esac
+    if [ \"$1\" = make ]; then
+      [ -e \"$root\" ] || mkdir -p -m 700 \"$root\" 2>/dev/null
+      consfig_safe \"$root\" && mkdir -m 700 \"$root/consfig\" 2>/dev/null
+    fi
+    if consfig_safe \"$root\" && [ ! -L \"$root/consfig\" ] && consfig_safe \"$root/consfig\"; then
+      [ \"$1\" = make ] && chmod 700 \"$root/consfig\"
+      printf '%s\\n' \"$root/consfig\"
+      return 0
+    fi
+  done
+  return 1
+}
+")
 
 ;; How long a deployment waits for another one on the same target to end.
 (setv LOCK-WAIT 60)
@@ -36,7 +60,7 @@ process, is deployed without a lock."
 ;; $1: seconds to wait; $2: who we are, for whoever waits on us; $3: the
 ;; token the deployment's commands carry.  The reaper runs once the input
 ;; ends: TERM to what carries the token, KILL to what is left after 2 s.
-(setv _HOLD-LOCK "
+(setv _HOLD-LOCK (+ CACHE-DIRECTORY-SCRIPT "
 carrying() {
   grep -lzx \"CONSFIG_DEPLOYMENT=$1\" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3
 }
@@ -51,9 +75,8 @@ reap() {
   kill -KILL $pids 2>/dev/null
   return 0
 }
-d=\"${XDG_CACHE_HOME:-$HOME/.cache}/consfig\"
 command -v flock >/dev/null 2>&1 || { echo unlocked; cat >/dev/null; reap \"$3\"; exit 0; }
-mkdir -p -m 700 \"$d\" || exit 1
+d=$(consfig_cache make) || { echo 'no cache directory of this user is safe to use'; exit 1; }
 exec 9>>\"$d/deploy.lock\"
 if ! flock -w \"$1\" 9; then
   printf 'busy %s\\n' \"$(cat \"$d/deploy.holder\" 2>/dev/null)\"
@@ -62,7 +85,7 @@ fi
 printf '%s\\n' \"$2\" >\"$d/deploy.holder\"
 echo locked
 cat >/dev/null
-reap \"$3\"")
+reap \"$3\""))
 
 (defn _holder [hostname]
   ;; getpass, socket and secrets (below) are imported where they are used:
@@ -79,9 +102,13 @@ it, for whoever waits."
 
 (defn _acquire [connection hostname wait]
   (import secrets)
-  (setv token (secrets.token-hex 16)
-        process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
-                                            (str wait) (_holder hostname) token]))
+  (setv token (secrets.token-hex 16))
+  (try
+    (setv process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
+                                              (str wait) (_holder hostname) token]))
+    ;; A hop that cannot start a process (one of a site's own that
+    ;; implements only run-script) cannot hold a lock either.
+    (except [CannotStartProcess] (return None)))
   (setv answer (.decode (.readline process.stdout) "utf-8" "replace"))
   (cond
     (in (.strip answer) #("locked" "unlocked"))
@@ -105,25 +132,37 @@ it, for whoever waits."
   (when (is (.wait process 10) None)
     (.kill process)))
 
+(defn _lock-holder [connection]
+  ;; A `:python` hop starts its processes through the hop before it, where
+  ;; the lock file is too: that is the target the lock is on.
+  (while (.apply-remotely? connection)
+    (setv connection connection.upstream))
+  connection)
+
+(defn lock-held? [connection * [within None]]
+  "Whether the target of CONNECTION is under a deployment lock already: one
+this process holds (`holding-target-lock`), or the lock of the deployment
+applied through WITHIN when a nested deployment's target is that same
+connection (`[:local :python]` from it) — which may be held by the
+controller, out of this process's sight."
+  (setv connection (_lock-holder connection))
+  (or (in connection.where (.get (deployment-cache) "target-locks" #{}))
+      (is connection within)))
+
 (defn [contextlib.contextmanager] holding-target-lock [connection hostname * [within None]]
   "Hold the deployment lock on the target of CONNECTION while the body runs,
 waiting up to `LOCK-WAIT` seconds for another deployment to release it.  A
 deployment nested in the one applied through WITHIN whose target is that
 same connection (`[:local :python]` from it) is under its lock already —
 which may be held by the controller, out of this process's sight."
-  ;; A `:python` hop starts its processes through the hop before it, where
-  ;; the lock file is too: that is the target the lock is on.
-  (while (.apply-remotely? connection)
-    (setv connection connection.upstream))
-  (setv held (.setdefault (deployment-cache) "target-locks" (set))
+  (setv connection (_lock-holder connection)
+        held (.setdefault (deployment-cache) "target-locks" (set))
         key connection.where)
-  (if (or (in key held) (is connection within)
-          ;; A hop that cannot start a process (one of a site's own that
-          ;; implements only run-script) cannot hold a lock either.
-          (is (. (type connection) start-process) Connection.start-process))
+  (setv process (when (not (lock-held? connection :within within))
+                  (_acquire connection hostname LOCK-WAIT)))
+  (if (is process None)
       (yield)
-      (do (setv process (_acquire connection hostname LOCK-WAIT))
-          (.add held key)
+      (do (.add held key)
           (try
             (yield)
             (finally
@@ -131,4 +170,4 @@ which may be held by the controller, out of this process's sight."
               (setv connection.deployment-token None)
               (_release process))))))
 
-(export :objects [holding-target-lock lock-request LOCK-WAIT])
+(export :objects [holding-target-lock lock-held? lock-request LOCK-WAIT CACHE-DIRECTORY-SCRIPT])

@@ -26,7 +26,7 @@ that a property needing it fails on the host, saying why."
         consfig.datacache [data-manifest items-to-carry]
         consfig.errors [FailedChange]
         consfig.property [Propapp find-property propapp-desc]
-        consfig.types [_Secret annotation-type])
+        consfig.types [annotation-type secret-type?])
 
 (defn _secret-arguments [propapp]
   ;; The names of PROPAPP's own arguments typed secret that hold a value.
@@ -35,7 +35,7 @@ that a property needing it fails on the host, saying why."
         bound (. (.bind-partial prop.signature #* pos #** kw) arguments)
         params prop.signature.parameters)
   (lfor [name value] (.items bound)
-        :if (and (isinstance (annotation-type (. (get params name) annotation)) _Secret)
+        :if (and (secret-type? (annotation-type (. (get params name) annotation)))
                  (is-not value None))
         name))
 

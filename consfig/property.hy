@@ -559,7 +559,7 @@ the last parameter receives the trailing forms as an unevaluated propspec."
                    (fn ~params None)
                    :doc ~doc
                    :where ~(definition-where _hy_compiler)
-                   :invariants ~(_invariants-form params invariants)
+                   :invariants ~(invariants-form params invariants)
                    ~@(sum (gfor [k form] subs [(hy.models.Keyword k) (_subroutine-form params form)]) [])
                    ~@(sum (gfor [k v] options [(hy.models.Keyword k) v]) [])))
      ~(dotted-macro-form name module doc)))
@@ -574,14 +574,17 @@ messages; the file relative to the working directory when it is below it."
     (setv filename (os.path.relpath filename)))
   (if line f"{filename}:{line}" filename))
 
-(defn _invariants-form [params invariants]
-  ;; (:invariant CONDITION MESSAGE): both see the parameters.
+(defn invariants-form [params invariants]
+  "The code of a property's INVARIANTS, each `(:invariant CONDITION MESSAGE)`,
+both forms seeing the parameters PARAMS: for `defprop`'s expansion."
   `[~@(gfor form invariants
             (do (when (!= (len form) 3)
                   (raise (PropspecError f"(:invariant CONDITION MESSAGE) takes two forms, got {(hy.repr form)}")))
                 `#((fn ~params ~(get form 1)) (fn ~params ~(get form 2)))))])
 
 (defn dotted-macro-form [name module [doc None]]
+  "The `NAME*` macro a definer makes for the property NAME of MODULE: its
+dotted form, whose last parameter takes the trailing forms."
   ;; A call that registers one shared closure, not a `defmacro` each: Hy
   ;; compiles and evaluates a macro's definition as it compiles the module,
   ;; some 40 ms a property, paid again after every edit of a site.

@@ -405,7 +405,7 @@ tagged so that `data->propspec` restores them exactly."
                    :doc ~doc
                    :where ~(hy.I.consfig/property.definition-where compiler)
                    :declared-type ~(when type type.name)
-                   :invariants ~(hy.I.consfig/property._invariants-form params invariants)
+                   :invariants ~(hy.I.consfig/property.invariants-form params invariants)
                    ~@(if desc [':desc `(fn ~params ~@(cut desc 1 None))] [])
                    :propspec (fn ~params ~(propspec-code forms))))
      ~(hy.I.consfig/property.dotted-macro-form name module doc)))

@@ -32,11 +32,13 @@ bundle is made by `consfig.bundle`; what data travels, `consfig.datacache`."
         consfig.boot [NO-SAFE-CACHE PROTOCOL TOO-OLD]
         consfig.bundle [bundle-for bytecode-matches? compiled-archive]
         consfig.datacache [data-frame items-to-carry kept? sent-events]
-        consfig.errors [ConnectionFailed ConsfigError _indent]
+        consfig.engine [Outcome]
+        consfig.errors [ConnectionFailed ConsfigError indented]
         consfig.events [output-event]
-        consfig.frames [frame read-frame]
+        consfig.frames [HEARTBEAT frame read-frame]
         consfig.noservices [no-services-reason]
         consfig.payload [host-payload]
+        consfig.propspec [propspec->data]
         consfig.util [write-atomically])
 
 (defn _minify [source]
@@ -206,16 +208,16 @@ has exited or WAIT seconds have passed."
   (setv found (cond (= code TOO-OLD) (or stderr "a Python older than 3.9")
                     (in code #(126 127 None)) f"{interpreter} was not found, or cannot run"
                     True (+ f"{interpreter} exited with code {code} before it could start"
-                            (if stderr f":\n{(_indent stderr)}" ""))))
+                            (if stderr f":\n{(indented stderr)}" ""))))
   (when (= code NO-SAFE-CACHE)
     (return (ConnectionFailed
               (+ f"{hostname}: the Python on the target ({where}) has no safe place to cache "
-                 f"consfig's code:\n{(_indent stderr)}\n"
+                 f"consfig's code:\n{(indented stderr)}\n"
                  "  Make $XDG_CACHE_HOME or ~/.cache a directory of the target user's that no one "
                  "else can write to."))))
   (ConnectionFailed
     (+ f"{hostname}: no usable Python on the target ({where}): {found}\n"
-       (if (and stderr (in code #(126 127))) f"{(_indent stderr)}\n" "")
+       (if (and stderr (in code #(126 127))) f"{(indented stderr)}\n" "")
        "  consfig needs Python 3.9 or later there: install it, name it with "
        "[:python :interpreter \"/path/to/python3\"], or use [:python :install True].")))
 
@@ -233,7 +235,6 @@ has exited or WAIT seconds have passed."
   ;; All at once: the target reads the apply message once it is ready.
   ;; The payload holds the host and its data's manifest (as an image does);
   ;; SETTINGS: unapply, check, verbosity, command-timeout, no-services.
-  (import consfig.propspec [propspec->data])
   (.send session {"op" "hello" "protocol" PROTOCOL "layers" bundle.hashes})
   (.send session {"op" "apply"
                   #** (host-payload host)
@@ -285,7 +286,7 @@ has exited or WAIT seconds have passed."
   (ConnectionFailed
     (+ f"{name}: the Python on the target ({where}) ended before the deployment finished"
        (if (is code None) "" f" (exit code {code})")
-       (let [err (.stderr-text session)] (if err f":\n{(_indent err)}" "")))))
+       (let [err (.stderr-text session)] (if err f":\n{(indented err)}" "")))))
 
 (defn _receive [session timeout name where stage]
   (try (.receive session timeout)
@@ -312,7 +313,6 @@ has exited or WAIT seconds have passed."
   ;; Answer the target until it is done: the bundle when it asks (once),
   ;; data it found damaged in its cache (ITEMS: all it may ask for), its
   ;; events to SINK.  The `Outcome`, or an error.
-  (import consfig.engine [Outcome])
   (setv note (fn [text] (_tell sink name text "progress"))
         sent (set)
         wait timeout)
@@ -347,7 +347,7 @@ has exited or WAIT seconds have passed."
       (raise (ConsfigError
                (+ f"{name}: on the target ({where}): {(get m "message")}"
                   (if (and verbosity (get m "traceback"))
-                      (+ "\n" (_indent (get m "traceback")))
+                      (+ "\n" (indented (get m "traceback")))
                       "")))))))
 
 (defclass KeptSessionLost [ConnectionFailed]
@@ -405,7 +405,6 @@ deployment made through it: one it kept is used when it is still there and
 runs the same bundle.  When that one turns out to have ended before it got
 the host, `KeptSessionLost` is raised.  LOCK (a `consfig.lock.lock-request`):
 the target's Python takes the deployment lock itself, for this apply."
-  (import consfig.serve [HEARTBEAT])
   (setv where (or where upstream.where)
         name host.hostname
         bundle (bundle-for host.propspec modules)

@@ -22,9 +22,8 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         consfig.bundle [prune-bundles running-from]
         consfig.connections.local [LocalConnection kill-running]
         consfig.errors [ConsfigError]
-        consfig.frames [OUTPUT-LIMIT bounded frame read-frame])
+        consfig.frames [HEARTBEAT OUTPUT-LIMIT bounded frame read-frame])
 
-(setv HEARTBEAT 5)
 ;; How long an event may wait for others to share its frame.
 (setv COALESCE 0.02)
 (setv FRAME-BUDGET (* 1024 1024))

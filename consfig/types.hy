@@ -27,12 +27,21 @@ Calling a type on a value returns the value or raises `ParameterTypeError`."
 (defclass Type []
   "A parameter type.  CHECK takes a value and returns true when it is
 accepted; or, for a type made of others, `explain` is overridden to say
-which part is wrong."
-  (defn __init__ [self name phrase check [render None]]
+which part is wrong.  NORMALISE, if given, takes an accepted value and
+returns it in the one spelling kept (see `normalise`)."
+  (defn __init__ [self name phrase check [render None] * [normalise None]]
     (setv self.name name
           self.phrase phrase
           self._check check
-          self._render render))
+          self._render render
+          self.normaliser normalise))
+
+  (defn normalise [self value]
+    "VALUE, checked, in the spelling this type keeps: an absolute path with
+no trailing `/`, a port given as text as an integer (the types of a hop's
+arguments, `consfig.hop`).  Raise `ParameterTypeError` when it is refused."
+    (self value)
+    (if self.normaliser (self.normaliser value) value))
 
   (defn explain [self value]
     "None when VALUE is accepted, otherwise what is wrong with it."
@@ -59,7 +68,7 @@ which part is wrong."
 
 (defn named [name t [phrase None]]
   "Type T under another NAME (and PHRASE): what `defparamtype` builds."
-  (Type name (or phrase t.phrase) t.accepts t.render))
+  (Type name (or phrase t.phrase) t.accepts t.render :normalise t.normaliser))
 
 (defmacro defparamtype [name t [phrase None]]
   "Define NAME as the type T, optionally with a PHRASE for messages:
@@ -235,6 +244,10 @@ name in Hy.)"
 (defn secret [t]
   "Type T, for a secret value: a refusal does not show the value."
   (_Secret t))
+
+(defn secret-type? [t]
+  "Whether T is a `(secret …)` type: a value of it is never shown."
+  (isinstance t _Secret))
 
 (defn annotation-type [annotation]
   "The `Type` of a parameter's ANNOTATION, or None when it has none."

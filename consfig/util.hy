@@ -1,5 +1,5 @@
 "Small helpers every layer uses: keyword names, the text/bytes boundary,
-digests, and writing a local file atomically.
+text bounded in length, digests, and writing a local file atomically.
 
 Nothing here imports anything of consfig's, so any module may import it."
 
@@ -23,34 +23,70 @@ Nothing here imports anything of consfig's, so any module may import it."
         (isinstance s bytes) s
         True (.encode s "utf-8")))
 
+(defn left-out-note [n]
+  "The line that stands, in bounded output, for the N bytes left out."
+  f"\n[… {n} bytes left out …]\n")
+
+(defn bounded [text [limit 65536]]
+  "TEXT, or when it is longer than LIMIT characters its head and tail with
+a line in between saying how many bytes were left out."
+  (if (<= (len text) limit)
+      text
+      (do (setv half (// limit 2)
+                left-out (len (.encode (cut text half (- half)) "utf-8" "replace")))
+          (+ (cut text 0 half) (left-out-note left-out) (cut text (- half) None)))))
+
 (defn sha256-hex [b]
   "The hex SHA-256 digest of the bytes B."
-  ;; Imported here, as `tempfile` below: every module imports this one,
+  ;; Imported here, as `errno` below: every module imports this one,
   ;; and the target of a :python hop often needs neither.
   (import hashlib)
   (.hexdigest (hashlib.sha256 b)))
 
-(defn write-atomically [path data [mode 0o644]]
+(defn write-atomically [path data [mode 0o644] * [dir-fd None] [prepare None]]
   "Write DATA (bytes) to the local file PATH, with MODE, through a temporary
 file in its directory, flushed to disk before it is renamed over PATH (and
-the directory flushed after): a reader sees the old file or the new one,
-never part of one, and a failure leaves no temporary behind."
-  (import tempfile)
-  (setv path (os.fspath path)
-        directory (or (os.path.dirname path) ".")
-        #(fd tmp) (tempfile.mkstemp :dir directory :prefix f".{(os.path.basename path)}."
-                                    :suffix ".tmp"))
-  (try
-    (with [f (os.fdopen fd "wb")]
-      (os.fchmod (.fileno f) mode)
-      (.write f data)
-      (.flush f)
-      (os.fsync (.fileno f)))
-    (os.replace tmp path)
-    (except [BaseException]
-      (try (os.unlink tmp) (except [FileNotFoundError] None))
-      (raise)))
-  (setv dir-fd (os.open directory os.O-RDONLY))
-  (try (os.fsync dir-fd) (finally (os.close dir-fd))))
+the directory flushed after, but for DIR-FD: a property's write, as over
+a POSIX hop, leaves that to the file system): a reader sees the old file or the new one,
+never part of one, and a failure leaves no temporary behind.  The
+temporary is named `.consfig-XXXXXXXX`, so that what a killed write left
+can be recognised.  With DIR-FD (a descriptor of a directory, `O_PATH`
+will do, as the local connection's safe walk leaves it), PATH is a name in
+that directory.  PREPARE, when given, is called with the temporary's
+descriptor once DATA is in it, and sets its mode and owner instead of MODE.
 
-(export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically])
+This is the one atomic write of a local file: the local connection's
+`write-file` is it after a safe walk; over a POSIX hop the same steps are a
+shell script (`consfig.hop.Connection.write-script`)."
+  (if (is dir-fd None)
+      (do (setv path (os.fspath path)
+                fd (os.open (or (os.path.dirname path) ".") (| os.O-PATH os.O-DIRECTORY os.O-CLOEXEC)))
+          (try (write-atomically (os.path.basename path) data mode :dir-fd fd :prepare prepare)
+               (setv d (os.open "." (| os.O-RDONLY os.O-CLOEXEC) :dir-fd fd))
+               (try (os.fsync d) (finally (os.close d)))
+               (finally (os.close fd))))
+      (do (setv #(fd tmp) (_create-temporary dir-fd))
+          (try
+            (with [f (os.fdopen fd "wb")]
+              (.write f data)
+              (.flush f)
+              (if prepare (prepare fd) (os.fchmod fd mode))
+              (os.fsync fd))
+            (os.rename tmp path :src-dir-fd dir-fd :dst-dir-fd dir-fd)
+            (except [BaseException]
+              (try (os.unlink tmp :dir-fd dir-fd) (except [FileNotFoundError] None))
+              (raise))))))
+
+(defn _create-temporary [dir-fd]
+  ;; mkstemp, relative to a descriptor: a new name, made here and nowhere else.
+  (import errno)
+  (for [_ (range 100)]
+    (setv name (+ ".consfig-" (.hex (os.urandom 4))))
+    (try (return #((os.open name (| os.O-WRONLY os.O-CREAT os.O-EXCL os.O-NOFOLLOW os.O-CLOEXEC)
+                            0o600 :dir-fd dir-fd)
+                   name))
+         (except [FileExistsError] None)))
+  (raise (FileExistsError errno.EEXIST "no free temporary name" ".consfig-XXXXXXXX")))
+
+(export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically bounded
+                  left-out-note])

@@ -479,9 +479,9 @@ checksum does not match."
 
 ;; The key parameter: a public key, or None for one from data.  Its own
 ;; type rather than `(optional …)`, whose refusal would show the value.
-(setv key-or-none (named "key-or-none" openpgp-public-key))
-(setv key-or-none.explain _explain-key
-      key-or-none._check (fn [k] (is (_explain-key k) None)))
+(setv key-or-none (Type "key-or-none" openpgp-public-key.phrase
+                        (fn [k] (is (_explain-key k) None)) openpgp-public-key.render))
+(setv key-or-none.explain _explain-key)
 
 (defn keyring-path [name key]
   "Where `trusts-key` installs the key NAME, KEY being what it was given
@@ -710,8 +710,8 @@ the file.  `source` writes a deb822 file from typed fields instead."
   (:hostattrs (required "debian"))
   (:simulates True)
   (:apply
-    (import consfig.props.file [_text])
-    (_write-sources (_additional-path basename content) (_text content)))
+    (import consfig.props.file [content-text])
+    (_write-sources (_additional-path basename content) (content-text content)))
   (:unapply (_remove-sources (_additional-path basename content))))
 
 (defprop cache-cleaned :posix []

@@ -31,6 +31,7 @@ unchanged, as is every line the property has no business with."
         consfig.events [diff-event]
         consfig.errors [AbortedChange ConsfigError FailedChange UnsafePath]
         consfig.hop [SAFE-WALK]
+        consfig.lock [CACHE-DIRECTORY-SCRIPT]
         consfig.util [keyword-name])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
@@ -76,7 +77,9 @@ one dict; None when nothing is."
         (.extend out (_file-lines x))))
   out)
 
-(defn _text [content]
+(defn content-text [content]
+  "The text of a file given as CONTENT: a string as it is, or a list of
+lines (nested lists flattened, each line ended by a newline)."
   (if (isinstance content #(list tuple))
       (+ (.join "\n" (_lines content)) "\n")
       content))
@@ -215,7 +218,7 @@ from prerequisite data instead (`secret-uploaded`)."
   (:simulates True)
   (:desc f"{path} has content")
   (:invariant (not secret) _INLINE-SECRET)
-  (:apply (update-file path (_text content) :mode mode :follow follow)))
+  (:apply (update-file path (content-text content) :mode mode :follow follow)))
 
 (defprop exists-with-content :posix [#^ abs-path path #^ content content
                                       * #^ file-mode [mode None] #^ boolean [secret False]]
@@ -225,7 +228,7 @@ with the OS.  SECRET True is refused, as there."
   (:simulates True)
   (:desc f"{path} exists with content")
   (:invariant (not secret) _INLINE-SECRET)
-  (:apply (update-file path (_text content) :mode mode))
+  (:apply (update-file path (content-text content) :mode mode))
   (:unapply (remove-files path)))
 
 (defn remove-files [#* paths]
@@ -532,12 +535,10 @@ deployment needs it already holds in memory; the next one sends it again."
           (checking?) (do (inform f"{(.join " " dirs)} would be removed") WOULD-CHANGE)
           True (run "rm" "-rf" "--" #* dirs))))
 
-;; Where a target's Python keeps data (consfig.boot's cache_directory): under
-;; an absolute $XDG_CACHE_HOME, else under the user's home directory as the
-;; password database has it (sudo may leave $HOME as the invoking user's).
-(setv _DATA-CACHES (.join "\n" ["case \"$XDG_CACHE_HOME\" in /*) echo \"$XDG_CACHE_HOME/consfig/data\"; exit;; esac"
-                                "home=$(getent passwd \"$(id -u)\" | cut -d: -f6)"
-                                "echo \"${home:-$HOME}/.cache/consfig/data\""]))
+;; Where a target's Python keeps data: the cache directory it would use
+;; (consfig.lock has the shell's twin of consfig.boot.cache_directory), if
+;; there is one already.
+(setv _DATA-CACHES (+ CACHE-DIRECTORY-SCRIPT "d=$(consfig_cache) && echo \"$d/data\""))
 
 ;; Config files.  A line that sets a key is found by a regular expression
 ;; applied to the line with any leading comment characters removed, so that

@@ -23,10 +23,10 @@ PACKAGES = {"consfig": "consfig", "props": "consfig.props",
 # removes them; until then, none may grow and no other may appear.
 KNOWN_CYCLES = [
     {"consfig.property", "consfig.propspec", "consfig.types"},
-    {"consfig.boot", "consfig.bundle", "consfig.serve", "consfig.remote", "consfig.payload",
-     "consfig.datacache", "consfig.data", "consfig.datasources", "consfig.connections.sudo",
-     "consfig.deployment", "consfig.engine", "consfig.host", "consfig.keep"},
-    {"consfig.cli", "consfig.image", "consfig.imageboot"},
+    # boot -> serve is the bootstrap handing over; the rest of the Python
+    # hop imports boot's helpers; data and datacache use each other.
+    {"consfig.boot", "consfig.bundle", "consfig.serve", "consfig.payload",
+     "consfig.datacache", "consfig.data"},
 ]
 
 
@@ -136,3 +136,11 @@ def test_no_import_cycle_but_the_known_ones_and_none_grew():
         "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(edges[a] & c))
         for c in bad)
     assert not bad, "modules that import one another (see docs/python-hop.md):\n" + report
+
+
+def test_the_list_of_known_cycles_shrinks_with_them():
+    # A cycle taken apart, or made smaller, is struck off the list (or
+    # shrunk there), so that it cannot come back unnoticed.
+    found = cycles(graph())
+    stale = [sorted(k) for k in KNOWN_CYCLES if k not in found]
+    assert not stale, f"known cycles that are no longer (or no longer so big): {stale}"

@@ -157,3 +157,64 @@ def test_a_hop_that_cannot_start_a_process_deploys_unlocked():
         with consfig.lock.holding_target_lock(conn, "x.example"):
             ran.append(conn.deployment_token)
     assert ran == [None], f"the body ran once, with no lock token: {ran}"
+
+
+def _hold_locally(hostname):
+    conns = establish_chain(parse_chain([K("local")]))
+    lock = consfig.lock.holding_target_lock(conns[-1], hostname)
+    lock.__enter__()
+    return conns, lock
+
+
+@pytest.mark.parametrize("environment", ["home-not-the-password-databases", "cache-home-relative",
+                                         "cache-home-writable-by-others"])
+def test_a_posix_and_a_python_deployment_of_one_target_contend_for_one_lock(
+        tmp_path, monkeypatch, environment):
+    # Where $HOME or $XDG_CACHE_HOME say something the target's Python
+    # does not take (consfig.boot.cache_directory), the POSIX holder must
+    # still lock the file the Python locks: the two deployments contend.
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    if environment == "home-not-the-password-databases":
+        (tmp_path / "home").mkdir()
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    elif environment == "cache-home-relative":
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("XDG_CACHE_HOME", "relative-cache")
+    else:
+        (tmp_path / "open").mkdir(mode=0o777)
+        (tmp_path / "open").chmod(0o777)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "open"))
+    # This machine's root is the target: another test run may hold it a while.
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 300)
+    with establishing_for(make_host("holder.example", None, None, eseqprops())):
+        conns, lock = _hold_locally("holder.example")
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
+    try:
+        with pytest.raises(ConsfigError) as e:
+            deploy([K("local"), K("python")], make_host("lab", None, None, eseqprops()),
+                   propspec=eseqprops(file.contains_lines(str(tmp_path / "f"), "x")),
+                   sink=lambda e: None)
+    finally:
+        lock.__exit__(None, None, None)
+        close_chain(conns)
+    message = str(e.value)
+    assert "deploying holder.example" in message, message
+    assert not (tmp_path / "f").exists(), "nothing was applied"
+
+
+lock_held = getattr(consfig.lock, hy.mangle("lock-held?"))
+
+
+def test_a_python_hop_over_the_locked_connection_is_under_its_lock(monkeypatch):
+    # What a nested `[:local :python]` deployment relies on: its target's
+    # Python is told to take no lock of its own, which would wait for ours.
+    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 300)
+    with establishing_for(make_host("lab", None, None, eseqprops())):
+        conns = establish_chain(parse_chain([K("local"), K("python")]))
+        try:
+            assert not lock_held(conns[-1]), "not before the lock is taken"
+            with consfig.lock.holding_target_lock(conns[0], "outer.example"):
+                assert lock_held(conns[-1]), "the Python's target is the locked one"
+            assert not lock_held(conns[-1]), "nor after it is released"
+        finally:
+            close_chain(conns)
