@@ -23,7 +23,7 @@ _MACRO_MODULES = (property, propspec, host, deployment, data)
 # propspec with a small part of the library.
 _MODULES = ("property", "propspec", "host", "deployment", "fleet", "image", "combinators",
             "handlers", "result", "actions", "context", "chain", "hop", "types", "engine",
-            "errors", "data", "datasources", "keep")
+            "errors", "data", "datasources", "keep", "watchspec")
 
 _hy_macros = {}
 for _m in _MACRO_MODULES:
