@@ -34,6 +34,25 @@ The five kinds:
            that was never started (--max-fail was reached) has a summary
            of its own, with status \"not-started\".
 
+The converging agent (`consfig converge`, docs/converge.md) adds a sixth:
+
+  converge what the agent saw or did about one property, between the start
+           and end events of its checks and repairs.  \"what\": \"watching\"
+           (it started: \"properties\", \"watches\" counts), \"drift\" (a
+           check found the property undone: \"desc\", and what differs as
+           \"explanation\" and \"diff\"), \"repaired\", \"failed\" (its
+           check or repair raised: \"message\"), \"fight\" (repairs come
+           faster than its limit allows: something keeps undoing it;
+           \"limit\", \"burst\", \"retry-in\"), \"rescan\" (every property is
+           checked again: after a push, or when events were lost) and
+           \"stopped\".  With noop, a drift is reported and not repaired
+           (\"noop\": true).
+
+`consfig deploy --check --json` ends with a \"drift-summary\" line: for each
+host, under \"hosts\", its \"drifted\" and \"failures\" counts and its
+\"status\"; \"drifted\" and \"failed\" list the hosts concerned, and
+\"not-started\" counts those never reached (--max-fail).
+
 `consfig deploy --json` writes these events, one JSON object per line, each
 stamped with \"time\" (seconds since the epoch)."
 
@@ -62,6 +81,25 @@ or a \"command\"'s output."
   {"event" "summary" "status" status "changes" changes "failures" failures
    "check" check})
 
+(defn converge-event [what [desc None] #** details]
+  "The converging agent's report WHAT (\"drift\", \"repaired\", …) about
+the property described by DESC; DETAILS are added as they are, but None."
+  {"event" "converge" "what" what
+   #** (if (is desc None) {} {"desc" desc})
+   #** (dfor [k v] (.items details) :if (is-not v None) k v)})
+
+(defn drift-summary-event [outcomes]
+  "The last line of `consfig deploy --check --json`: for each host of
+OUTCOMES, how many properties drifted (would change) and failed, for
+monitoring to read."
+  (setv done (lfor o outcomes :if (is-not o None) o))
+  {"event" "drift-summary"
+   "hosts" (dfor o done o.hostname {"drifted" o.changes "failures" o.failures
+                                    "status" o.status})
+   "drifted" (sorted (gfor o done :if o.changes o.hostname))
+   "failed" (sorted (gfor o done :if o.failures o.hostname))
+   "not-started" (- (len outcomes) (len done))})
+
 (defn first-report? [event]
   "Whether EVENT is the first report of a failure (one to count)."
   (and (= (get event "event") "end")
@@ -69,4 +107,4 @@ or a \"command\"'s output."
        (in "message" event)))
 
 (export :objects [start-event end-event output-event diff-event summary-event
-                  first-report?])
+                  converge-event drift-summary-event first-report?])

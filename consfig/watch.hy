@@ -65,7 +65,9 @@ of the directory nearest to it that exists."
           ;; wd -> {name -> set of paths}, name None for any event.
           self.deps {}
           ;; wd -> the directory it watches
-          self.dirs {}))
+          self.dirs {}
+          ;; How many times the kernel's queue overflowed.
+          self.overflows 0))
 
   (defn fileno [self] (.fileno self.inotify))
 
@@ -126,7 +128,8 @@ of the directory nearest to it that exists."
     (for [e (.read self.inotify :timeout 0)]
       (cond
         (& e.mask f.Q_OVERFLOW)
-        (return (self.everything))
+        (do (+= self.overflows 1)
+            (return (self.everything)))
         (& e.mask (| f.IGNORED f.DELETE_SELF f.MOVE_SELF))
         (do (.add gone e.wd)
             (for [ps (.values (.get self.deps e.wd {}))] (.update touched ps)))
@@ -267,6 +270,11 @@ KEY."
           self._no-bus True)
     (for [u self._units] (self._poll-unit-later u))
     (sfor ks (.values self._units) k ks k))
+
+  (defn [property] overflows [self]
+    "How many times events were lost (the inotify queue overflowed): each
+time, `wait` returned every key."
+    (if self._paths self._paths.overflows 0))
 
   (defn wake [self]
     "Make a `wait` in progress (or the next one) return at once: safe from a

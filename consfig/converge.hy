@@ -1,0 +1,314 @@
+"The converging agent, on the target: apply once, then keep the host so.
+
+Once the host has been applied, the agent registers what each leaf propapp
+of its propspec watches (its `:watch`, see `consfig.watchspec`; a poll at
+the host's interval when it has none) with one `consfig.watch.Watcher`, and
+waits.  When a resource may have changed, it checks just the propapps that
+watch it; one that drifted is reported (a `converge` event: what differs,
+its diff) and re-applied under the deployment lock, so that a push and a
+repair never run at once.  Everything it does is an event of the engine's,
+streamed to the controller like a deployment's (`consfig converge HOST`) and
+appended to a log that `consfig converge HOST --follow` reads.
+
+- A property that raises is reported; it is checked again at its next event.
+- Repairs of one propapp are rate-limited (`RepairLimit`): when something
+  keeps undoing it, the fight is reported once and repairs back off.
+- SIGTERM (or the controller going away) ends the agent once the repair in
+  progress, if any, is done: a write is never cut short.
+- A push deployment takes the same lock: the agent waits for it, then checks
+  every propapp again (it learns of the push from the lock's holder file).
+
+The meta-parameters of `with-meta` (consfig.meta: `:noop`, `:limit`,
+`:burst`, `:poll`), where that module exists, are read in one place:
+`leaves`."
+
+(import contextlib
+        json
+        os
+        signal
+        threading
+        time
+        consfig.context [applying]
+        consfig.engine [CANNOT-CHECK NO-CHANGE Reported Run apply-deployment current-run]
+        consfig.errors [ConsfigError]
+        consfig.events [converge-event]
+        consfig.lock [read-holder target-lock-held]
+        consfig.property [find-property propapp-desc propapps-in propapp-watches])
+
+;; Seconds between checks of a property that watches nothing.
+(setv INTERVAL 300)
+;; Repairs of one propapp: BURST in a row, then LIMIT a second.
+(setv LIMIT 1.0
+      BURST 5)
+;; The event log is rotated (one old file kept) past this size.
+(setv LOG-LIMIT (* 1024 1024))
+(setv _PUSH "push")
+
+(defclass RepairLimit []
+  "A token bucket: BURST repairs at once, then LIMIT repairs a second (None:
+no limit)."
+  (defn __init__ [self [limit LIMIT] [burst BURST]]
+    (setv self.limit limit
+          self.burst (max 1 (or burst 1))
+          self.tokens self.burst
+          self.at (time.monotonic)))
+
+  (defn take [self [now None]]
+    "0 when a repair may go now (and it is counted), else how many seconds
+until one may."
+    (when (is self.limit None) (return 0))
+    (setv now (if (is now None) (time.monotonic) now)
+          self.tokens (min self.burst (+ self.tokens (* (- now self.at) self.limit)))
+          self.at now)
+    (cond (>= self.tokens 1) (do (-= self.tokens 1) 0)
+          (<= self.limit 0) INTERVAL
+          True (/ (- 1 self.tokens) self.limit))))
+
+(defn _metas [propspec]
+  ;; The meta-parameters of each leaf propapp, by identity, where
+  ;; `with-meta` exists; none otherwise.
+  (try (import consfig.meta [effective-meta])
+       (except [ImportError] (return {})))
+  (dfor [p meta] (effective-meta propspec) (id p) meta))
+
+(defn leaves [propspec]
+  "The propapps of PROPSPEC the agent keeps, in order: those that hold no
+other propapp, as `#(propapp unapply meta)`: UNAPPLY when an `unapplied`
+encloses it (an odd number of them), META its meta-parameters.  A
+deployment of another host inside (`deploys`, a chroot) is left to that
+host."
+  (setv metas (_metas propspec)
+        out [])
+  (defn walk [p unapply]
+    (setv prop (find-property p.name)
+          inner (propapps-in p.args))
+    (cond prop.opaque-type None
+          (= p.name "consfig.combinators.unapplied") (for [q inner] (walk q (not unapply)))
+          inner (for [q inner] (walk q unapply))
+          True (.append out #(p unapply (.get metas (id p) {})))))
+  (walk propspec False)
+  out)
+
+(defclass _Leaf []
+  (defn __init__ [self key propapp unapply meta interval]
+    (setv self.key key
+          self.propapp propapp
+          self.unapply unapply
+          self.noop (bool (.get meta "noop" False))
+          self.limit (RepairLimit (.get meta "limit" LIMIT) (.get meta "burst" BURST))
+          self.fighting False
+          self.desc (try (propapp-desc propapp)
+                         (except [Exception] (. (find-property propapp.name) short-name)))
+          self.specs (or (propapp-watches propapp) [["poll" interval]]))
+    (when (and (.get meta "poll") (not-in "poll" (gfor s self.specs (get s 0))))
+      (.append self.specs ["poll" (get meta "poll")]))))
+
+(defclass EventLog []
+  "Appends each event, as a line of JSON stamped with the time, to PATH
+(mode 0600, in a directory only its owner reads): what `consfig converge
+--follow` reads.  Past `LOG-LIMIT` bytes the file becomes PATH.1."
+  (defn __init__ [self path]
+    (setv self.path path
+          self.lock (threading.Lock))
+    (os.makedirs (os.path.dirname path) 0o700 :exist-ok True))
+  (defn __call__ [self event]
+    (setv line (.encode (+ (json.dumps {"time" (round (time.time) 3) #** event}
+                                       :ensure-ascii False :default str)
+                           "\n")))
+    (with [self.lock]
+      (try
+        (when (> (+ (os.path.getsize self.path) (len line)) LOG-LIMIT)
+          (os.replace self.path (+ self.path ".1")))
+        (except [OSError] None))
+      (setv fd (os.open self.path (| os.O-WRONLY os.O-APPEND os.O-CREAT) 0o600))
+      (try (os.write fd line) (finally (os.close fd))))))
+
+(defn log-path [hostname [directory None]]
+  "The agent's event log for HOSTNAME: converge/HOSTNAME.jsonl in consfig's
+state directory (/var/lib/consfig for root)."
+  (import consfig.image [state-directory])
+  (when (or (not hostname) (in "/" hostname) (.startswith hostname "."))
+    (raise (ConsfigError f"{hostname !r} cannot name an event log")))
+  (os.path.join (or directory (state-directory)) "converge" f"{hostname}.jsonl"))
+
+(defclass Agent []
+  "Keeps HOST (preprocessed, on the target) converged through CONNECTION,
+sending events to SINK.  LOCK-DIR: the cache directory whose deployment
+lock it takes for each repair.  NOOP: report drift, repair nothing.
+INTERVAL: seconds between checks of a property that watches nothing."
+  (defn __init__ [self host connection sink lock-dir * [noop False] [interval INTERVAL]
+                  [unit-poll None]]
+    (import consfig.watch [Watcher UNIT-POLL])
+    (setv self.host host
+          self.connection connection
+          self.sink sink
+          self.lock-dir lock-dir
+          self.noop noop
+          self.stopping (threading.Event)
+          self.holder f"the converging agent of {host.hostname} (pid {(os.getpid)})"
+          self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL))
+          self.leaves (lfor [i [p unapply meta]] (enumerate (leaves host.propspec))
+                            (_Leaf i p unapply meta interval))
+          ;; key -> when a repair held back by its limit may go
+          self.deferred {}
+          self.repairs 0
+          self.failures 0))
+
+  (defn stop [self]
+    "End the agent: now when it waits, after the repair in progress when it
+repairs.  Safe from a signal handler."
+    (.set self.stopping)
+    (.wake self.watcher))
+
+  (defn _report [self what [desc None] #** details]
+    (self.sink {"host" self.host.hostname "depth" 0 "time" (round (time.time) 3)
+                #** (converge-event what desc #** details)}))
+
+  (defn _run [self sink check thunk]
+    ;; THUNK in a run of the engine's of its own, events to SINK.
+    (setv token (.set current-run (Run sink check)))
+    (try (thunk) (finally (.reset current-run token))))
+
+  (defn _apply [self leaf sink check]
+    (self._run sink check (fn [] (apply-deployment leaf.propapp leaf.unapply))))
+
+  (defn register [self]
+    "Watch every leaf's resources, and the lock's holder (pushes)."
+    (for [leaf self.leaves]
+      (.add self.watcher leaf.key leaf.specs))
+    (.add self.watcher _PUSH [["path" (os.path.join self.lock-dir "deploy.holder")]])
+    (self._report "watching" :properties (len self.leaves)
+                  :watches (sum (gfor l self.leaves (len l.specs))) :noop (or self.noop None)))
+
+  (defn converge-one [self leaf]
+    "Check LEAF; report a drift and, unless in noop, repair it."
+    (setv seen [])
+    (try
+      (setv result (self._apply leaf (fn [e] (.append seen e)) True))
+      (except [r Reported]
+        (self._failed leaf seen r)
+        (return)))
+    (when (= result NO-CHANGE)
+      ;; Whatever fight there was is over.
+      (setv leaf.fighting False)
+      (return))
+    (setv notes (lfor e seen :if (and (= (get e "event") "output") (= (.get e "stream") "note"))
+                      (get e "text"))
+          diffs (lfor e seen :if (= (get e "event") "diff") (get e "text")))
+    (self._report "drift" leaf.desc
+                  :explanation (or (.join "; " notes) (when (= result CANNOT-CHECK) "it has no :check")
+                                   None)
+                  :diff (or (.join "" diffs) None)
+                  :noop (or (when (or self.noop leaf.noop) True) None))
+    (when (or self.noop leaf.noop) (return))
+    (setv wait (.take leaf.limit))
+    (when (> wait 0)
+      (when (not leaf.fighting)
+        (setv leaf.fighting True)
+        (self._report "fight" leaf.desc :limit leaf.limit.limit :burst leaf.limit.burst
+                      :retry-in (round wait 3)))
+      (setv (get self.deferred leaf.key) (+ (time.monotonic) wait))
+      (return))
+    (self.repair leaf))
+
+  (defn [contextlib.contextmanager] _locked [self]
+    (with [_ (target-lock-held self.lock-dir {"wait" (* 10 365 86400) "holder" self.holder}
+                               :stopping self.stopping.is-set)]
+      (yield)))
+
+  (defn repair [self leaf]
+    "Re-apply LEAF under the deployment lock."
+    (try
+      (with [_ (self._locked)]
+        (setv result (self._apply leaf self.sink False)))
+      (except [r Reported]
+        (self._failed leaf [] r)
+        (return))
+      (except [ConsfigError]
+        ;; Told to stop while a push held the lock.
+        (return)))
+    (when (!= result NO-CHANGE)
+      (+= self.repairs 1)
+      (self._report "repaired" leaf.desc)))
+
+  (defn _failed [self leaf seen r]
+    ;; The failed end event (its message, its traceback) goes on as it is.
+    (for [e seen]
+      (when (= (.get e "status") "failed") (self.sink e)))
+    (+= self.failures 1)
+    (self._report "failed" leaf.desc :message (str r.cause)))
+
+  (defn _after-push [self]
+    ;; Someone else took the lock: wait until they are done, then check
+    ;; everything again.
+    (setv holder (read-holder self.lock-dir))
+    (when (and holder (!= holder self.holder))
+      (try (with [_ (self._locked)] None)
+           (except [ConsfigError] (return #())))
+      (self._report "rescan" :why f"after a deployment by {holder}")
+      (return (range (len self.leaves))))
+    #())
+
+  (defn step [self [timeout None]]
+    "Wait for a change (at most TIMEOUT seconds) and converge what changed."
+    (setv now (time.monotonic)
+          due (when self.deferred (max 0 (- (min (.values self.deferred)) now)))
+          timeout (if (is due None) timeout (if (is timeout None) due (min due timeout)))
+          overflows self.watcher.overflows
+          keys (.wait self.watcher timeout))
+    (when (.is-set self.stopping) (return))
+    (when (> self.watcher.overflows overflows)
+      (self._report "rescan" :why "events were lost (the inotify queue overflowed)"))
+    (setv now (time.monotonic))
+    (for [[k when] (list (.items self.deferred))]
+      (when (<= when now)
+        (.add keys k)
+        (del (get self.deferred k))))
+    (when (in _PUSH keys)
+      (.discard keys _PUSH)
+      (.update keys (self._after-push)))
+    (for [k (sorted keys)]
+      (when (.is-set self.stopping) (break))
+      ;; Held back by its limit: its time will come.
+      (when (not-in k self.deferred)
+        (self.converge-one (get self.leaves k)))))
+
+  (defn run [self]
+    "Watch and converge until `stop`."
+    (with [_ (applying self.host self.connection)]
+      (try
+        (self.register)
+        (while (not (.is-set self.stopping))
+          (self.step))
+        (finally
+          (.close self.watcher)
+          (self._report "stopped" :repairs self.repairs :failures self.failures))))))
+
+(defn [contextlib.contextmanager] stopped-by-signals [agent]
+  "While the body runs, SIGTERM, SIGINT and SIGHUP stop AGENT (after the
+repair in progress) rather than the process."
+  (setv old (dfor s [signal.SIGTERM signal.SIGINT signal.SIGHUP]
+                  s (signal.signal s (fn [#* _] (.stop agent)))))
+  (try (yield)
+       (finally (for [[s h] (.items old)] (signal.signal s h)))))
+
+(defn tee [#* sinks]
+  "A sink that passes each event to every one of SINKS."
+  (fn [event] (for [s sinks] (s event))))
+
+(defn converge-after [host connection sink lock-dir settings]
+  "Run the agent for HOST, applied just now through CONNECTION, until it is
+told to stop; SETTINGS (from the controller, or an image's options):
+noop, interval, unit-poll, log (a directory for the event log, or None for
+consfig's state directory)."
+  (setv log (EventLog (log-path host.hostname (.get settings "log")))
+        agent (Agent host connection (tee sink log) lock-dir
+                     :noop (.get settings "noop" False)
+                     :interval (.get settings "interval" INTERVAL)
+                     :unit-poll (.get settings "unit-poll")))
+  (with [_ (stopped-by-signals agent)]
+    (.run agent))
+  agent)
+
+(export :objects [Agent RepairLimit EventLog leaves log-path converge-after stopped-by-signals
+                  tee INTERVAL LIMIT BURST])
