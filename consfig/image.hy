@@ -190,6 +190,12 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
   (output-options p)
   (.add-argument p "--as-host" :action "store_true"
                  :help f"apply {hostname}'s configuration even though this machine's hostname is not {hostname}")
+  (.add-argument p "--converge" :action "store_true"
+                 :help "after applying, stay and keep this machine converged (docs/converge.md)")
+  (.add-argument p "--noop" :action "store_true"
+                 :help "report drift, repair nothing (implies --check for the first pass)")
+  (.add-argument p "--interval" :metavar "SECONDS" :type float
+                 :help "with --converge: how often to check a property that watches nothing")
   p)
 
 (defclass _Tally []
@@ -246,9 +252,13 @@ Called by the image's `__main__.py`."
              "as-host" args.as-host})
   (when (hasattr sink "expect")
     (.expect sink hostname (announced-count host.propspec)))
+  (when args.noop (setv args.check True))
   (try
     (setv outcome (run-prepared (Prepared host (parse-chain (Keyword "local"))) tally
                                 :check args.check :verbosity args.verbose))
+    (when args.converge
+      (_record run tally outcome.status None)
+      (_converge host sink args))
     (.finish sink)
     (except [e Exception]
       (_record run tally "error" (str e))
@@ -258,6 +268,16 @@ Called by the image's `__main__.py`."
       (tidy-cache directories new)))
   (_record run tally outcome.status None)
   (fleet-exit-code [outcome] args.detailed-exitcode))
+
+(defn _converge [host sink args]
+  ;; The agent, here: its lock is the one a deployment over :local takes.
+  (import consfig.bundle [cache-directory]
+          consfig.connections.local [LocalConnection]
+          consfig.converge [converge-after])
+  (setv lock-dir (os.path.dirname (cache-directory)))
+  (os.makedirs lock-dir 0o700 :exist-ok True)
+  (converge-after host (LocalConnection) sink lock-dir
+                  {"noop" args.noop #** (if args.interval {"interval" args.interval} {})}))
 
 ;; The state of the runs
 
