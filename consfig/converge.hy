@@ -90,12 +90,12 @@ host."
   out)
 
 (defclass _Leaf []
-  (defn __init__ [self key propapp unapply meta interval]
+  (defn __init__ [self key propapp unapply meta interval limit burst]
     (setv self.key key
           self.propapp propapp
           self.unapply unapply
           self.noop (bool (.get meta "noop" False))
-          self.limit (RepairLimit (.get meta "limit" LIMIT) (.get meta "burst" BURST))
+          self.limit (RepairLimit (.get meta "limit" limit) (.get meta "burst" burst))
           self.fighting False
           self.desc (try (propapp-desc propapp)
                          (except [Exception] (. (find-property propapp.name) short-name)))
@@ -135,9 +135,10 @@ state directory (/var/lib/consfig for root)."
   "Keeps HOST (preprocessed, on the target) converged through CONNECTION,
 sending events to SINK.  LOCK-DIR: the cache directory whose deployment
 lock it takes for each repair.  NOOP: report drift, repair nothing.
-INTERVAL: seconds between checks of a property that watches nothing."
+INTERVAL: seconds between checks of a property that watches nothing.
+LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
   (defn __init__ [self host connection sink lock-dir * [noop False] [interval INTERVAL]
-                  [unit-poll None]]
+                  [unit-poll None] [limit LIMIT] [burst BURST]]
     (import consfig.watch [Watcher UNIT-POLL])
     (setv self.host host
           self.connection connection
@@ -148,7 +149,7 @@ INTERVAL: seconds between checks of a property that watches nothing."
           self.holder f"the converging agent of {host.hostname} (pid {(os.getpid)})"
           self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL))
           self.leaves (lfor [i [p unapply meta]] (enumerate (leaves host.propspec))
-                            (_Leaf i p unapply meta interval))
+                            (_Leaf i p unapply meta interval limit burst))
           ;; key -> when a repair held back by its limit may go
           self.deferred {}
           self.repairs 0
@@ -178,7 +179,8 @@ repairs.  Safe from a signal handler."
       (.add self.watcher leaf.key leaf.specs))
     (.add self.watcher _PUSH [["path" (os.path.join self.lock-dir "deploy.holder")]])
     (self._report "watching" :properties (len self.leaves)
-                  :watches (sum (gfor l self.leaves (len l.specs))) :noop (or self.noop None)))
+                  :watches (sum (gfor l self.leaves (len l.specs))) :noop (or self.noop None)
+                  :pid (os.getpid)))
 
   (defn converge-one [self leaf]
     "Check LEAF; report a drift and, unless in noop, repair it."
@@ -299,13 +301,15 @@ repair in progress) rather than the process."
 (defn converge-after [host connection sink lock-dir settings]
   "Run the agent for HOST, applied just now through CONNECTION, until it is
 told to stop; SETTINGS (from the controller, or an image's options):
-noop, interval, unit-poll, log (a directory for the event log, or None for
+noop, interval, unit-poll, limit, burst, log (a directory for the event log, or None for
 consfig's state directory)."
   (setv log (EventLog (log-path host.hostname (.get settings "log")))
         agent (Agent host connection (tee sink log) lock-dir
                      :noop (.get settings "noop" False)
                      :interval (.get settings "interval" INTERVAL)
-                     :unit-poll (.get settings "unit-poll")))
+                     :unit-poll (.get settings "unit-poll")
+                     :limit (.get settings "limit" LIMIT)
+                     :burst (.get settings "burst" BURST)))
   (with [_ (stopped-by-signals agent)]
     (.run agent))
   agent)

@@ -50,7 +50,7 @@ digits as `_xx`."
      (.join "" (gfor b (.encode unit "utf-8")
                      (if (or (<= 48 b 57) (<= 65 b 90) (<= 97 b 122))
                          (chr b)
-                         (format b "_02x"))))))
+                         (+ "_" (format b "02x")))))))
 
 (defclass _Paths []
   "The inotify side: each watched path, armed through the watch descriptor
