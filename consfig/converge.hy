@@ -51,14 +51,25 @@ no limit)."
     (setv self.limit limit
           self.burst (max 1 (or burst 1))
           self.tokens self.burst
-          self.at (time.monotonic)))
+          ;; When the tokens were last counted.
+          self.at None))
+
+  (defn _tokens [self now]
+    (if (is self.at None)
+        self.tokens
+        (min self.burst (+ self.tokens (* (max 0 (- now self.at)) self.limit)))))
+
+  (defn full? [self [now None]]
+    "Whether a whole burst may go now: no repair for a while."
+    (or (is self.limit None)
+        (>= (self._tokens (if (is now None) (time.monotonic) now)) self.burst)))
 
   (defn take [self [now None]]
     "0 when a repair may go now (and it is counted), else how many seconds
 until one may."
     (when (is self.limit None) (return 0))
     (setv now (if (is now None) (time.monotonic) now)
-          self.tokens (min self.burst (+ self.tokens (* (- now self.at) self.limit)))
+          self.tokens (self._tokens now)
           self.at now)
     (cond (>= self.tokens 1) (do (-= self.tokens 1) 0)
           (<= self.limit 0) INTERVAL
@@ -190,10 +201,7 @@ repairs.  Safe from a signal handler."
       (except [r Reported]
         (self._failed leaf seen r)
         (return)))
-    (when (= result NO-CHANGE)
-      ;; Whatever fight there was is over.
-      (setv leaf.fighting False)
-      (return))
+    (when (= result NO-CHANGE) (return))
     (setv notes (lfor e seen :if (and (= (get e "event") "output") (= (.get e "stream") "note"))
                       (get e "text"))
           diffs (lfor e seen :if (= (get e "event") "diff") (get e "text")))
@@ -203,12 +211,16 @@ repairs.  Safe from a signal handler."
                   :diff (or (.join "" diffs) None)
                   :noop (or (when (or self.noop leaf.noop) True) None))
     (when (or self.noop leaf.noop) (return))
-    (setv wait (.take leaf.limit))
+    (setv full (.full? leaf.limit)
+          wait (.take leaf.limit))
+    ;; A fight is over once repairs have come slowly enough for the bucket
+    ;; to fill up again.
+    (when full (setv leaf.fighting False))
     (when (> wait 0)
       (when (not leaf.fighting)
         (setv leaf.fighting True)
         (self._report "fight" leaf.desc :limit leaf.limit.limit :burst leaf.limit.burst
-                      :retry-in (round wait 3)))
+                      #** {"retry-in" (round wait 3)}))
       (setv (get self.deferred leaf.key) (+ (time.monotonic) wait))
       (return))
     (self.repair leaf))
