@@ -61,10 +61,10 @@ consfig's state directory there).  Return the first pass's `Outcome`."
                        :lock (lock-request prepared.hostname) :converge settings)
       (finally (close-chain conns)))))
 
-(defn follow-host [host sink * [chain None] [lines 20]]
+(defn follow-host [host sink * [chain None] [lines 20] [until None]]
   "Send SINK the events of the agent that runs on HOST (installed as a
 service), the last LINES of them first, then each as it comes, until
-interrupted."
+interrupted (or, given UNTIL, a function, until it says True of an event)."
   (import consfig.chain [parse-chain]
           consfig.host [find-host])
   (setv host (find-host host)
@@ -86,7 +86,8 @@ interrupted."
           (when (isinstance event dict)
             (.setdefault event "host" host.hostname)
             (.setdefault event "depth" 0)
-            (sink event)))
+            (sink event)
+            (when (and until (until event)) (break))))
         (finally (.kill process)))
       (finally (close-chain conns)))))
 

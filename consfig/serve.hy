@@ -204,6 +204,12 @@ older ones candidates for pruning."
   (import consfig.datacache [receive-data]
           consfig.payload [host-on-target])
   (try
+    (when (.get msg "converge")
+      ;; The agent runs for days: what it needs is imported now, while the
+      ;; bundle it came in is certainly in the cache.
+      (import consfig.converge
+              consfig.watch [preload])
+      (preload))
     (setv entries (receive-data msg next-data writer.message
                                 (os.path.join (_cache-root layer-dirs) "data")))
     (when started (started))

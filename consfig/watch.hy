@@ -34,6 +34,14 @@ deployment never imports them."
 ;; How often a unit is polled when there is no system bus.
 (setv UNIT-POLL 5)
 
+(defn preload []
+  "Import now what watching may import later: a long-running agent must not
+depend on its bundle's files staying in the cache."
+  (import inotify_simple
+          jeepney
+          jeepney.io.blocking
+          jeepney.bus-messages))
+
 (defn _flags []
   (import inotify_simple [flags])
   flags)
@@ -338,4 +346,4 @@ timeout or `wake`)."
   (defn __enter__ [self] self)
   (defn __exit__ [self #* _] (.close self)))
 
-(export :objects [Watcher DPKG-STATUS unit-object-path unit-state])
+(export :objects [Watcher DPKG-STATUS unit-object-path unit-state preload])
