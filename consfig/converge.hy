@@ -33,7 +33,8 @@ The meta-parameters of `with-meta` (consfig.meta: `:noop`, `:limit`,
         consfig.errors [ConsfigError]
         consfig.events [converge-event]
         consfig.lock [read-holder target-lock-held]
-        consfig.property [find-property propapp-desc propapps-in propapp-watches])
+        consfig.property [find-property propapp-desc propapps-in propapp-watches]
+        consfig.util [state-directory])
 
 ;; Seconds between checks of a property that watches nothing.
 (setv INTERVAL 300)
@@ -137,7 +138,6 @@ host."
 (defn log-path [hostname [directory None]]
   "The agent's event log for HOSTNAME: converge/HOSTNAME.jsonl in consfig's
 state directory (/var/lib/consfig for root)."
-  (import consfig.image [state-directory])
   (when (or (not hostname) (in "/" hostname) (.startswith hostname "."))
     (raise (ConsfigError f"{hostname !r} cannot name an event log")))
   (os.path.join (or directory (state-directory)) "converge" f"{hostname}.jsonl"))

@@ -20,15 +20,12 @@ standard output, which systemd sends to the journal."
         consfig.context [establishing-for]
         consfig.deployment [prepare-deployment]
         consfig.errors [ConsfigError]
-        consfig.lock [lock-request])
+        consfig.lock [lock-request]
+        consfig.util [STATE-DIRECTORY-SCRIPT])
 
-;; $1 the hostname, $2 how many past lines to show first.  The state
-;; directory is found as `consfig.image.state-directory` finds it.
-(setv _FOLLOW "
-if [ \"$(id -u)\" = 0 ]; then d=/var/lib/consfig
-else case \"$XDG_STATE_HOME\" in /*) d=\"$XDG_STATE_HOME/consfig\";; *) d=\"$HOME/.local/state/consfig\";; esac
-fi
-exec tail -n \"$2\" -F -- \"$d/converge/$1.jsonl\" 2>/dev/null")
+;; $1 the hostname, $2 how many past lines to show first.
+(setv _FOLLOW (+ STATE-DIRECTORY-SCRIPT "
+exec tail -n \"$2\" -F -- \"$d/converge/$1.jsonl\" 2>/dev/null"))
 
 (defn _python-ended [prepared]
   ;; The agent runs in the chain's last Python, and acts there itself.

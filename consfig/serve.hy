@@ -197,6 +197,16 @@ older ones candidates for pruning."
     (try (prune-bundles (os.path.dirname (get layer-dirs 0)) layer-dirs)
          (except [OSError] None))))
 
+(defn _agent []
+  ;; The converging agent runs for days: what it needs is imported now,
+  ;; while the bundle it came in is certainly in the cache.  By name, as
+  ;; properties are: it applies through the engine, as this module does,
+  ;; and is no part of serving a deployment.
+  (import importlib)
+  (setv converge (importlib.import-module "consfig.converge"))
+  (.preload (importlib.import-module "consfig.watch"))
+  converge.converge-after)
+
 (defn _apply-one [msg next-data writer layer-dirs [started None]]
   ;; One apply message: take its data, apply its host, send `done` (or
   ;; `error`).  STARTED runs once the data is in, when the input is free
@@ -204,21 +214,15 @@ older ones candidates for pruning."
   (import consfig.datacache [receive-data]
           consfig.payload [host-on-target])
   (try
-    (when (.get msg "converge")
-      ;; The agent runs for days: what it needs is imported now, while the
-      ;; bundle it came in is certainly in the cache.
-      (import consfig.converge
-              consfig.watch [preload])
-      (preload))
+    (setv converge-after (when (.get msg "converge") (_agent)))
     (setv entries (receive-data msg next-data writer.message
                                 (os.path.join (_cache-root layer-dirs) "data")))
     (when started (started))
     (setv host (host-on-target msg :entries entries))
     (setv outcome (with [_ (target-lock-held (_cache-root layer-dirs) (.get msg "lock"))]
                     (_apply-here host msg writer.event)))
-    (when (.get msg "converge")
+    (when converge-after
       ;; `consfig converge`: keep the host converged until told to stop.
-      (import consfig.converge [converge-after])
       (converge-after host (_here msg) writer.event (_cache-root layer-dirs) (get msg "converge")))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
     (except [e Exception]

@@ -37,10 +37,9 @@ deployment never imports them."
 (defn preload []
   "Import now what watching may import later: a long-running agent must not
 depend on its bundle's files staying in the cache."
-  (import inotify_simple
-          jeepney
-          jeepney.io.blocking
-          jeepney.bus-messages))
+  (import importlib)
+  (for [m ["inotify_simple" "jeepney" "jeepney.io.blocking" "jeepney.bus_messages"]]
+    (importlib.import-module m)))
 
 (defn _flags []
   (import inotify_simple [flags])

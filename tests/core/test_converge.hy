@@ -3,8 +3,7 @@
 ;; chain, with SIGTERM, see tests/remote/test_converge.py.
 
 (require consfig *)
-(import fcntl
-        os
+(import os
         pathlib
         threading
         time
