@@ -1,0 +1,43 @@
+"""`consfig converge` and the drift summary of `consfig deploy --check --json`,
+as a user runs them."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from clirun import consfig  # noqa: E402
+
+
+def site(tmp_path, chain=":local"):
+    f = tmp_path / "motd"
+    f.write_text("drifted\n")
+    s = tmp_path / "site.hy"
+    s.write_text(f"""(require consfig *)
+(import consfig *)
+(use-props consfig.props [file])
+(defhost drifty.example {{:deploy [{chain}] :groups ["web"]}}
+  (file.has-content "{f}" "hello\\n"))
+(defhost steady.example {{:deploy [{chain}] :groups ["web"]}}
+  (file.directory-exists "{tmp_path}"))
+""")
+    return s, f
+
+
+def test_deploy_check_json_ends_with_a_drift_summary_per_host(tmp_path):
+    s, f = site(tmp_path)
+    r = consfig("deploy", "--consfig", s, "--check", "--json", "@web")
+    last = json.loads(r.stdout.splitlines()[-1])
+    assert last["event"] == "drift-summary", r.stdout
+    assert last["hosts"]["drifty.example"]["drifted"] == 1, last
+    assert last["hosts"]["steady.example"]["drifted"] == 0, last
+    assert last["drifted"] == ["drifty.example"] and last["failed"] == [], last
+    assert f.read_text() == "drifted\n", "a check changes nothing"
+
+
+def test_converge_over_a_chain_without_python_is_refused_before_connecting(tmp_path):
+    s, f = site(tmp_path)
+    r = consfig("converge", "--consfig", s, "drifty")
+    assert r.returncode == 1, r
+    assert "must end in a :python hop" in r.stderr, r.stderr
+    assert f.read_text() == "drifted\n", "nothing applied"
