@@ -83,23 +83,52 @@ until one may."
        (except [ImportError] (return {})))
   (dfor [p meta] (effective-meta propspec) (id p) meta))
 
+(setv _TRIGGERS #("consfig.combinators.on-change" "consfig.combinators.on-apply-change"))
+
+(defn _kept? [propapp]
+  ;; Whether the agent can tell that PROPAPP drifted: it has a :check, or
+  ;; simulates its :apply in check mode.  A command with neither
+  ;; (`cmd.single`) would otherwise run at every poll.
+  (setv prop (find-property propapp.name))
+  (bool (or prop.check prop.simulates)))
+
 (defn leaves [propspec]
-  "The propapps of PROPSPEC the agent keeps, in order: those that hold no
-other propapp, as `#(propapp unapply meta)`: UNAPPLY when an `unapplied`
-encloses it (an odd number of them), META its meta-parameters.  A
-deployment of another host inside (`deploys`, a chroot) is left to that
-host."
+  "The propapps of PROPSPEC the agent keeps, in order, as `#(propapp unapply
+meta)`: those that hold no other propapp, UNAPPLY when an `unapplied`
+encloses it (an odd number of them), META its meta-parameters.  An
+`on-change` is kept whole, so that the repair of its propapp runs its
+handlers; a `with-unapply`'s propapps after `:unapply` are not kept, nor a
+property that cannot say whether it holds (no :check, see `_kept?`), nor
+what a deployment of another host inside (`deploys`, a chroot) applies."
   (setv metas (_metas propspec)
+        marker (hy.models.Keyword "unapply")
         out [])
   (defn walk [p unapply]
     (setv prop (find-property p.name)
           inner (propapps-in p.args))
     (cond prop.opaque-type None
           (= p.name "consfig.combinators.unapplied") (for [q inner] (walk q (not unapply)))
+          (in p.name _TRIGGERS) (.append out #(p unapply (.get metas (id (get p.args 0)) {})))
+          (= p.name "consfig.combinators.with-unapply")
+          (for [q (propapps-in (if (in marker p.args) (cut p.args 0 (.index p.args marker)) p.args))]
+            (walk q unapply))
           inner (for [q inner] (walk q unapply))
-          True (.append out #(p unapply (.get metas (id p) {})))))
+          (_kept? p) (.append out #(p unapply (.get metas (id p) {})))))
   (walk propspec False)
   out)
+
+(defn watches-of [propapp]
+  "What to watch for PROPAPP: its property's `:watch`; for an `on-change`,
+what its first propapp's leaves watch; None when something in it watches
+nothing (it is polled)."
+  (if (in propapp.name _TRIGGERS)
+      (do (setv specs [])
+          (for [[p _ _] (leaves (get propapp.args 0))]
+            (setv more (watches-of p))
+            (when (is more None) (return None))
+            (.extend specs more))
+          specs)
+      (propapp-watches propapp)))
 
 (defclass _Leaf []
   (defn __init__ [self key propapp unapply meta interval limit burst]
@@ -111,7 +140,7 @@ host."
           self.fighting False
           self.desc (try (propapp-desc propapp)
                          (except [Exception] (. (find-property propapp.name) short-name)))
-          self.specs (or (propapp-watches propapp) [["poll" interval]]))
+          self.specs (or (watches-of propapp) [["poll" interval]]))
     (when (and (.get meta "poll") (not-in "poll" (gfor s self.specs (get s 0))))
       (.append self.specs ["poll" (get meta "poll")]))))
 
@@ -326,5 +355,5 @@ consfig's state directory)."
     (.run agent))
   agent)
 
-(export :objects [Agent RepairLimit EventLog leaves log-path converge-after stopped-by-signals
+(export :objects [Agent RepairLimit EventLog leaves watches-of log-path converge-after stopped-by-signals
                   tee INTERVAL LIMIT BURST])

@@ -8,7 +8,8 @@ does from the controller."
 
 (eval-when-compile
   (require consfig.propspec [defpropspec]))
-(import consfig.combinators [eseqprops]
+(import hy.models [Keyword]
+        consfig.combinators [unapplied with-unapply]
         consfig.props [image systemd]
         consfig.types *)
 
@@ -46,15 +47,22 @@ service consfig-converge.service: it applies the host, then watches what its
 properties manage and re-applies what drifts (docs/converge.md).  NOOP: it
 reports drift and repairs nothing; INTERVAL: seconds between checks of a
 property that watches nothing (300 by default).  Its events go to the
-journal and to the log `consfig converge HOST --follow` reads."
+journal and to the log `consfig converge HOST --follow` reads.  Unapplying
+stops the service and removes its unit (disabling it); the image stays."
   (:desc (+ "the converging agent runs" (if noop " (noop)" "")))
   (setv argv [python image.IMAGE-PATH "--converge"
               #* (if noop ["--noop"] [])
               #* (if interval ["--interval" (str interval)] [])])
-  (eseqprops
+  ;; with-unapply's marker as a value: in a call, `:unapply` would take
+  ;; only the one argument after it.
+  (setv unit (systemd.unit-file SERVICE (service-text argv)))
+  (with-unapply
     (image.installed)
-    (systemd.unit-file SERVICE (service-text argv))
+    unit
     (systemd.enabled SERVICE)
-    (systemd.started SERVICE)))
+    (systemd.started SERVICE)
+    (Keyword "unapply")
+    (systemd.stopped SERVICE)
+    (unapplied unit)))
 
 (export :objects [SERVICE service-text running])

@@ -9,11 +9,11 @@
         time
         consfig *
         consfig.connections.local [LocalConnection]
-        consfig.converge [Agent RepairLimit leaves]
+        consfig.converge [Agent RepairLimit leaves watches-of]
         consfig.host [Host preprocess-host]
         consfig.lock [target-lock-held]
         harness [wait-until])
-(use-props consfig.props [file])
+(use-props consfig.props [file service])
 
 (defprop raises-when-flagged :posix [flag path]
   "PATH holds \"ok\\n\"; the check raises while FLAG exists."
@@ -53,6 +53,17 @@
         b (file.contains-lines "/tmp/b" "b")
         found (leaves (preprocess-propapp (eseqprops a (unapplied b)))))
   (assert (= (lfor [p u _] found #(p u)) [#(a False) #(b True)]) f"two leaves: {found}"))
+
+(defn test-an-on-change-is-kept-whole-and-actions-without-check-are-not-kept []
+  (setv conf (file.has-content "/tmp/conf" "x")
+        trigger (on-change conf (service.restarted "nginx"))
+        found (leaves (preprocess-propapp (eseqprops trigger (service.restarted "ssh")
+                                                     (with-unapply (file.has-content "/tmp/b" "b")
+                                                                   (hy.models.Keyword "unapply")
+                                                                   (file.does-not-exist "/tmp/b"))))))
+  (assert (= (lfor [p _ _] found p) [trigger (file.has-content "/tmp/b" "b")])
+          f"the on-change whole, no bare restart, no unapply branch: {found}")
+  (assert (= (watches-of trigger) [["path" "/tmp/conf"]]) "the on-change watches its propapp's file"))
 
 (defn test-repair-limit-allows-a-burst-then-its-rate []
   (setv limit (RepairLimit 2 3))
