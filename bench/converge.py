@@ -179,6 +179,7 @@ def fight(chain, seconds, log):
 
 
 def main():
+    global TARGET
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--drifts", type=int, default=60)
     ap.add_argument("--files", type=int, default=1000)
@@ -204,7 +205,6 @@ def main():
             lab.setup()
             ssh = [K("ssh"), K("host"), "lab", K("config"), lab.config]
             if args.as_user:
-                global TARGET
                 TARGET = os.path.join(os.path.expanduser(f"~{lab.user}"), "bench-converge")
                 os.makedirs(TARGET, exist_ok=True)
                 shutil.chown(TARGET, lab.user)
