@@ -196,6 +196,8 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
                  :help "report drift, repair nothing (implies --check for the first pass)")
   (.add-argument p "--interval" :metavar "SECONDS" :type float
                  :help "with --converge: how often to check a property that watches nothing")
+  (.add-argument p "--log-directory" :metavar "DIR"
+                 :help "with --converge: where the agent's event log goes (default: consfig's state directory)")
   p)
 
 (defclass _Tally []
@@ -277,7 +279,8 @@ Called by the image's `__main__.py`."
   (setv lock-dir (os.path.dirname (cache-directory)))
   (os.makedirs lock-dir 0o700 :exist-ok True)
   (converge-after host (LocalConnection) sink lock-dir
-                  {"noop" args.noop #** (if args.interval {"interval" args.interval} {})}))
+                  {"noop" args.noop "log" args.log-directory
+                   #** (if args.interval {"interval" args.interval} {})}))
 
 ;; The state of the runs (in `state-directory`, see consfig.util)
 
