@@ -124,6 +124,7 @@ def drifts(chain, n, log):
                lambda: os.unlink(f),
                lambda: os.chmod(f, 0o600)]
     took = []
+    took_by = [[], [], []]
     for i in range(n):
         seen = len(agent.of("repaired"))
         t = time.time()
@@ -133,9 +134,12 @@ def drifts(chain, n, log):
         wait_for(lambda: os.path.exists(f) and os.stat(f).st_mode & 0o777 == 0o640
                  and open(f).read() == "hello\n", 30)
         took.append((agent.of("repaired")[seen]["time"] - t) * 1000)
+        took_by[i % 3].append(took[-1])
         time.sleep(0.2)  # let the agent's own writes' events pass
     agent.stop()
     took.sort()
+    print("  slowest: " + ", ".join(f"{t:.0f}" for t in took[-5:]) + " ms; by kind (edit, delete, chmod) "
+          "medians: " + ", ".join(f"{statistics.median(took_by[k]):.1f}" for k in range(3)) + " ms")
     return statistics.median(took), took[min(len(took) - 1, int(len(took) * 0.99))]
 
 
