@@ -100,6 +100,8 @@ with STDERR, `sys.stderr` is when a line is printed)."
         (+ f": {(.get event "desc" "")}: repaired {(.get event "burst")} times in a row, "
            f"something keeps undoing it; next repair in {(.get event "retry-in")} s")
         (= what "rescan") f": {(.get event "why" "")}"
+        (= what "stopped")
+        f": {(.get event "repairs" 0)} repairs, {(.get event "failures" 0)} failures"
         (.get event "desc") (+ f": {(get event "desc")}"
                                (if (.get event "explanation") f" ({(get event "explanation")})" ""))
         True ""))
@@ -234,7 +236,7 @@ as they come."
   (defn _converge [self event]
     ;; The agent's own lines: when, what, about which property.
     (setv what (get event "what")
-          style (get CONVERGE-STYLES what "bold")
+          style (.get CONVERGE-STYLES what "bold")
           line (+ (self._prefix event 0)
                   (self.Text (time.strftime "%H:%M:%S " (time.localtime (.get event "time" (time.time))))
                              :style "dim")

@@ -3,7 +3,8 @@
 ;; chain, with SIGTERM, see tests/remote/test_converge.py.
 
 (require consfig *)
-(import os
+(import io
+        os
         pathlib
         threading
         time
@@ -11,7 +12,9 @@
         consfig.connections.local [LocalConnection]
         consfig.converge [Agent RepairLimit leaves watches-of]
         consfig.host [Host preprocess-host]
+        consfig.events [converge-event]
         consfig.lock [target-lock-held]
+        consfig.report [PlainConsole Reporter]
         harness [wait-until])
 (use-props consfig.props [file service])
 
@@ -196,3 +199,19 @@
   (assert (<= rate (+ (* 2 2) 1)) f"each agent at most its limit, 2 a second: {rate :.1f} together")
   (for [r [one two]]
     (assert (<= (len (kinds r.events "fight")) 1) "the fight reported once, not per repair")))
+
+(defn test-the-report-shows-the-agents-events-one-line-each []
+  (setv out (io.StringIO)
+        r (Reporter :console (PlainConsole out) :diff True))
+  (for [e [(converge-event "drift" "/etc/motd has content" :explanation "/etc/motd would change"
+                           :diff "-x\n+y\n")
+           (converge-event "fight" "/etc/motd has content" :limit 1 :burst 5 #** {"retry-in" 0.5})
+           (converge-event "failed" "p" :message "RuntimeError: boom")
+           (converge-event "stopped" :repairs 2 :failures 1)]]
+    (r {"host" "web1" "depth" 0 "time" 0 #** e}))
+  (setv text (.getvalue out))
+  (assert (in "drift: /etc/motd has content (/etc/motd would change)" text) text)
+  (assert (in "web1 ::   +y" text) f"the diff under it: {text}")
+  (assert (in "fight: /etc/motd has content: repaired 5 times in a row" text) text)
+  (assert (in "RuntimeError: boom" text) f"a failure's message: {text}")
+  (assert (in "stopped: 2 repairs, 1 failures" text) text))
