@@ -44,6 +44,8 @@ The meta-parameters of `with-meta` (consfig.meta: `:noop`, `:limit`,
 ;; The event log is rotated (one old file kept) past this size.
 (setv LOG-LIMIT (* 1024 1024))
 (setv _PUSH "push")
+;; How often the agent marks its bundle's layers used (seconds).
+(setv KEEP-FRESH 3600)
 
 (defclass RepairLimit []
   "A token bucket: BURST repairs at once, then LIMIT repairs a second (None:
@@ -178,7 +180,7 @@ lock it takes for each repair.  NOOP: report drift, repair nothing.
 INTERVAL: seconds between checks of a property that watches nothing.
 LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
   (defn __init__ [self host connection sink lock-dir * [noop False] [interval INTERVAL]
-                  [unit-poll None] [limit LIMIT] [burst BURST]]
+                  [unit-poll None] [limit LIMIT] [burst BURST] [layers #()]]
     (import consfig.watch [Watcher UNIT-POLL])
     (setv self.host host
           self.connection connection
@@ -193,7 +195,18 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           ;; key -> when a repair held back by its limit may go
           self.deferred {}
           self.repairs 0
-          self.failures 0))
+          self.failures 0
+          ;; The bundle's layers it runs from, kept recently used: another
+          ;; deployment prunes layers unused for a day, and a property may
+          ;; still import from them.
+          self.layers layers
+          self.touched 0))
+
+  (defn _touch-layers [self now]
+    (when (and self.layers (> (- now self.touched) KEEP-FRESH))
+      (setv self.touched now)
+      (for [d self.layers]
+        (try (os.utime d) (except [OSError] None)))))
 
   (defn stop [self]
     "End the agent: now when it waits, after the repair in progress when it
@@ -294,8 +307,11 @@ repairs.  Safe from a signal handler."
 
   (defn step [self [timeout None]]
     "Wait for a change (at most TIMEOUT seconds) and converge what changed."
-    (setv now (time.monotonic)
-          due (when self.deferred (max 0 (- (min (.values self.deferred)) now)))
+    (setv now (time.monotonic))
+    (self._touch-layers now)
+    (when self.layers
+      (setv timeout (if (is timeout None) KEEP-FRESH (min timeout KEEP-FRESH))))
+    (setv due (when self.deferred (max 0 (- (min (.values self.deferred)) now)))
           timeout (if (is due None) timeout (if (is timeout None) due (min due timeout)))
           overflows self.watcher.overflows
           keys (.wait self.watcher timeout))
@@ -339,18 +355,20 @@ repair in progress) rather than the process."
   "A sink that passes each event to every one of SINKS."
   (fn [event] (for [s sinks] (s event))))
 
-(defn converge-after [host connection sink lock-dir settings]
+(defn converge-after [host connection sink lock-dir settings * [layers #()]]
   "Run the agent for HOST, applied just now through CONNECTION, until it is
 told to stop; SETTINGS (from the controller, or an image's options):
 noop, interval, unit-poll, limit, burst, log (a directory for the event log, or None for
-consfig's state directory)."
+consfig's state directory).  LAYERS: the directories of the bundle it runs
+from, kept recently used."
   (setv log (EventLog (log-path host.hostname (.get settings "log")))
         agent (Agent host connection (tee sink log) lock-dir
                      :noop (.get settings "noop" False)
                      :interval (.get settings "interval" INTERVAL)
                      :unit-poll (.get settings "unit-poll")
                      :limit (.get settings "limit" LIMIT)
-                     :burst (.get settings "burst" BURST)))
+                     :burst (.get settings "burst" BURST)
+                     :layers layers))
   (with [_ (stopped-by-signals agent)]
     (.run agent))
   agent)

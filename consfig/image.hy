@@ -260,7 +260,7 @@ Called by the image's `__main__.py`."
                                 :check args.check :verbosity args.verbose))
     (when args.converge
       (_record run tally outcome.status None)
-      (_converge host sink args))
+      (_converge host sink args directories))
     (.finish sink)
     (except [e Exception]
       (_record run tally "error" (str e))
@@ -271,7 +271,7 @@ Called by the image's `__main__.py`."
   (_record run tally outcome.status None)
   (fleet-exit-code [outcome] args.detailed-exitcode))
 
-(defn _converge [host sink args]
+(defn _converge [host sink args directories]
   ;; The agent, here: its lock is the one a deployment over :local takes.
   (import consfig.bundle [cache-directory]
           consfig.connections.local [LocalConnection]
@@ -280,7 +280,8 @@ Called by the image's `__main__.py`."
   (os.makedirs lock-dir 0o700 :exist-ok True)
   (converge-after host (LocalConnection) sink lock-dir
                   {"noop" args.noop "log" args.log-directory
-                   #** (if args.interval {"interval" args.interval} {})}))
+                   #** (if args.interval {"interval" args.interval} {})}
+                  :layers directories))
 
 ;; The state of the runs (in `state-directory`, see consfig.util)
 

@@ -223,7 +223,8 @@ older ones candidates for pruning."
                     (_apply-here host msg writer.event)))
     (when converge-after
       ;; `consfig converge`: keep the host converged until told to stop.
-      (converge-after host (_here msg) writer.event (_cache-root layer-dirs) (get msg "converge")))
+      (converge-after host (_here msg) writer.event (_cache-root layer-dirs) (get msg "converge")
+                      :layers layer-dirs))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
     (except [e Exception]
       (.message writer (_error-message e)))))

@@ -215,3 +215,12 @@
   (assert (in "fight: /etc/motd has content: repaired 5 times in a row" text) text)
   (assert (in "RuntimeError: boom" text) f"a failure's message: {text}")
   (assert (in "stopped: 2 repairs, 1 failures" text) text))
+
+(defn test-the-agent-keeps-its-bundles-layers-recently-used [tmp-path]
+  ;; Another deployment prunes layers unused for a day: the agent's must stay.
+  (setv layer (/ tmp-path "layer"))
+  (os.mkdir layer)
+  (os.utime layer #(0 0))
+  (with [r (Running (file.has-content (str (/ tmp-path "f")) "x\n") tmp-path :layers [(str layer)])]
+    (wait-until (fn [] (> (. (os.stat layer) st-mtime) 0)) 10 "the layer marked used"))
+  None)
