@@ -140,6 +140,8 @@ nothing (it is polled)."
           self.noop (bool (.get meta "noop" False))
           self.limit (RepairLimit (.get meta "limit" limit) (.get meta "burst" burst))
           self.fighting False
+          ;; The drift last reported, while it lasts: #(explanation diff).
+          self.reported None
           self.desc (try (propapp-desc propapp)
                          (except [Exception] (. (find-property propapp.name) short-name)))
           self.specs (or (watches-of propapp) [["poll" interval]]))
@@ -243,16 +245,23 @@ repairs.  Safe from a signal handler."
       (except [r Reported]
         (self._failed leaf seen r)
         (return)))
-    (when (= result NO-CHANGE) (return))
+    (when (= result NO-CHANGE)
+      (setv leaf.reported None)
+      (return))
     (setv notes (lfor e seen :if (and (= (get e "event") "output") (= (.get e "stream") "note"))
                       (get e "text"))
           diffs (lfor e seen :if (= (get e "event") "diff") (get e "text")))
+    (setv drift #((.join "; " notes) (.join "" diffs))
+          noop (or self.noop leaf.noop))
+    ;; In noop, a drift stays: said once, and again when it changes.
+    (when (and noop (= drift leaf.reported)) (return))
+    (setv leaf.reported drift)
     (self._report "drift" leaf.desc
-                  :explanation (or (.join "; " notes) (when (= result CANNOT-CHECK) "it has no :check")
+                  :explanation (or (get drift 0) (when (= result CANNOT-CHECK) "it has no :check")
                                    None)
-                  :diff (or (.join "" diffs) None)
-                  :noop (or (when (or self.noop leaf.noop) True) None))
-    (when (or self.noop leaf.noop) (return))
+                  :diff (or (get drift 1) None)
+                  :noop (or (when noop True) None))
+    (when noop (return))
     (setv full (.full? leaf.limit)
           wait (.take leaf.limit))
     ;; A fight is over once repairs have come slowly enough for the bucket

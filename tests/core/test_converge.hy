@@ -48,6 +48,11 @@
   (wait-until (fn [] (>= (len (lfor e (kinds r.events "repaired") :if (in desc-part (get e "desc")) e)) n))
               10 f"{desc-part} repaired"))
 
+(defn replace [path text]
+  (setv tmp (.with-name path (+ "~" path.name)))
+  (.write-text tmp text)
+  (os.replace tmp path))
+
 (defn no-temporaries [d]
   (lfor p (.iterdir d) :if (.startswith p.name ".") p.name))
 
@@ -97,11 +102,19 @@
   (setv f (/ tmp-path "motd"))
   (.write-text f "hello\n")
   (with [r (Running (file.has-content (str f) "hello\n") tmp-path :noop True)]
-    (.write-text f "edited\n")
+    ;; Replaced whole: a truncated file seen between two writes would be a
+    ;; drift of its own.
+    (replace f "edited\n")
     (setv drift (get (wait-until (fn [] (kinds r.events "drift")) 10 "a drift") 0))
     (assert (get drift "noop") "said to be noop")
-    (assert (in "-edited" (get drift "diff")) f"with its diff: {drift}"))
-  (assert (= (.read-text f) "edited\n") "nothing repaired")
+    (assert (in "-edited" (get drift "diff")) f"with its diff: {drift}")
+    (replace f "edited again\n")
+    (wait-until (fn [] (= (len (kinds r.events "drift")) 2)) 10 "the changed drift reported")
+    (os.utime f)
+    (assert (not (try (wait-until (fn [] (> (len (kinds r.events "drift")) 2)) 2 "no repeat")
+                      (except [AssertionError] False)))
+            "the same drift is not reported again"))
+  (assert (= (.read-text f) "edited again\n") "nothing repaired")
   (assert (not (kinds r.events "repaired")) "no repair reported"))
 
 (defn test-agent-reports-a-property-that-raises-and-goes-on [tmp-path]

@@ -120,7 +120,10 @@ def test_noop_over_ssh_reports_drift_with_its_diff_and_repairs_nothing(sshlab, t
                   Host("noop.example", has_content(str(motd), "hello\n")),
                   noop=True, log=str(tmp_path / "log"))
     motd.write_text("edited\n")
-    [drift] = wait_until(lambda: agent.of("drift"), 10, "the drift reported")
+    # The write truncates first: the agent may see (and report) the empty
+    # file before the edited one.
+    drift = wait_until(lambda: [d for d in agent.of("drift") if "-edited" in d.get("diff", "")],
+                       10, "the drift reported")[0]
     assert drift["noop"] and "+hello" in drift["diff"], drift
     agent.stop()
     assert motd.read_text() == "edited\n", "nothing repaired"
@@ -138,15 +141,20 @@ def test_follow_reads_a_running_agents_events_over_the_chain(sshlab, tmp_path):
                                            has_content(motd, "hello\n")))
     agent = Agent(chain, host)
     seen = []
+
+    def until(event):
+        # A repair the follower saw drift first: tail starts at the end of
+        # the log, perhaps in the middle of one.
+        return event.get("what") == "repaired" and any(e.get("what") == "drift" for e in seen)
+
     follower = threading.Thread(
         target=follow_host, args=(host, seen.append),
-        kwargs={"chain": chain, "lines": 0, "until": lambda e: e.get("what") == "repaired"},
-        daemon=True)
+        kwargs={"chain": chain, "lines": 0, "until": until}, daemon=True)
     follower.start()
     # Edited again until the follower has seen a repair: tail starts at the
     # end of the log, and may start after a first repair.
     def repaired_seen():
-        if not any(e.get("what") == "drift" for e in seen):
+        if follower.is_alive() and not any(e.get("what") == "drift" for e in seen):
             subprocess.run(["sh", "-c", f"echo edited > {motd}"], check=True)
         return not follower.is_alive()
     wait_until(repaired_seen, 30, "the follower to see a repair")
