@@ -230,17 +230,24 @@ def measure_cli(lab, site, runs, write_bytecode, against=()):
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     clear_bytecode(site)
     commands = [consfig_command(), *([c] for c in against)]
-    for command in commands:  # converges, caches
-        subprocess.run(command + ["deploy", "--consfig", site, "lab"], env=env, check=True,
+    # Each install its own copy of the site: a site's cached bytecode is
+    # valid only for the consfig that compiled it, and one shared file
+    # would be compiled again at every turn.
+    sites = [site]
+    for i in range(len(against)):
+        os.makedirs(os.path.join(os.path.dirname(site), f"against{i}"), exist_ok=True)
+        sites.append(shutil.copy(site, os.path.join(os.path.dirname(site), f"against{i}")))
+    for command, s in zip(commands, sites):  # converges, caches
+        subprocess.run(command + ["deploy", "--consfig", s, "lab"], env=env, check=True,
                        capture_output=True)
     floors, times, cpus = [], [[] for _ in commands], [[] for _ in commands]
     for _ in range(runs):
         started = time.perf_counter()
         subprocess.run(["ssh", "-F", lab.config, "lab", "sudo python3 -c pass"], check=True)
         floors.append(time.perf_counter() - started)
-        for command, whole, cpu in zip(commands, times, cpus):
+        for command, s, whole, cpu in zip(commands, sites, times, cpus):
             started, used = time.perf_counter(), _children_cpu()
-            r = subprocess.run(command + ["deploy", "--consfig", site, "lab"], env=env,
+            r = subprocess.run(command + ["deploy", "--consfig", s, "lab"], env=env,
                                capture_output=True, text=True)
             whole.append(time.perf_counter() - started)
             cpu.append(_children_cpu() - used)
@@ -248,7 +255,8 @@ def measure_cli(lab, site, runs, write_bytecode, against=()):
                 raise SystemExit(f"{command[0]} deploy: exit {r.returncode}\n"
                                  f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
     if not write_bytecode:
-        clear_bytecode(site)
+        for s in sites:
+            clear_bytecode(s)
     return median(floors), *[(median(t), median(c)) for t, c in zip(times, cpus)]
 
 

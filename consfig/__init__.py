@@ -2,7 +2,7 @@
 
 ``(require consfig *)`` brings in the macros (defprop, defproplist,
 defpropspec, defhost, deploy, deploy-these, props, propapp, use-props,
-try-register-data-source);
+try-register-data-source, deffact);
 ``(import consfig *)`` the functions a consfig and its properties use.
 """
 
@@ -12,9 +12,9 @@ import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 # Hy's `require` reads `_hy_macros` from this module's dict, not through
 # getattr: the modules that define the macros are imported at once.
-from consfig import data, deployment, host, property, propspec
+from consfig import data, deployment, fact, host, property, propspec
 
-_MACRO_MODULES = (property, propspec, host, deployment, data)
+_MACRO_MODULES = (property, propspec, host, deployment, data, fact)
 
 # The modules whose names `(import consfig *)` brings, in the order in which
 # a later one's name wins.  They are imported when one of their names is
@@ -22,7 +22,8 @@ _MACRO_MODULES = (property, propspec, host, deployment, data)
 # :python hop imports it on the way to `consfig.serve`, and there applies a
 # propspec with a small part of the library.
 _MODULES = ("property", "propspec", "host", "deployment", "fleet", "image", "combinators",
-            "handlers", "result", "actions", "context", "chain", "hop", "types", "engine",
+            "handlers", "fact", "meta", "result", "actions", "context", "chain", "hop", "types",
+            "engine",
             "errors", "data", "datasources", "keep", "watchspec")
 
 _hy_macros = {}

@@ -33,11 +33,12 @@ error.  A usage error exits 64."
         traceback
         consfig.chain [chain->data parse-chain]
         consfig.data [resolve-data]
-        consfig.engine [SinkFailed]
+        consfig.engine [SinkFailed describe-meta effective-meta]
         consfig.events [drift-summary-event]
         consfig.errors [ConsfigError]
         consfig.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
         consfig.host [hosts preprocess-host]
+        consfig.property [propapp-desc]
         consfig.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
         consfig.report [JsonSink Reporter error]
         consfig.site [demo-consfig find-default-consfig load-consfig])
@@ -288,7 +289,12 @@ or a report."
                 (if item.secret " (secret)" "") f" from {item.source}"))))
   (print "  propspec:")
   (for [line (.splitlines (propspec->tree prepared.propspec))]
-    (print (+ "    " line))))
+    (print (+ "    " line)))
+  (setv metas (lfor [p m] (effective-meta prepared.propspec) :if m [p m]))
+  (when metas
+    (print "  meta-parameters:")
+    (for [[p m] metas]
+      (print f"    {(propapp-desc p)} ({(describe-meta m)})"))))
 
 (defn read-propspecs [text namespace]
   "The propspec written on the command line: one form, or several applied

@@ -12,13 +12,17 @@ answers from its flag file."
 (import posixpath
         hy.models [Keyword]
         consfig.actions [NO-CHANGE run remote-exists?]
-        consfig.context [commands-bounded-by]
-        consfig.engine [Drift apply-propapp unapply-propapp apply-sequence unapplicable?]
+        consfig.context [commands-bounded-by current-host]
+        consfig.engine [Drift Reported apply-and-announce apply-propapp unapply-propapp
+                        apply-sequence checking? emit inform unapplicable?]
+        consfig.events [output-event]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
+        consfig.fact [fact-application fact-application? fact-holds? fact-hostattrs fact-watch]
         consfig.host [preserving-hostattrs]
         consfig.property [Propapp find-property propapp-desc propapp-hostattrs propapps-in]
+        consfig.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [propspec seconds]
-        consfig.util [keyword-name])
+        consfig.util [keyword-name sha256-hex])
 
 (defprop eseqprops :posix [#* propapps]
   "Apply PROPAPPS in order, stopping at the first failure.  Unapplying
@@ -193,6 +197,175 @@ over all; outside any, the chain's :command-timeout holds."
   (:apply (with [(commands-bounded-by seconds)] (apply-sequence propapps)))
   (:unapply (with [(commands-bounded-by seconds)] (apply-sequence propapps :unapply True))))
 
+;; During: properties that hold while a fact holds, after Syndicate's
+;; `during`.  Which blocks were last applied is recorded on the target, in
+;; during/HOSTNAME.json under the state directory (consfig.targetstate).
+
+(setv _DURING "consfig.combinators.during"
+      ;; A group that cannot be unapplied as a whole is retracted member by
+      ;; member: those that can be unapplied are, the others dropped.
+      _GROUPS #{"consfig.combinators.eseqprops" "consfig.combinators.seqprops"
+                "consfig.combinators.silent-seqprops" "consfig.combinators.desc"})
+
+(defprop during :posix [#^ fact-application fact #^ propspec #* propapps]
+  "Apply PROPAPPS while FACT holds on the target; while it does not,
+retract them:
+
+  (during (fact.file-exists \"/etc/consfig/maintenance\")
+    (file.has-content \"/etc/nginx/sites-enabled/maintenance\" conf)
+    (systemd.stopped \"nginx\"))
+
+FACT is a fact application (consfig.props.fact, or a site's `deffact`).
+Retracting unapplies, in reverse order, each of PROPAPPS that can be
+unapplied (they have an :unapply, or are declarations), always: unapplying
+a property that is not applied changes nothing, so a host converges even
+when the record of what was applied was lost.  One that cannot be unapplied
+is dropped, not undone, with a note saying so.  A deployment evaluates the
+fact once; the converging agent again whenever the fact's watch fires (see
+`during-facts`).  Unapplying a `during` retracts its properties whatever
+the fact."
+  (:simulates True)
+  (:desc f"during {(propapp-desc fact)}")
+  (:invariant (any (gfor p propapps (is-not p None)))
+              "needs the properties that hold while the fact does: (during FACT PROPAPP…)")
+  (:invariant (not (any (map fact-application? propapps)))
+              (_nested-fact-message propapps))
+  (:hostattrs
+    (fact-hostattrs fact)
+    (for [p propapps :if (is-not p None)] (propapp-hostattrs p)))
+  (:apply (_during fact propapps))
+  (:unapply (_retract fact propapps :evaluated False)))
+
+(defn _nested-fact-message [propapps]
+  (setv f (next (gfor p propapps :if (fact-application? p) p)))
+  (+ f"{(. (find-property f.name) short-name)} is a fact, not a property: only the first "
+     "argument of a during is its fact, the others are the properties it holds"))
+
+(defn _during-key [fact propapps]
+  ;; A block is known by what it says, printed.
+  (sha256-hex (.encode (repr (Propapp _DURING [fact #* propapps])) "utf-8" "surrogateescape")))
+
+(defn _record-path []
+  (host-state-file "during" (. (.get current-host) hostname)))
+
+(defn _applied-blocks [path]
+  ;; The target's record: key -> what the block was; {} when there is none.
+  (setv blocks (try (get (or (read-state-file path) {"applied" {}}) "applied")
+                    (except [#(ValueError KeyError TypeError)] None)))
+  (when (not (and (isinstance blocks dict) (all (gfor k blocks (isinstance k str)))))
+    (raise (FailedChange (+ f"{path} is not consfig's record of the during blocks applied; "
+                            "look at it, and remove it to start afresh"))))
+  blocks)
+
+(defn _note-applied [key fact applied [blocks None]]
+  ;; Record (APPLIED) or forget that the block KEY is applied, in BLOCKS
+  ;; (the record as read, if it was); not in check mode.
+  (when (checking?) (return))
+  (setv path (_record-path)
+        blocks (if (is blocks None) (_applied-blocks path) blocks))
+  (when (= (in key blocks) applied) (return))
+  (if applied
+      (setv (get blocks key) {"fact" (repr fact)})
+      (del (get blocks key)))
+  (save-state-file path (when blocks
+                          {"host" (. (.get current-host) hostname) "applied" blocks})))
+
+(defn _during [fact propapps]
+  (setv holds (fact-holds? fact)
+        label (propapp-desc fact))
+  (inform f"during {label}: {(if holds "holds" "does not hold")}")
+  (if holds
+      ;; Recorded first: a deployment that fails half-way still retracts
+      ;; what it applied, once the fact no longer holds.
+      (do (_note-applied (_during-key fact propapps) fact True)
+          (apply-sequence propapps))
+      (_retract fact propapps)))
+
+(defn _retract [fact propapps * [evaluated True]]
+  (setv key (_during-key fact propapps)
+        label (propapp-desc fact)
+        blocks (_applied-blocks (_record-path))
+        was (in key blocks)
+        result NO-CHANGE
+        failed 0)
+  (when (not evaluated)
+    (inform f"during {label}: retracted"))
+  (for [[p retractable] (_retraction propapps)]
+    (if retractable
+        (try
+          ;; Announced as retracted: "Unapplied: …".
+          (when (!= (apply-and-announce (unapplied p)) NO-CHANGE)
+            (setv result :changed))
+          (except [r Reported]
+            (when r.lost? (raise))
+            (+= failed 1)))
+        (_dropped p label was)))
+  (when failed
+    (raise (Reported (FailedChange (+ f"{failed} of the properties held during {label} "
+                                      "could not be retracted")))))
+  (_note-applied key fact False blocks)
+  result)
+
+(defn _retraction [propapps]
+  ;; What retracting PROPAPPS does, in order: #(propapp unapply?) pairs,
+  ;; last first, groups that cannot be unapplied whole opened up.
+  (setv out [])
+  (for [p (reversed (lfor p propapps :if (is-not p None) p))]
+    (cond (_retractable? p) (.append out #(p True))
+          (in p.name _GROUPS) (.extend out (_retraction (propapps-in p.args)))
+          True (.append out #(p False))))
+  out)
+
+(defn _retractable? [p]
+  ;; Whether unapplying P undoes all it did, never failing for want of an
+  ;; :unapply somewhere inside.
+  (setv prop (find-property p.name))
+  (cond (in p.name #(_DURING "consfig.combinators.unapplied")) True
+        (and (= p.name "consfig.combinators.with-unapply") (in (Keyword "unapply") p.args)) True
+        (not (unapplicable? prop)) False
+        (and prop.simulates (not prop.opaque-type))
+        (all (gfor q (propapps-in p.args) (_retractable? q)))
+        True True))
+
+(defn _dropped [p label was]
+  ;; Under the during's own line, which says whether the fact holds.
+  (setv what (propapp-desc p))
+  (emit (if was
+            {#** (output-event (+ (if (checking?) "would drop: " "dropped: ")
+                                  f"{what} (it cannot be unapplied: what it did while "
+                                  f"{label} held stays)"))
+             "dropped" what}
+            (output-event f"not applied: {what}"))))
+
+(defn during-facts [propspec]
+  "The `during` blocks in PROPSPEC (a host's preprocessed propspec),
+outermost first, each a dict: \"during\", the block's propapp; \"fact\",
+its fact application; \"watch\", the fact's watch specs (see
+`consfig.fact.watch-spec-problem`; [] to poll at the host's interval).  What
+a converging agent watches, to call `during-reevaluated` when a watch fires.
+A deployment of another host inside PROPSPEC is not looked into."
+  (setv found [])
+  (defn walk [p]
+    (when (= p.name _DURING)
+      (setv fact (get p.args 0))
+      (.append found {"during" p "fact" fact "watch" (fact-watch fact)}))
+    (when (not (. (find-property p.name) opaque-type))
+      (for [q (propapps-in p.args)] (walk q))))
+  (when propspec (walk propspec))
+  found)
+
+(defn during-reevaluated [block]
+  "Evaluate the `during` BLOCK (a propapp, as `during-facts` gives) again,
+as a deployment does: announced, its fact asked, its properties applied or
+retracted, its record on the target kept.  Return `:no-change` or a changed
+result; a failure is shown, counted and raised as a `Reported`.  Call it
+while the host is applied (`consfig.context.applying`, in a
+`consfig.engine.Run`), when a watch of its fact fired."
+  (when (not (and (isinstance block Propapp) (= block.name _DURING)))
+    (raise (ValueError f"during-reevaluated: {block !r} is not a during block")))
+  (apply-and-announce block))
+
 (export :objects [eseqprops seqprops silent-seqprops eseqprops-until unapplied
                   reapplied with-unapply on-change on-apply-change desc
-                  with-flagfile with-requirements with-command-timeout])
+                  with-flagfile with-requirements with-command-timeout
+                  during during-facts during-reevaluated])

@@ -6,12 +6,13 @@ catches it: see `apply-and-announce` and `Reported`."
 
 (import contextlib
         contextvars
+        time
         traceback
-        consfig.context [applying]
-        consfig.errors [ConnectionFailed ConnectionLost ConsfigError FailedChange
+        consfig.context [applying current-host]
+        consfig.errors [AbortedChange ConnectionFailed ConnectionLost ConsfigError FailedChange
                         site-location]
         consfig.events [start-event end-event output-event diff-event summary-event
-                        first-report?]
+                        retry-event first-report?]
         consfig.host [get-hostname]
         consfig.property [call-subroutine default-desc find-property propapp-desc
                           propapps-in propapp-type python-propapps]
@@ -65,6 +66,8 @@ the events themselves."
           self.depth 0
           self.failures 0
           self.changes 0
+          ;; What a property under `:noop` would have changed, outside check mode.
+          self.drift 0
           ;; Functions shown every event, for as long as `watching-events` says.
           self.watchers []))
 
@@ -74,8 +77,9 @@ of a deployment nested in this one (applied by another Python) come through
 here too, so that their failures and changes count."
     (when (= (get event "event") "end")
       (cond (first-report? event) (+= self.failures 1)
-            (in (get event "status") #("changed" "would-change" "cannot-check"))
-            (+= self.changes 1)))
+            (= (get event "status") "changed") (+= self.changes 1)
+            (in (get event "status") #("would-change" "cannot-check"))
+            (if self.check (+= self.changes 1) (+= self.drift 1))))
     (for [w self.watchers] (w event))
     (try
       (self.sink event)
@@ -127,11 +131,92 @@ at -v)."
     (emit (output-event text "command"))))
 
 (defn checking? []
-  "Whether the current deployment is a check: nothing may be changed.  A
-property whose :apply is run in check mode (one defined with `(:simulates
-True)`) asks this before changing anything, and returns what it would do."
+  "Whether the current deployment is a check, or the property being applied
+is under the meta-parameter `:noop`: nothing may be changed.  A property
+whose :apply is run in check mode (one defined with `(:simulates True)`)
+asks this before changing anything, and returns what it would do."
   (setv run (.get current-run None))
-  (bool (and run run.check)))
+  (bool (or (and run run.check) (.get (.get current-meta) "noop"))))
+
+(defn noop? []
+  "Whether the property being applied is under `:noop` in a deployment that
+is not a check: what it would do is reported, and nothing it would set off
+(a handler) is owed."
+  (setv run (.get current-run None))
+  (bool (and (.get (.get current-meta) "noop") (not (and run run.check)))))
+
+;; The meta-parameters in force (see `consfig.meta`): a dict by name,
+;; those of the innermost `with-meta` over those of the ones around it.
+(setv current-meta (contextvars.ContextVar "consfig-meta" :default {}))
+
+(defn [contextlib.contextmanager] meta-in-force [meta]
+  "The context in which the meta-parameters META (a dict by name: \"retry\",
+\"delay\", \"noop\", …) hold, over those already in force."
+  (setv token (.set current-meta {#** (.get current-meta) #** meta}))
+  (try (yield) (finally (.reset current-meta token))))
+
+(defn describe-meta [meta]
+  "META (a dict by name) as a person reads it: `retry 3, delay 5 s`; \"\"
+when there is none."
+  (setv parts [])
+  (for [[k v] (.items meta)]
+    (.append parts (cond (= k "delay") f"delay {v} s"
+                         (= k "poll") f"poll {v} s"
+                         (= k "limit") f"limit {v}/s"
+                         (in k #("noop" "reverse")) (if v k f"{k} false")
+                         True f"{k} {v}")))
+  (.join ", " parts))
+
+(defn meta-name [key]
+  "The name of a meta-parameter written as KEY: `:retry` or \"retry\"."
+  (cond (isinstance key hy.models.Keyword) key.name
+        (isinstance key str) key
+        True None))
+
+(defn meta-dict [options]
+  "The meta-parameters OPTIONS of a `with-meta` (keywords or names as
+keys) as a dict by name."
+  (dfor [k v] (.items options) (meta-name k) v))
+
+(defn effective-meta [propspec]
+  "Every leaf propapp of PROPSPEC (one holding no other propapp), in order,
+as `[propapp meta]`: META the meta-parameters that hold for it (a dict by
+name), those of the innermost `with-meta` (`consfig.meta`) winning.  A
+deployment of another host inside (`deploys`) is not looked into."
+  (setv out [])
+  (defn walk [p meta]
+    (cond (= p.name "consfig.meta.with-meta")
+          (do (setv inner {#** meta #** (meta-dict (get p.args 0))})
+              (for [q (propapps-in (cut p.args 1 None))] (walk q inner)))
+          (or (. (find-property p.name) opaque-type) (leaf? p)) (.append out [p meta])
+          True (for [q (propapps-in p.args)] (walk q meta))))
+  (walk propspec {})
+  out)
+
+(defn leaf? [propapp]
+  "Whether PROPAPP holds no other propapp: what meta-parameters apply to."
+  (not (propapps-in propapp.args)))
+
+(defn _retryable? [e]
+  ;; A mistake, a refusal or a lost connection is no better the next time;
+  ;; a failure that was shown and counted already is not this property's.
+  (not (isinstance e #(Reported ConnectionLost ConnectionFailed AbortedChange ConsfigError))))
+
+(defn _attempting [propapp unapply]
+  ;; Apply (unapply) PROPAPP; a leaf under `:retry N` is tried up to N more
+  ;; times, `:delay` seconds apart, each failed attempt but the last
+  ;; reported as a note; the last one's failure is the property's.
+  (setv meta (if (and (leaf? propapp) (not (checking?))) (.get current-meta) {})
+        tries (+ 1 (.get meta "retry" 0))
+        delay (.get meta "delay" 0))
+  (for [attempt (range 1 (+ tries 1))]
+    (try
+      (return (if unapply (unapply-propapp propapp) (apply-propapp propapp)))
+      (except [e Exception]
+        (when (or (= attempt tries) (not (_retryable? e)))
+          (raise))
+        (emit (retry-event attempt tries delay (get (_failure-details propapp e) "message")))
+        (when delay (time.sleep delay))))))
 
 (defn _drifted [result]
   ;; A check said no: in check mode, say what differs.
@@ -232,10 +317,10 @@ in its place.  A `Reported` from inside it ends it `failed` without a message."
         started False)
   (try
     (when (and (not silent) (announced? propapp))
-      (setv desc (propapp-desc propapp))
+      (setv desc (+ (propapp-desc propapp) (_meta-note propapp run)))
       (.start run desc)
       (setv started True))
-    (setv result (if unapply (unapply-propapp propapp) (apply-propapp propapp)))
+    (setv result (_attempting propapp unapply))
     (except [Reported]
       (when started (.finish run desc "failed"))
       (raise))
@@ -246,8 +331,15 @@ in its place.  A `Reported` from inside it ends it `failed` without a message."
       (when started (-= run.depth 1))
       (raise)))
   (when started
-    (.finish run desc (_status result run.check)))
+    (.finish run desc (_status result (checking?))))
   result)
+
+(defn _meta-note [propapp run]
+  ;; Check mode shows the meta-parameters a leaf is applied under.
+  (setv meta (.get current-meta))
+  (if (and run.check meta (leaf? propapp))
+      f" ({(describe-meta meta)})"
+      ""))
 
 (defn announce-action [desc thunk]
   "Call THUNK (which returns `:no-change` or a changed result), announced
@@ -268,7 +360,7 @@ failed, its failure shown and counted once, a `Reported` raised in its place."
     (except [BaseException]
       (-= run.depth 1)
       (raise)))
-  (.finish run desc (_status result run.check))
+  (.finish run desc (_status result (checking?)))
   result)
 
 (defn _status [result check]
@@ -386,9 +478,11 @@ connection was lost), what its properties asked to run at its end
 (`at-end`).  Return its result, or raise its failure once those have run."
   (setv ending (Ending (.get current-run None))
         token (.set _ending ending)
+        meta-token (.set current-meta {})
         failure None
         result NO-CHANGE)
   (try
+    (_reverse-removed)
     (try
       (setv result (apply-and-announce propspec unapply))
       (except [r Reported]
@@ -399,16 +493,29 @@ connection was lost), what its properties asked to run at its end
           (setv result :changed))
         (except [r Reported]
           (setv failure (or failure r)))))
-    (finally (.reset _ending token)))
+    (finally (.reset _ending token)
+             (.reset current-meta meta-token)))
   (when failure (raise failure))
   result)
 
+(defn _reverse-removed []
+  ;; Every deployment of a host's whole propspec ends by unapplying what
+  ;; was applied under `:reverse` in an earlier one and has left it
+  ;; (`consfig.meta`, found by name as any property is).  One of just some
+  ;; properties (`deploy-these`) leaves the record alone.
+  (setv host (.get current-host None))
+  (when (and host (not (getattr host "partial" False)))
+    (setv prop (find-property "consfig.meta.removed-unapplied"))
+    (at-end "reverse" (fn [failed] (apply-and-announce (prop))))))
+
 (defclass Outcome []
   "What applying a host's propspec came to."
-  (defn __init__ [self hostname changes failures * [check False]]
+  (defn __init__ [self hostname changes failures * [check False] [drift 0]]
     (setv self.hostname hostname
           self.changes changes
           self.failures failures
+          ;; Would-change properties under `:noop`, outside check mode.
+          self.drift drift
           ;; A check: its changes are those it would make.
           self.check check))
   (defn [property] status [self]
@@ -447,12 +554,13 @@ and what would change."
         (setv result (apply-deployment host.propspec unapply))
         ;; A change no announced property's line reported (an unannounced
         ;; property's own) still makes the deployment one that changed.
-        (when (and (!= result NO-CHANGE) (not run.changes))
+        (when (and (!= result NO-CHANGE) (not run.changes) (not run.drift))
           (setv run.changes 1))
         ;; Shown and counted where it happened.
         (except [Reported] None))
-      (setv outcome (Outcome host.hostname run.changes run.failures :check check))
-      (emit (summary-event outcome.status run.changes run.failures check))
+      (setv outcome (Outcome host.hostname run.changes run.failures :check check
+                             :drift run.drift))
+      (emit (summary-event outcome.status run.changes run.failures check :drift run.drift))
       outcome)
     (finally (.reset current-run token))))
 
@@ -461,4 +569,5 @@ and what would change."
                   apply-and-announce apply-sequence apply-host check-propspec-fits
                   Outcome Run Reported SinkFailed current-run unapplicable?
                   Ending at-end current-ending failed-so-far? apply-deployment
-                  watching-events announce-action])
+                  watching-events announce-action current-meta meta-in-force
+                  describe-meta leaf? noop? meta-name meta-dict effective-meta])

@@ -26,11 +26,14 @@ The five kinds:
            \"version\", never the content; shown at -v), \"run\" (a command about to
            run, as a person would type it; shown at -vv) or \"wire\" (a
            frame of the :python hop's protocol; shown at -vvv).
+           A note that an attempt of a property under `:retry` failed
+           also has \"attempt\", \"attempts\", \"delay\" and \"message\".
   diff     a unified diff of a change to a file.  \"path\", \"text\".
   summary  the last event of a deployment.  \"status\": \"no-change\",
            \"changed\" or \"failed\"; \"changes\" and \"failures\", counts
            (in check mode, changes are the properties that would change);
-           \"check\": whether it was a check.  Among several hosts, one
+           \"check\": whether it was a check; \"drift\", when not 0,
+           the properties under `:noop` that would have changed.  Among several hosts, one
            that was never started (--max-fail was reached) has a summary
            of its own, with status \"not-started\".
 
@@ -76,10 +79,19 @@ or a \"command\"'s output."
   "A unified diff TEXT of a change to the file at PATH."
   {"event" "diff" "path" path "text" text})
 
-(defn summary-event [status changes failures [check False]]
-  "The end of a deployment (a CHECK, or not): its STATUS and counts."
+(defn summary-event [status changes failures [check False] * [drift 0]]
+  "The end of a deployment (a CHECK, or not): its STATUS and counts; DRIFT,
+when there was any, the properties under `:noop` that would have changed."
   {"event" "summary" "status" status "changes" changes "failures" failures
-   "check" check})
+   "check" check #** (if drift {"drift" drift} {})})
+
+(defn retry-event [attempt attempts delay message]
+  "Attempt ATTEMPT of ATTEMPTS (a property under `:retry`) failed with
+MESSAGE; the next one comes after DELAY seconds."
+  {"event" "output" "stream" "note"
+   "text" (+ f"attempt {attempt} of {attempts} failed: {message}\n"
+             (if delay f"trying again in {delay} s" "trying again"))
+   "attempt" attempt "attempts" attempts "delay" delay "message" message})
 
 (defn converge-event [what [desc None] #** details]
   "The converging agent's report WHAT (\"drift\", \"repaired\", …) about
@@ -107,4 +119,4 @@ monitoring to read."
        (in "message" event)))
 
 (export :objects [start-event end-event output-event diff-event summary-event
-                  converge-event drift-summary-event first-report?])
+                  retry-event converge-event drift-summary-event first-report?])

@@ -23,15 +23,13 @@ mode, the handlers that would run are applied in check mode, so they show as
 would-change (or cannot-check)."
 
 (eval-when-compile (require consfig.property [defprop]))
-(import json
-        posixpath
-        consfig.actions [output run Script]
-        consfig.combinators [desc eseqprops]
-        consfig.context [connection current-host]
+(import consfig.combinators [desc eseqprops]
+        consfig.context [current-host]
         consfig.engine [NO-CHANGE Reported WOULD-CHANGE apply-and-announce at-end
-                        checking? current-ending failed-so-far? inform]
+                        checking? current-ending failed-so-far? inform noop?]
         consfig.errors [FailedChange PropspecError]
         consfig.property [find-property hostattrs-of propapp-hostattrs propapps-in site-where]
+        consfig.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [named non-empty-line non-empty-list-of one-of propspec])
 
 (setv handler-names (named "handler-names" (one-of non-empty-line (non-empty-list-of non-empty-line))
@@ -98,56 +96,41 @@ has handlers of its own, and is not looked into."
 
 (defn _pending-path [st]
   (when (is (get st "path") None)
-    (setv hostname (. (.get current-host) hostname))
-    (when (or (not hostname) (in "/" hostname) (.startswith hostname ".")
-              (any (gfor c hostname (< (ord c) 32))))
-      (raise (FailedChange f"{hostname !r} cannot name a file of pending handlers")))
-    (setv (get st "path") (posixpath.join (_state-directory) "handlers" f"{hostname}.json")))
+    (setv (get st "path") (host-state-file "handlers" (. (.get current-host) hostname))))
   (get st "path"))
-
-(defn _state-directory []
-  ;; A Python of ours on the target asks itself; a shell, its shell.
-  (import consfig.image [state-directory STATE-DIRECTORY-SCRIPT])
-  (if (. (connection) python?)
-      (state-directory)
-      (.rstrip (output (Script (+ STATE-DIRECTORY-SCRIPT "\nprintf '%s\\n' \"$d\""))) "\n")))
 
 (defn _load [st]
   (when (get st "loaded") (return))
-  (setv path (_pending-path st))
-  (try
-    (setv text (.read-file (connection) path))
-    (except [FileNotFoundError]
-      (setv text None)))
-  (when (is-not text None)
-    (setv pending (try (get (json.loads text) "pending")
-                       (except [#(ValueError KeyError TypeError)] None)))
-    (when (not (and (isinstance pending list) (all (gfor n pending (isinstance n str)))))
-      (raise (FailedChange (+ f"{path} is not a list of pending handlers of consfig's; "
-                              "look at it, and remove it if no handler is owed")))))
+  (setv path (_pending-path st)
+        data (try (read-state-file path)
+                  (except [ValueError] "")))
+  (setv pending (if (is data None)
+                    []
+                    (try (get data "pending")
+                         (except [#(KeyError TypeError)] None))))
+  (when (not (and (isinstance pending list) (all (gfor n pending (isinstance n str)))))
+    (raise (FailedChange (+ f"{path} is not a list of pending handlers of consfig's; "
+                            "look at it, and remove it if no handler is owed"))))
   ;; Notified before this was read: after the older ones.
-  (setv (get st "pending") (list (dict.fromkeys (+ (or (and text pending) [])
-                                                    (get st "pending"))))
+  (setv (get st "pending") (list (dict.fromkeys (+ pending (get st "pending"))))
         (get st "loaded") True))
 
 (defn _save [st]
   (setv path (_pending-path st))
-  (if (get st "pending")
-      (do (run "mkdir" "-p" "-m" "700" "--" (posixpath.dirname path))
-          (.write-file (connection) path
-                       (.encode (+ (json.dumps {"host" (. (.get current-host) hostname)
-                                                "pending" (get st "pending")}
-                                               :indent 1)
-                                   "\n"))
-                       :mode 0o600))
-      (run "rm" "-f" "--" path)))
+  (save-state-file path (when (get st "pending")
+                         {"host" (. (.get current-host) hostname)
+                          "pending" (get st "pending")})))
 
 (defn notify [names]
   "Notify the handlers NAMES (a name or a list): they run at the end of the
 deployment being applied (or at its next `flush-handlers`).  Outside check
 mode they are written among the target's pending handlers first."
-  (setv st (_state)
-        names (_names names))
+  (setv names (_names names))
+  (when (noop?)
+    ;; Drift reported under :noop sets nothing off.
+    (inform (+ "would notify " (.join ", " (map hy.repr names)) ": not notified, under :noop"))
+    (return))
+  (setv st (_state))
   (_load st)
   (setv new (lfor n names :if (not-in n (get st "pending")) n))
   (.extend (get st "pending") new)

@@ -56,7 +56,10 @@ Call it to deploy it with that default chain."
           ;; and those of the hosts it deploys, which a :python hop carries.
           self.provided {}
           self.data {}
-          self.nested-data {}))
+          self.nested-data {}
+          ;; Deployed with a propspec other than its own (`deploy-these`):
+          ;; what its own applied under `:reverse` is left alone.
+          self.partial False))
 
   (defn __call__ [self #** kwargs]
     "Deploy this host over its default chain: `(athena :check True)`."
@@ -82,12 +85,15 @@ Call it to deploy it with that default chain."
     (import consfig.propspec [propspec->data])
     {"hostname" self.hostname
      "hostattrs" (propspec->data self.hostattrs)
-     "propspec" (propspec->data self.propspec)})
+     "propspec" (propspec->data self.propspec)
+     #** (if self.partial {"partial" True} {})})
 
   (defn [staticmethod] <-data [data]
     (import consfig.propspec [data->propspec])
-    (Host (get data "hostname") (data->propspec (get data "propspec"))
-          :hostattrs (data->propspec (get data "hostattrs")))))
+    (setv host (Host (get data "hostname") (data->propspec (get data "propspec"))
+                     :hostattrs (data->propspec (get data "hostattrs"))))
+    (setv host.partial (bool (.get data "partial" False)))
+    host))
 
 (defn make-host [hostname options desc propspec [where None] [site-file None]]
   "Make and register a host.  OPTIONS is the defhost options dict; WHERE
@@ -106,6 +112,15 @@ file that defines it."
                    :site-file site-file)
         (get hosts hostname) host)
   host)
+
+(defn body-propspec [propapps]
+  "The propspec of a defhost's body: a `seqprops` of PROPAPPS, leaving out
+the Nones (forms that built nothing)."
+  ;; A call, not an expansion of its own: Hy walks every macro's expansion
+  ;; again at each enclosing form, and a site's compile time is the author's
+  ;; wait after each edit.
+  ((hy.I.consfig/property.find-property "consfig.combinators.seqprops")
+    #* (gfor p propapps :if (is-not p None) p)))
 
 (defn _groups-option [groups hostname where]
   ;; Group names are matched on the command line (`@web`): plain strings.
@@ -164,8 +179,7 @@ property is tried even when an earlier one failed."
   `(setv ~(Symbol (binding-name hostname))
          (hy.I.consfig/host.make-host
            ~hostname ~options ~desc
-           ((hy.I.consfig/property.find-property "consfig.combinators.seqprops")
-             #* (gfor p [~@walked] :if (is-not p None) p))
+           (hy.I.consfig/host.body-propspec [~@walked])
            ~(hy.I.consfig/property.definition-where _hy_compiler name)
            ~(_site-file _hy_compiler))))
 
@@ -259,7 +273,8 @@ building it as a chroot) is HOST's parent meanwhile.  Inside a
         (when (and propspec host.propspec (is-not propspec host.propspec))
           ;; deploy-these: the host keeps the hostattrs its own propspec declares.
           (propapp-hostattrs (preprocess-propapp host.propspec)))
-        (setv new.propspec (preprocess-propapp (or propspec host.propspec)))
+        (setv new.propspec (preprocess-propapp (or propspec host.propspec))
+              new.partial (and (is-not propspec None) (is-not propspec host.propspec)))
         (propapp-hostattrs new.propspec)
         (except [e PropspecError]
           (raise (PropspecError f"{host.hostname}: {e}")))))

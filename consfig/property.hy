@@ -70,6 +70,9 @@ both places."
   "A property: its name, type, parameters and subroutines.  Call it to get a
 `Propapp`."
 
+  ;; What messages call it (a fact, consfig.fact, is a kind of property).
+  (setv kind "property")
+
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [watch None] [propspec None] [announce True]
@@ -229,7 +232,7 @@ invariants; `PropspecError` naming the parameter, its type and the value."
             (+ f"unknown keyword :{(. (get stray 0) name)} for {self.short-name}\n"
                f"  it takes {self.lambda-list}")
             True
-            (+ f"wrong arguments for property {self.short-name}: {e}\n"
+            (+ f"wrong arguments for {self.kind} {self.short-name}: {e}\n"
                f"  it takes {self.lambda-list}\n"
                f"  it was given {(hy.repr (list raw))}"))))
 
@@ -576,7 +579,7 @@ the last parameter receives the trailing forms as an unevaluated propspec."
                    :invariants ~(_invariants-form params invariants)
                    ~@(sum (gfor [k form] subs [(hy.models.Keyword k) (_subroutine-form params form)]) [])
                    ~@(sum (gfor [k v] options [(hy.models.Keyword k) v]) [])))
-     ~(_dotted-macro-form name module doc)))
+     ~(dotted-macro-form name module doc)))
 
 (defn definition-where [compiler [form None]]
   "file:line of FORM (by default the form COMPILER is expanding), for
@@ -595,13 +598,28 @@ messages; the file relative to the working directory when it is below it."
                   (raise (PropspecError f"(:invariant CONDITION MESSAGE) takes two forms, got {(hy.repr form)}")))
                 `#((fn ~params ~(get form 1)) (fn ~params ~(get form 2)))))])
 
-(defn _dotted-macro-form [name module [doc None]]
-  (setv star (hy.models.Symbol (+ (str name) "*")))
-  `(defmacro ~star [_hy_compiler #* args]
-     ~(+ f"The dotted form of {name}: its last parameter takes the trailing forms
+(defn dotted-macro-form [name module [doc None]]
+  ;; A call that registers one shared closure, not a `defmacro` each: Hy
+  ;; compiles and evaluates a macro's definition as it compiles the module,
+  ;; some 40 ms a property, paid again after every edit of a site.
+  `(eval-and-compile
+     (hy.I.consfig/property.install-dotted-macro (globals) ~module ~(str name) ~doc)))
+
+(defn install-dotted-macro [namespace module name [doc None]]
+  "Register in NAMESPACE (a module's globals) the macro `NAME*`, the dotted
+form of the property NAME of MODULE: its last parameter takes the trailing
+forms as a propspec."
+  (defn dotted [_hy_compiler #* args]
+    (hy.I.consfig/propspec.dotted-expansion _hy_compiler module name args))
+  (setv star (hy.mangle (+ name "*"))
+        dotted.__name__ star
+        dotted.__qualname__ star
+        dotted.__module__ module
+        dotted.__doc__ (+ f"The dotted form of {name}: its last parameter takes the trailing forms
 as a propspec.  `(help {name})` shows its parameters and their types."
-         (if doc f"\n\n{doc}" ""))
-     (hy.I.consfig/propspec.dotted-expansion _hy_compiler ~module ~(str name) args)))
+                          (if doc f"\n\n{doc}" "")))
+  (setv (get (.setdefault namespace "_hy_macros" {}) star) dotted)
+  None)
 
 (defn _parse-defprop-body [name body]
   (setv body (list body)
@@ -624,6 +642,7 @@ as a propspec.  `(help {name})` shows its parameters and their types."
   #(doc subs options invariants))
 
 (export :objects [Propapp Property properties define-property find-property forget-properties-of
+                  install-dotted-macro dotted-macro-form
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
                   propapp-desc default-desc propapp-watches preprocess-propapp propapp-hostattrs hostattrs-of

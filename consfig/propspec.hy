@@ -136,7 +136,8 @@ VALUE an integer model spanning just its decimal digits."
                          compiler))
   (.replace
     `(hy.I.consfig/propspec.apply-form
-       (fn [] ~(hy.read name)) ~name ~(_where compiler form) ~dotted [~@args])
+       (fn [] ~(if dotted (hy.read name) (get form 0))) ~name ~(_where compiler form) ~dotted
+       [~@args])
     form))
 
 (defn dotted-expansion [compiler module name args]
@@ -259,7 +260,8 @@ inside another indented under it.  It reads back equal, as
         (for [p (cut parts 1 None)] (setv obj (getattr obj (hy.mangle p))))
         (when (isinstance obj Property) (return obj))
         (except [AttributeError] None))))
-  (for [qualified [name f"consfig.props.{name}" f"consfig.combinators.{name}"]]
+  (for [qualified [name f"consfig.props.{name}" f"consfig.combinators.{name}"
+                   f"consfig.meta.{name}"]]
     (try (return (find-property qualified))
          (except [PropspecError] None)))
   (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))
@@ -406,7 +408,7 @@ tagged so that `data->propspec` restores them exactly."
                    :invariants ~(hy.I.consfig/property._invariants-form params invariants)
                    ~@(if desc [':desc `(fn ~params ~@(cut desc 1 None))] [])
                    :propspec (fn ~params ~(propspec-code forms))))
-     ~(hy.I.consfig/property._dotted-macro-form name module doc)))
+     ~(hy.I.consfig/property.dotted-macro-form name module doc)))
 
 (defmacro defproplist [_hy_compiler name #* args]
   "Define property NAME as a list of other properties, applied in order and

@@ -341,7 +341,8 @@ has exited or WAIT seconds have passed."
       (do (setv wanted (sfor [i1 i2] (get m "items") #(i1 i2)))
           (_send-data session (lfor i items :if (in #(i.iden1 i.iden2) wanted) i) sink name))
       (= op "events") (for [e (get m "events")] (sink e))
-      (= op "done") (return (Outcome name (get m "changes") (get m "failures")))
+      (= op "done") (return (Outcome name (get m "changes") (get m "failures")
+                                     :drift (.get m "drift" 0)))
       (= op "error")
       (raise (ConsfigError
                (+ f"{name}: on the target ({where}): {(get m "message")}"

@@ -225,7 +225,8 @@ older ones candidates for pruning."
       ;; `consfig converge`: keep the host converged until told to stop.
       (converge-after host (_here msg) writer.event (_cache-root layer-dirs) (get msg "converge")
                       :layers layer-dirs))
-    (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures})
+    (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures
+                      "drift" outcome.drift})
     (except [e Exception]
       (.message writer (_error-message e)))))
 

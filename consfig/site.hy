@@ -9,7 +9,8 @@ Mistakes in a consfig — a syntax error, an unknown property, wrong arguments,
 an exception at top level — become one `ConsfigError` naming the file and
 line, not a traceback."
 
-(import importlib.util
+(import hy
+        importlib.util
         os
         re
         sys
@@ -76,7 +77,7 @@ that the site's modules travel to a target compiled, at no cost."
             marshal)
     (setv path (self.get-filename fullname)
           source (self.get-data path)
-          digest (importlib.util.source-hash source)
+          digest (importlib.util.source-hash (+ source (compiler-identity)))
           cached (importlib.util.cache-from-source path))
     (try
       (with [f (open cached "rb")] (setv data (.read f)))
@@ -94,6 +95,28 @@ that the site's modules travel to a target compiled, at no cost."
       (try (self._cache-bytecode path cached (bx._code-to-hash-pyc code digest True))
            (except [#(OSError NotImplementedError)] None)))
     code))
+
+(setv _compiler-identity None)
+
+(defn compiler-identity []
+  "Bytes that change when what compiles a consfig does: Hy's and hyrule's
+versions, and the name, size and mtime of each Hy file of consfig (its
+macros expand in the site's code).  A site's cached bytecode is valid only
+for the same source compiled by the same consfig."
+  (global _compiler-identity)
+  (when (is _compiler-identity None)
+    (import hashlib importlib.metadata)
+    (setv h (hashlib.sha256 (.encode f"hy {hy.__version__}\0")))
+    (try (.update h (.encode (+ "hyrule " (importlib.metadata.version "hyrule") "\0")))
+         (except [importlib.metadata.PackageNotFoundError] None))
+    (for [package ["consfig" "consfig.props" "consfig.connections"]]
+      (for [d (or (. (importlib.util.find-spec package) submodule-search-locations) [])]
+        (for [entry (sorted (os.scandir d) :key (fn [e] e.name))]
+          (when (.endswith entry.name ".hy")
+            (setv st (.stat entry))
+            (.update h (.encode f"{package}/{entry.name} {st.st-size} {st.st-mtime-ns}\0"))))))
+    (setv _compiler-identity (.digest h)))
+  _compiler-identity)
 
 (defn _unclosed-line [text]
   ;; The reader reports a missing `)` at the end of the file; the line where

@@ -83,7 +83,9 @@ def render():
         for p in props:
             kind = "" if p.type == "posix" else f"  *({p.type})*"
             # What `unapplied` accepts, so that a reader knows before writing it.
-            if p.unapply:
+            if p.kind == "fact":
+                kind += "  *(a fact: the condition of a `during`)*"
+            elif p.unapply:
                 kind += "  *(can be unapplied)*"
             elif not p.apply:
                 kind += "  *(a declaration: unapplying does nothing)*"

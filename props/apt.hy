@@ -730,6 +730,89 @@ the file.  `source` writes a deb822 file from typed fields instead."
   (:apply (run-waiting-for-locks "apt-get" "-o" f"DPkg::Lock::Timeout={(_lock-timeout)}" "clean"
                                  :env ENV :timeout 300)))
 
+(defn _known-states [packages]
+  ;; `{name: Status-Abbrev}` of those of PACKAGES dpkg knows of.
+  (setv r (run "dpkg-query" "-W" "-f" "${Package} ${db:Status-Abbrev}\\n" "--" #* packages
+               :check False :timeout 300))
+  (dfor l (.splitlines r.stdout) :if (= (len (.split l)) 2) (get (.split l) 0) (get (.split l) 1)))
+
+(defn _left-behind [packages]
+  ;; Those of PACKAGES of which dpkg keeps anything: the package, or its
+  ;; configuration files ("rc").
+  (setv states (_known-states (lfor p packages (_name p))))
+  (lfor p packages :if (not-in (cut (.get states (_name p) "un") 1 2) #("n" "")) p))
+
+(defprop purged :posix [#^ packages #* packages]
+  "None of PACKAGES is installed, and none has configuration files left
+behind (`apt-get purge`): a package removed earlier is purged too."
+  (:desc f"apt purged {(.join " " (_flatten packages))}")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (setv left (_left-behind packages))
+          (or (not left) (Drift f"would purge: {(.join " " left)}")))
+  (:apply (apt-get "purge" "--" #* (_left-behind packages))))
+
+(defn _held []
+  (set (.split (. (run "apt-mark" "showhold" :timeout 120) stdout))))
+
+(defprop held :posix [#^ packages #* packages]
+  "Each of PACKAGES is held (`apt-mark hold`): apt leaves it at the version
+it has, neither upgrading nor removing it.  Unapplying releases the hold."
+  (:desc f"apt holds {(.join " " (_flatten packages))}")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (setv missing (lfor p packages :if (not-in p (_held)) p))
+          (or (not missing) (Drift f"would hold: {(.join " " missing)}")))
+  (:apply (run-waiting-for-locks "apt-mark" "hold" "--" #* packages :timeout 300))
+  (:unapply (setv have (_held))
+            (if (any (gfor p packages (in p have)))
+                (run-waiting-for-locks "apt-mark" "unhold" "--" #* packages :timeout 300)
+                NO-CHANGE)))
+
+(setv NO-RECOMMENDS "/etc/apt/apt.conf.d/50consfig-no-recommends")
+
+(defprop recommends-not-installed :posix []
+  "apt installs no recommended or suggested package unless told to, as a
+minimal server wants (`APT::Install-Recommends \"false\"`, in
+/etc/apt/apt.conf.d).  Unapplying removes the setting."
+  (:simulates True)
+  (:desc "apt installs no recommends")
+  (:hostattrs (required "debian"))
+  (:apply (update-file NO-RECOMMENDS (+ "// Written by consfig.\n"
+                                        "APT::Install-Recommends \"false\";\n"
+                                        "APT::Install-Suggests \"false\";\n")
+                       :mode 0o644))
+  (:unapply (remove-files NO-RECOMMENDS)))
+
+(defn _marks [which]
+  (set (.split (. (run "apt-mark" (+ "show" which) :timeout 120) stdout))))
+
+(defn _mark-drift [packages which]
+  (setv wrong (lfor p packages :if (not-in p (_marks which)) p))
+  (or (not wrong) (Drift f"would mark {which}: {(.join " " wrong)}")))
+
+(defprop marked-manual :posix [#^ packages #* packages]
+  "Each of PACKAGES, installed, is marked as installed by hand (`apt-mark
+manual`): `apt-get autoremove` keeps it when nothing depends on it any
+more.  Unapplying marks them automatically installed."
+  (:desc f"apt marks {(.join " " (_flatten packages))} manual")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (_mark-drift packages "manual"))
+  (:apply (run-waiting-for-locks "apt-mark" "manual" "--" #* packages :timeout 300))
+  (:unapply (run-waiting-for-locks "apt-mark" "auto" "--" #* packages :timeout 300)))
+
+(defprop marked-auto :posix [#^ packages #* packages]
+  "Each of PACKAGES, installed, is marked as automatically installed
+(`apt-mark auto`): `apt-get autoremove` removes it once nothing depends on
+it.  Unapplying marks them installed by hand."
+  (:desc f"apt marks {(.join " " (_flatten packages))} auto")
+  (:preprocess (_flatten packages))
+  (:hostattrs (required "debian"))
+  (:check (_mark-drift packages "auto"))
+  (:apply (run-waiting-for-locks "apt-mark" "auto" "--" #* packages :timeout 300))
+  (:unapply (run-waiting-for-locks "apt-mark" "manual" "--" #* packages :timeout 300)))
+
 (export :objects [installed installed-minimally removed updated upgraded
                   autoremoved reconfigured service-installed-running mirrors
                   proxy standard-sources-list additional-sources cache-cleaned
@@ -738,4 +821,5 @@ the file.  `source` writes a deb822 file from typed fields instead."
                   lock-timeout apt-options run-waiting-for-locks sources-changed
                   trusts-key source pinned backports-enabled unattended-upgrades-enabled
                   keyring-path key-path dearmor sources-text openpgp-public-key
-                  UPDATE-NEEDED])
+                  UPDATE-NEEDED purged held recommends-not-installed NO-RECOMMENDS
+                  marked-manual marked-auto])

@@ -34,7 +34,9 @@ deployment: its properties are reported under the `os-bootstrapped` line."
 with its own hostattrs, and the current host as its parent."
   (preprocess-host (Host (get-hostname) propspec)))
 
-(defn _os-of [host]
+(defn bootstrappable-os [host]
+  "HOST's OS declaration, when it is one debootstrap can make; else the
+property is inapplicable, saying why."
   (setv os-value (get-hostattr "os" host))
   (cond (not os-value)
         (inapplicable "the chroot's propspec declares no OS; begin it with one, e.g. (os.debian-unstable :amd64)")
@@ -47,7 +49,8 @@ with its own hostattrs, and the current host as its parent."
 (defn _option-name [k]
   (.lstrip (or (keyword-name k) (str k)) "-"))
 
-(defn _options [options]
+(defn bootstrap-options [options]
+  "OPTIONS, a dict of the bootstrapping tool's long options, with plain string keys."
   (dfor [k v] (.items (or options {})) (_option-name k) v))
 
 (defn bootstrap-argv [tool os-value root mirror options]
@@ -97,16 +100,18 @@ crossing into another filesystem."
 (defn _tail [text [n 25]]
   (.join "\n" (cut (.splitlines text) (- n) None)))
 
-(defn _bootstrap [root host options]
+(defn bootstrap-into [root host options]
+  "Bootstrap the OS HOST declares into ROOT with OPTIONS (`bootstrap-options`),
+removing what an unfinished bootstrap left there first; a failure removes ROOT."
   (when (not (_sh? "command -v debootstrap >/dev/null || command -v mmdebstrap >/dev/null"))
     (raise (AbortedChange "neither debootstrap nor mmdebstrap is installed on the host (apt-get install debootstrap)")))
-  (setv os-value (_os-of host)
+  (setv os-value (bootstrappable-os host)
         tool (if (run-ok? "command" "-v" "mmdebstrap") "mmdebstrap" "debootstrap")
         #(mirror proxy) (_mirror-and-proxy host options))
   (cond (_sh? "test -e \"$1/debootstrap\"" root)
         (do (inform f"removing the remains of an unfinished bootstrap of {root}")
             (remove-tree root))
-        (_sh? "test -n \"$(ls -A -- \"$1\" 2>/dev/null)\"" root)
+        (_sh? "test -n \"$(ls -A -- \"$1\" 2>/dev/null | grep -vx lost+found)\"" root)
         (raise (AbortedChange f"{root} exists and holds no bootstrapped system; remove it, or choose another directory")))
   (inform f"{tool} {(get os-value "suite")} from {mirror}")
   (setv r (run (bootstrap-argv tool os-value root mirror options)
@@ -156,7 +161,7 @@ forms."
   ;; here checks, before anything connects, that it declares a Debian OS.
   (:hostattrs
     (try
-      (_os-of (chroot-host propspec))
+      (bootstrappable-os (chroot-host propspec))
       (except [e InapplicableProperty]
         ;; Say that it is the chroot's propspec that does not fit.
         (setv prefix f"{(get-hostname)}: ")
@@ -168,7 +173,7 @@ forms."
     (setv host (chroot-host propspec)
           made (not (bootstrapped? root)))
     (when made
-      (_bootstrap root host (_options options)))
+      (bootstrap-into root host (bootstrap-options options)))
     (if (or (!= (apply-inside root propspec) NO-CHANGE) made)
         :changed
         NO-CHANGE))
@@ -177,5 +182,6 @@ forms."
         (do (remove-tree root) :changed)
         NO-CHANGE)))
 
-(export :objects [DEFAULT-MIRROR chroot-host bootstrap-argv bootstrapped?
+(export :objects [DEFAULT-MIRROR chroot-host bootstrap-argv bootstrapped? bootstrappable-os
+                  bootstrap-options bootstrap-into
                   remove-tree apply-inside os-bootstrapped])

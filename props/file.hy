@@ -1315,6 +1315,148 @@ archive is unpacked over the old files.  Files belong to whoever deploys
   (:check (_extracted? archive directory strip-components))
   (:apply (unpack archive directory :kind format :strip strip-components)))
 
+(defprop exists :posix [#^ abs-path path * #^ file-mode [mode None]]
+  "PATH exists as a regular file: where there is none, an empty one is made
+(with MODE, when given); the content of one that is there is left alone.
+Anything else at PATH (a directory, a device) is a failure."
+  (:desc f"{path} exists")
+  (:check (or (run-ok? "test" "-f" path) (Drift f"{path} would be created")))
+  (:apply
+    (when (remote-exists? path)
+      (raise (FailedChange f"{path} exists and is not a regular file; not replacing it")))
+    (write-remote-file path b"" :mode mode)))
+
+(defprop contains-conf-tab :posix [#^ abs-path path #^ conf-pair #* pairs]
+  "Like `contains-conf-space`, for a config file of `key<TAB>value` lines:
+a new or changed line has a tab between key and value (a changed line keeps
+the whitespace it had)."
+  (:simulates True)
+  (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
+  (:desc f"{path} has {(describe-pairs pairs " ")}")
+  (:apply (_simple-conf-update path (conf-pairs pairs) _SPACE-KV
+                               (fn [k v sep] (+ k (or sep "\t") v)) _strip-eq)))
+
+(setv block-name (matching "block-name"
+                           "a block name (one line, not starting with - or whitespace)"
+                           r"[^\s\x00-][^\n\r\x00]*")
+      comment-prefix (matching "comment-prefix" "a comment prefix such as # or ; (no whitespace)"
+                               r"[^\s\x00]+"))
+
+(defn block-lines [lines name block comment]
+  "LINES with the block NAME, between the lines `COMMENT BEGIN consfig NAME`
+and `COMMENT END consfig NAME`, holding BLOCK (a list of lines), or gone when
+BLOCK is None.  A new block is appended.  A begin marker without its end is a
+failure: what follows it is not ours to replace."
+  (setv begin f"{comment} BEGIN consfig {name}"
+        end f"{comment} END consfig {name}"
+        i (if (in begin lines) (.index lines begin) None)
+        j (when (is-not i None)
+            (next (gfor [n l] (enumerate lines) :if (and (> n i) (= l end)) n) None))
+        new (if (is block None) [] [begin #* block end]))
+  (cond (is i None) (+ lines new)
+        (is j None) (raise (FailedChange f"the file has the line {(hy.repr begin)} but not {(hy.repr end)} after it; mend it by hand"))
+        True (+ (cut lines i) new (cut lines (+ j 1) None))))
+
+(defprop has-block :posix [#^ abs-path path #^ block-name name #^ lines #* lines
+                           #^ comment-prefix [comment "#"]]
+  "PATH has LINES between two marker lines, `# BEGIN consfig NAME` and
+`# END consfig NAME` (COMMENT in place of #, for files commented otherwise):
+the block is replaced when it differs, and appended when there is none.
+Creates PATH.  Unapplying removes the block with its markers, as Ansible's
+blockinfile does.
+
+  (file.has-block \"/etc/ssh/ssh_config\" \"backup\" \"Host backup\" \"  User borg\")"
+  (:simulates True)
+  (:desc f"{path} has block {name}")
+  (:apply (map-file-lines path (fn [have] (block-lines have name (_lines lines) comment))
+                          :create True))
+  (:unapply (map-file-lines path (fn [have] (block-lines have name None comment)))))
+
+(defn line-matching-lines [lines regex line]
+  "LINES with LINE in place of the first line matching REGEX and without the
+other lines matching it; with LINE appended when none matches and LINE is
+not there."
+  (setv r (re.compile regex)
+        out []
+        placed False)
+  (for [l lines]
+    (cond (not (.search r l)) (.append out l)
+          (not placed) (do (.append out line) (setv placed True))))
+  (if (or placed (in line out)) out (+ out [line])))
+
+(defprop has-line-matching :posix [#^ abs-path path #^ regex regex #^ line line]
+  "PATH has LINE in place of the lines matching REGEX (Python syntax,
+searched anywhere in a line): the first such line becomes LINE and any other
+is removed; when none matches, LINE is appended, unless PATH has it already.
+Creates PATH.  Ansible's lineinfile, with `regexp`.
+
+  (file.has-line-matching \"/etc/ssh/sshd_config\" r\"^#?\\s*PermitRootLogin\\b\" \"PermitRootLogin no\")"
+  (:simulates True)
+  (:desc f"{path} has {line} for /{regex}/")
+  (:apply (map-file-lines path (fn [have] (line-matching-lines have regex line)) :create True)))
+
+(defprop empty-directory-does-not-exist :posix [#^ abs-path #* directories]
+  "None of DIRECTORIES exists; each that does must be empty, and is removed
+with rmdir.  A directory with anything in it is a failure, and stays: for
+directories that must go only when nothing is left in them."
+  (:desc (_plural directories))
+  (:check (_none-exist directories "removed"))
+  (:apply (for [d directories :if (remote-exists? d)]
+            (setv r (run "rmdir" "--" d :check False))
+            (when (not r.ok?)
+              (raise (FailedChange f"{d} was not removed: {(.strip r.stderr)}"))))))
+
+(defn _find-first [directory #* tests]
+  ;; The first path below DIRECTORY (itself included) that passes TESTS, or
+  ;; "" when none does; symlinks are not followed.
+  (.strip (output "find" directory #* tests "-print" "-quit")))
+
+(defn _mode-word [mode]
+  ;; Five digits: GNU chmod keeps a directory's setgid bit for a shorter
+  ;; number, and `find -perm` would then never see the mode asked for.
+  (.format "{:05o}" mode))
+
+(defn _tree-mode-tests [files directories]
+  (lfor [kind mode] [["f" files] ["d" directories]] :if (is-not mode None)
+        ["-type" kind "!" "-perm" (_mode-word mode)]))
+
+(defprop tree-has-modes :posix [#^ abs-path directory * #^ file-mode [files None]
+                                #^ file-mode [directories None]]
+  "Every regular file below DIRECTORY has mode FILES, and every directory
+(DIRECTORY too) mode DIRECTORIES; either may be left out.  Symlinks are not
+followed.  Ansible's `file … recurse: yes`, with a mode for each kind."
+  (:desc (+ f"{directory} has modes"
+            (if (is files None) "" f" {(format files "o")} for files")
+            (if (is directories None) "" f" {(format directories "o")} for directories")))
+  (:invariant (not (and (is files None) (is directories None))) "needs :files or :directories")
+  (:check (if (run-ok? "test" "-d" directory)
+              (do (for [t (_tree-mode-tests files directories)]
+                    (setv bad (_find-first directory #* t))
+                    (when bad (return (Drift f"{bad} has another mode"))))
+                  True)
+              (Drift f"{directory} is not a directory")))
+  (:apply (for [t (_tree-mode-tests files directories)]
+            (run "find" directory #* t "-exec" "chmod" (get t -1) "--" "{}" "+"))))
+
+(defn _tree-owner-tests [user group]
+  (+ (if (is user None) [] ["!" "-user" (str user)])
+     (if (and user group) ["-o"] [])
+     (if (is group None) [] ["!" "-group" (str group)])))
+
+(defprop tree-has-ownership :posix [#^ abs-path directory * #^ (one-of user-name id-number) [user None]
+                                    #^ (one-of group-name id-number) [group None]]
+  "DIRECTORY and everything below it (symlinks themselves, not what they
+point to) is owned by USER and/or GROUP, names or numeric ids."
+  (:desc (+ f"{directory} and below have"
+            (if (is user None) "" f" owner {user}")
+            (if (is group None) "" f" group {group}")))
+  (:invariant (not (and (is user None) (is group None))) "needs :user or :group")
+  (:check (if (run-ok? "test" "-d" directory)
+              (let [bad (_find-first directory "(" #* (_tree-owner-tests user group) ")")]
+                (or (not bad) (Drift f"{bad} has another owner")))
+              (Drift f"{directory} is not a directory")))
+  (:apply (run "chown" "-R" "-h" (_owner-spec user group) "--" directory)))
+
 (export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
                   dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
@@ -1328,4 +1470,7 @@ archive is unpacked over the old files.  Files belong to whoever deploys
                   combined-results remove-files
                   describe-pairs pairs-problem conf-key conf-value conf-pair
                   remove-lines downloaded extracted download unpack archive-members
-                  tar-members member-problem http-url sha256-digest])
+                  tar-members member-problem http-url sha256-digest
+                  exists contains-conf-tab has-block block-lines has-line-matching
+                  line-matching-lines empty-directory-does-not-exist tree-has-modes
+                  tree-has-ownership])

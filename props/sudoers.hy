@@ -6,7 +6,8 @@ perhaps, the chain a deployment came in by — so a drop-in is checked with
 `visudo -c` once it is: a drop-in that fails either is refused and the file
 that was there before stays."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.property [defprop]
+                           consfig.propspec [defproplist]))
 (import consfig.actions [output run run-ok? write-remote-file]
         consfig.engine [checking? inform]
         consfig.errors [FailedChange]
@@ -83,4 +84,25 @@ ignore.  Unapplying removes the file.
                    None)))
   (:unapply (remove-files f"{DIRECTORY}/{name}")))
 
-(export :objects [drop-in validate drop-in-name])
+(setv sudo-command (matching "sudo-command"
+                             "a program's absolute path (no whitespace, comma, colon, = or backslash)"
+                             r"/[^\s,:=\\\x00]+"))
+
+(defn _rule [user commands nopasswd]
+  (+ user " ALL=(ALL:ALL) " (if nopasswd "NOPASSWD: " "")
+     (if commands (.join ", " commands) "ALL") "\n"))
+
+(defproplist user-can-sudo :posix [#^ user-name user #^ sudo-command #* commands
+                                   #^ boolean [nopasswd False]]
+  "USER may run COMMANDS (absolute paths of programs, each allowed with any
+arguments), or any command when none is given, as any user, through sudo — without a
+password when NOPASSWD — by the drop-in /etc/sudoers.d/user-USER, written
+as `drop-in` writes one.  Unapplying removes the drop-in.
+
+  (sudoers.user-can-sudo \"deploy\" \"/usr/bin/systemctl\" :nopasswd True)"
+  (:invariant (not (.endswith user "$")) "a user name ending in $ cannot name a sudoers.d file")
+  (:desc (+ f"{user} can sudo " (if commands (.join " " commands) "anything")
+            (if nopasswd " without a password" "")))
+  (drop-in f"user-{user}" (_rule user commands nopasswd)))
+
+(export :objects [drop-in validate drop-in-name user-can-sudo])

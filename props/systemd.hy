@@ -15,14 +15,16 @@ verify` before they replace what was there, and the manager rereads its
 configuration afterwards, where one runs.  Lingering is recorded in
 /var/lib/systemd/linger, through loginctl where a manager runs."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.property [defprop]
+                           consfig.propspec [defpropspec]))
 (import consfig.watchspec [watch-path watch-unit watch-poll])
 (import posixpath
+        consfig.combinators [eseqprops unapplied with-unapply]
         consfig.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
                          write-remote-file]
         consfig.engine [Drift WOULD-CHANGE checking? inform]
-        consfig.errors [FailedChange]
-        consfig.props.file [read-bytes content->bytes update-file]
+        consfig.errors [AbortedChange FailedChange]
+        consfig.props.file [conf-pairs pairs-problem read-bytes content->bytes update-file]
         consfig.props.service [no-services? skip-for-no-services]
         consfig.props.user [passwd-entry]
         consfig.types *)
@@ -64,9 +66,14 @@ one when USER-INSTANCE), as sd_booted(3) tells."
   ;; Starting, stopping and reloading: only where a manager runs and
   ;; services may be touched.
   (cond (no-services?) (skip-for-no-services what)
+        ;; A live host whose PID 1 is not systemd: the unit cannot be
+        ;; started, and an `ok` would hide that (a pull timer that never runs).
         (not (manager-running? user-instance))
-        (do (inform f"not {what}: no systemd service manager is running here")
-            NO-CHANGE)
+        (raise (AbortedChange
+                 (+ f"not {what}: no systemd service manager runs here"
+                    (if user-instance " for this user" " (/run/systemd/system is absent)")
+                    "; on a tree built to boot later, apply it under "
+                    "service.without-starting-services, or schedule with :via :cron")))
         True (do (systemctl user-instance #* args) None)))
 
 (defn unit-file-state [unit [user-instance False]]
@@ -92,7 +99,9 @@ one runs)."
   (:apply (_runtime-action user-instance "reloading systemd" "daemon-reload")))
 
 (defprop started :posix [#^ unit-name service * #^ boolean [user-instance False]]
-  "The unit SERVICE is active."
+  "The unit SERVICE is active.  Under `service.without-starting-services`
+(a chroot, a tree built to boot later) nothing is started, and that is said;
+elsewhere, a host where no systemd service manager runs fails it."
   (:watch (_unit-watches service user-instance))
   (:desc f"systemd service {service} started")
   (:check (and (not (no-services?))
@@ -302,7 +311,128 @@ USER must exist.  Unapplying disables lingering."
         (run "loginctl" "disable-linger" "--" user :timeout 120)
         (run "rm" "-f" "--" (posixpath.join LINGER-DIRECTORY user) :timeout 60))))
 
+(defn _default-target []
+  (.strip (. (systemctl False "get-default" :check False) stdout)))
+
+(defprop default-target :posix [#^ unit-name target]
+  "The system boots into TARGET (\"multi-user.target\" for a server,
+\"graphical.target\" for a desktop): `systemctl set-default`.  Works without
+a running systemd."
+  (:desc f"systemd boots into {target}")
+  (:invariant (.endswith target ".target") "a default target is a .target unit")
+  (:check (setv have (_default-target))
+          (or (= have target) (Drift f"default target {have} → {target}")))
+  (:apply (systemctl False "set-default" "--" target)))
+
+(defprop enabled-for-all-users :posix [#^ unit-name unit]
+  "The user unit UNIT is enabled for every user (`systemctl --global
+enable`): each user's own manager starts it.  Works without a running
+systemd.  Unapplying disables it globally."
+  (:desc f"user unit {unit} enabled for all users")
+  (:check (or (run-ok? "systemctl" "--global" "is-enabled" "--quiet" "--" unit)
+              (Drift f"user unit {unit} would be enabled for all users")))
+  (:apply (run "systemctl" "--global" "enable" "--" unit :timeout 300))
+  (:unapply (if (run-ok? "systemctl" "--global" "is-enabled" "--quiet" "--" unit)
+                (run "systemctl" "--global" "disable" "--" unit :timeout 300)
+                NO-CHANGE)))
+
+(setv component (matching "systemd-component"
+                          (+ "a systemd component with a configuration file in /etc/systemd: system, "
+                             "user, journald, logind, timesyncd, resolved, networkd, coredump, sleep, "
+                             "pstore, oomd, homed, journal-upload or journal-remote")
+                          (+ r"system|user|journald|logind|timesyncd|resolved|networkd|coredump"
+                             r"|sleep|pstore|oomd|homed|journal-upload|journal-remote"))
+      section-name (matching "section-name" "a section name such as Journal (letters, digits and -)"
+                             r"[A-Za-z][A-Za-z0-9-]*")
+      setting-key (matching "setting-key" "a setting such as SystemMaxUse (letters, digits and _)"
+                            r"[A-Za-z][A-Za-z0-9_]*")
+      setting (named "setting" (one-of line integer (dict-of setting-key (one-of line integer)))
+                     "a setting's key or value (one line, or an integer), or a dict of them"))
+
+(defn conf-path [component name]
+  "Where the drop-in NAME of COMPONENT's configuration goes:
+/etc/systemd/COMPONENT.conf.d/NAME.conf."
+  (posixpath.join "/etc/systemd" (+ component ".conf.d") (+ name ".conf")))
+
+(defn _settings [pairs]
+  (lfor [[_ k] v] (.items (conf-pairs pairs)) [k v]))
+
+(defn _settings-problem [pairs]
+  (if pairs
+      (pairs-problem pairs setting-key)
+      "needs settings: alternating keys and values, or one dict"))
+
+(defprop configured :posix [#^ component component #^ section-name section #^ setting #* pairs
+                            #^ drop-in-name [name "consfig"]]
+  "COMPONENT (journald, logind, timesyncd, resolved, …) has the settings
+PAIRS (alternating keys and values, or one dict) in SECTION, in the drop-in
+/etc/systemd/COMPONENT.conf.d/NAME.conf, which holds nothing else: the
+packaged COMPONENT.conf stays as it is.  The component reads it when it next
+starts; restart it with `on-change` for it to take effect now.  Unapplying
+removes the drop-in.
+
+  (systemd.configured \"logind\" \"Login\" \"HandleLidSwitch\" \"ignore\")"
+  (:simulates True)
+  (:invariant (not (_settings-problem pairs)) (_settings-problem pairs))
+  (:desc (+ f"systemd {component} has "
+            (.join ", " (gfor [k v] (_settings pairs) f"{k}={v}"))))
+  (:apply
+    (setv path (conf-path component name))
+    (when (not (checking?))
+      (run "mkdir" "-p" "--" (posixpath.dirname path) :timeout 60))
+    (update-file path (+ "# Written by consfig.\n" f"[{section}]\n"
+                         (.join "" (gfor [k v] (_settings pairs) f"{k}={v}\n")))
+                 :mode 0o644))
+  (:unapply
+    (setv path (conf-path component name))
+    (if (remote-exists? path)
+        (if (checking?) WOULD-CHANGE (run "rm" "-f" "--" path :timeout 60))
+        NO-CHANGE)))
+
+(defn exec-line [argv]
+  "ARGV as the value of an ExecStart= line: each word in double quotes,
+with what systemd would otherwise expand (`%` specifiers, `$` variables,
+backslashes and quotes) escaped, so that the program gets ARGV as it is."
+  (.join " " (gfor a argv
+                   (+ "\""
+                      (.translate a {(ord "\\") "\\\\" (ord "\"") "\\\"" (ord "%") "%%" (ord "$") "$$"})
+                      "\""))))
+
+(defn timer-texts [name calendar argv user]
+  "The service and timer units that run ARGV (as USER, or root) at CALENDAR."
+  #((+ f"[Unit]\nDescription={name} (consfig)\n\n[Service]\nType=oneshot\n"
+       (if user f"User={user}\n" "")
+       f"ExecStart={(exec-line argv)}\n")
+    (+ f"[Unit]\nDescription={name} (consfig)\n\n[Timer]\nOnCalendar={calendar}\nPersistent=true\n\n"
+       "[Install]\nWantedBy=timers.target\n")))
+
+(setv calendar-event (matching "calendar-event"
+                               "a systemd calendar event (one line) such as daily or Mon *-*-* 03:00"
+                               r"[A-Za-z0-9 *:,./~+-]+"))
+
+(defpropspec runs-on-calendar :posix [#^ drop-in-name name #^ calendar-event calendar
+                                      #^ abs-path program #^ line #* args
+                                      #^ (optional user-name) [user None]]
+  "PROGRAM runs with ARGS (as USER, or as root) at the times CALENDAR
+describes (systemd.time(7): `daily`, `Mon..Fri 02:30`, `*:0/15`), from the
+units NAME.service and NAME.timer, which this writes, verifies and enables;
+a run missed while the machine was off happens when it next boots.  The
+systemd answer to a cron job.  Unapplying disables and removes both units.
+
+  (systemd.runs-on-calendar \"backup\" \"*-*-* 03:00\" \"/usr/local/bin/backup\" \"--all\")"
+  (:desc f"{name} runs at {calendar}")
+  (setv #(service timer) (timer-texts name calendar [program #* args] user))
+  (with-unapply
+    (unit-file f"{name}.service" service)
+    (unit-file f"{name}.timer" timer)
+    (enabled f"{name}.timer")
+    (started f"{name}.timer")
+    :unapply
+    (eseqprops (unapplied (unit-file f"{name}.timer" timer))
+               (unapplied (unit-file f"{name}.service" service)))))
+
 (export :objects [systemctl manager-running? unit-file-state daemon-reloaded
                   started stopped restarted reloaded enabled disabled masked
                   unit-file drop-in lingering-enabled verify-unit-text unit-path
-                  drop-in-path])
+                  drop-in-path default-target enabled-for-all-users configured conf-path
+                  exec-line timer-texts runs-on-calendar])

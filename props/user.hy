@@ -218,8 +218,70 @@ with `chpasswd -e`, the hash on standard input, never on a command line."
         (Drift f"{username}'s password would be set")))
   (:apply (run "chpasswd" "-e" :input f"{username}:{(_password-hash username)}\n" :timeout 60)))
 
+(setv full-name (matching "full-name" "a full name (one line, no : , or =)" r"[^:,=\n\r\x00]*"))
+
+(defprop has-system-account :posix [#^ user-name username * #^ abs-path [home "/nonexistent"]
+                                    #^ login-shell [shell "/usr/sbin/nologin"]]
+  "There is a system account USERNAME, for a daemon rather than a person: a
+uid below 1000, a group of the same name, HOME (not created: by default
+/nonexistent, as Debian's own daemons have) and SHELL (by default none to
+log in with).  An ordinary account of that name is a failure.  Unapplying
+deletes the account."
+  (:desc f"System account for {username}")
+  (:check (or (bool (passwd-entry username))
+              (Drift f"system account {username} would be created")))
+  (:apply (run "useradd" "--system" "--user-group" "--home-dir" home "--shell" shell
+               "--" username :timeout 120))
+  (:unapply (run "userdel" "--" username :timeout 120)))
+
+(defn _full-name [username]
+  (get (.split (get (or (passwd-entry username) {"gecos" ""}) "gecos") ",") 0))
+
+(defprop has-full-name :posix [#^ user-name username #^ full-name name]
+  "USERNAME's full name (the first field of the GECOS field of passwd(5))
+is NAME; the other fields (room, telephone numbers) are left as they are."
+  (:desc f"{username}'s full name is {name}")
+  (:check (setv have (_full-name username))
+          (or (= have name) (Drift f"{username}: full name {have} → {name}")))
+  (:apply (run "chfn" "-f" name "--" username :timeout 60)))
+
+(defn _gid-of [group]
+  (setv r (run "getent" "group" "--" group :check False :timeout 60))
+  (when (not r.ok?)
+    (raise (FailedChange f"there is no group {group}: (user.group-exists {(hy.repr group)}) first")))
+  (get (.split (get (.splitlines r.stdout) 0) ":") 2))
+
+(defprop has-primary-group :posix [#^ user-name username #^ group-name group]
+  "USERNAME's primary group, which owns the files USERNAME makes, is GROUP
+(`usermod -g`; files in USERNAME's home directory follow)."
+  (:desc f"{username}'s primary group is {group}")
+  (:check (setv have (.get (or (passwd-entry username) {}) "gid"))
+          (or (= have (_gid-of group)) (Drift f"{username}: primary group {have} → {group}")))
+  (:apply (run "usermod" "-g" group "--" username :timeout 300)))
+
+(defprop has-home-directory :posix [#^ user-name username #^ abs-path home]
+  "USERNAME's home directory is HOME.  The old home directory's contents
+move there (`usermod -m`) when HOME does not exist yet; an existing HOME is
+taken as it is, and the old one left."
+  (:desc f"{username}'s home is {home}")
+  (:check (setv have (.get (or (passwd-entry username) {}) "home"))
+          (or (= have home) (Drift f"{username}: home {have} → {home}")))
+  (:apply (run "usermod" "-d" home #* (if (run-ok? "test" "-e" home) [] ["-m"]) "--" username
+               :timeout 600)))
+
+(defprop lacks-account :posix [#^ user-name username * #^ boolean [remove-home False]]
+  "There is no user account USERNAME; with REMOVE-HOME, its home directory
+and mail spool go with it (`userdel -r`), else they stay.  A user with
+processes running is a failure, from userdel."
+  (:desc f"No account for {username}")
+  (:check (or (not (passwd-entry username))
+              (Drift f"account {username} would be deleted")))
+  (:apply (run "userdel" #* (if remove-home ["-r"] []) "--" username :timeout 120)))
+
 (export :objects [has-password password-iden1
                   has-account has-account-with-uid group-exists has-groups
                   group-has-members group-members
                   has-login-shell has-locked-password has-enabled-password
-                  passwd-entry home-directory as-user])
+                  passwd-entry home-directory as-user
+                  has-system-account has-full-name has-primary-group has-home-directory
+                  lacks-account])

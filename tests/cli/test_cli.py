@@ -314,3 +314,34 @@ def test_a_site_edited_within_the_same_second_and_size_deploys_its_new_content(t
     second = consfig("deploy", "--consfig", site, "quick.test")
     assert second.returncode == 0, second.stderr
     assert target.read_text() == "DDD1\n", "the old compile of the site was deployed"
+
+
+def test_a_site_compiled_by_another_consfig_is_compiled_again(tmp_path):
+    # A site's compile holds the expansions of consfig's macros: bytecode that
+    # another consfig (an upgrade, an older install, an edited checkout)
+    # cached for the very same source must not be run by this one.  The
+    # stand-in: CCC1's code cached under the hash of DDD1's source alone, as
+    # a consfig that hashes only the source would have left it.
+    import importlib.util
+    import marshal
+    from consfig.site import _SiteLoader, module_name_for
+    target = tmp_path / "out"
+    site = tmp_path / "other.hy"
+
+    def write_site(word):
+        site.write_text(
+            "(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n"
+            f'(defhost other.test {{:deploy :local}} (file.has-content "{target}" "{word}\\n"))\n')
+        return site.read_bytes()
+
+    old = write_site("CCC1")
+    code = _SiteLoader(module_name_for(str(site)), str(site)).source_to_code(old, str(site))
+    new = write_site("DDD1")
+    cached = importlib.util.cache_from_source(str(site))
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    with open(cached, "wb") as f:
+        f.write(importlib.util.MAGIC_NUMBER + (0b11).to_bytes(4, "little")
+                + importlib.util.source_hash(new) + marshal.dumps(code))
+    r = consfig("deploy", "--consfig", site, "other.test")
+    assert r.returncode == 0, r.stderr
+    assert target.read_text() == "DDD1\n", "bytecode another compiler left was run"

@@ -96,3 +96,25 @@ def test_shell_syntax_in_the_text_is_only_text(chroot, chroot_chain):
     assert outcome.status == "failed", "visudo refuses it"
     assert not (chroot / "tmp/pwned").exists()
     assert listing(chroot) == ["README"]
+
+
+def test_user_can_sudo_writes_a_rule_sudo_reads(chroot, chroot_chain):
+    p = sudoers.user_can_sudo("alice", "/usr/bin/id", "/usr/bin/true", nopasswd=True)
+    apply_twice(chroot_chain, p)
+    assert (chroot / "etc/sudoers.d/user-alice").read_text() == \
+        "alice ALL=(ALL:ALL) NOPASSWD: /usr/bin/id, /usr/bin/true\n"
+    assert "NOPASSWD: /usr/bin/id, /usr/bin/true" in in_chroot(chroot, "sudo -l -U alice").stdout
+    unapply(chroot_chain, p)
+    assert listing(chroot) == ["README"]
+
+
+def test_user_can_sudo_anything_by_default(chroot, chroot_chain):
+    apply_twice(chroot_chain, sudoers.user_can_sudo("alice"))
+    assert (chroot / "etc/sudoers.d/user-alice").read_text() == "alice ALL=(ALL:ALL) ALL\n"
+
+
+def test_user_can_sudo_refuses_hostile_commands():
+    for args in [("alice", "/bin/sh, ALL"), ("alice", "/usr/bin/id\nbob ALL=(ALL) ALL"),
+                 ("alice", "id"), ("-alice",), ("alice", "/usr/bin/id:x")]:
+        with pytest.raises(PropspecError):
+            sudoers.user_can_sudo(*args)

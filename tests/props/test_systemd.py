@@ -117,3 +117,16 @@ def test_runtime_actions_say_a_chroot_starts_none_and_change_nothing(chroot_chai
 def test_stopped_holds_where_no_manager_runs(chroot_chain, root):
     apply_twice(chroot_chain, [this_os(), systemd.stopped("consfig-demo.service")],
                 changes=False)
+
+
+@pytest.mark.parametrize("prop", ["started", "restarted", "reloaded"])
+def test_a_runtime_action_fails_on_a_live_host_where_no_manager_runs(prop):
+    # A live host (not a chroot, services allowed) whose PID 1 is not
+    # systemd: the unit cannot be started, and saying `ok` hid that an image's
+    # pull timer (`image.pulled-from :via :systemd`) would never run.  /run is
+    # an empty tmpfs in the namespace, so no manager is seen whatever runs here.
+    from livens import in_namespaces
+    [result] = in_namespaces([["apply", getattr(systemd, prop)("consfig-demo.service")]],
+                             tmpfs=["/run"])
+    assert result["status"] == "failed", result
+    assert "no systemd service manager runs here" in result["failures"], result

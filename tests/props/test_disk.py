@@ -1,0 +1,210 @@
+"""Disk volumes (props/disk.hy): declared and checked at load, and made real
+in a raw image with real loop devices, sfdisk and mkfs."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword as K
+
+from harness import unavailable
+
+from consfig.connections.local import LocalConnection
+from consfig.context import applying
+from consfig.errors import PropspecError
+from consfig.host import Host
+from consfig.props import disk
+
+GPT = {K("table"): K("gpt"), K("size"): "64M",
+       K("partitions"): [{K("size"): "1M", K("type"): K("bios-boot")},
+                         {K("size"): "16M", K("fs"): K("vfat"), K("mount"): "/boot/efi",
+                          K("type"): K("esp"), K("label"): "EFI"},
+                         {K("size"): "8M", K("fs"): K("swap")},
+                         {K("size"): K("rest"), K("fs"): K("ext4"), K("mount"): "/",
+                          K("label"): "root"}]}
+
+
+def _with(volumes, **changes):
+    v = dict(volumes)
+    v.update({K(k): x for k, x in changes.items()})
+    return v
+
+
+def _part(**kw):
+    return {K(k): x for k, x in kw.items()}
+
+
+ROOT = _part(size=K("rest"), fs=K("ext4"), mount="/")
+
+
+@pytest.mark.parametrize("volumes, says", [
+    (_with(GPT, size="8M"), "more than the disk's 8 MiB"),
+    (_with(GPT, partitions=[ROOT, _part(size="1M", fs=K("ext4"), mount="/")]), "root filesystems"),
+    (_with(GPT, partitions=[_part(size="4M", fs=K("zfs"), mount="/")]), "unknown filesystem :zfs"),
+    (_with(GPT, partitions=[ROOT, _part(size="4M", fs=K("ext4"), mount="/srv")]),
+     "only the last partition"),
+    (_with(GPT, partitions=[_part(size="4M", fs=K("ext4"), mount="/srv")]), "no root filesystem"),
+    (_with(GPT, partitions=[_part(size="4M", fs=K("ext4"), type=K("esp"), mount="/")]),
+     "EFI system partition holds a :vfat"),
+    (_with(GPT, partitions=[_part(size="4M", fs=K("ext4"), mount="/a\nb"), ROOT]), "mount point"),
+    (_with(GPT, partitions=[_part(size="4M", fs=K("vfat"), label="TOOLONGFORFAT", mount="/boot"),
+                            ROOT]), "label"),
+    (_with(GPT, partitions=[_part(size="-4M", fs=K("ext4")), ROOT]), "size \"-4M\""),
+    (_with(GPT, table=K("apm")), "unknown partition table :apm"),
+    (_with(GPT, size=None, partitions=[ROOT]), "need a :size"),
+    (_with(GPT, table=K("msdos"), partitions=[_part(size="1M", type=K("bios-boot")), ROOT]),
+     "msdos table has no partition type :bios-boot"),
+    (_with(GPT, partitions=[_part(size="1M", fs=K("swap"), mount="/swap"), ROOT]),
+     "cannot be mounted"),
+])
+def test_has_volumes_refuses_bad_volumes_at_load(volumes, says):
+    with pytest.raises(PropspecError, match=says.replace("(", r"\(")):
+        disk.has_volumes(volumes)
+
+
+def test_has_volumes_accepts_a_gpt_disk_and_records_it():
+    p = disk.has_volumes(GPT)
+    norm = disk.normalise_volumes(GPT)
+    assert [x["size"] for x in norm["partitions"]] == [1, 16, 8, "rest"], norm
+    assert p is not None, "no propapp"
+
+
+def test_sfdisk_script_sizes_and_types_each_partition():
+    script = disk.sfdisk_script(disk.normalise_volumes(GPT))
+    assert script == ("label: gpt\n\n"
+                      "size=1MiB, type=21686148-6449-6E6F-744E-656564454649\n"
+                      "size=16MiB, type=U\nsize=8MiB, type=S\ntype=L\n"), script
+
+
+def test_fstab_lines_put_root_first_and_name_filesystems_by_uuid():
+    lines = disk.fstab_lines(disk.normalise_volumes(GPT), {1: "AAAA-BBBB", 2: "s-w-a-p", 3: "r-o-o-t"})
+    assert lines == ["UUID=r-o-o-t / ext4 defaults 0 1",
+                     "UUID=s-w-a-p none swap sw 0 0",
+                     "UUID=AAAA-BBBB /boot/efi vfat defaults 0 2"], lines
+
+
+def _loops_of(image):
+    out = subprocess.run(["losetup", "--noheadings", "--output", "NAME", "--associated", str(image)],
+                         capture_output=True, text=True).stdout
+    return out.split()
+
+
+@pytest.fixture
+def tools():
+    if os.geteuid() != 0:
+        unavailable("loop devices need root")
+    for tool in ["sfdisk", "mkfs.vfat", "mkfs.ext4", "losetup"]:
+        if not shutil.which(tool):
+            unavailable(f"{tool} is not installed (apt-get install fdisk dosfstools e2fsprogs)")
+
+
+def test_partitioned_image_holds_the_table_and_filesystems_and_releases_its_loops(tools, tmp_path):
+    image = tmp_path / "disk.img"
+    norm = disk.normalise_volumes(GPT)
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        uuids = disk.partitioned_image(norm, str(image))
+    assert image.stat().st_size == 64 * 1024 * 1024, image.stat().st_size
+    dump = subprocess.run(["sfdisk", "--dump", str(image)], capture_output=True, text=True).stdout
+    partitions = [line for line in dump.splitlines() if " : start=" in line]
+    assert "label: gpt" in dump and len(partitions) == 4, dump
+    assert sorted(uuids) == [1, 2, 3], uuids
+    assert not _loops_of(image), "loop devices left attached"
+    # Each filesystem is really there, of its type, at its partition.
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        with disk.OpenedImage(str(image)) as opened:
+            kinds = [subprocess.run(["blkid", "-o", "value", "-s", "TYPE", d],
+                                    capture_output=True, text=True).stdout.strip()
+                     for d in opened.devices]
+            mnt = tmp_path / "mnt"
+            opened.mount(opened.devices[3], str(mnt))
+            assert os.path.isdir(mnt / "lost+found"), "the root filesystem does not mount"
+    assert kinds == ["", "vfat", "swap", "ext4"], kinds
+    assert not _loops_of(image), "loop devices left attached after close"
+    assert not os.path.ismount(tmp_path / "mnt"), "left mounted"
+
+
+def test_a_failed_partitioning_leaves_no_image_and_no_loop(tools, tmp_path):
+    image = tmp_path / "disk.img"
+    norm = disk.normalise_volumes(GPT)
+    if shutil.which("mkfs.btrfs"):
+        pytest.skip("needs a filesystem this machine cannot make, and mkfs.btrfs is here")
+    norm["partitions"][3]["fs"] = "btrfs"  # attached, then mkfs.btrfs is not found
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        with pytest.raises(Exception):
+            disk.partitioned_image(norm, str(image))
+    assert not image.exists(), "a half-made image is left"
+    assert not _loops_of(image), "loop devices left attached"
+
+
+# No vfat here: the test machines' kernel may lack it (it can be made, not mounted).
+IMAGE_VOLUMES = {K("table"): K("gpt"), K("size"): "1G",
+                 K("partitions"): [{K("size"): "1M", K("type"): K("bios-boot")},
+                                   {K("size"): "64M", K("fs"): K("ext4"), K("mount"): "/boot"},
+                                   {K("size"): "16M", K("fs"): K("swap")},
+                                   {K("size"): K("rest"), K("fs"): K("ext4"), K("mount"): "/"}]}
+
+
+def _image_host(name, motd):
+    from consfig.combinators import eseqprops
+    from consfig.host import make_host
+    from consfig.props import file
+    from proptest import this_os
+    return make_host(name, None, None, eseqprops(this_os(), disk.has_volumes(IMAGE_VOLUMES),
+                                                 file.has_content("/etc/motd", motd),
+                                                 file.has_content("/boot/marker", "on /boot\n")))
+
+
+def _read_from_image(image, tmp_path, *paths):
+    mnt = tmp_path / "look"
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        with disk.OpenedImage(str(image)) as opened:
+            opened.mount(opened.devices[3], str(mnt))
+            opened.mount(opened.devices[1], str(mnt / "boot"))
+            found = {p: (mnt / p).read_text() if (mnt / p).exists() else None for p in paths}
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_raw_image_is_built_from_the_hosts_definition_and_rebuilt_as_a_no_change(
+        tools, debian_chroot_tarball, tmp_path):
+    from proptest import deploy_propspec, statuses
+    image = tmp_path / "web1.img"
+    host = _image_host("web1.image.invalid", "built into the image\n")
+    prop = disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)}, host, str(image))
+    outcome, events = deploy_propspec([K("local")], prop)
+    assert outcome.status == "changed", statuses(events)
+    assert not _loops_of(image), "loop devices left attached"
+    assert not os.path.exists(f"{image}.consfig-partial"), "the partial image is left"
+    found = _read_from_image(image, tmp_path, "etc/motd", "etc/fstab", "boot/marker")
+    assert found["etc/motd"] == "built into the image\n", found
+    fstab = [line.split()[1:3] for line in found["etc/fstab"].splitlines()[1:]]
+    assert fstab == [["/", "ext4"], ["none", "swap"], ["/boot", "ext4"]], fstab
+    assert found["boot/marker"] == "on /boot\n", "/boot was not mounted while applying"
+    again, events = deploy_propspec([K("local")], prop)
+    assert again.status == "no-change", f"an unchanged rebuild changed: {statuses(events)}"
+    assert not _loops_of(image), "loop devices left attached after the rebuild"
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_raw_image_build_cleans_up_after_a_killed_one(tools, debian_chroot_tarball, tmp_path):
+    from proptest import deploy_propspec, statuses
+    image = tmp_path / "web2.img"
+    partial = tmp_path / "web2.img.consfig-partial"
+    subprocess.run(["truncate", "-s", "64M", str(partial)], check=True)
+    stale = subprocess.run(["losetup", "--show", "--find", str(partial)], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    try:
+        host = _image_host("web2.image.invalid", "second\n")
+        outcome, events = deploy_propspec(
+            [K("local")], disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)},
+                                                   host, str(image)))
+        assert outcome.status == "changed", statuses(events)
+        assert not _loops_of(partial) and not _loops_of(image), "loop devices left attached"
+        assert image.exists() and not partial.exists(), "not finished under the final name"
+    finally:
+        subprocess.run(["losetup", "--detach", stale], capture_output=True)
