@@ -11,16 +11,16 @@ streamed to the controller like a deployment's (`consfig converge HOST`) and
 appended to a log that `consfig converge HOST --follow` reads.
 
 - A property that raises is reported; it is checked again at its next event.
-- Repairs of one propapp are rate-limited (`RepairLimit`): when something
+- Repairs of one propapp are rate-limited (`consfig.meta.RepairLimit`, by
+  its `:limit` and `:burst`): when something
   keeps undoing it, the fight is reported once and repairs back off.
 - SIGTERM (or the controller going away) ends the agent once the repair in
   progress, if any, is done: a write is never cut short.
 - A push deployment takes the same lock: the agent waits for it, then checks
   every propapp again (it learns of the push from the lock's holder file).
 
-The meta-parameters of `with-meta` (consfig.meta: `:noop`, `:limit`,
-`:burst`, `:poll`), where that module exists, are read in one place:
-`leaves`."
+The meta-parameters of `with-meta` (consfig.meta) that concern it, `:noop`,
+`:limit`, `:burst` and `:poll`, are read in one place: `leaves`."
 
 (import contextlib
         json
@@ -29,10 +29,12 @@ The meta-parameters of `with-meta` (consfig.meta: `:noop`, `:limit`,
         threading
         time
         consfig.context [applying]
-        consfig.engine [CANNOT-CHECK NO-CHANGE Reported Run apply-deployment current-run]
+        consfig.engine [CANNOT-CHECK NO-CHANGE Reported Run apply-deployment current-run
+                        effective-meta]
         consfig.errors [ConsfigError]
         consfig.events [converge-event]
         consfig.lock [read-holder target-lock-held]
+        consfig.meta [RepairLimit]
         consfig.property [find-property propapp-desc propapps-in propapp-watches]
         consfig.util [state-directory])
 
@@ -47,42 +49,8 @@ The meta-parameters of `with-meta` (consfig.meta: `:noop`, `:limit`,
 ;; How often the agent marks its bundle's layers used (seconds).
 (setv KEEP-FRESH 3600)
 
-(defclass RepairLimit []
-  "A token bucket: BURST repairs at once, then LIMIT repairs a second (None:
-no limit)."
-  (defn __init__ [self [limit LIMIT] [burst BURST]]
-    (setv self.limit limit
-          self.burst (max 1 (or burst 1))
-          self.tokens self.burst
-          ;; When the tokens were last counted.
-          self.at None))
-
-  (defn _tokens [self now]
-    (if (is self.at None)
-        self.tokens
-        (min self.burst (+ self.tokens (* (max 0 (- now self.at)) self.limit)))))
-
-  (defn full? [self [now None]]
-    "Whether a whole burst may go now: no repair for a while."
-    (or (is self.limit None)
-        (>= (self._tokens (if (is now None) (time.monotonic) now)) self.burst)))
-
-  (defn take [self [now None]]
-    "0 when a repair may go now (and it is counted), else how many seconds
-until one may."
-    (when (is self.limit None) (return 0))
-    (setv now (if (is now None) (time.monotonic) now)
-          self.tokens (self._tokens now)
-          self.at now)
-    (cond (>= self.tokens 1) (do (-= self.tokens 1) 0)
-          (<= self.limit 0) INTERVAL
-          True (/ (- 1 self.tokens) self.limit))))
-
 (defn _metas [propspec]
-  ;; The meta-parameters of each leaf propapp, by identity, where
-  ;; `with-meta` exists; none otherwise.
-  (try (import consfig.meta [effective-meta])
-       (except [ImportError] (return {})))
+  ;; The meta-parameters of each leaf propapp (`with-meta`), by identity.
   (dfor [p meta] (effective-meta propspec) (id p) meta))
 
 (setv _TRIGGERS #("consfig.combinators.on-change" "consfig.combinators.on-apply-change"))
@@ -140,6 +108,8 @@ nothing (it is polled)."
           self.noop (bool (.get meta "noop" False))
           self.limit (RepairLimit (.get meta "limit" limit) (.get meta "burst" burst))
           self.fighting False
+          ;; When a repair was last held back by the limit.
+          self.held None
           ;; The drift last reported, while it lasts: #(explanation diff).
           self.reported None
           self.desc (try (propapp-desc propapp)
@@ -262,12 +232,15 @@ repairs.  Safe from a signal handler."
                   :diff (or (get drift 1) None)
                   :noop (or (when noop True) None))
     (when noop (return))
-    (setv full (.full? leaf.limit)
-          wait (.take leaf.limit))
-    ;; A fight is over once repairs have come slowly enough for the bucket
-    ;; to fill up again.
-    (when full (setv leaf.fighting False))
+    (setv now (time.monotonic)
+          wait (if (.allow leaf.limit) 0 (max 0.001 (- (.next-allowed leaf.limit) now))))
+    ;; A fight is over once no repair has been held back for as long as the
+    ;; bucket takes to fill up again.
+    (when (and leaf.fighting leaf.held
+               (> (- now leaf.held) (/ leaf.limit.burst leaf.limit.limit)))
+      (setv leaf.fighting False))
     (when (> wait 0)
+      (setv leaf.held now)
       (when (not leaf.fighting)
         (setv leaf.fighting True)
         (self._report "fight" leaf.desc :limit leaf.limit.limit :burst leaf.limit.burst
@@ -382,5 +355,5 @@ from, kept recently used."
     (.run agent))
   agent)
 
-(export :objects [Agent RepairLimit EventLog leaves watches-of log-path converge-after stopped-by-signals
+(export :objects [Agent EventLog leaves watches-of log-path converge-after stopped-by-signals
                   tee INTERVAL LIMIT BURST])

@@ -10,7 +10,7 @@
         time
         consfig *
         consfig.connections.local [LocalConnection]
-        consfig.converge [Agent RepairLimit leaves watches-of]
+        consfig.converge [Agent leaves watches-of]
         consfig.host [Host preprocess-host]
         consfig.events [converge-event]
         consfig.lock [target-lock-held]
@@ -73,11 +73,27 @@
           f"the on-change whole, no bare restart, no unapply branch: {found}")
   (assert (= (watches-of trigger) [["path" "/tmp/conf"]]) "the on-change watches its propapp's file"))
 
-(defn test-repair-limit-allows-a-burst-then-its-rate []
-  (setv limit (RepairLimit 2 3))
-  (assert (= (lfor _ (range 3) (.take limit 100)) [0 0 0]) "a burst of three")
-  (assert (> (.take limit 100) 0) "then a wait")
-  (assert (= (.take limit 100.5) 0) "half a second later, one more at 2 a second"))
+(defn test-with-meta-reaches-the-agent []
+  (setv a (file.has-content "/tmp/a" "a")
+        found (leaves (preprocess-propapp (eseqprops (with-meta {:noop True :poll 30 :limit 0.5 :burst 2} a)))))
+  (setv [[p _ meta]] found)
+  (assert (= p a) f"the leaf inside with-meta: {found}")
+  (assert (= (get meta "poll") 30) f"its meta-parameters: {meta}"))
+
+(defn test-a-noop-meta-parameter-reports-drift-and-repairs-nothing [tmp-path]
+  (setv f (/ tmp-path "motd")
+        g (/ tmp-path "other"))
+  (.write-text f "hello\n")
+  (.write-text g "other\n")
+  (with [r (Running (eseqprops (with-meta {:noop True} (file.has-content (str f) "hello\n"))
+                               (file.has-content (str g) "other\n"))
+                    tmp-path)]
+    (replace f "edited\n")
+    (wait-until (fn [] (kinds r.events "drift")) 10 "the drift reported")
+    (replace g "edited\n")
+    (repaired r "other")
+    (assert (= (.read-text f) "edited\n") "the :noop one not repaired")
+    (assert (get (get (kinds r.events "drift") 0) "noop") "said to be noop")))
 
 (defn test-agent-repairs-a-file-edited-chmodded-and-deleted [tmp-path]
   (setv f (/ tmp-path "motd"))
