@@ -85,10 +85,11 @@ that a deployment costs one exchange of messages, not several."
   (defn apply-remotely? [self] True)
 
   (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]
-                       [lock None]]
+                       [lock None] [converge None]]
     "Apply the preprocessed HOST on the target, feeding its events to SINK;
 return the `Outcome`.  LOCK: a `consfig.lock.lock-request`, for the
-target's Python to take the deployment lock itself."
+target's Python to take the deployment lock itself; CONVERGE, to stay and
+keep the host converged (`consfig converge`)."
     (apply-remotely self.upstream host sink
                     :interpreter (self._interpreter)
                     :chain self.rest
@@ -100,7 +101,8 @@ target's Python to take the deployment lock itself."
                     :modules self.modules
                     :where self.where
                     :keeper self.keeper
-                    :lock lock))
+                    :lock lock
+                    :converge converge))
 
   (defn close [self]
     (when self.keeper

@@ -25,7 +25,7 @@ _MACRO_MODULES = (property, propspec, host, deployment, data, fact)
 _MODULES = ("property", "propspec", "host", "deployment", "fleet", "image", "combinators",
             "handlers", "fact", "meta", "result", "actions", "context", "chain", "hop", "types",
             "engine",
-            "errors", "data", "datasources", "keep")
+            "errors", "data", "datasources", "keep", "watchspec")
 
 _hy_macros = {}
 for _m in _MACRO_MODULES:

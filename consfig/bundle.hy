@@ -28,8 +28,13 @@ as the target's sends each layer compiled, from a cache of its own
 ;; `prune-bundles`) and seldom makes or unpacks a bundle: tarfile, gzip and
 ;; shutil are imported where they are used.
 
-(setv CORE-PACKAGES #("hy" "funcparserlib" "hyrule" "consfig" "consfig.props" "consfig.connections"))
-(setv _SHIPPED-ROOTS #("hy" "funcparserlib" "hyrule" "consfig"))
+(setv CORE-PACKAGES #("hy" "funcparserlib" "hyrule" "consfig" "consfig.props" "consfig.connections"
+                      "jeepney"))
+;; Small pure-Python libraries the converging agent imports on a target
+;; (consfig.watch): inotify and D-Bus.  Shipped, so that nothing need be
+;; installed there; imported only by the agent.
+(setv CORE-MODULES #("inotify_simple"))
+(setv _SHIPPED-ROOTS #("hy" "funcparserlib" "hyrule" "consfig" "jeepney" "inotify_simple"))
 
 ;; Modules shipped whatever the propspec, declared by a consfig.
 (setv _declared (set))
@@ -223,6 +228,7 @@ a further hop, it is the bundle this process runs from."
     (return (Bundle layers)))
   (setv core {})
   (for [p CORE-PACKAGES] (_add-package core p))
+  (for [m CORE-MODULES] (_add-module core m))
   (setv layers [(Layer core)])
   (when libraries
     (setv more {})

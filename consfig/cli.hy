@@ -12,6 +12,8 @@
   consfig keygen -o KEYFILE [--comment TEXT] [--from OLDKEY]
   consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE [--legacy-key OLDKEY]
                  [--limit PATTERN] [--with-secrets]
+  consfig converge [--consfig FILE] HOST [--via CHAIN] [--noop] [--interval S]
+                 [--follow [--lines N]] [--diff] [-v…] [--json]
   consfig repl [FILE]
   consfig --version
 
@@ -32,6 +34,7 @@ error.  A usage error exits 64."
         consfig.chain [chain->data parse-chain]
         consfig.data [resolve-data]
         consfig.engine [SinkFailed describe-meta effective-meta]
+        consfig.events [drift-summary-event]
         consfig.errors [ConsfigError]
         consfig.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
         consfig.host [hosts preprocess-host]
@@ -189,6 +192,26 @@ deploy`'s, and an image's."
   (.add-argument u "--with-secrets" :action "store_true"
                  :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone")
 
+  (setv c (.add-parser sub "converge"
+                      :help "apply a host, then keep it converged: watch, repair drift"
+                      :description (+ "Apply HOST over its chain (ending in a :python hop), then "
+                                      "stay on it, re-checking and re-applying just the properties "
+                                      "whose resources change, until interrupted (docs/converge.md).")))
+  (consfig-option c)
+  (.add-argument c "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
+  (via-option c)
+  (.add-argument c "--noop" :action "store_true"
+                 :help "report drift, with its diff; repair nothing")
+  (.add-argument c "--interval" :metavar "SECONDS" :type float
+                 :help "how often to check a property that watches nothing (default 300)")
+  (.add-argument c "--follow" :action "store_true"
+                 :help "attach to the agent already running on HOST (a service) and show its events")
+  (.add-argument c "--lines" :metavar "N" :type int :default 20
+                 :help "with --follow: how many past events to show first (default 20)")
+  (.add-argument c "-v" "--verbose" :action "count" :default 0 :help "more detail")
+  (.add-argument c "--diff" :action "store_true" :help "show the diff of each drift")
+  (.add-argument c "--json" :action "store_true" :help "write the events as JSON lines")
+
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
   p)
@@ -232,6 +255,9 @@ or a report."
                                   :verbosity args.verbose :check args.check
                                   :jobs args.jobs :max-fail args.max-fail
                                   :serial args.serial))
+    (when (and args.check args.json)
+      ;; The last line, for monitoring: what drifted on each host.
+      (sink (drift-summary-event outcomes)))
     (.finish sink)
     (finally (.close sink)))
   (fleet-exit-code outcomes args.detailed-exitcode))
@@ -362,12 +388,31 @@ in order (an implicit `eseqprops`)."
            :file sys.stderr))
   0)
 
+(defn _converge [args]
+  (import consfig.converge_controller [converge-host follow-host])
+  (_load args)
+  (setv chain (when (is-not args.via None) (read-chain args.via))
+        [host #* more] (or (select-hosts [args.host]) [None]))
+  (when more
+    (raise (ConsfigError f"consfig converge: {args.host} names {(+ 1 (len more))} hosts; name one")))
+  (setv args.check args.noop
+        sink (output-sink args))
+  (try
+    (if args.follow
+        (follow-host host sink :chain chain :lines args.lines)
+        (setv outcome (converge-host host sink :chain chain :noop args.noop
+                                     :interval args.interval :verbosity args.verbose)))
+    (.finish sink)
+    (finally (.close sink)))
+  (if (and (not args.follow) (= outcome.status "failed")) 1 0))
+
 (defn _repl [args]
   (import consfig.repl [run-repl])
   (run-repl (_consfig-path args.file)))
 
 (setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
-                "status" _status "keygen" _keygen "publish" _publish "repl" _repl})
+                "status" _status "keygen" _keygen "publish" _publish "repl" _repl
+                "converge" _converge})
 
 (defn main [[argv None]]
   "Run the consfig command with ARGV; return the exit status."
@@ -397,6 +442,14 @@ error (with its traceback at -v) is status 1, an interrupt 130."
   (output-options p)
   (.add-argument p "--as-host" :action "store_true"
                  :help f"apply {hostname}'s configuration even though this machine's hostname is not {hostname}")
+  (.add-argument p "--converge" :action "store_true"
+                 :help "after applying, stay and keep this machine converged (docs/converge.md)")
+  (.add-argument p "--noop" :action "store_true"
+                 :help "report drift, repair nothing (implies --check for the first pass)")
+  (.add-argument p "--interval" :metavar "SECONDS" :type float
+                 :help "with --converge: how often to check a property that watches nothing")
+  (.add-argument p "--log-directory" :metavar "DIR"
+                 :help "with --converge: where the agent's event log goes (default: consfig's state directory)")
   p)
 
 (defn run-image [archive image meta directories new argv]

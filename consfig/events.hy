@@ -37,6 +37,25 @@ The five kinds:
            that was never started (--max-fail was reached) has a summary
            of its own, with status \"not-started\".
 
+The converging agent (`consfig converge`, docs/converge.md) adds a sixth:
+
+  converge what the agent saw or did about one property, between the start
+           and end events of its checks and repairs.  \"what\": \"watching\"
+           (it started: \"properties\", \"watches\" counts), \"drift\" (a
+           check found the property undone: \"desc\", and what differs as
+           \"explanation\" and \"diff\"), \"repaired\", \"failed\" (its
+           check or repair raised: \"message\"), \"fight\" (repairs come
+           faster than its limit allows: something keeps undoing it;
+           \"limit\", \"burst\", \"retry-in\"), \"rescan\" (every property is
+           checked again: after a push, or when events were lost) and
+           \"stopped\".  With noop, a drift is reported and not repaired
+           (\"noop\": true).
+
+`consfig deploy --check --json` ends with a \"drift-summary\" line: for each
+host, under \"hosts\", its \"drifted\" and \"failures\" counts and its
+\"status\"; \"drifted\" and \"failed\" list the hosts concerned, and
+\"not-started\" counts those never reached (--max-fail).
+
 `consfig deploy --json` writes these events, one JSON object per line, each
 stamped with \"time\" (seconds since the epoch)."
 
@@ -74,6 +93,25 @@ MESSAGE; the next one comes after DELAY seconds."
              (if delay f"trying again in {delay} s" "trying again"))
    "attempt" attempt "attempts" attempts "delay" delay "message" message})
 
+(defn converge-event [what [desc None] #** details]
+  "The converging agent's report WHAT (\"drift\", \"repaired\", …) about
+the property described by DESC; DETAILS are added as they are, but None."
+  {"event" "converge" "what" what
+   #** (if (is desc None) {} {"desc" desc})
+   #** (dfor [k v] (.items details) :if (is-not v None) k v)})
+
+(defn drift-summary-event [outcomes]
+  "The last line of `consfig deploy --check --json`: for each host of
+OUTCOMES, how many properties drifted (would change) and failed, for
+monitoring to read."
+  (setv done (lfor o outcomes :if (is-not o None) o))
+  {"event" "drift-summary"
+   "hosts" (dfor o done o.hostname {"drifted" o.changes "failures" o.failures
+                                    "status" o.status})
+   "drifted" (sorted (gfor o done :if o.changes o.hostname))
+   "failed" (sorted (gfor o done :if o.failures o.hostname))
+   "not-started" (- (len outcomes) (len done))})
+
 (defn first-report? [event]
   "Whether EVENT is the first report of a failure (one to count)."
   (and (= (get event "event") "end")
@@ -81,4 +119,4 @@ MESSAGE; the next one comes after DELAY seconds."
        (in "message" event)))
 
 (export :objects [start-event end-event output-event diff-event summary-event
-                  retry-event first-report?])
+                  retry-event converge-event drift-summary-event first-report?])

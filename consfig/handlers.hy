@@ -15,7 +15,7 @@ Ansible forgets a notification when the run fails after it: the next run
 sees nothing to change, and the service is never restarted.  Here a
 notification is written on the target before the deployment goes on, in
 `handlers/HOSTNAME.json` under the target user's state directory
-(/var/lib/consfig for root, see `consfig.image.state-directory`), and a
+(/var/lib/consfig for root, see `consfig.util.state-directory`), and a
 handler leaves that file only once it has run successfully.  A deployment
 that failed runs no handler: they stay pending, and the next deployment of
 the host runs them at its end, even when nothing else changes.  In check

@@ -40,7 +40,7 @@ Each run records its outcome on the machine it ran on (`state-file`);
         hy.models [Keyword]
         consfig.bundle [bundle-for compiled-archive running-from]
         consfig.errors [ConsfigError]
-        consfig.util [sha256-hex write-atomically]
+        consfig.util [STATE-DIRECTORY-SCRIPT sha256-hex state-directory write-atomically]
         consfig.payload [host-payload host-on-target payload-secrets secret-values])
 
 (setv FORMAT 2)
@@ -227,9 +227,13 @@ its events going to SINK; return the exit status."
              "as-host" args.as-host})
   (when (hasattr sink "expect")
     (.expect sink hostname (announced-count host.propspec)))
+  (when args.noop (setv args.check True))
   (try
     (setv outcome (run-prepared (Prepared host (parse-chain (Keyword "local"))) tally
                                 :check args.check :verbosity args.verbose))
+    (when args.converge
+      (_record run tally outcome.status None)
+      (_converge host sink args directories))
     (.finish sink)
     (except [e Exception]
       (_record run tally "error" (str e))
@@ -240,18 +244,19 @@ its events going to SINK; return the exit status."
   (_record run tally outcome.status None)
   (fleet-exit-code [outcome] args.detailed-exitcode))
 
-;; The state of the runs
+(defn _converge [host sink args directories]
+  ;; The agent, here: its lock is the one a deployment over :local takes.
+  (import consfig.bundle [cache-directory]
+          consfig.connections.local [LocalConnection]
+          consfig.converge [converge-after])
+  (setv lock-dir (os.path.dirname (cache-directory)))
+  (os.makedirs lock-dir 0o700 :exist-ok True)
+  (converge-after host (LocalConnection) sink lock-dir
+                  {"noop" args.noop "log" args.log-directory
+                   #** (if args.interval {"interval" args.interval} {})}
+                  :layers directories))
 
-(defn state-directory []
-  "Where a run of an image records its outcome: /var/lib/consfig for root,
-else consfig under $XDG_STATE_HOME (when absolute) or ~/.local/state."
-  (if (= (os.geteuid) 0)
-      "/var/lib/consfig"
-      (do (setv given (os.environ.get "XDG_STATE_HOME" ""))
-          (os.path.join (if (os.path.isabs given)
-                            given
-                            (os.path.join (os.path.expanduser "~") ".local" "state"))
-                        "consfig"))))
+;; The state of the runs (in `state-directory`, see consfig.util)
 
 (defn _checked-hostname [hostname]
   (when (or (not hostname) (in "/" hostname) (.startswith hostname ".") (in "\n" hostname))
@@ -283,15 +288,6 @@ outcome (see `state-directory`)."
       (print f"consfig: could not record this run in {path}: {e.strerror}" :file sys.stderr))))
 
 ;; Reading it back, over the host's chain
-
-;; Shell code that sets $d to `state-directory` as the user the chain ends
-;; as sees it: for a target reached by a shell, not by a Python of ours.
-(setv STATE-DIRECTORY-SCRIPT "
-if [ \"$(id -u)\" = 0 ]; then d=/var/lib/consfig
-else case \"${XDG_STATE_HOME:-}\" in
-  /*) d=\"$XDG_STATE_HOME/consfig\" ;;
-  *) d=\"$HOME/.local/state/consfig\" ;;
-esac; fi")
 
 ;; $1 is the hostname.
 (setv _READ-STATE (+ STATE-DIRECTORY-SCRIPT "

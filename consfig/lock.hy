@@ -27,7 +27,8 @@ process, is deployed without a lock."
         os
         time
         consfig.context [deployment-cache]
-        consfig.errors [CannotStartProcess ConnectionFailed])
+        consfig.errors [CannotStartProcess ConnectionFailed ConsfigError]
+        consfig.hop [Connection])
 
 ;; `consfig.boot.cache_directory` in the shell: the two must agree, or a
 ;; POSIX and a `:python` deployment of one target would lock different files.
@@ -170,4 +171,42 @@ which may be held by the controller, out of this process's sight."
               (setv connection.deployment-token None)
               (_release process))))))
 
-(export :objects [holding-target-lock lock-held? lock-request LOCK-WAIT CACHE-DIRECTORY-SCRIPT])
+(defn read-holder [cache]
+  "Who holds (or last held) the deployment lock in the cache directory CACHE,
+as they said; None when nobody has said."
+  (try (with [f (open (os.path.join cache "deploy.holder"))] (.strip (.read f)))
+       (except [OSError] None)))
+
+(defn [contextlib.contextmanager] target-lock-held [cache request * [stopping None]]
+  "Hold the deployment lock in the cache directory CACHE while the body runs:
+the same flock(2) on the same file as the holder started over a POSIX chain,
+taken by the target's Python itself (a `:python` hop's, for each apply of a
+kept session too; the converging agent's, for each repair), without the
+round trip of starting one.  REQUEST: None (someone else holds the lock for
+us) or {wait holder} (`lock-request`).  STOPPING, a function: when it says
+True while we wait, give up (the agent is told to end)."
+  (if (not request)
+      (yield)
+      (do (import fcntl)
+          (setv wait (get request "wait")
+                deadline (+ (time.monotonic) wait)
+                fd (os.open (os.path.join cache "deploy.lock")
+                            (| os.O-WRONLY os.O-APPEND os.O-CREAT) 0o600))
+          (try
+            (while True
+              (try (fcntl.flock fd (| fcntl.LOCK-EX fcntl.LOCK-NB))
+                   (break)
+                   (except [BlockingIOError]
+                     (when (or (> (time.monotonic) deadline) (and stopping (stopping)))
+                       (raise (ConsfigError
+                                (+ "another deployment holds this target: "
+                                   (or (read-holder cache) "(unknown)")
+                                   f"; waited {wait} s for it to end"))))
+                     (time.sleep 0.1))))
+            (with [f (open (os.path.join cache "deploy.holder") "w")]
+              (.write f (+ (get request "holder") "\n")))
+            (yield)
+            (finally (os.close fd))))))
+
+(export :objects [holding-target-lock lock-held? lock-request LOCK-WAIT CACHE-DIRECTORY-SCRIPT
+                  target-lock-held read-holder])

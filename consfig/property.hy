@@ -20,6 +20,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         consfig.errors [ConsfigError DeferredRead FailedChange PropspecError site-location
                         site-file?]
         consfig.types [annotation-type show]
+        consfig.watchspec [check-watch-specs]
         consfig.util [keyword-name])
 
 (defclass Propapp []
@@ -44,7 +45,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
     (+ "(" (.join " " [self.name #* (if prop (.render-args prop self.args) (map show self.args))])
        ")")))
 
-(setv SUBROUTINES #("desc" "preprocess" "hostattrs" "check" "apply" "unapply"))
+(setv SUBROUTINES #("desc" "preprocess" "hostattrs" "check" "apply" "unapply" "watch"))
 
 ;; Every property defined so far, by qualified name.
 (setv properties {})
@@ -74,7 +75,7 @@ both places."
 
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
-                  [unapply None] [propspec None] [announce True]
+                  [unapply None] [watch None] [propspec None] [announce True]
                   [opaque-type False] [simulates False] [invariants #()] [where None]
                   [declared-type None]]
     (setv self.name name
@@ -87,6 +88,8 @@ both places."
           self.check check
           self.apply apply
           self.unapply unapply
+          ;; Parameters -> the watch specs of what it manages (consfig.watchspec).
+          self.watch watch
           ;; defproplist and defpropspec: args -> propspec, expanded at preprocess.
           self.propspec propspec
           ;; Combinators such as eseqprops are not announced themselves.
@@ -488,6 +491,14 @@ properties without seeming to include itself."
                 (.join ", " (gfor p (python-propapps expansion) (. (find-property p.name) short-name)))))))
   expansion)
 
+(defn propapp-watches [propapp]
+  "The watch specs of the resources PROPAPP manages (see
+`consfig.watchspec`), checked; None when its property has no `:watch` (the
+agent polls it at the host's interval)."
+  (setv prop (find-property propapp.name))
+  (when prop.watch
+    (check-watch-specs (call-subroutine prop "watch" propapp) prop.short-name)))
+
 (defn preprocess-propapp [propapp]
   "Run PROPAPP's `:preprocess`, expand defproplist/defpropspec properties into
 the propspec they stand for, and do the same for every propapp inside."
@@ -496,6 +507,12 @@ the propspec they stand for, and do the same for every propapp inside."
     (setv propapp (Propapp propapp.name (call-subroutine prop "preprocess" propapp)
                            propapp.where))
     (.bind prop propapp.args))
+  (when prop.watch
+    ;; A watch on a relative path is a mistake in the consfig: said now,
+    ;; where it was written, not by the agent on the target.
+    (try (propapp-watches propapp)
+         (except [e PropspecError]
+           (raise (PropspecError e.message (or e.where (site-where propapp))) :from e))))
   (when prop.propspec
     (setv desc (propapp-desc propapp))
     (setv expansion (_expand prop propapp))
@@ -624,13 +641,13 @@ as a propspec.  `(help {name})` shows its parameters and their types."
           (= k "invariant") (.append invariants form)
           (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
-                                        "use :desc :preprocess :hostattrs :check :apply :unapply :invariant")))))
+                                        "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant")))))
   #(doc subs options invariants))
 
 (export :objects [Propapp Property properties define-property find-property forget-properties-of
                   install-dotted-macro dotted-macro-form
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
-                  propapp-desc default-desc preprocess-propapp propapp-hostattrs hostattrs-of
+                  propapp-desc default-desc propapp-watches preprocess-propapp propapp-hostattrs hostattrs-of
                   site-where]
         :macros [defprop])

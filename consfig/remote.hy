@@ -391,7 +391,7 @@ deployments: the session and the names of the layers its Python runs
 (defn apply-remotely [upstream host sink * [interpreter "python3"] [chain #()]
                       [unapply False] [check False] [verbosity 0] [timeout 60]
                       [modules #()] [command-timeout None] [where None] [keeper None]
-                      [lock None]]
+                      [lock None] [converge None]]
   "Apply the preprocessed HOST in a Python started through UPSTREAM, passing
 each event to SINK as it arrives, and return an `Outcome`; with CHECK,
 change nothing and report what would change.  CHAIN (parsed hops) is
@@ -404,7 +404,9 @@ With a `Keeper`, the Python is left running afterwards, serving the next
 deployment made through it: one it kept is used when it is still there and
 runs the same bundle.  When that one turns out to have ended before it got
 the host, `KeptSessionLost` is raised.  LOCK (a `consfig.lock.lock-request`):
-the target's Python takes the deployment lock itself, for this apply."
+the target's Python takes the deployment lock itself, for this apply.
+CONVERGE (settings of `consfig.converge.converge-after`): the target's
+Python stays, keeping the host converged, until its input ends."
   (setv where (or where upstream.where)
         name host.hostname
         bundle (bundle-for host.propspec modules)
@@ -441,7 +443,8 @@ the target's Python takes the deployment lock itself, for this apply."
                  ;; where no service may start, as the hops before it know.
                  "no-services" (no-services-reason upstream)
                  #** (if keeper {"persist" True} {})
-                 #** (if lock {"lock" lock} {})})
+                 #** (if lock {"lock" lock} {})
+                 #** (if converge {"converge" converge} {})})
     (when (>= verbosity 3)
       (_tell sink name (+ f"→ hello (layers {(.join " " bundle.hashes)}), apply {name}"
                           (if reused " (kept session)" "")) "wire"))

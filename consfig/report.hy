@@ -88,6 +88,24 @@ with STDERR, `sys.stderr` is when a line is printed)."
                     "would-change" #("would change" "bold yellow")
                     "cannot-check" #("cannot check" "magenta")})
 
+(setv CONVERGE-STYLES {"drift" "bold yellow" "repaired" "green" "failed" "bold red"
+                       "fight" "bold red" "rescan" "cyan" "watching" "cyan" "stopped" "dim"})
+
+(defn converge-text [event]
+  "What follows the kind of an agent's event, as a line says it."
+  (setv what (get event "what"))
+  (cond (= what "watching")
+        f": {(.get event "properties" 0)} properties, {(.get event "watches" 0)} watches"
+        (= what "fight")
+        (+ f": {(.get event "desc" "")}: repaired {(.get event "burst")} times in a row, "
+           f"something keeps undoing it; next repair in {(.get event "retry-in")} s")
+        (= what "rescan") f": {(.get event "why" "")}"
+        (= what "stopped")
+        f": {(.get event "repairs" 0)} repairs, {(.get event "failures" 0)} failures"
+        (.get event "desc") (+ f": {(get event "desc")}"
+                               (if (.get event "explanation") f" ({(get event "explanation")})" ""))
+        True ""))
+
 (setv SUMMARIES {"no-change" #("No changes were made." "green")
                  "changed" #("Changes were made." "bold yellow")
                  "failed" #("There were failures." "bold red")
@@ -212,7 +230,23 @@ as they come."
             (= kind "end") (self._end event)
             (= kind "output") (self._output event)
             (= kind "diff") (self._diff event)
-            (= kind "summary") (self._summary event))))
+            (= kind "summary") (self._summary event)
+            (= kind "converge") (self._converge event))))
+
+  (defn _converge [self event]
+    ;; The agent's own lines: when, what, about which property.
+    (setv what (get event "what")
+          style (.get CONVERGE-STYLES what "bold")
+          line (+ (self._prefix event 0)
+                  (self.Text (time.strftime "%H:%M:%S " (time.localtime (.get event "time" (time.time))))
+                             :style "dim")
+                  (self.Text (if (.get event "noop") "drift (noop)" what) :style style)
+                  (self.Text (converge-text event))))
+    (self._print line)
+    (when (.get event "message")
+      (self._indented event (get event "message") "red" 1))
+    (when (and self.show-diffs (.get event "diff"))
+      (self._indented event (get event "diff") "dim" 1)))
 
   (defn _prefix [self event [depth None]]
     (.assemble self.Text #((str (.get event "host" "")) "bold")

@@ -10,8 +10,7 @@ the process exits at once.
 
 Nothing here imports fabric, paramiko or rich: none of them is on a target."
 
-(import contextlib
-        os
+(import os
         queue
         signal
         sys
@@ -22,6 +21,7 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         consfig.bundle [prune-bundles running-from]
         consfig.connections.local [LocalConnection kill-running]
         consfig.errors [ConsfigError]
+        consfig.lock [target-lock-held]
         consfig.frames [HEARTBEAT OUTPUT-LIMIT bounded frame read-frame])
 
 ;; How long an event may wait for others to share its frame.
@@ -102,11 +102,14 @@ nothing has happened for a while."
         (except [OSError] (_die)))
       (when (in None items) (return)))))
 
-(defn _watch-controller [stream]
+(defn _watch-controller [stream [converging False]]
   ;; The controller says nothing more once it has sent what to apply; end of
-  ;; file on stdin means it, or the connection, has gone away.
+  ;; file on stdin means it, or the connection, has gone away.  A
+  ;; converging agent is stopped as by SIGTERM: after its repair in progress.
   (while (is-not (read-frame stream) None))
-  (_die))
+  (if converging
+      (os.kill (os.getpid) signal.SIGTERM)
+      (_die)))
 
 (defn _next [op stream pending]
   ;; The next message OP, from those the bootstrap read first or the stream.
@@ -141,18 +144,23 @@ they give no timeout of their own."
   (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (.run-script (super) script input (or timeout self.command-timeout) :limit limit)))
 
+(defn _here [msg]
+  ;; The connection properties act through here.
+  (setv here (_TargetConnection (.get msg "command-timeout") (.get msg "where")))
+  ;; Started inside a chroot (say), this Python runs in a system where no
+  ;; service may start, as the hops before it knew.
+  (when (.get msg "no-services")
+    (setv (get here.connattrs "no-services") (get msg "no-services")))
+  here)
+
 (defn _apply-here [host msg sink]
   (import consfig.chain [establish-chain close-chain]
           consfig.engine [apply-host]
           consfig.propspec [data->propspec])
   (setv unapply (.get msg "unapply" False)
         check (.get msg "check" False)
-        here (_TargetConnection (.get msg "command-timeout") (.get msg "where"))
+        here (_here msg)
         chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
-  ;; Started inside a chroot (say), this Python runs in a system where no
-  ;; service may start, as the hops before it knew.
-  (when (.get msg "no-services")
-    (setv (get here.connattrs "no-services") (get msg "no-services")))
   (when (not chain)
     (return (apply-host host here sink :unapply unapply :check check)))
   ;; Hops after :python (sudo, su, …) lead to a further Python, started
@@ -188,6 +196,16 @@ older ones candidates for pruning."
     (try (prune-bundles (os.path.dirname (get layer-dirs 0)) layer-dirs)
          (except [OSError] None))))
 
+(defn _agent []
+  ;; The converging agent runs for days: what it needs is imported now,
+  ;; while the bundle it came in is certainly in the cache.  By name, as
+  ;; properties are: it applies through the engine, as this module does,
+  ;; and is no part of serving a deployment.
+  (import importlib)
+  (setv converge (importlib.import-module "consfig.converge"))
+  (.preload (importlib.import-module "consfig.watch"))
+  converge.converge-after)
+
 (defn _apply-one [msg next-data writer layer-dirs [started None]]
   ;; One apply message: take its data, apply its host, send `done` (or
   ;; `error`).  STARTED runs once the data is in, when the input is free
@@ -195,50 +213,21 @@ older ones candidates for pruning."
   (import consfig.datacache [receive-data]
           consfig.payload [host-on-target])
   (try
+    (setv converge-after (when (.get msg "converge") (_agent)))
     (setv entries (receive-data msg next-data writer.message
                                 (os.path.join (_cache-root layer-dirs) "data")))
     (when started (started))
     (setv host (host-on-target msg :entries entries))
-    (setv outcome (with [_ (_target-lock (_cache-root layer-dirs) (.get msg "lock"))]
+    (setv outcome (with [_ (target-lock-held (_cache-root layer-dirs) (.get msg "lock"))]
                     (_apply-here host msg writer.event)))
+    (when converge-after
+      ;; `consfig converge`: keep the host converged until told to stop.
+      (converge-after host (_here msg) writer.event (_cache-root layer-dirs) (get msg "converge")
+                      :layers layer-dirs))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures
                       "drift" outcome.drift})
     (except [e Exception]
       (.message writer (_error-message e)))))
-
-(defn [contextlib.contextmanager] _target-lock [cache request]
-  ;; The target's Python takes the deployment lock itself, for each apply
-  ;; (each of a kept session's, see `consfig.keep`): the same flock(2) on
-  ;; the same file as the holder `consfig.lock` starts over a POSIX chain,
-  ;; without the round trip of starting one.  Its processes are this
-  ;; one's, which `_die` ends.  REQUEST: None (the controller holds the
-  ;; lock) or {wait holder}.
-  (if (not request)
-      (yield)
-      (do (import fcntl)
-          (setv wait (get request "wait")
-                deadline (+ (time.monotonic) wait)
-                fd (os.open (os.path.join cache "deploy.lock")
-                            (| os.O-WRONLY os.O-APPEND os.O-CREAT) 0o600))
-          (try
-            (while True
-              (try (fcntl.flock fd (| fcntl.LOCK-EX fcntl.LOCK-NB))
-                   (break)
-                   (except [BlockingIOError]
-                     (when (> (time.monotonic) deadline)
-                       (raise (ConsfigError
-                                (+ "another deployment holds this target: "
-                                   (_read-or (os.path.join cache "deploy.holder") "(unknown)")
-                                   f"; waited {wait} s for it to end"))))
-                     (time.sleep 0.1))))
-            (with [f (open (os.path.join cache "deploy.holder") "w")]
-              (.write f (+ (get request "holder") "\n")))
-            (yield)
-            (finally (os.close fd))))))
-
-(defn _read-or [path default]
-  (try (with [f (open path)] (.strip (.read f)))
-       (except [OSError] default)))
 
 (defn _hello [layer-dirs missing]
   ;; What the bootstrap says first, said again for each apply of a kept
@@ -345,7 +334,9 @@ ones until the controller closes its input."
     (_serve-kept msg in pending writer layer-dirs new))
   ;; Before the watcher takes over the input: the data comes on it.
   (_apply-one msg (fn [] (_next "data" in pending)) writer layer-dirs
-              (fn [] (.start (threading.Thread :target _watch-controller :args #(in) :daemon True
+              (fn [] (.start (threading.Thread :target _watch-controller
+                                               :args #(in (bool (.get msg "converge")))
+                                               :daemon True
                                                :name "consfig-watcher"))))
   (.set _finished)
   (.close writer)

@@ -1,16 +1,16 @@
 "Where consfig keeps what a deployment must remember on its target: the
 handlers still owed (`consfig.handlers`), the `during` blocks last applied
 (`consfig.combinators`).  It is the target user's state directory,
-/var/lib/consfig for root (see `consfig.image.state-directory`), reached
+/var/lib/consfig for root (see `consfig.util.state-directory`), reached
 through the connection, so over a shell-only chain too.
 
-It may import consfig.actions and consfig.context, and consfig.image
-inside a function."
+It may import consfig.actions, consfig.context and consfig.util."
 
 (import posixpath
         consfig.actions [output run Script]
         consfig.context [connection get-connattr set-connattr]
-        consfig.errors [FailedChange])
+        consfig.errors [FailedChange]
+        consfig.util [STATE-DIRECTORY-SCRIPT state-directory])
 
 (defn target-state-directory []
   "The state directory of the user the current connection runs as."
@@ -20,7 +20,6 @@ inside a function."
 
 (defn _ask-state-directory []
   ;; A Python of ours on the target asks itself; a shell, its shell.
-  (import consfig.image [state-directory STATE-DIRECTORY-SCRIPT])
   (if (. (connection) python?)
       (state-directory)
       (.rstrip (output (Script (+ STATE-DIRECTORY-SCRIPT "\nprintf '%s\\n' \"$d\""))) "\n")))

@@ -20,6 +20,7 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
 (eval-when-compile
   (require consfig.property [defprop]
            consfig.propspec [defproplist]))
+(import consfig.watchspec [watch-dpkg])
 (import base64
         re
         time
@@ -199,6 +200,7 @@ try once more."
 (defprop installed :posix [#^ packages #* packages]
   "Each of PACKAGES (names, or lists of names) is installed, with its
 recommends."
+  (:watch [(watch-dpkg)])
   (:desc f"apt installed {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
@@ -208,6 +210,7 @@ recommends."
 
 (defprop installed-minimally :posix [#^ packages #* packages]
   "Each of PACKAGES is installed, without its recommends."
+  (:watch [(watch-dpkg)])
   (:desc f"apt installed minimally {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
@@ -217,6 +220,7 @@ recommends."
 
 (defprop removed :posix [#^ packages #* packages]
   "None of PACKAGES is installed (their configuration files may remain)."
+  (:watch [(watch-dpkg)])
   (:desc f"apt removed {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))

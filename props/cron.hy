@@ -3,6 +3,7 @@
 (eval-when-compile
   (require consfig.property [defprop]
            consfig.propspec [defproplist defpropspec]))
+(import consfig.watchspec [watch-path])
 (import posixpath
         re
         shlex
@@ -11,6 +12,10 @@
         consfig.actions [run]
         consfig.props [file package service]
         consfig.types *)
+
+;; Where cron keeps users' crontabs (Debian's), watched whole: the user may
+;; be the connecting one, which only the target knows.
+(setv CRONTAB-DIRECTORY "/var/spool/cron/crontabs")
 
 (setv PERIODIC #("hourly" "daily" "weekly" "monthly"))
 (setv PATH "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -117,6 +122,7 @@ string or a list of lines)."
 exactly CONTENT, after a header and the variable settings ENV (a dict, such as
 `{\"MAILTO\" \"admin@example.org\"}`).  Does not install cron: see
 `user-crontab-installed`.  Unapplying removes the crontab."
+  (:watch [(watch-path CRONTAB-DIRECTORY)])
   (:desc f"crontab of {(or user "the connecting user")} installed")
   (:check (= (installed-crontab user) (crontab-text content env)))
   (:apply (run #* (_crontab-argv user) "-" :input (crontab-text content env) :timeout 60))

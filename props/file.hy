@@ -13,6 +13,7 @@ back as lone surrogates (Python's \"surrogateescape\") and are written back
 unchanged, as is every line the property has no business with."
 
 (eval-when-compile (require consfig.property [defprop]))
+(import consfig.watchspec [watch-path])
 (import consfig.types *)
 (import json
         os
@@ -216,6 +217,7 @@ if the link may lead there (docs/security.md).  SECRET True is refused:
 content written here is in the propspec for all to see, so a secret comes
 from prerequisite data instead (`secret-uploaded`)."
   (:simulates True)
+  (:watch [(watch-path path)])
   (:desc f"{path} has content")
   (:invariant (not secret) _INLINE-SECRET)
   (:apply (update-file path (content-text content) :mode mode :follow follow)))
@@ -226,6 +228,7 @@ from prerequisite data instead (`secret-uploaded`)."
 was there before: for files the deployment creates, not for files that came
 with the OS.  SECRET True is refused, as there."
   (:simulates True)
+  (:watch [(watch-path path)])
   (:desc f"{path} exists with content")
   (:invariant (not secret) _INLINE-SECRET)
   (:apply (update-file path (content-text content) :mode mode))
@@ -257,6 +260,7 @@ none does; in check mode, say which would go and return `:would-change`."
   "PATH contains each of LINES, appended at the end where missing.  Creates
 PATH if it does not exist.  Unapplying removes LINES."
   (:simulates True)
+  (:watch [(watch-path path)])
   (:desc f"{path} contains {(.join " | " (_lines lines))}")
   (:apply (add-lines path lines))
   (:unapply (remove-lines path lines)))
@@ -265,6 +269,7 @@ PATH if it does not exist.  Unapplying removes LINES."
   "PATH has none of LINES.  Nothing to do if PATH does not exist.
 Unapplying appends LINES where missing, as `contains-lines` does."
   (:simulates True)
+  (:watch [(watch-path path)])
   (:desc f"{path} lacks {(.join " | " (_lines lines))}")
   (:apply (remove-lines path lines))
   (:unapply (add-lines path lines)))
@@ -274,6 +279,7 @@ Unapplying appends LINES where missing, as `contains-lines` does."
 (Python syntax, searched anywhere in the line).  Nothing to do if PATH does
 not exist."
   (:simulates True)
+  (:watch [(watch-path path)])
   (:desc f"{path} lacks lines matching {(.join " | " patterns)}")
   (:apply
     (setv regexes (lfor p patterns (re.compile p)))
@@ -287,6 +293,7 @@ each line is replaced.  Python syntax: `\\1` or `\\g<name>` in REPLACEMENT
 refer to groups.  Nothing to do if PATH does not exist.  Idempotent as long
 as a replaced line no longer matches REGEX."
   (:simulates True)
+  (:watch [(watch-path path)])
   (:desc f"{path} has s/{regex}/{replacement}/ applied")
   (:apply
     (setv r (re.compile regex))
@@ -296,6 +303,7 @@ as a replaced line no longer matches REGEX."
   "PATH has permission bits MODE (an integer, such as 0o644).  A symlink at
 PATH is refused, unless FOLLOW: then what it leads to gets MODE, if the link
 may lead there (docs/security.md)."
+  (:watch [(watch-path path)])
   (:desc f"{path} has mode {(format mode "o")}")
   (:check (if (remote-exists? path)
               (let [have (_mode-of path follow)]
@@ -322,6 +330,7 @@ may lead there (docs/security.md)."
   "PATH (a symlink itself, not what it points to, unless FOLLOW) is owned by
 USER and/or GROUP: names or numeric ids.  With FOLLOW, what a symlink leads
 to is, if the link may lead there (docs/security.md)."
+  (:watch [(watch-path path)])
   (:desc (+ f"{path} has"
             (if (is user None) "" f" owner {user}")
             (if (is group None) "" f" group {group}")))
@@ -331,6 +340,7 @@ to is, if the link may lead there (docs/security.md)."
 
 (defprop does-not-exist :posix [#^ abs-path #* paths]
   "None of PATHS exists (files or symlinks; not directories)."
+  (:watch (lfor p paths (watch-path p)))
   (:desc (_plural paths))
   (:check (_none-exist paths "removed"))
   (:apply (run-walked paths "rm" "-f" "--" #* paths)))
@@ -341,6 +351,7 @@ to is, if the link may lead there (docs/security.md)."
 
 (defprop directory-exists :posix [#^ abs-path directory]
   "DIRECTORY exists, with its parents."
+  (:watch [(watch-path directory)])
   (:desc f"{directory} exists")
   (:check (or (run-ok? "test" "-d" directory)
               (Drift f"{directory} would be created")))
@@ -359,6 +370,7 @@ to is, if the link may lead there (docs/security.md)."
 (defprop directory-does-not-exist :posix [#^ abs-path #* directories]
   "None of DIRECTORIES exists: each is removed with everything in it.  It
 is a failure if one of them is a file or a symlink."
+  (:watch (lfor d directories (watch-path d)))
   (:desc (_plural directories))
   (:check (_none-exist directories "removed with everything in them"))
   (:apply (_remove-directories directories)))
@@ -368,6 +380,7 @@ is a failure if one of them is a file or a symlink."
 
 (defprop containing-directory-exists :posix [#^ abs-path path]
   "The directory PATH is in exists, with its parents."
+  (:watch [(watch-path (posixpath.dirname path))])
   (:desc f"Directory containing {path} exists")
   (:check (run-ok? "test" "-d" (_parent path)))
   (:apply (run-walked [path] "mkdir" "-p" "--" (_parent path))))
@@ -385,6 +398,7 @@ is a failure if one of them is a file or a symlink."
 (defprop symlinked :posix [* #^ abs-path from_ #^ path to]
   "FROM is a symbolic link to TO.  A link pointing elsewhere is replaced;
 anything else at FROM is a failure.  Unapplying removes the link."
+  (:watch [(watch-path from_)])
   (:desc f"{from_} is a symlink to {to}")
   (:check (or (_links-to? from_ to)
               (Drift (let [now (_link-target from_)]
@@ -402,6 +416,7 @@ anything else at FROM is a failure.  Unapplying removes the link."
   "DEST is a copy of SOURCE, a file on the target (a symlink's target is
 copied).  The copy is made beside DEST and renamed over it, keeping SOURCE's
 mode, ownership and times."
+  (:watch [(watch-path dest) (watch-path source)])
   (:desc f"{dest} is a copy of {source}")
   (:check (run-ok? (Script "test -f \"$1\" && cmp -s -- \"$1\" \"$2\"" dest source)))
   (:apply
@@ -485,6 +500,7 @@ data sources the consfig registers (docs/data.md), with MODE, OWNER and
 GROUP when given (a secret item: mode 0600 unless MODE).  It is written
 only when its content differs."
   (:simulates True)
+  (:watch [(watch-path destination)])
   (:desc f"{destination} has data {iden1} {iden2}")
   (:hostattrs (require-data iden1 iden2))
   (:apply (install-data iden1 iden2 destination :mode mode :owner owner :group group)))
@@ -496,6 +512,7 @@ only when its content differs."
   "DESTINATION holds the secret item (IDEN1, IDEN2), mode 0600 unless MODE
 says otherwise.  It is compared with DESTINATION in memory and never shown."
   (:simulates True)
+  (:watch [(watch-path destination)])
   (:desc f"{destination} has secret {iden1} {iden2}")
   (:hostattrs (require-data iden1 iden2 :secret True))
   (:apply (install-data iden1 iden2 destination :mode mode :owner owner :group group)))
@@ -507,6 +524,7 @@ says otherwise.  It is compared with DESTINATION in memory and never shown."
   "DESTINATION holds the item (HOSTNAME, DESTINATION) of the host it is
 applied to, as `data-uploaded`."
   (:simulates True)
+  (:watch [(watch-path destination)])
   (:desc f"{destination} has this host's data")
   (:hostattrs (require-data (get-hostname) destination))
   (:apply (install-data (get-hostname) destination destination :mode mode :owner owner :group group)))
@@ -518,6 +536,7 @@ applied to, as `data-uploaded`."
   "DESTINATION holds the secret item (HOSTNAME, DESTINATION) of the host it
 is applied to, as `secret-uploaded`."
   (:simulates True)
+  (:watch [(watch-path destination)])
   (:desc f"{destination} has this host's secret")
   (:hostattrs (require-data (get-hostname) destination :secret True))
   (:apply (install-data (get-hostname) destination destination :mode mode :owner owner :group group)))
@@ -637,6 +656,7 @@ is uncommented — and any other line setting it is commented out; keys with
 no line are appended."
   (:simulates True)
   (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
+  (:watch [(watch-path path)])
   (:desc f"{path} has {(describe-pairs pairs " ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) _SPACE-KV _space-kv _strip-eq)))
 
@@ -653,6 +673,7 @@ no line are appended."
   "Like `contains-conf-space`, for a config file of `key = value` lines."
   (:simulates True)
   (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
+  (:watch [(watch-path path)])
   (:desc f"{path} has {(describe-pairs pairs " = ")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) _EQUALS-KV _equals-kv _strip-eq)))
 
@@ -666,6 +687,7 @@ such as those in /etc/default.  Values are quoted for the shell as needed; a
 line whose value already means the same (`KEY=\"x\"` for x) is left alone."
   (:simulates True)
   (:invariant (not (pairs-problem pairs shell-identifier)) (pairs-problem pairs shell-identifier))
+  (:watch [(watch-path path)])
   (:desc f"{path} has {(describe-pairs pairs "=")}")
   (:apply (_simple-conf-update path (conf-pairs pairs) (re.compile r"^([A-Za-z_][A-Za-z0-9_]*)(=)(.*?)\s*$")
                                (fn [k v sep] f"{k}={(shlex.quote v)}") _shell-same?)))
@@ -717,6 +739,7 @@ uncommented one, else a commented-out one, uncommented) and others for it
 commented out.  A missing key goes at the end of its section; a missing
 section is appended.  A section of None means the keys before any section."
   (:simulates True)
+  (:watch [(watch-path path)])
   (:desc (+ f"{path} has "
             (.join ", " (gfor [[s k] v] (.items (_ini-triples triples)) f"[{s}] {k}={v}"))))
   (:apply (map-file-lines path (fn [lines] (_ini-update lines (_ini-triples triples)))
@@ -936,6 +959,7 @@ rendered text travels as prerequisite data, not in the propspec.  When the
 template reads a secret (an item from a source of secrets such as :pass, or
 one a property before this one declared secret), or with SECRET, the file is
 a secret: mode 0600 unless MODE says otherwise, and never a diff."
+  (:watch [(watch-path path)])
   (:desc f"{path} rendered from {template}")
   (:hostattrs
     (if (on-target?)
@@ -1016,6 +1040,7 @@ command, so an unchanged tree costs no transfer; a file that differs is
 written atomically.  The files travel as prerequisite data.  In check mode,
 the diffs of the first 20 files that would change are shown (files up to
 256 KiB), and the others counted."
+  (:watch [(watch-path dest)])
   (:desc f"{dest} is a copy of the site's {source}")
   (:hostattrs
     (if (on-target?)
@@ -1165,6 +1190,7 @@ over it only once its digest is SHA256: a download with another digest is
 refused, and nothing is written.  Nothing is downloaded while PATH has that
 digest.  PATH keeps its mode and owner, unless MODE; TIMEOUT bounds the
 download."
+  (:watch [(watch-path path)])
   (:desc f"{path} downloaded from {url}")
   (:check (let [have (_digest-on-target path)]
             (cond (= have (.lower sha256)) True

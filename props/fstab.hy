@@ -4,6 +4,7 @@ An entry is one fstab line, such as \"UUID=… /srv ext4 defaults 0 2\"; entries
 are matched to existing lines by their mount point, the second field."
 
 (eval-when-compile (require consfig.property [defprop]))
+(import consfig.watchspec [watch-path])
 (import consfig.props.file [map-file-lines]
         consfig.types *)
 
@@ -48,6 +49,7 @@ an existing line for that mount point is replaced, except that an entry
 whose source is `none` keeps the existing line's source; entries for new
 mount points are appended.  Unapplying removes the lines for their mount
 points."
+  (:watch [(watch-path FSTAB)])
   (:desc f"fstab entries for {(.join ", " (map _mount-point entries))}")
   (:apply (map-file-lines FSTAB (fn [lines] (merge-entries lines entries)) :create True))
   (:unapply

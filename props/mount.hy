@@ -1,10 +1,14 @@
 "Mounted filesystems (Linux: findmnt(8) and umount(8) from util-linux)."
 
 (eval-when-compile (require consfig.property [defprop]))
+(import consfig.watchspec [watch-path watch-poll])
 (import posixpath
         consfig.actions [NO-CHANGE run run-ok? output]
         consfig.props.os [required]
         consfig.types *)
+
+;; How often the agent looks at what is mounted: no inotify event says so.
+(setv MOUNT-POLL 30)
 
 (defn _unescape [s]
   ;; findmnt -r writes a space as \x20, and so on.
@@ -47,6 +51,7 @@ mounted there."
   "TARGET, a mount point listed in /etc/fstab, is mounted.  Mainly a
 prerequisite of properties that would do the wrong thing if it were not.
 Unapplying unmounts it."
+  (:watch [(watch-path "/etc/fstab") (watch-poll MOUNT-POLL)])
   (:desc f"{target} mounted")
   (:hostattrs (required "linux"))
   (:check (mounted? target))
@@ -60,6 +65,7 @@ Unapplying unmounts it."
 Mounts made with --rbind should first be made slaves (`mount
 --make-rslave`), or unmounting them also unmounts what they were bound
 from."
+  (:watch [(watch-poll MOUNT-POLL)])
   (:desc f"Nothing mounted below {directory}")
   (:hostattrs (required "linux"))
   (:check (not (mounts-below directory and-at)))

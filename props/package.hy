@@ -1,6 +1,7 @@
 "Packages, through whichever package manager the target has."
 
 (eval-when-compile (require consfig.property [defprop]))
+(import consfig.watchspec [watch-dpkg])
 (import consfig.actions [run run-ok?]
         consfig.context [get-connattr set-connattr]
         consfig.errors [FailedChange]
@@ -39,6 +40,7 @@ per connection)."
 on Debian and derivatives (as `apt.installed`), else dnf, yum, zypper, pacman
 or apk.  Package names differ between distributions; use `os.typecase` where
 they do."
+  (:watch [(watch-dpkg)])
   (:desc f"package installed {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:check

@@ -8,6 +8,7 @@ nothing, and /usr/sbin/policy-rc.d answers 101 (\"action forbidden\") so that
 packages installed meanwhile do not start theirs either."
 
 (eval-when-compile (require consfig.property [defprop]))
+(import consfig.watchspec [watch-unit])
 (import contextlib
         contextvars
         consfig.actions [NO-CHANGE run run-ok? run-script read-remote-file
@@ -104,6 +105,7 @@ or an image that is never booted as it is.  This owns policy-rc.d outright."
 (defprop running :posix [#^ service-name service]
   "SERVICE is running, as service(8) sees it: started unless its status
 says it is running already."
+  (:watch [(watch-unit (if (in "." service) service f"{service}.service"))])
   (:desc f"Service {service} running")
   (:check (and (not (no-services?))
                (run-ok? "service" service "status" :timeout 120)))

@@ -7,6 +7,7 @@ configuration fails the property and the file stays as it was."
 (eval-when-compile
   (require consfig.property [defprop]
            consfig.propspec [defproplist]))
+(import consfig.watchspec [watch-path])
 (import consfig.actions [NO-CHANGE output write-remote-file run run-script]
         consfig.data [get-data-bytes require-data]
         consfig.engine [Drift]
@@ -64,6 +65,7 @@ mode 0600, and its .pub is PUBLIC-KEY: the host keeps its identity when it
 is reinstalled, and other hosts can know PUBLIC-KEY from the consfig (it is
 hostattr `ssh-host-key`, as for `has-host-public-key`).  sshd
 reloads when it changed (where services run)."
+  (:watch [(watch-path (host-key-path type)) (watch-path (+ (host-key-path type) ".pub"))])
   (:desc f"sshd has its {type} host key from data")
   (:hostattrs
     (require-data (get-hostname) (host-key-path type) :secret True)
@@ -90,6 +92,7 @@ validated with `sshd -t` before it replaces the old, and sshd reloads it
 afterwards (where services run).  sshd takes the first value it reads for a
 keyword, so a file in sshd_config.d that sets the same one overrides this."
   (:invariant (not (pairs-problem pairs sshd-keyword)) (pairs-problem pairs sshd-keyword))
+  (:watch [(watch-path CONFIG)])
   (:desc f"sshd configured: {(describe-pairs pairs " ")}")
   (:apply
     (setv old (read-text CONFIG))

@@ -17,6 +17,7 @@ configuration afterwards, where one runs.  Lingering is recorded in
 
 (eval-when-compile (require consfig.property [defprop]
                            consfig.propspec [defpropspec]))
+(import consfig.watchspec [watch-path watch-unit watch-poll])
 (import posixpath
         consfig.combinators [eseqprops unapplied with-unapply]
         consfig.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
@@ -27,6 +28,15 @@ configuration afterwards, where one runs.  Lingering is recorded in
         consfig.props.service [no-services? skip-for-no-services]
         consfig.props.user [passwd-entry]
         consfig.types *)
+
+(defn _unit-watches [service user-instance * [enablement False]]
+  ;; A user's manager is on that user's bus, which the agent does not
+  ;; watch: polled.  Enabling adds links below /etc/systemd/system, some in
+  ;; its *.wants directories: the directory, and a slow poll for the rest.
+  (setv unit (if (in "." service) service f"{service}.service"))
+  (cond user-instance [(watch-poll 60)]
+        enablement [(watch-unit unit) (watch-path "/etc/systemd/system") (watch-poll 300)]
+        True [(watch-unit unit)]))
 
 (setv unit-name (matching "unit-name"
                           "a systemd unit name (letters, digits, _ . @ : \\ and -, not starting with -)"
@@ -92,6 +102,7 @@ one runs)."
   "The unit SERVICE is active.  Under `service.without-starting-services`
 (a chroot, a tree built to boot later) nothing is started, and that is said;
 elsewhere, a host where no systemd service manager runs fails it."
+  (:watch (_unit-watches service user-instance))
   (:desc f"systemd service {service} started")
   (:check (and (not (no-services?))
                (let [state (_active-state service user-instance)]
@@ -100,6 +111,7 @@ elsewhere, a host where no systemd service manager runs fails it."
 
 (defprop stopped :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is not active."
+  (:watch (_unit-watches service user-instance))
   (:desc f"systemd service {service} stopped")
   (:check (or (not (manager-running? user-instance))
               (!= (_active-state service user-instance) "active")
@@ -119,6 +131,7 @@ elsewhere, a host where no systemd service manager runs fails it."
 (defprop enabled :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is enabled: it starts at boot (or when the user's
 manager starts).  Works without a running systemd.  Unapplying disables it."
+  (:watch (_unit-watches service user-instance :enablement True))
   (:desc f"systemd service {service} enabled")
   (:check (or (run-ok? (_systemctl user-instance ["is-enabled" "--quiet" "--" service]))
               (Drift f"{service}: {(unit-file-state service user-instance)} → enabled")))
@@ -128,6 +141,7 @@ manager starts).  Works without a running systemd.  Unapplying disables it."
 (defprop disabled :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is not enabled (a masked, static or missing unit counts
 as disabled).  Works without a running systemd.  Unapplying enables it."
+  (:watch (_unit-watches service user-instance :enablement True))
   (:desc f"systemd service {service} disabled")
   (:check (setv state (unit-file-state service user-instance))
           (or (in state _NOT-ENABLED)
@@ -140,6 +154,7 @@ as disabled).  Works without a running systemd.  Unapplying enables it."
 (defprop masked :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "The unit SERVICE is masked: linked to /dev/null, so that nothing can
 start it.  Works without a running systemd.  Unapplying unmasks it."
+  (:watch (_unit-watches service user-instance :enablement True))
   (:desc f"systemd service {service} masked")
   (:check (setv state (unit-file-state service user-instance))
           (or (.startswith state "masked") (Drift f"{service}: {state} → masked")))
@@ -238,6 +253,7 @@ before it.  The service manager rereads its configuration when the file
 changed, where one runs.  Check mode shows the diff.  Unapplying disables
 the unit if it is enabled and removes the file."
   (:simulates True)
+  (:watch [(watch-path (unit-path name))])
   (:desc f"systemd unit {name} written")
   (:apply (_write-verified (unit-path name) name name text))
   (:unapply
@@ -256,6 +272,7 @@ The service manager rereads its configuration when the drop-in changed,
 where one runs.  Check mode shows the diff.  Unapplying removes the
 drop-in (and UNIT.d, once empty)."
   (:simulates True)
+  (:watch [(watch-path (drop-in-path unit name))])
   (:desc f"systemd drop-in {name} for {unit} written")
   (:apply (setv path (drop-in-path unit name))
           (_write-verified path unit (posixpath.relpath path UNIT-DIRECTORY) text))

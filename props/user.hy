@@ -1,6 +1,7 @@
 "Users and groups, through the shadow utilities (useradd, usermod, …)."
 
 (eval-when-compile (require consfig.property [defprop]))
+(import consfig.watchspec [watch-path])
 (import re
         consfig.actions [Script run run-ok? output]
         consfig.data [get-data-string require-data]
@@ -9,6 +10,9 @@
         consfig.errors [FailedChange]
         consfig.props.file [add-lines]
         consfig.types *)
+
+(setv ACCOUNT-WATCHES [(watch-path "/etc/passwd") (watch-path "/etc/group")
+                       (watch-path "/etc/shadow") (watch-path "/etc/gshadow")])
 
 (setv groups (one-of group-name (list-of group-name))
       login-shell (matching "login-shell" "an absolute path on one line" r"/[^\n\r\x00]*"))
@@ -48,6 +52,7 @@ LOGNAME to USER's (the rest of the environment stays)."
   "There is a user account USERNAME (made with a home directory and the
 system's defaults).  Unapplying deletes the account but keeps its home
 directory and files."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"Account for {username}")
   (:check (or (bool (passwd-entry username))
               (Drift f"account {username} would be created")))
@@ -57,6 +62,7 @@ directory and files."
 (defprop has-account-with-uid :posix [#^ user-name username #^ id-number uid]
   "There is a user account USERNAME with user id UID.  An account with
 another id gets UID (and its home directory's files are chowned to it)."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"Account for {username} with uid {uid}")
   (:check (setv have (.get (or (passwd-entry username) {}) "uid"))
           (or (= have (str uid))
@@ -71,6 +77,7 @@ another id gets UID (and its home directory's files are chowned to it)."
 (defprop group-exists :posix [#^ group-name name * #^ id-number [gid None]]
   "There is a group NAME (with group id GID, when given, for a new group).
 Unapplying deletes it."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"Group {name} exists")
   (:check (or (_group-exists? name) (Drift f"group {name} would be created")))
   (:apply (run "groupadd" #* (if (is gid None) [] ["-g" (str gid)]) "--" name :timeout 120))
@@ -88,6 +95,7 @@ Unapplying deletes it."
 (defprop has-groups :posix [#^ user-name username #^ groups #* groups]
   "USERNAME is a member of each of GROUPS (and perhaps of others).
 Unapplying takes USERNAME out of GROUPS."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"{username} in groups {(.join " " (_flatten groups))}")
   (:preprocess [username #* (_flatten groups)])
   (:check (setv missing (- (set groups) (_groups-of username)))
@@ -123,6 +131,7 @@ USERS is empty).  A user's primary group is not counted.  Unapplying takes
 USERS out of GROUP.
 
   (user.group-has-members \"adm\" \"alice\" \"bob\")"
+  (:watch ACCOUNT-WATCHES)
   (:desc (+ f"group {group} has members {(.join " " (_flatten users))}"
             (if exactly " only" "")))
   (:preprocess [group #* (_flatten users) :exactly exactly])
@@ -143,6 +152,7 @@ USERS out of GROUP.
 
 (defprop has-login-shell :posix [#^ user-name username #^ login-shell shell]
   "USERNAME's login shell is SHELL, which is listed in /etc/shells."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"{username} has login shell {shell}")
   (:check (setv have (.get (or (passwd-entry username) {}) "shell"))
           (or (= have shell) (Drift f"{username}: login shell {have} → {shell}")))
@@ -153,6 +163,7 @@ USERS out of GROUP.
 (defprop has-locked-password :posix [#^ user-name username]
   "USERNAME's password is locked: no one logs in as USERNAME with a
 password (SSH keys still work)."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"{username} has a locked password")
   (:check (or (= (_password-status username) "L")
               (Drift f"{username}'s password would be locked")))
@@ -164,6 +175,7 @@ password (SSH keys still work)."
 account with none gets INITIAL-PASSWORD (given to chpasswd on its standard
 input, never on a command line), for the user to change.  A password the user
 has set is left alone."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"{username} has an enabled password")
   (:check (or (= (_password-status username) "P")
               (Drift f"{username}'s password would be enabled")))
@@ -197,6 +209,7 @@ has set is left alone."
 yescrypt` makes it) held as prerequisite data (`--user-passwd--HOSTNAME`
 USERNAME), a secret.  It is compared with /etc/shadow on the target and set
 with `chpasswd -e`, the hash on standard input, never on a command line."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"{username} has its password from data")
   (:hostattrs (require-data (password-iden1) username :secret True))
   (:check
