@@ -27,8 +27,7 @@ process, is deployed without a lock."
         os
         time
         consfig.context [deployment-cache]
-        consfig.errors [CannotStartProcess ConnectionFailed ConsfigError]
-        consfig.hop [Connection])
+        consfig.errors [CannotStartProcess ConnectionFailed ConsfigError])
 
 ;; `consfig.boot.cache_directory` in the shell: the two must agree, or a
 ;; POSIX and a `:python` deployment of one target would lock different files.
