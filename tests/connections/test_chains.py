@@ -268,15 +268,16 @@ def test_a_huge_command_line_is_refused_and_the_connection_survives(established,
     assert conn.run(["echo", "still usable"]).stdout == "still usable\n"
 
 
-def test_a_nul_in_a_path_fails_that_property_only(established, tmp_path):
+def test_a_nul_in_a_path_built_as_data_is_refused_before_anything_is_applied(established,
+                                                                            tmp_path):
     conn = established["ssh-sudo"][0][-1]
     after = tmp_path / "after"
     # The abs-path type refuses a NUL when a propapp is built; built as data
-    # here, it reaches the connection, which must still fail just it.
+    # here, it is refused with the host's other load-time checks (the path's
+    # watch), before anything reaches the target.  What a connection does
+    # with a NUL that reaches it is the test above.
     from consfig.property import Propapp
     nul = Propapp("consfig.props.file.has-content", ["/tmp/consfig-a\0b", "x"])
-    outcome, events = apply_through(conn, seqprops(nul,
-                                                   file.has_content(str(after), "applied\n")))
-    failed = [e for e in events if e.get("status") == "failed" and "NUL" in e.get("message", "")]
-    assert len(failed) == 1, events
-    assert after.read_text() == "applied\n", "the connection carried on"
+    with pytest.raises(consfig.errors.PropspecError, match="NUL"):
+        apply_through(conn, seqprops(nul, file.has_content(str(after), "applied\n")))
+    assert not after.exists(), "a property was applied before the refusal"
