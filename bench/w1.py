@@ -201,11 +201,16 @@ def consfig_command():
 
 
 def clear_bytecode(site):
-    """Every compiled module of consfig and of the site consfig."""
+    """The site consfig's compiled code, and consfig's own where it is
+    compiled at run time (an editable install, a checkout): never what an
+    install carries (its wheel's bytecode, part of its install record), so
+    that "PYTHONDONTWRITEBYTECODE=1" measures an install as its users run it."""
     import consfig.connections
     import consfig.props
-    roots = [os.path.dirname(site), *consfig.__path__, *consfig.props.__path__,
-             *consfig.connections.__path__]
+    roots = [os.path.dirname(site)]
+    for path in [*consfig.__path__, *consfig.props.__path__, *consfig.connections.__path__]:
+        if "site-packages" not in path.split(os.sep):
+            roots.append(path)
     for root in roots:
         for d, dirs, _ in os.walk(root):
             if "__pycache__" in dirs:
