@@ -208,3 +208,102 @@ def test_raw_image_build_cleans_up_after_a_killed_one(tools, debian_chroot_tarba
         assert image.exists() and not partial.exists(), "not finished under the final name"
     finally:
         subprocess.run(["losetup", "--detach", stale], capture_output=True)
+
+
+# The installer: an image written to a block device (a real loop device).
+
+@pytest.fixture
+def small_image(tools, tmp_path):
+    image = tmp_path / "small.img"
+    norm = disk.normalise_volumes({K("table"): K("gpt"), K("size"): "8M",
+                                   K("partitions"): [_part(size=K("rest"), fs=K("ext4"), mount="/")]})
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        disk.partitioned_image(norm, str(image))
+    return image
+
+
+@pytest.fixture
+def loop_device(tools, tmp_path):
+    backing = tmp_path / "disk.raw"
+    subprocess.run(["truncate", "-s", "16M", str(backing)], check=True)
+    device = subprocess.run(["losetup", "--show", "--find", str(backing)], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    try:
+        yield device
+    finally:
+        subprocess.run(["umount", device], capture_output=True)
+        subprocess.run(["losetup", "--detach", device], capture_output=True)
+
+
+def _begins_with(device, image):
+    size = os.path.getsize(image)
+    with open(device, "rb") as d, open(image, "rb") as i:
+        return d.read(size) == i.read()
+
+
+def _failure(events):
+    return " ".join(str(getattr(e, "message", "") or "") for e in events)
+
+
+def test_image_written_to_a_blank_device_then_changes_nothing(small_image, loop_device):
+    from proptest import deploy_propspec, statuses
+    prop = disk.image_written_to(loop_device, str(small_image))
+    outcome, events = deploy_propspec([K("local")], prop)
+    assert outcome.status == "changed", statuses(events)
+    assert _begins_with(loop_device, small_image), "the device does not hold the image"
+    again, events = deploy_propspec([K("local")], prop)
+    assert again.status == "no-change", statuses(events)
+
+
+def test_image_written_to_refuses_a_device_holding_a_filesystem(small_image, loop_device):
+    from proptest import deploy_propspec
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop_device], check=True)
+    outcome, events = deploy_propspec([K("local")], disk.image_written_to(loop_device, str(small_image)),
+                                      check=False)
+    assert outcome.status == "failed", "wrote over an ext4 filesystem it was not told to replace"
+    from proptest import failure_text
+    assert "holds ext4" in failure_text(events) and ':replace ["ext4"]' in failure_text(events), \
+        failure_text(events)
+    kind = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", loop_device],
+                          capture_output=True, text=True).stdout.strip()
+    assert kind == "ext4", f"the filesystem was touched: {kind!r}"
+
+
+def test_image_written_to_replaces_what_it_is_told_to(small_image, loop_device):
+    from proptest import deploy_propspec, statuses
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop_device], check=True)
+    outcome, events = deploy_propspec(
+        [K("local")], disk.image_written_to(loop_device, str(small_image), replace=["ext4"]))
+    assert outcome.status == "changed", statuses(events)
+    assert _begins_with(loop_device, small_image), "the device does not hold the image"
+
+
+def test_image_written_to_refuses_a_mounted_device(small_image, loop_device, tmp_path):
+    from proptest import deploy_propspec, failure_text
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop_device], check=True)
+    (tmp_path / "m").mkdir()
+    subprocess.run(["mount", loop_device, str(tmp_path / "m")], check=True)
+    try:
+        outcome, events = deploy_propspec(
+            [K("local")], disk.image_written_to(loop_device, str(small_image), replace=True),
+            check=False)
+    finally:
+        subprocess.run(["umount", str(tmp_path / "m")], check=True)
+    assert outcome.status == "failed" and "is mounted" in failure_text(events), failure_text(events)
+
+
+def test_image_written_to_refuses_a_device_too_small(tools, loop_device, tmp_path):
+    from proptest import deploy_propspec, failure_text
+    image = tmp_path / "big.img"
+    subprocess.run(["truncate", "-s", "32M", str(image)], check=True)
+    outcome, events = deploy_propspec([K("local")], disk.image_written_to(loop_device, str(image)),
+                                      check=False)
+    assert outcome.status == "failed" and "does not fit" in failure_text(events), failure_text(events)
+
+
+def test_image_written_to_in_check_mode_writes_nothing(small_image, loop_device):
+    from proptest import deploy_propspec, statuses
+    outcome, events = deploy_propspec([K("local")], disk.image_written_to(loop_device, str(small_image)),
+                                      check_mode=True)
+    assert outcome.exit_code(True) == 2, statuses(events)
+    assert not _begins_with(loop_device, small_image), "check mode wrote the image"
