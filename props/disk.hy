@@ -26,7 +26,7 @@ mounted is released however the build ends."
         consfig.actions [NO-CHANGE Script run run-ok? output read-remote-file write-remote-file
                          remote-exists?]
         consfig.deployment [deploy-nested]
-        consfig.engine [Drift WOULD-CHANGE checking? inform]
+        consfig.engine [CANNOT-CHECK Drift WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]
         consfig.props [apt]
@@ -217,6 +217,8 @@ to build; they also write the host's /etc/fstab from it."
   (:invariant (not (volumes-problem volumes)) (volumes-problem volumes))
   (:desc "has volumes")
   (:hostattrs (push-hostattr "volumes" (normalise-volumes volumes)))
+  ;; Nothing to change, so nothing to check either (check mode says so).
+  (:check True)
   (:apply NO-CHANGE))
 
 ;; Opening an image: loop devices by offset and size, and mounts.  $1 is the
@@ -367,7 +369,8 @@ come before the host's own propspec (which may need systemctl)."
   (deploy-nested [[(Keyword "chroot") (Keyword "into") root]]
                  {"hostname" (get host "hostname")
                   "deploy" None
-                  "propspec" (without-starting-services propspec)
+                  ;; Check mode starts nothing and must not write policy-rc.d.
+                  "propspec" (if (checking?) propspec (without-starting-services propspec))
                   "these" None}
                  None))
 
@@ -485,7 +488,9 @@ Return `:changed`, or `:no-change` when all of it was there already."
         (.append changes (install-grub-bios opened work norm uuids :check True))))
     (finally
       (run "rmdir" "--" work :check False :timeout 60)))
-  (if (all (gfor c changes (= c NO-CHANGE))) NO-CHANGE WOULD-CHANGE))
+  (cond (all (gfor c changes (= c NO-CHANGE))) NO-CHANGE
+        (all (gfor c changes (in c #{NO-CHANGE CANNOT-CHECK}))) CANNOT-CHECK
+        True WOULD-CHANGE))
 
 (defn build-image [host image options]
   "Build (or bring up to date) the raw disk IMAGE of HOST (host data): see

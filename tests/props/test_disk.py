@@ -4,6 +4,7 @@ in a raw image with real loop devices, sfdisk and mkfs."""
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -147,6 +148,11 @@ IMAGE_VOLUMES = {K("table"): K("gpt"), K("size"): "1G",
                                    {K("size"): K("rest"), K("fs"): K("ext4"), K("mount"): "/"}]}
 
 
+# The GRUB and kernel install is the VM test's (tests/props/test_vm.py):
+# these build trees alone, in seconds.
+NO_BOOT = {K("bootloader"): K("none")}
+
+
 def _image_host(name, motd):
     from consfig.combinators import eseqprops
     from consfig.host import make_host
@@ -174,7 +180,7 @@ def test_raw_image_is_built_from_the_hosts_definition_and_rebuilt_as_a_no_change
     from proptest import deploy_propspec, statuses
     image = tmp_path / "web1.img"
     host = _image_host("web1.image.invalid", "built into the image\n")
-    prop = disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)}, host, str(image))
+    prop = disk.raw_image_built_for(NO_BOOT | {K("tarball"): str(debian_chroot_tarball)}, host, str(image))
     outcome, events = deploy_propspec([K("local")], prop)
     assert outcome.status == "changed", statuses(events)
     assert not _loops_of(image), "loop devices left attached"
@@ -187,6 +193,32 @@ def test_raw_image_is_built_from_the_hosts_definition_and_rebuilt_as_a_no_change
     again, events = deploy_propspec([K("local")], prop)
     assert again.status == "no-change", f"an unchanged rebuild changed: {statuses(events)}"
     assert not _loops_of(image), "loop devices left attached after the rebuild"
+    checked, events = deploy_propspec([K("local")], prop, check_mode=True)
+    assert checked.exit_code(True) == 0, f"check mode finds an unchanged image would change: {statuses(events)}"
+    changed_host = _image_host("web1.image.invalid", "changed\n")
+    checked, events = deploy_propspec(
+        [K("local")], disk.raw_image_built_for(NO_BOOT | {K("tarball"): str(debian_chroot_tarball)},
+                                               changed_host, str(image)), check_mode=True)
+    assert checked.exit_code(True) == 2, f"check mode misses a changed propspec: {statuses(events)}"
+    assert _read_from_image(image, tmp_path, "etc/motd")["etc/motd"] == "built into the image\n", \
+        "check mode changed the image"
+    assert not _loops_of(image), "loop devices left attached after check mode"
+
+
+@pytest.mark.chroot
+def test_raw_image_in_check_mode_says_what_it_would_build_and_builds_nothing(
+        tools, debian_chroot_tarball, tmp_path):
+    from proptest import deploy_propspec, statuses
+    image = tmp_path / "new.img"
+    seen = []
+    outcome, events = deploy_propspec(
+        [K("local")], disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)},
+                                               _image_host("web3.image.invalid", "x\n"), str(image)),
+        check_mode=True, sink=seen.append)
+    assert outcome.exit_code(True) == 2, statuses(events)
+    said = " ".join(e.get("text", "") for e in seen if isinstance(e, dict))
+    assert "would be built: a 1024 MiB gpt disk of 4 partitions" in said and "GRUB" in said, said
+    assert not image.exists() and not os.path.exists(f"{image}.consfig-partial"), "check mode built"
 
 
 @pytest.mark.slow
@@ -201,7 +233,7 @@ def test_raw_image_build_cleans_up_after_a_killed_one(tools, debian_chroot_tarba
     try:
         host = _image_host("web2.image.invalid", "second\n")
         outcome, events = deploy_propspec(
-            [K("local")], disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)},
+            [K("local")], disk.raw_image_built_for(NO_BOOT | {K("tarball"): str(debian_chroot_tarball)},
                                                    host, str(image)))
         assert outcome.status == "changed", statuses(events)
         assert not _loops_of(partial) and not _loops_of(image), "loop devices left attached"
@@ -307,3 +339,51 @@ def test_image_written_to_in_check_mode_writes_nothing(small_image, loop_device)
                                       check_mode=True)
     assert outcome.exit_code(True) == 2, statuses(events)
     assert not _begins_with(loop_device, small_image), "check mode wrote the image"
+
+
+_BUILD_SCRIPT = """
+import sys
+sys.path[:0] = sys.argv[3:]
+import hy
+from hy.models import Keyword as K
+from consfig.combinators import eseqprops
+from consfig.host import make_host
+from consfig.props import disk
+from proptest import deploy_propspec, this_os
+from test_disk import IMAGE_VOLUMES
+host = make_host("web4.image.invalid", None, None, eseqprops(this_os(), disk.has_volumes(IMAGE_VOLUMES)))
+deploy_propspec([K("local")], disk.raw_image_built_for(
+    {K("tarball"): sys.argv[2], K("bootloader"): K("none")}, host, sys.argv[1]), check=False)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_an_interrupted_build_leaves_no_mount_loop_or_image(tools, debian_chroot_tarball, tmp_path):
+    import signal
+    from harness import wait_until
+    image = tmp_path / "web4.img"
+    partial = tmp_path / "web4.img.consfig-partial"
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(image), str(debian_chroot_tarball),
+                              here, os.path.dirname(here)], start_new_session=True)
+    try:
+        # Interrupted while the tarball is being unpacked into the mounted root.
+        wait_until(lambda: _loops_of(partial) and _mounted_from(partial), 120,
+                   "the build to attach and mount the image")
+        build.send_signal(signal.SIGINT)
+        build.wait(timeout=120)
+    finally:
+        if build.poll() is None:
+            build.kill()
+            build.wait()
+    assert not _loops_of(partial), "loop devices left attached"
+    assert not _mounted_from(partial), "mounts left"
+    assert not image.exists(), "a half-written image under the final name"
+    assert not partial.exists(), "the partial image is left"
+
+
+def _mounted_from(image):
+    with open("/proc/self/mounts") as f:
+        sources = {line.split()[0] for line in f}
+    return [d for d in _loops_of(image) if d in sources]
