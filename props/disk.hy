@@ -26,7 +26,7 @@ mounted is released however the build ends."
         consfig.actions [NO-CHANGE Script run run-ok? output read-remote-file write-remote-file
                          remote-exists?]
         consfig.deployment [deploy-nested]
-        consfig.engine [CANNOT-CHECK Drift WOULD-CHANGE checking? inform]
+        consfig.engine [CANNOT-CHECK WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]
         consfig.props [apt]
@@ -531,7 +531,14 @@ Return `:changed`, or `:no-change` when all of it was there already."
         (.append changes (install-grub-bios opened work norm uuids))))
     (when made
       (run "mv" "-f" "-T" "--" target image :timeout 60))
-    (if (or made (any (gfor c changes (!= c NO-CHANGE)))) :changed NO-CHANGE)
+    (setv changed (or made (any (gfor c changes (!= c NO-CHANGE))))
+          qcow2 (.get options "qcow2"))
+    ;; Not by comparing the disks: opening an image (an unchanged rebuild)
+    ;; moves its filesystems' mount times on.
+    (when (and qcow2 (or changed (not (remote-exists? qcow2))))
+      (convert-to-qcow2 image qcow2)
+      (setv changed True))
+    (if changed :changed NO-CHANGE)
     (except [BaseException]
       (when made
         (release-image target)
@@ -541,10 +548,11 @@ Return `:changed`, or `:no-change` when all of it was there already."
       (run "rmdir" "--" work :check False :timeout 60))))
 
 (setv image-options
-      (predicate "image-options" "a dict of :tarball (an absolute path), :bootstrap (debootstrap's options) and :bootloader (:grub-bios or :none)"
+      (predicate "image-options" "a dict of :tarball (an absolute path), :bootstrap (debootstrap's options), :bootloader (:grub-bios or :none) and :qcow2 (an absolute path)"
                  (fn [v] (and (isinstance v dict)
                               (all (gfor [k x] (.items v)
                                          (cond (= (_name k) "tarball") (.accepts abs-path x)
+                                               (= (_name k) "qcow2") (.accepts abs-path x)
                                                (= (_name k) "bootstrap") (isinstance x dict)
                                                (= (_name k) "bootloader") (in (_name x) #{"grub-bios" "none"})
                                                True False)))))))
@@ -567,7 +575,9 @@ PC BIOS (or QEMU, see `consfig.props.vm`): a kernel, initramfs-tools, GRUB's
 BIOS images and systemd-sysv are installed inside, and GRUB is written to
 the disk (`install-grub-bios`), booting with root=UUID=… and its console on
 the first serial port too.  `:none` leaves the image without a bootloader
-(a tree to copy, or one to boot as a container)."
+(a tree to copy, or one to boot as a container).  OPTIONS' `:qcow2` PATH
+also writes the image in qcow2 format there (`qemu-img convert`) when the
+build changed it or PATH is missing."
   (:desc f"Disk image {image} built")
   (:opaque-type True)
   (:simulates True)
@@ -649,25 +659,20 @@ True.  A device that holds the image already is left alone."
   (:simulates True)
   (:apply (write-image device image replace)))
 
-(defprop qcow2-converted :posix [#^ abs-path image #^ abs-path qcow2]
-  "QCOW2 is the raw disk IMAGE converted to QEMU's qcow2 format (with
-`qemu-img convert`, written aside and renamed): made again whenever IMAGE
-is newer."
-  (:desc f"{image} converted to qcow2 at {qcow2}")
-  (:check (or (run-ok? (Script "[ -e \"$2\" ] && [ ! \"$1\" -nt \"$2\" ]" image qcow2))
-              (Drift f"{qcow2} would be converted from {image}")))
-  (:apply
-    (inform f"converting {image} to qcow2")
-    (setv aside (+ qcow2 ".consfig-partial"))
-    (try
-      (run "qemu-img" "convert" "-f" "raw" "-O" "qcow2" "--" image aside :timeout 3600)
-      (run "mv" "-f" "-T" "--" aside qcow2 :timeout 60)
-      (except [BaseException]
-        (run "rm" "-f" "--" aside :check False :timeout 60)
-        (raise)))))
+(defn convert-to-qcow2 [image qcow2]
+  "Write QCOW2, the raw disk IMAGE in QEMU's qcow2 format (`qemu-img
+convert`, written aside and renamed)."
+  (inform f"converting {image} to qcow2 at {qcow2}")
+  (setv aside (+ qcow2 ".consfig-partial"))
+  (try
+    (run "qemu-img" "convert" "-f" "raw" "-O" "qcow2" "--" image aside :timeout 3600)
+    (run "mv" "-f" "-T" "--" aside qcow2 :timeout 60)
+    (except [BaseException]
+      (run "rm" "-f" "--" aside :check False :timeout 60)
+      (raise))))
 
 (export :objects [TABLES FILESYSTEMS PARTITION-TYPES mebibytes normalise-volumes volumes-problem
                   disk-mebibytes sfdisk-script fstab-lines OpenedImage release-image
                   partitioned-image build-image has-volumes raw-image-built-for
                   BOOT-PACKAGES grub-cfg install-grub-bios write-image image-written-to
-                  boot-packages-installed qcow2-converted])
+                  boot-packages-installed convert-to-qcow2])

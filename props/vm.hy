@@ -22,7 +22,7 @@ own supervision would replace this one rather than add to it."
 
 (eval-when-compile (require consfig.property [defprop]))
 (import posixpath
-        consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]
+        consfig.actions [Script run run-ok? remote-exists?]
         consfig.connections.nspawn [machine-name?]
         consfig.engine [Drift inform]
         consfig.errors [FailedChange]

@@ -387,3 +387,59 @@ def _mounted_from(image):
     with open("/proc/self/mounts") as f:
         sources = {line.split()[0] for line in f}
     return [d for d in _loops_of(image) if d in sources]
+
+
+# `consfig image HOST --disk FILE`: the command line.
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "consfig", "image", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=900)
+
+
+def _site(tmp_path):
+    from proptest import host_arch, host_suite
+    site = tmp_path / "site.hy"
+    site.write_text(
+        '(require consfig *)\n(import consfig *)\n(use-props consfig.props [os disk file])\n'
+        '(defhost web5.image.invalid {}\n'
+        f'  (os.debian-stable "{host_suite()}" :{host_arch()})\n'
+        '  (disk.has-volumes {:table :msdos :size "600M"\n'
+        '                     :partitions [{:size :rest :fs :ext4 :mount "/"}]})\n'
+        '  (file.has-content "/etc/motd" "from the command line\\n"))\n')
+    return site
+
+
+def test_image_disk_refuses_a_relative_path_as_a_usage_error(tmp_path):
+    r = _cli("--consfig", str(_site(tmp_path)), "web5", "--disk", "web5.img", cwd=tmp_path)
+    assert r.returncode == 64, (r.returncode, r.stderr)
+    assert "absolute path" in r.stderr, r.stderr
+    r = _cli("--consfig", str(_site(tmp_path)), "web5", "-o", str(tmp_path / "x"), "--qcow2",
+             str(tmp_path / "x.qcow2"), cwd=tmp_path)
+    assert r.returncode == 64, (r.returncode, r.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_image_disk_builds_the_hosts_disk_image_and_a_qcow2_from_the_command_line(
+        tools, debian_chroot_tarball, tmp_path):
+    if not shutil.which("qemu-img"):
+        unavailable("qemu-img is not installed (apt-get install qemu-utils)")
+    image, qcow2 = tmp_path / "web5.img", tmp_path / "web5.qcow2"
+    r = _cli("--consfig", str(_site(tmp_path)), "web5", "--disk", str(image), "--qcow2", str(qcow2),
+             "--tarball", str(debian_chroot_tarball), "--bootloader", "none", "--detailed-exitcode",
+             cwd=tmp_path)
+    assert r.returncode == 2, f"exit {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    assert "partitioning" in r.stdout + r.stderr, "no progress shown"
+    assert not _loops_of(image), "loop devices left attached"
+    info = subprocess.run(["qemu-img", "info", "--output=json", str(qcow2)], capture_output=True,
+                          text=True, check=True).stdout
+    assert '"format": "qcow2"' in info and '"virtual-size": 629145600' in info, info
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        with disk.OpenedImage(str(image)) as opened:
+            opened.mount(opened.devices[0], str(tmp_path / "look"))
+            motd = (tmp_path / "look/etc/motd").read_text()
+    assert motd == "from the command line\n", motd
+    r = _cli("--consfig", str(_site(tmp_path)), "web5", "--disk", str(image), "--qcow2", str(qcow2),
+             "--tarball", str(debian_chroot_tarball), "--bootloader", "none", "--detailed-exitcode",
+             cwd=tmp_path)
+    assert r.returncode == 0, f"an unchanged rebuild: exit {r.returncode}:\n{r.stdout}\n{r.stderr}"

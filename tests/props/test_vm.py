@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-import hy  # noqa: F401
+import hy
 from hy.models import Keyword as K
 
 from harness import unavailable, wait_until
@@ -103,7 +103,7 @@ def vm_running(name):
     from consfig.context import applying
     from consfig.host import Host
     with applying(Host("vm.test.invalid", None), LocalConnection()):
-        return vm.running_p(name)
+        return getattr(vm, hy.mangle("running?"))(name)
 
 
 @pytest.mark.slow
