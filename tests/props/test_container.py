@@ -301,3 +301,19 @@ def test_nspawn_running_in_check_mode_says_what_it_would_make_and_makes_nothing(
     assert not root.exists(), "check mode bootstrapped"
     assert not os.path.lexists(f"/var/lib/machines/{name}"), "check mode linked the machine"
     assert not os.path.exists(f"/etc/systemd/nspawn/{name}.nspawn"), "check mode wrote settings"
+
+
+@pytest.mark.slow
+def test_the_shared_booted_container_starts_units(booted_container):
+    from consfig.props import systemd
+    unit = "consfig-shared-test.service"
+    outcome, events = deploy_propspec(
+        booted_container.chain,
+        eseqprops(this_os(),
+                  file.has_content(f"/etc/systemd/system/{unit}",
+                                   "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n"),
+                  systemd.daemon_reloaded(), systemd.started(unit)))
+    assert outcome.status == "changed", statuses(events)
+    state = subprocess.run(enter_argv(booted_container.name, ["systemctl", "is-active", unit]),
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    assert state == "active", f"the unit is {state!r} in the shared container"
