@@ -8,6 +8,8 @@
                  [--check [--diff]] [-v…] [--json] [--detailed-exitcode]
   consfig hosts [--consfig FILE] [PATTERN…] [--limit PATTERN]
   consfig image [--consfig FILE] HOST -o FILE [--no-secrets]
+  consfig image [--consfig FILE] HOST --disk FILE [--qcow2 FILE] [--tarball FILE]
+                 [--bootloader grub-bios|none] [--via CHAIN] [-v…] [--check]
   consfig status [--consfig FILE] HOST [--via CHAIN] [--json]
   consfig keygen -o KEYFILE [--comment TEXT] [--from OLDKEY]
   consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE [--legacy-key OLDKEY]
@@ -145,9 +147,20 @@ deploy`'s, and an image's."
                                       "to the machine it runs on, with `python3 FILE` (see docs/images.md).")))
   (consfig-option i)
   (.add-argument i "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
-  (.add-argument i "-o" "--output" :metavar "FILE" :required True :help "where to write the image")
+  (.add-argument i "-o" "--output" :metavar "FILE" :help "where to write the image")
   (.add-argument i "--no-secrets" :action "store_true"
                  :help "leave out the properties that hold a secret (on the host they fail, saying so)")
+  (.add-argument i "--disk" :metavar "FILE"
+                 :help (+ "instead, build a bootable raw disk image of HOST at FILE (an absolute path), "
+                          "from its volumes (disk.raw-image-built-for; see docs/machines.md), here "
+                          "or where --via leads"))
+  (.add-argument i "--qcow2" :metavar "FILE" :help "with --disk: also convert the disk image to qcow2 at FILE")
+  (.add-argument i "--tarball" :metavar "FILE"
+                 :help "with --disk: unpack this tarball of a bootstrapped tree instead of running debootstrap")
+  (.add-argument i "--bootloader" :choices ["grub-bios" "none"] :default "grub-bios"
+                 :help "with --disk: the bootloader to install (default: grub-bios)")
+  (via-option i)
+  (output-options i)
 
   (setv s (.add-parser sub "status" :help "what the last run of a host's image recorded there"
                        :description (+ "Read back, over the host's chain, what the last run of its image "
@@ -328,8 +341,29 @@ in order (an implicit `eseqprops`)."
                                    [(get r 3)])))))
   0)
 
+(defn _disk-image [args]
+  ;; A deployment to the machine that builds (this one, or --via's end).
+  (import consfig.props [disk])
+  (when (or args.output (not (os.path.isabs args.disk))
+            (and args.qcow2 (not (os.path.isabs args.qcow2)))
+            (and args.tarball (not (os.path.isabs args.tarball))))
+    (.error (_parser) "--disk takes an absolute path (and --qcow2 and --tarball too), and no -o"))
+  (_load args)
+  (setv host (get (select-hosts [args.host] None) 0)
+        options (dfor [k v] [["bootloader" (hy.models.Keyword args.bootloader)]
+                             ["tarball" args.tarball] ["qcow2" args.qcow2]]
+                      :if v (hy.models.Keyword k) v)
+        args.via (or args.via ":local")
+        args.jobs None args.max-fail None args.serial None)
+  (import consfig.host [Host])
+  (_deploy-all args [(Host (+ "image-builder-for-" host.hostname) (eseqprops-of []))]
+               (disk.raw-image-built-for options host.hostname args.disk)))
+
 (defn _image [args]
   (import consfig.image [write-image])
+  (when args.disk (return (_disk-image args)))
+  (when (or (not args.output) args.qcow2 args.tarball)
+    (.error (_parser) "the image command needs -o FILE (or --disk FILE, which --qcow2 and --tarball go with)"))
   (_load args)
   (setv image (write-image args.host args.output :no-secrets args.no-secrets))
   (print (+ f"{args.output}: the image of {image.hostname}, {(len image.data)} bytes, "

@@ -30,7 +30,7 @@ boots it again."
                          remote-exists?]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name?]
         consfig.deployment [deploy-nested]
-        consfig.engine [inform]
+        consfig.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange InapplicableProperty]
         consfig.host [Host find-host get-hostname preprocess-host]
         consfig.property [Propapp]
@@ -320,6 +320,25 @@ container NAME, as a deployment nested in the current one."
   (deploy-nested [[(Keyword "nspawn") (Keyword "machine") name] #* (if python [(Keyword "python")] [])]
                  data None unapply))
 
+(defn _would-run [name root options host]
+  ;; Check mode: say what `nspawn-running` would do, doing none of it.  A
+  ;; running container has HOST's propspec checked inside it.
+  (setv link (default-root name)
+        would (lfor [c what]
+                    [[(not (bootstrapped? root)) f"bootstrap {root}"]
+                     [(and (bootstrapped? root) (not (_bootable? root))) "install systemd and dbus in it"]
+                     [(and (!= root link)
+                           (!= (. (run "readlink" "--" link :check False :timeout 60) stdout) (+ root "\n")))
+                      f"link {link} to it"]
+                     [(!= (read-remote-file (settings-file name)) (settings-text name (.get options "settings")))
+                      f"write {(settings-file name)}"]
+                     [(not (running? name)) "boot it and apply its propspec inside"]]
+                    :if c what))
+  (when would
+    (inform f"the container {name} would be made to run: {(.join "; " would)}")
+    (return WOULD-CHANGE))
+  (apply-inside name host :python (.get options "python" False)))
+
 (defprop nspawn-running :posix [#^ machine-name name #^ (optional nspawn-options) options
                                 #^ container-host-type host]
   "The systemd-nspawn container NAME exists, is booted with its own systemd
@@ -340,6 +359,7 @@ propspec is applied inside the running container every time, over
 Unapplying removes the container (`nspawn-removed`)."
   (:desc f"Container {name} running")
   (:opaque-type True)
+  (:simulates True)
   (:preprocess [name (_options options) (container-data name host)])
   (:hostattrs
     (try
@@ -353,6 +373,8 @@ Unapplying removes the container (`nspawn-removed`)."
   (:apply
     (setv root (posixpath.normpath (.get options "root" (default-root name)))
           changes [])
+    (when (checking?)
+      (return (_would-run name root options host)))
     (when (not (bootstrapped? root))
       (setv bopts (bootstrap-options (.get options "bootstrap" {})))
       (setv (get bopts "include")

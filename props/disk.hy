@@ -23,12 +23,13 @@ mounted is released however the build ends."
 (import posixpath
         re
         hy.models [Keyword]
-        consfig.actions [NO-CHANGE Script run output read-remote-file write-remote-file
+        consfig.actions [NO-CHANGE Script run run-ok? output read-remote-file write-remote-file
                          remote-exists?]
         consfig.deployment [deploy-nested]
-        consfig.engine [inform]
+        consfig.engine [CANNOT-CHECK WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]
+        consfig.props [apt]
         consfig.props.chroot [bootstrappable-os bootstrap-into bootstrap-options]
         consfig.props.service [without-starting-services]
         consfig.util [keyword-name]
@@ -216,6 +217,8 @@ to build; they also write the host's /etc/fstab from it."
   (:invariant (not (volumes-problem volumes)) (volumes-problem volumes))
   (:desc "has volumes")
   (:hostattrs (push-hostattr "volumes" (normalise-volumes volumes)))
+  ;; Nothing to change, so nothing to check either (check mode says so).
+  (:check True)
   (:apply NO-CHANGE))
 
 ;; Opening an image: loop devices by offset and size, and mounts.  $1 is the
@@ -243,9 +246,16 @@ directory; `close` releases all of it, mounts first."
                                "--" self.image :timeout 60))))
     self)
 
-  (defn mount [self device point [fs None]]
+  (defn attach-whole [self]
+    "Attach the whole image to one more loop device (released with the
+others) and return its name: what a bootloader is written to."
+    (setv device (.strip (output "losetup" "--show" "--find" "--" self.image :timeout 60)))
+    (.append self.devices device)
+    device)
+
+  (defn mount [self device point [fs None] [bind False]]
     (run "mkdir" "-p" "--" point :timeout 60)
-    (run "mount" #* (if fs ["-t" fs] []) "--" device point :timeout 120)
+    (run "mount" #* (cond bind ["--bind"] fs ["-t" fs] True []) "--" device point :timeout 120)
     (.append self.mounted point))
 
   (defn close [self]
@@ -336,31 +346,161 @@ partition table and empty filesystems; return the UUIDs of the filesystems
       (run "tar" "-C" root "--numeric-owner" "--xattrs" "-xpf" (get options "tarball") :timeout 1800)
       (bootstrap-into root prepared (bootstrap-options (.get options "bootstrap" {})))))
 
-(defn _inside [root host]
+(setv BOOT-PACKAGES
+      ;; What a BIOS boot with GRUB needs inside the image: a kernel and its
+      ;; initramfs, GRUB's i386-pc images and tools (not grub-pc, whose
+      ;; maintainer scripts want to install to a disk they ask about), and
+      ;; systemd as PID 1 (a minbase tree has no init).
+      ["linux-image-amd64" "initramfs-tools" "grub-pc-bin" "grub2-common" "systemd-sysv"])
+
+(defprop boot-packages-installed :posix []
+  "`BOOT-PACKAGES` are installed, without recommends: what an image built
+to boot needs inside.  It declares nothing about the host, so that it can
+come before the host's own propspec (which may need systemctl)."
+  (:desc "kernel, GRUB and systemd installed to boot")
+  (:check (apt.installed? #* BOOT-PACKAGES))
+  (:apply (apt.install-packages ["--no-install-recommends"] BOOT-PACKAGES)))
+
+(defn _inside [root host bootloader]
+  (setv propspec (get host "propspec"))
+  (when (= bootloader "grub-bios")
+    (import consfig.combinators [eseqprops])
+    (setv propspec (eseqprops (boot-packages-installed) propspec)))
   (deploy-nested [[(Keyword "chroot") (Keyword "into") root]]
                  {"hostname" (get host "hostname")
                   "deploy" None
-                  "propspec" (without-starting-services (get host "propspec"))
+                  ;; Check mode starts nothing and must not write policy-rc.d.
+                  "propspec" (if (checking?) propspec (without-starting-services propspec))
                   "these" None}
                  None))
 
-(defn _fstab [root norm uuids]
+(defn _boot-partition [norm]
+  "The index of the partition holding /boot, and where /boot is in its
+filesystem (\"\" when it is a filesystem of its own, else \"/boot\")."
+  (setv by-mount (dfor [i p] (enumerate (get norm "partitions")) :if (get p "mount") (get p "mount") i))
+  (if (in "/boot" by-mount)
+      #((get by-mount "/boot") "")
+      #((get by-mount "/") "/boot")))
+
+(defn grub-cfg [kernel initrd boot-uuid root-uuid]
+  "GRUB's configuration booting KERNEL and INITRD (paths in the filesystem
+of UUID BOOT-UUID) with the root filesystem of UUID ROOT-UUID, its console
+on the first serial port as well as the screen."
+  (.join "\n" ["# Written by consfig (disk.raw-image-built-for)."
+                "serial --unit=0 --speed=115200"
+                "terminal_input serial console"
+                "terminal_output serial console"
+                "set timeout=1"
+                "menuentry 'Debian GNU/Linux' {"
+                "  insmod part_gpt"
+                "  insmod part_msdos"
+                "  insmod ext2"
+                "  insmod btrfs"
+                f"  search --no-floppy --fs-uuid --set=root {boot-uuid}"
+                f"  linux {kernel} root=UUID={root-uuid} ro console=tty0 console=ttyS0,115200"
+                f"  initrd {initrd}"
+                "}"
+                ""]))
+
+(defn install-grub-bios [opened root norm uuids * [check False]]
+  "Make the image OPENED (mounted at ROOT) boot on a PC BIOS: GRUB's core
+image made with the image's own grub-mkimage and written to its first
+track (or BIOS boot partition) with grub-bios-setup, onto a loop device of
+the whole image, named in a device.map so that GRUB need not find
+partition devices (there may be none); grub.cfg boots the newest kernel.
+Return `:changed`, or `:no-change` when all of it was there already."
+  (setv types (lfor p (get norm "partitions") (get p "type")))
+  (when (and (= (get norm "table") "gpt") (not-in "bios-boot" types))
+    (raise (FailedChange (+ "a GPT disk booted by GRUB on a BIOS needs a BIOS boot partition: "
+                            "add {:size \"1M\" :type :bios-boot} to its volumes"))))
+  (setv #(boot-index under) (_boot-partition norm)
+        root-index (next (gfor [i p] (enumerate (get norm "partitions")) :if (= (get p "mount") "/") i))
+        kernels (.split (output (Script "cd \"$1\"/boot && ls -1v vmlinuz-* 2>/dev/null | tail -n 1" root)
+                                :timeout 60)))
+  (when (not kernels)
+    (raise (FailedChange f"no kernel in the image's /boot (is {(get BOOT-PACKAGES 0)} installed?)")))
+  (setv version (cut (get kernels 0) (len "vmlinuz-") None)
+        grub-dir (posixpath.join root "boot/grub")
+        cfg (grub-cfg f"{under}/vmlinuz-{version}" f"{under}/initrd.img-{version}"
+                      (get uuids boot-index) (get uuids root-index))
+        cfg-path (posixpath.join grub-dir "grub.cfg"))
+  (when (and (= (read-remote-file cfg-path) cfg)
+             (remote-exists? (posixpath.join grub-dir "i386-pc/core.img")))
+    (return NO-CHANGE))
+  (when check
+    (inform f"GRUB (BIOS) would be installed to {opened.image}, booting Linux {version}")
+    (return WOULD-CHANGE))
+  (inform f"installing GRUB (BIOS) to {opened.image}, booting Linux {version}")
+  (run "mkdir" "-p" "--" (posixpath.join grub-dir "i386-pc") :timeout 60)
+  (run (Script "cp -- \"$1\"/usr/lib/grub/i386-pc/*.mod \"$1\"/usr/lib/grub/i386-pc/*.lst \"$1\"/boot/grub/i386-pc/"
+               root)
+       :timeout 120)
+  (write-remote-file (posixpath.join grub-dir "i386-pc/load.cfg")
+                     (+ f"search.fs_uuid {(get uuids boot-index)} root\n"
+                        f"set prefix=($root){under}/grub\n")
+                     :mode 0o644)
+  (run "chroot" root "grub-mkimage" "-O" "i386-pc" "-d" "/usr/lib/grub/i386-pc"
+       "-c" "/boot/grub/i386-pc/load.cfg" "-p" f"{under}/grub" "-o" "/boot/grub/i386-pc/core.img"
+       "biosdisk" "part_gpt" "part_msdos" "ext2" "btrfs" "search_fs_uuid" :timeout 300)
+  (run "cp" "--" (posixpath.join root "usr/lib/grub/i386-pc/boot.img")
+       (posixpath.join grub-dir "i386-pc/boot.img") :timeout 60)
+  (setv whole (.attach-whole opened))
+  (.mount opened "/dev" (posixpath.join root "dev") :bind True)
+  (write-remote-file (posixpath.join grub-dir "device.map") f"(hd0) {whole}\n" :mode 0o644)
+  (try
+    (run "chroot" root "/usr/lib/grub/i386-pc/grub-bios-setup" "--skip-fs-probe" "-m" "/boot/grub/device.map"
+         "-d" "/boot/grub/i386-pc" whole :timeout 300)
+    (finally (run "rm" "-f" "--" (posixpath.join grub-dir "device.map") :timeout 60)))
+  (write-remote-file cfg-path cfg :mode 0o644)
+  :changed)
+
+(defn _fstab [root norm uuids * [check False]]
   (setv path (posixpath.join root "etc/fstab")
         text (+ "# Written by consfig from the host's volumes (disk.has-volumes).\n"
                 (.join "\n" (fstab-lines norm uuids)) "\n"))
-  (if (= (read-remote-file path) text)
-      NO-CHANGE
-      (do (write-remote-file path text :mode 0o644) :changed)))
+  (cond (= (read-remote-file path) text) NO-CHANGE
+        check (do (inform "/etc/fstab would be written from the volumes") WOULD-CHANGE)
+        True (do (write-remote-file path text :mode 0o644) :changed)))
 
 (defn _partial [image] (+ image ".consfig-partial"))
+
+(defn _check-image [host image options norm made]
+  ;; Check mode: what a build would do.  A new image is described; an
+  ;; existing one is opened (its filesystems mounted, as a build does) and
+  ;; the host's propspec checked inside, fstab and GRUB compared, changing
+  ;; no file in it.
+  (setv bootloader (_name (.get options "bootloader" "grub-bios")))
+  (when made
+    (inform (+ f"{image} would be built: a {(disk-mebibytes norm)} MiB {(get norm "table")} disk "
+               f"of {(len (get norm "partitions"))} partitions, "
+               (if (.get options "tarball") f"{(get options "tarball")} unpacked" "the OS bootstrapped")
+               f", {(get host "hostname")}'s propspec applied inside, /etc/fstab written"
+               (if (= bootloader "grub-bios") ", GRUB installed for BIOS" "")))
+    (return WOULD-CHANGE))
+  (setv work (.strip (output "mktemp" "-d" "/tmp/consfig-image-XXXXXXXX" :timeout 60)))
+  (try
+    (with [opened (OpenedImage image)]
+      (for [[i point] (_mount-order norm)]
+        (.mount opened (get opened.devices i) (+ work (if (= point "/") "" point))))
+      (setv uuids (_uuids opened norm)
+            changes [(_inside work host bootloader) (_fstab work norm uuids :check True)])
+      (when (= bootloader "grub-bios")
+        (.append changes (install-grub-bios opened work norm uuids :check True))))
+    (finally
+      (run "rmdir" "--" work :check False :timeout 60)))
+  (cond (all (gfor c changes (= c NO-CHANGE))) NO-CHANGE
+        (all (gfor c changes (in c #{NO-CHANGE CANNOT-CHECK}))) CANNOT-CHECK
+        True WOULD-CHANGE))
 
 (defn build-image [host image options]
   "Build (or bring up to date) the raw disk IMAGE of HOST (host data): see
 `raw-image-built-for`.  Return `:changed` or `:no-change`."
   (setv prepared (_image-host host)
         norm (_volumes-of prepared)
-        made (not (remote-exists? image))
-        target (if made (_partial image) image)
+        made (not (remote-exists? image)))
+  (when (checking?)
+    (return (_check-image host image options norm made)))
+  (setv target (if made (_partial image) image)
         work (.strip (output "mktemp" "-d" "/tmp/consfig-image-XXXXXXXX" :timeout 60)))
   (try
     (when made
@@ -376,13 +516,29 @@ partition table and empty filesystems; return the UUIDs of the filesystems
       (.mount opened (get opened.devices root-index) work)
       (when made
         (inform f"bootstrapping {(get host "hostname")} into {image}")
-        (_fill work host prepared options))
+        (_fill work host prepared options)
+        ;; The machine is the host: its image (`image.installed`) applies
+        ;; only where the hostname says so.  Written once, before the
+        ;; propspec, which may set it otherwise.
+        (write-remote-file (posixpath.join work "etc/hostname")
+                           (+ (get (.split (get host "hostname") ".") 0) "\n") :mode 0o644))
       (for [[i point] (cut order 1 None)]
         (.mount opened (get opened.devices i) (+ work point)))
-      (setv changes [(_inside work host) (_fstab work norm (_uuids opened norm))]))
+      (setv uuids (_uuids opened norm)
+            bootloader (_name (.get options "bootloader" "grub-bios"))
+            changes [(_inside work host bootloader) (_fstab work norm uuids)])
+      (when (= bootloader "grub-bios")
+        (.append changes (install-grub-bios opened work norm uuids))))
     (when made
       (run "mv" "-f" "-T" "--" target image :timeout 60))
-    (if (or made (any (gfor c changes (!= c NO-CHANGE)))) :changed NO-CHANGE)
+    (setv changed (or made (any (gfor c changes (!= c NO-CHANGE))))
+          qcow2 (.get options "qcow2"))
+    ;; Not by comparing the disks: opening an image (an unchanged rebuild)
+    ;; moves its filesystems' mount times on.
+    (when (and qcow2 (or changed (not (remote-exists? qcow2))))
+      (convert-to-qcow2 image qcow2)
+      (setv changed True))
+    (if changed :changed NO-CHANGE)
     (except [BaseException]
       (when made
         (release-image target)
@@ -392,11 +548,13 @@ partition table and empty filesystems; return the UUIDs of the filesystems
       (run "rmdir" "--" work :check False :timeout 60))))
 
 (setv image-options
-      (predicate "image-options" "a dict of :tarball (an absolute path) and :bootstrap (debootstrap's options)"
+      (predicate "image-options" "a dict of :tarball (an absolute path), :bootstrap (debootstrap's options), :bootloader (:grub-bios or :none) and :qcow2 (an absolute path)"
                  (fn [v] (and (isinstance v dict)
                               (all (gfor [k x] (.items v)
                                          (cond (= (_name k) "tarball") (.accepts abs-path x)
+                                               (= (_name k) "qcow2") (.accepts abs-path x)
                                                (= (_name k) "bootstrap") (isinstance x dict)
+                                               (= (_name k) "bootloader") (in (_name x) #{"grub-bios" "none"})
                                                True False)))))))
 
 (defprop raw-image-built-for :posix [#^ (optional image-options) options #^ anything host
@@ -405,13 +563,24 @@ partition table and empty filesystems; return the UUIDs of the filesystems
 volumes (`has-volumes`) partitioned and made, its OS bootstrapped into them
 (or OPTIONS' `:tarball` of a bootstrapped tree unpacked there), its own
 propspec applied inside through a chroot with no service started, and its
-/etc/fstab written from the volumes.  The image is built under
+/etc/fstab written from the volumes.  A new image's /etc/hostname is the
+first label of HOST's name (before its propspec applies).  The image is built under
 IMAGE.consfig-partial and renamed when complete; a build that was killed
 is cleaned up (its loop devices, mounts and file) by the next.  An image
 that exists already has HOST's propspec re-applied inside it: unchanged, it
-changes nothing.  No bootloader is installed yet."
+changes nothing.
+
+With OPTIONS' `:bootloader` `:grub-bios` (the default) the image boots on a
+PC BIOS (or QEMU, see `consfig.props.vm`): a kernel, initramfs-tools, GRUB's
+BIOS images and systemd-sysv are installed inside, and GRUB is written to
+the disk (`install-grub-bios`), booting with root=UUID=… and its console on
+the first serial port too.  `:none` leaves the image without a bootloader
+(a tree to copy, or one to boot as a container).  OPTIONS' `:qcow2` PATH
+also writes the image in qcow2 format there (`qemu-img convert`) when the
+build changed it or PATH is missing."
   (:desc f"Disk image {image} built")
   (:opaque-type True)
+  (:simulates True)
   (:preprocess [(dfor [k v] (.items (or options {})) (_name k) v) (_host-data host) image])
   (:hostattrs
     (setv prepared (_image-host host))
@@ -425,6 +594,85 @@ changes nothing.  No bootloader is installed yet."
       (do (setv h (find-host host))
           {"hostname" h.hostname "propspec" h.propspec})))
 
+;; Writing an image to a disk.  $1 device, $2 image.  Exit 0 when the device
+;; already begins with the image, 1 when not.
+(setv _HOLDS-IMAGE "
+n=$(stat -c %s -- \"$2\") && cmp -s -n \"$n\" -- \"$2\" \"$1\"
+")
+
+;; $1 device: what is on it, one `KEY=value` a line (blkid's TYPE and
+;; PTTYPE), and MOUNTED=where for each mount of it or of its partitions.
+(setv _DEVICE-STATE "
+blkid -p -o export -- \"$1\" 2>/dev/null | grep -E '^(TYPE|PTTYPE)=' || true
+findmnt -rn -o TARGET --source \"$1\" 2>/dev/null | sed 's/^/MOUNTED=/'
+lsblk -nr -o MOUNTPOINT -- \"$1\" 2>/dev/null | grep . | sed 's/^/MOUNTED=/' || true
+")
+
+(defn _device-refusal [device image replace]
+  "Why IMAGE must not be written to DEVICE, as a sentence; None when it may."
+  (when (not (run-ok? "test" "-b" device))
+    (return f"{device} is not a block device"))
+  (setv state (lfor l (.splitlines (output (Script _DEVICE-STATE device) :timeout 60))
+                    :if (in "=" l) (.split l "=" 1))
+        mounts (sorted (sfor [k v] state :if (= k "MOUNTED") v))
+        held (lfor [k v] state :if (in k #{"TYPE" "PTTYPE"}) v)
+        size (int (.strip (output "blockdev" "--getsize64" device :timeout 60)))
+        need (int (.strip (output "stat" "-c" "%s" "--" image :timeout 60))))
+  (cond mounts f"{device} is mounted (at {(.join ", " mounts)}): unmount it first"
+        (> need size) f"{image} ({need} bytes) does not fit on {device} ({size} bytes)"
+        (and held (is-not replace True) (not (<= (set held) (set (or replace [])))))
+        (+ f"{device} holds {(.join " and " held)}, which consfig was not told to replace: "
+           f"give :replace [{(.join " " (gfor h held f"\"{h}\""))}] (or :replace True) "
+           "if it may be overwritten")))
+
+(defn write-image [device image replace]
+  "Write IMAGE to the block DEVICE (see `image-written-to`)."
+  (when (not (remote-exists? image))
+    (raise (FailedChange f"the image {image} does not exist: build it first (raw-image-built-for)")))
+  (when (run-ok? (Script _HOLDS-IMAGE device image))
+    (return NO-CHANGE))
+  (setv refusal (_device-refusal device image replace))
+  (when refusal (raise (FailedChange refusal)))
+  (when (checking?)
+    (inform f"{image} would be written to {device}")
+    (return WOULD-CHANGE))
+  (inform f"writing {image} to {device}")
+  (run "dd" f"if={image}" f"of={device}" "bs=4M" "conv=fsync" "status=none" :timeout 7200)
+  (run "blockdev" "--rereadpt" device :check False :timeout 60)
+  :changed)
+
+(setv replaceable
+      (predicate "replaceable" "True, or a list of filesystem and partition table types (\"ext4\", \"gpt\")"
+                 (fn [v] (or (is v True)
+                             (and (isinstance v #(list tuple))
+                                  (all (gfor x v (and (isinstance x str) (re.fullmatch r"[a-z0-9_]+" x)))))))))
+
+(defprop image-written-to :posix [#^ abs-path device #^ abs-path image
+                                  * #^ (optional replaceable) [replace None]]
+  "The block DEVICE begins with the disk IMAGE (one `raw-image-built-for`
+built): it is written there with dd when it does not.  It refuses a device
+that is mounted (or any partition of it is), one smaller than the image, and
+one holding a filesystem or partition table (as `blkid -p` finds them)
+unless REPLACE names each of their types (`:replace [\"gpt\"]`) or is
+True.  A device that holds the image already is left alone."
+  (:desc f"{image} written to {device}")
+  (:simulates True)
+  (:apply (write-image device image replace)))
+
+(defn convert-to-qcow2 [image qcow2]
+  "Write QCOW2, the raw disk IMAGE in QEMU's qcow2 format (`qemu-img
+convert`, written aside and renamed)."
+  (inform f"converting {image} to qcow2 at {qcow2}")
+  (setv aside (+ qcow2 ".consfig-partial"))
+  (try
+    (run "qemu-img" "convert" "-f" "raw" "-O" "qcow2" "--" image aside :timeout 3600)
+    (run "mv" "-f" "-T" "--" aside qcow2 :timeout 60)
+    (except [BaseException]
+      (run "rm" "-f" "--" aside :check False :timeout 60)
+      (raise))))
+
 (export :objects [TABLES FILESYSTEMS PARTITION-TYPES mebibytes normalise-volumes volumes-problem
                   disk-mebibytes sfdisk-script fstab-lines OpenedImage release-image
-                  partitioned-image build-image has-volumes raw-image-built-for])
+                  partitioned-image build-image has-volumes raw-image-built-for
+                  BOOT-PACKAGES grub-cfg install-grub-bios write-image image-written-to
+                  boot-packages-installed convert-to-qcow2])

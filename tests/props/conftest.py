@@ -31,6 +31,16 @@ Contract (for anyone writing tests under tests/props/):
 ``chroot_chain`` (module scope)
     ``[[:chroot :into "<debian_chroot>"]]``, the chain to deploy into it.
 
+``booted_container`` (session scope)
+    A systemd-nspawn container booted from a copy of that chroot with its
+    own systemd as PID 1 (``container.nspawn-running``; systemd and dbus
+    installed by apt from the cached .debs, so after the first run without
+    the mirror): for tests that need a real service manager, such as
+    starting units.  Its ``name``, ``root`` and ``chain``
+    (``[[:nspawn :machine NAME]]``).  Shared by the whole run (tests must
+    leave it running); stopped and deleted at the end.  Needs
+    systemd-container.
+
 Mark tests that use these with ``@pytest.mark.chroot`` (``-m "not chroot"``
 runs the rest); the fixtures themselves skip when no chroot can be had
 (and are errors in CI).
@@ -99,3 +109,35 @@ def chroot_chain(debian_chroot):
     except ChainError:
         unavailable("the :chroot hop (connections/chroot.hy) is not there yet")
     return [[Keyword("chroot"), Keyword("into"), str(debian_chroot)]]
+
+
+class BootedContainer:
+    def __init__(self, name, root):
+        self.name = name
+        self.root = root
+        self.chain = [[Keyword("nspawn"), Keyword("machine"), name]]
+
+
+@pytest.fixture(scope="session")
+def booted_container(debian_chroot_tarball, tmp_path_factory):
+    import shutil
+    from consfig.props import container
+    from proptest import deploy_propspec, failure_text, this_os
+    if not shutil.which("systemd-nspawn"):
+        unavailable("systemd-nspawn is not installed (apt-get install systemd-container)")
+    name = f"cfshared{os.getpid()}"
+    root = unpack(debian_chroot_tarball, tmp_path_factory.getbasetemp())
+    try:
+        outcome, events = deploy_propspec(
+            [Keyword("local")], container.nspawn_running(name, {Keyword("root"): str(root)}, this_os()),
+            check=False)
+        if outcome.status == "failed":
+            unavailable(f"the shared container did not boot: {failure_text(events)}")
+        yield BootedContainer(name, root)
+    finally:
+        deploy_propspec([Keyword("local")], container.nspawn_stopped(name), check=False)
+        for p in [f"/var/lib/machines/{name}", f"/etc/systemd/nspawn/{name}.nspawn"]:
+            if os.path.islink(p) or os.path.isfile(p):
+                os.unlink(p)
+        keep_debs(root, debian_chroot_tarball)
+        remove_tree(root)

@@ -136,6 +136,19 @@ def test_nspawn_running_again_changes_nothing(booted):
 
 
 @pytest.mark.slow
+def test_nspawn_running_in_check_mode_checks_inside_the_running_container(booted):
+    outcome, events = deploy_propspec(
+        [Keyword("local")], _running(booted, file.has_content("/etc/motd", "changed in check\n")),
+        check_mode=True)
+    assert outcome.exit_code(True) == 2, f"a drift inside was not found: {statuses(events)}"
+    assert (booted / "etc/motd").read_text() == "in the container\n", "check mode wrote inside"
+    outcome, events = deploy_propspec(
+        [Keyword("local")], _running(booted, file.has_content("/etc/motd", "in the container\n")),
+        check_mode=True)
+    assert outcome.exit_code(True) == 0, f"an unchanged container would change: {statuses(events)}"
+
+
+@pytest.mark.slow
 def test_nspawn_hop_passes_exit_codes_and_binary_data(booted):
     conns = establish_chain(parse_chain([NSPAWN]))
     try:
@@ -271,3 +284,36 @@ def test_nspawn_removed_refuses_a_link_to_what_is_not_a_system_tree(tmp_path):
         assert (precious / "keep").read_text() == "mine\n", "it removed what the link leads to"
     finally:
         link.unlink()
+
+
+@pytest.mark.chroot
+def test_nspawn_running_in_check_mode_says_what_it_would_make_and_makes_nothing(tmp_path):
+    root = tmp_path / "not-yet"
+    name = f"cfcheck{os.getpid()}"
+    seen = []
+    outcome, events = deploy_propspec(
+        [Keyword("local")],
+        container.nspawn_running(name, {Keyword("root"): str(root)}, _container_propspec()),
+        check_mode=True, sink=seen.append)
+    assert outcome.exit_code(True) == 2, statuses(events)
+    said = " ".join(str(e.get("text", "")) for e in seen if isinstance(e, dict))
+    assert f"bootstrap {root}" in said and "boot it" in said, said
+    assert not root.exists(), "check mode bootstrapped"
+    assert not os.path.lexists(f"/var/lib/machines/{name}"), "check mode linked the machine"
+    assert not os.path.exists(f"/etc/systemd/nspawn/{name}.nspawn"), "check mode wrote settings"
+
+
+@pytest.mark.slow
+def test_the_shared_booted_container_starts_units(booted_container):
+    from consfig.props import systemd
+    unit = "consfig-shared-test.service"
+    outcome, events = deploy_propspec(
+        booted_container.chain,
+        eseqprops(this_os(),
+                  file.has_content(f"/etc/systemd/system/{unit}",
+                                   "[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n"),
+                  systemd.daemon_reloaded(), systemd.started(unit)))
+    assert outcome.status == "changed", statuses(events)
+    state = subprocess.run(enter_argv(booted_container.name, ["systemctl", "is-active", unit]),
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    assert state == "active", f"the unit is {state!r} in the shared container"

@@ -4,6 +4,7 @@ in a raw image with real loop devices, sfdisk and mkfs."""
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -147,6 +148,11 @@ IMAGE_VOLUMES = {K("table"): K("gpt"), K("size"): "1G",
                                    {K("size"): K("rest"), K("fs"): K("ext4"), K("mount"): "/"}]}
 
 
+# The GRUB and kernel install is the VM test's (tests/props/test_vm.py):
+# these build trees alone, in seconds.
+NO_BOOT = {K("bootloader"): K("none")}
+
+
 def _image_host(name, motd):
     from consfig.combinators import eseqprops
     from consfig.host import make_host
@@ -174,7 +180,7 @@ def test_raw_image_is_built_from_the_hosts_definition_and_rebuilt_as_a_no_change
     from proptest import deploy_propspec, statuses
     image = tmp_path / "web1.img"
     host = _image_host("web1.image.invalid", "built into the image\n")
-    prop = disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)}, host, str(image))
+    prop = disk.raw_image_built_for(NO_BOOT | {K("tarball"): str(debian_chroot_tarball)}, host, str(image))
     outcome, events = deploy_propspec([K("local")], prop)
     assert outcome.status == "changed", statuses(events)
     assert not _loops_of(image), "loop devices left attached"
@@ -187,6 +193,32 @@ def test_raw_image_is_built_from_the_hosts_definition_and_rebuilt_as_a_no_change
     again, events = deploy_propspec([K("local")], prop)
     assert again.status == "no-change", f"an unchanged rebuild changed: {statuses(events)}"
     assert not _loops_of(image), "loop devices left attached after the rebuild"
+    checked, events = deploy_propspec([K("local")], prop, check_mode=True)
+    assert checked.exit_code(True) == 0, f"check mode finds an unchanged image would change: {statuses(events)}"
+    changed_host = _image_host("web1.image.invalid", "changed\n")
+    checked, events = deploy_propspec(
+        [K("local")], disk.raw_image_built_for(NO_BOOT | {K("tarball"): str(debian_chroot_tarball)},
+                                               changed_host, str(image)), check_mode=True)
+    assert checked.exit_code(True) == 2, f"check mode misses a changed propspec: {statuses(events)}"
+    assert _read_from_image(image, tmp_path, "etc/motd")["etc/motd"] == "built into the image\n", \
+        "check mode changed the image"
+    assert not _loops_of(image), "loop devices left attached after check mode"
+
+
+@pytest.mark.chroot
+def test_raw_image_in_check_mode_says_what_it_would_build_and_builds_nothing(
+        tools, debian_chroot_tarball, tmp_path):
+    from proptest import deploy_propspec, statuses
+    image = tmp_path / "new.img"
+    seen = []
+    outcome, events = deploy_propspec(
+        [K("local")], disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)},
+                                               _image_host("web3.image.invalid", "x\n"), str(image)),
+        check_mode=True, sink=seen.append)
+    assert outcome.exit_code(True) == 2, statuses(events)
+    said = " ".join(e.get("text", "") for e in seen if isinstance(e, dict))
+    assert "would be built: a 1024 MiB gpt disk of 4 partitions" in said and "GRUB" in said, said
+    assert not image.exists() and not os.path.exists(f"{image}.consfig-partial"), "check mode built"
 
 
 @pytest.mark.slow
@@ -201,10 +233,213 @@ def test_raw_image_build_cleans_up_after_a_killed_one(tools, debian_chroot_tarba
     try:
         host = _image_host("web2.image.invalid", "second\n")
         outcome, events = deploy_propspec(
-            [K("local")], disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)},
+            [K("local")], disk.raw_image_built_for(NO_BOOT | {K("tarball"): str(debian_chroot_tarball)},
                                                    host, str(image)))
         assert outcome.status == "changed", statuses(events)
         assert not _loops_of(partial) and not _loops_of(image), "loop devices left attached"
         assert image.exists() and not partial.exists(), "not finished under the final name"
     finally:
         subprocess.run(["losetup", "--detach", stale], capture_output=True)
+
+
+# The installer: an image written to a block device (a real loop device).
+
+@pytest.fixture
+def small_image(tools, tmp_path):
+    image = tmp_path / "small.img"
+    norm = disk.normalise_volumes({K("table"): K("gpt"), K("size"): "8M",
+                                   K("partitions"): [_part(size=K("rest"), fs=K("ext4"), mount="/")]})
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        disk.partitioned_image(norm, str(image))
+    return image
+
+
+@pytest.fixture
+def loop_device(tools, tmp_path):
+    backing = tmp_path / "disk.raw"
+    subprocess.run(["truncate", "-s", "16M", str(backing)], check=True)
+    device = subprocess.run(["losetup", "--show", "--find", str(backing)], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    try:
+        yield device
+    finally:
+        subprocess.run(["umount", device], capture_output=True)
+        subprocess.run(["losetup", "--detach", device], capture_output=True)
+
+
+def _begins_with(device, image):
+    size = os.path.getsize(image)
+    with open(device, "rb") as d, open(image, "rb") as i:
+        return d.read(size) == i.read()
+
+
+def _failure(events):
+    return " ".join(str(getattr(e, "message", "") or "") for e in events)
+
+
+def test_image_written_to_a_blank_device_then_changes_nothing(small_image, loop_device):
+    from proptest import deploy_propspec, statuses
+    prop = disk.image_written_to(loop_device, str(small_image))
+    outcome, events = deploy_propspec([K("local")], prop)
+    assert outcome.status == "changed", statuses(events)
+    assert _begins_with(loop_device, small_image), "the device does not hold the image"
+    again, events = deploy_propspec([K("local")], prop)
+    assert again.status == "no-change", statuses(events)
+
+
+def test_image_written_to_refuses_a_device_holding_a_filesystem(small_image, loop_device):
+    from proptest import deploy_propspec
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop_device], check=True)
+    outcome, events = deploy_propspec([K("local")], disk.image_written_to(loop_device, str(small_image)),
+                                      check=False)
+    assert outcome.status == "failed", "wrote over an ext4 filesystem it was not told to replace"
+    from proptest import failure_text
+    assert "holds ext4" in failure_text(events) and ':replace ["ext4"]' in failure_text(events), \
+        failure_text(events)
+    kind = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", loop_device],
+                          capture_output=True, text=True).stdout.strip()
+    assert kind == "ext4", f"the filesystem was touched: {kind!r}"
+
+
+def test_image_written_to_replaces_what_it_is_told_to(small_image, loop_device):
+    from proptest import deploy_propspec, statuses
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop_device], check=True)
+    outcome, events = deploy_propspec(
+        [K("local")], disk.image_written_to(loop_device, str(small_image), replace=["ext4"]))
+    assert outcome.status == "changed", statuses(events)
+    assert _begins_with(loop_device, small_image), "the device does not hold the image"
+
+
+def test_image_written_to_refuses_a_mounted_device(small_image, loop_device, tmp_path):
+    from proptest import deploy_propspec, failure_text
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop_device], check=True)
+    (tmp_path / "m").mkdir()
+    subprocess.run(["mount", loop_device, str(tmp_path / "m")], check=True)
+    try:
+        outcome, events = deploy_propspec(
+            [K("local")], disk.image_written_to(loop_device, str(small_image), replace=True),
+            check=False)
+    finally:
+        subprocess.run(["umount", str(tmp_path / "m")], check=True)
+    assert outcome.status == "failed" and "is mounted" in failure_text(events), failure_text(events)
+
+
+def test_image_written_to_refuses_a_device_too_small(tools, loop_device, tmp_path):
+    from proptest import deploy_propspec, failure_text
+    image = tmp_path / "big.img"
+    subprocess.run(["truncate", "-s", "32M", str(image)], check=True)
+    outcome, events = deploy_propspec([K("local")], disk.image_written_to(loop_device, str(image)),
+                                      check=False)
+    assert outcome.status == "failed" and "does not fit" in failure_text(events), failure_text(events)
+
+
+def test_image_written_to_in_check_mode_writes_nothing(small_image, loop_device):
+    from proptest import deploy_propspec, statuses
+    outcome, events = deploy_propspec([K("local")], disk.image_written_to(loop_device, str(small_image)),
+                                      check_mode=True)
+    assert outcome.exit_code(True) == 2, statuses(events)
+    assert not _begins_with(loop_device, small_image), "check mode wrote the image"
+
+
+_BUILD_SCRIPT = """
+import sys
+sys.path[:0] = sys.argv[3:]
+import hy
+from hy.models import Keyword as K
+from consfig.combinators import eseqprops
+from consfig.host import make_host
+from consfig.props import disk
+from proptest import deploy_propspec, this_os
+from test_disk import IMAGE_VOLUMES
+host = make_host("web4.image.invalid", None, None, eseqprops(this_os(), disk.has_volumes(IMAGE_VOLUMES)))
+deploy_propspec([K("local")], disk.raw_image_built_for(
+    {K("tarball"): sys.argv[2], K("bootloader"): K("none")}, host, sys.argv[1]), check=False)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_an_interrupted_build_leaves_no_mount_loop_or_image(tools, debian_chroot_tarball, tmp_path):
+    import signal
+    from harness import wait_until
+    image = tmp_path / "web4.img"
+    partial = tmp_path / "web4.img.consfig-partial"
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(image), str(debian_chroot_tarball),
+                              here, os.path.dirname(here)], start_new_session=True)
+    try:
+        # Interrupted while the tarball is being unpacked into the mounted root.
+        wait_until(lambda: _loops_of(partial) and _mounted_from(partial), 120,
+                   "the build to attach and mount the image")
+        build.send_signal(signal.SIGINT)
+        build.wait(timeout=120)
+    finally:
+        if build.poll() is None:
+            build.kill()
+            build.wait()
+    assert not _loops_of(partial), "loop devices left attached"
+    assert not _mounted_from(partial), "mounts left"
+    assert not image.exists(), "a half-written image under the final name"
+    assert not partial.exists(), "the partial image is left"
+
+
+def _mounted_from(image):
+    with open("/proc/self/mounts") as f:
+        sources = {line.split()[0] for line in f}
+    return [d for d in _loops_of(image) if d in sources]
+
+
+# `consfig image HOST --disk FILE`: the command line.
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "consfig", "image", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=900)
+
+
+def _site(tmp_path):
+    from proptest import host_arch, host_suite
+    site = tmp_path / "site.hy"
+    site.write_text(
+        '(require consfig *)\n(import consfig *)\n(use-props consfig.props [os disk file])\n'
+        '(defhost web5.image.invalid {}\n'
+        f'  (os.debian-stable "{host_suite()}" :{host_arch()})\n'
+        '  (disk.has-volumes {:table :msdos :size "600M"\n'
+        '                     :partitions [{:size :rest :fs :ext4 :mount "/"}]})\n'
+        '  (file.has-content "/etc/motd" "from the command line\\n"))\n')
+    return site
+
+
+def test_image_disk_refuses_a_relative_path_as_a_usage_error(tmp_path):
+    r = _cli("--consfig", str(_site(tmp_path)), "web5", "--disk", "web5.img", cwd=tmp_path)
+    assert r.returncode == 64, (r.returncode, r.stderr)
+    assert "absolute path" in r.stderr, r.stderr
+    r = _cli("--consfig", str(_site(tmp_path)), "web5", "-o", str(tmp_path / "x"), "--qcow2",
+             str(tmp_path / "x.qcow2"), cwd=tmp_path)
+    assert r.returncode == 64, (r.returncode, r.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_image_disk_builds_the_hosts_disk_image_and_a_qcow2_from_the_command_line(
+        tools, debian_chroot_tarball, tmp_path):
+    if not shutil.which("qemu-img"):
+        unavailable("qemu-img is not installed (apt-get install qemu-utils)")
+    image, qcow2 = tmp_path / "web5.img", tmp_path / "web5.qcow2"
+    r = _cli("--consfig", str(_site(tmp_path)), "web5", "--disk", str(image), "--qcow2", str(qcow2),
+             "--tarball", str(debian_chroot_tarball), "--bootloader", "none", "--detailed-exitcode",
+             cwd=tmp_path)
+    assert r.returncode == 2, f"exit {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    assert "partitioning" in r.stdout + r.stderr, "no progress shown"
+    assert not _loops_of(image), "loop devices left attached"
+    info = subprocess.run(["qemu-img", "info", "--output=json", str(qcow2)], capture_output=True,
+                          text=True, check=True).stdout
+    assert '"format": "qcow2"' in info and '"virtual-size": 629145600' in info, info
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        with disk.OpenedImage(str(image)) as opened:
+            opened.mount(opened.devices[0], str(tmp_path / "look"))
+            motd = (tmp_path / "look/etc/motd").read_text()
+    assert motd == "from the command line\n", motd
+    r = _cli("--consfig", str(_site(tmp_path)), "web5", "--disk", str(image), "--qcow2", str(qcow2),
+             "--tarball", str(debian_chroot_tarball), "--bootloader", "none", "--detailed-exitcode",
+             cwd=tmp_path)
+    assert r.returncode == 0, f"an unchanged rebuild: exit {r.returncode}:\n{r.stdout}\n{r.stderr}"

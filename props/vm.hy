@@ -1,0 +1,160 @@
+"Virtual machines: a disk image booted under QEMU, supervised by consfig.
+
+  (disk.raw-image-built-for \"web1.example.org\" \"/srv/images/web1.img\")
+  (vm.running \"web1\" {:disk \"/srv/images/web1.img\" :memory 512})
+
+QEMU runs with KVM where /dev/kvm is there for root and the CPU has hardware
+virtualisation (vmx or svm in /proc/cpuinfo), and with plain emulation (TCG)
+otherwise; `:accel` chooses instead.  Not QEMU's own fallback
+(`-accel kvm -accel tcg`): a /dev/kvm can open without running a normal
+guest (a kernel whose KVM is PVM, as on the test machines, where such a
+guest hangs before its BIOS prints anything).  consfig starts
+QEMU itself, detached (`-daemonize`), with no display: its PID is kept in
+/run/consfig/vm/NAME.pid and the guest's first serial port (its console,
+as `disk.raw-image-built-for` sets it up) is written to NAME.log there.
+Every deployment checks the PID, and one that finds QEMU gone boots the
+machine again.
+
+Not libvirt: it wants a daemon (libvirtd, itself best run by systemd) and
+its XML domain definitions for what is here one command line; hosts with
+no systemd as PID 1 (containers, CI runners) could not run it, and its
+own supervision would replace this one rather than add to it."
+
+(eval-when-compile (require consfig.property [defprop]))
+(import posixpath
+        consfig.actions [Script run run-ok? remote-exists?]
+        consfig.connections.nspawn [machine-name?]
+        consfig.engine [Drift inform]
+        consfig.errors [FailedChange]
+        consfig.util [keyword-name]
+        consfig.types *)
+
+(setv RUN-DIR "/run/consfig/vm"
+      ;; How long an orderly stop may take before QEMU is killed.
+      STOP-TIMEOUT 60)
+
+(setv machine-name (predicate "machine-name"
+                              (+ "a machine name (letters, digits, - and _, labels joined by "
+                                 "single dots, at most 64 characters, not starting with -)")
+                              machine-name?))
+
+(defn _key [k] (if (isinstance k hy.models.Keyword) (keyword-name k) k))
+
+(defn _options-problem [options]
+  (for [[k v] (.items options)]
+    (setv k (_key k))
+    (setv problem
+          (cond (= k "disk") (when (not (.accepts abs-path v)) f":disk {(hy.repr v)} is not an absolute path")
+                (= k "memory") (when (not (and (isinstance v int) (not (isinstance v bool)) (<= 64 v 1048576)))
+                                 f":memory {(hy.repr v)} is not a number of MiB from 64")
+                (= k "cpus") (when (not (and (isinstance v int) (not (isinstance v bool)) (<= 1 v 256)))
+                               f":cpus {(hy.repr v)} is not a number of CPUs from 1 to 256")
+                (= k "format") (when (not-in (_key v) #{"raw" "qcow2"})
+                                 f":format {(hy.repr v)} is not :raw or :qcow2")
+                (= k "accel") (when (not-in (_key v) #{"auto" "kvm" "tcg"})
+                                f":accel {(hy.repr v)} is not :auto, :kvm or :tcg")
+                True f"unknown option :{k} (a VM takes :disk :memory :cpus :format :accel)"))
+    (when problem (return problem)))
+  (when (not-in "disk" (lfor k options (_key k)))
+    (return "no :disk (the image to boot)"))
+  None)
+
+(setv vm-options (predicate "vm-options" "a dict of :disk, :memory, :cpus, :format and :accel"
+                            (fn [v] (isinstance v dict))))
+
+(defn pid-file [name] (posixpath.join RUN-DIR f"{name}.pid"))
+(defn console-log [name]
+  "The file the guest NAME's serial console is written to."
+  (posixpath.join RUN-DIR f"{name}.log"))
+
+(defn kvm-usable? []
+  "Whether KVM can run a guest here: /dev/kvm is read- and writable and the
+CPU has hardware virtualisation."
+  (run-ok? (Script "[ -r /dev/kvm ] && [ -w /dev/kvm ] && grep -qwE 'vmx|svm' /proc/cpuinfo")))
+
+(defn qemu-argv [name options [kvm False]]
+  "QEMU's command line for the machine NAME with OPTIONS (normalised), under
+KVM when KVM is true and OPTIONS' `:accel` is :auto (else as it says)."
+  (setv disk (get options "disk")
+        fmt (_key (.get options "format" (if (.endswith disk ".qcow2") "qcow2" "raw")))
+        accel (_key (.get options "accel" "auto")))
+  ["qemu-system-x86_64" "-name" name
+   "-accel" (if (= accel "auto") (if kvm "kvm" "tcg") accel)
+   "-m" (str (.get options "memory" 512)) "-smp" (str (.get options "cpus" 1))
+   "-drive" f"file={(.replace disk "," ",,")},format={fmt},if=virtio"
+   "-nic" "user,model=virtio-net-pci"
+   "-display" "none" "-monitor" "none"
+   "-serial" f"file:{(console-log name)}"
+   "-daemonize" "-pidfile" (pid-file name)])
+
+;; $1 name, $2 run directory: is the QEMU of the PID file running?
+(setv _ALIVE "
+p=$(cat \"$2/$1.pid\" 2>/dev/null) && [ -d \"/proc/$p\" ] &&
+  case $(cat \"/proc/$p/comm\" 2>/dev/null) in qemu-system*) true ;; *) false ;; esac &&
+  [ \"$(sed -n 's/^State:[[:space:]]*\\([A-Z]\\).*/\\1/p' \"/proc/$p/status\")\" != Z ]
+")
+
+(defn running? [name]
+  "Whether consfig's QEMU for the machine NAME is running."
+  (run-ok? (Script _ALIVE name RUN-DIR)))
+
+(defn start [name options]
+  "Boot the machine NAME under QEMU, its console written afresh (the last
+one kept as NAME.log.old)."
+  (when (not (remote-exists? (get options "disk")))
+    (raise (FailedChange (+ f"the disk image {(get options "disk")} of the VM {name} does not "
+                            "exist: build it first (disk.raw-image-built-for)"))))
+  (run "mkdir" "-p" "-m" "0700" "--" RUN-DIR :timeout 60)
+  (run (Script "[ ! -e \"$1\" ] || mv -f -- \"$1\" \"$1.old\"" (console-log name)) :timeout 60)
+  (inform f"booting the VM {name} from {(get options "disk")}")
+  (run "env" "-u" "CONSFIG_DEPLOYMENT" #* (qemu-argv name options (kvm-usable?)) :timeout 120))
+
+;; $1 name, $2 seconds, $3 run directory.  QEMU powers the guest off at
+;; once on TERM (as a power cut would); what is still there is killed.
+(setv _STOP (+ "alive() {" _ALIVE "}
+p=$(cat \"$3/$1.pid\" 2>/dev/null) || exit 0
+if alive \"$1\" \"$3\"; then
+  kill -TERM \"$p\"
+  i=0
+  while alive \"$1\" \"$3\" && [ $i -lt $(($2 * 5)) ]; do sleep 0.2; i=$((i + 1)); done
+  if alive \"$1\" \"$3\"; then echo \"the VM $1 did not stop within $2 s: killed\" >&2; kill -KILL \"$p\"; fi
+fi
+rm -f \"$3/$1.pid\"
+"))
+
+(defn stop [name]
+  "Stop the machine NAME's QEMU, waiting for it."
+  (run (Script _STOP name (str STOP-TIMEOUT) RUN-DIR) :timeout (+ STOP-TIMEOUT 30)))
+
+(defprop running :posix [#^ machine-name name #^ vm-options options]
+  "The virtual machine NAME runs under QEMU from OPTIONS' `:disk` (a raw
+image, or qcow2 by its extension or `:format`), with `:memory` MiB (512)
+and `:cpus` (1), under KVM or emulation as `:accel` says (:auto, :kvm,
+:tcg; :auto by default: see the module's documentation), user-mode networking and no display; its serial console
+goes to /run/consfig/vm/NAME.log.  A QEMU that is gone is started again.
+The image is not built here: `disk.raw-image-built-for` does that, before."
+  (:desc f"VM {name} running")
+  (:invariant (not (_options-problem options)) (_options-problem options))
+  (:preprocess [name (dfor [k v] (.items options) (_key k) (if (isinstance v hy.models.Keyword) (_key v) v))])
+  (:check (or (running? name) (Drift f"the VM {name} would be booted from {(get options "disk")}")))
+  (:apply (start name options)))
+
+(defprop stopped :posix [#^ machine-name name]
+  "The virtual machine NAME is not running (QEMU is ended: TERM, then KILL
+after `STOP-TIMEOUT` seconds)."
+  (:desc f"VM {name} stopped")
+  (:check (or (not (running? name)) (Drift f"the VM {name} would be stopped")))
+  (:apply (stop name)))
+
+(defprop removed :posix [#^ machine-name name]
+  "The virtual machine NAME is stopped and its PID file and console logs
+are gone (its disk image is left: remove it with `file.absent`)."
+  (:desc f"VM {name} removed")
+  (:check (or (not (or (running? name) (remote-exists? (pid-file name))
+                       (remote-exists? (console-log name))))
+              (Drift f"the VM {name} would be stopped and its logs removed")))
+  (:apply (stop name)
+          (run "rm" "-f" "--" (console-log name) (+ (console-log name) ".old") :timeout 60)))
+
+(export :objects [RUN-DIR STOP-TIMEOUT pid-file console-log kvm-usable? qemu-argv running? start stop
+                  running stopped removed])

@@ -1,0 +1,121 @@
+"""Virtual machines (props/vm.hy) and bootable disk images: ONE real QEMU
+boot for the whole suite (TCG where there is no KVM), of a disk image built
+from a host whose own consfig image applies on first boot."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import hy
+from hy.models import Keyword as K
+
+from harness import unavailable, wait_until
+from machines_lab import MARKER, self_applying_host
+
+from consfig.errors import PropspecError
+from consfig.props import disk, vm
+
+# How long the guest may take, under emulation on a busy 2-core machine, to
+# boot and apply its image (the timer fires a minute after boot).
+BOOT_BOUND = 600
+NAME = f"cfvm{os.getpid()}"
+
+
+@pytest.mark.parametrize("options, says", [
+    ({K("memory"): 512}, "no :disk"),
+    ({K("disk"): "relative.img"}, "not an absolute path"),
+    ({K("disk"): "/x.img", K("memory"): 8}, ":memory 8"),
+    ({K("disk"): "/x.img", K("cpus"): 0}, ":cpus 0"),
+    ({K("disk"): "/x.img", K("format"): K("vmdk")}, ":format"),
+    ({K("disk"): "/x.img", K("bios"): True}, "unknown option :bios"),
+    ({K("disk"): "/x.img", K("accel"): K("hvf")}, ":accel"),
+])
+def test_vm_running_refuses_bad_options_at_load(options, says):
+    with pytest.raises(PropspecError, match=says):
+        vm.running("web1", options)
+
+
+def test_vm_running_refuses_a_bad_machine_name_at_load():
+    with pytest.raises(PropspecError):
+        vm.running("-rf", {K("disk"): "/x.img"})
+
+
+def test_qemu_argv_uses_kvm_only_where_it_works_and_logs_the_console():
+    argv = vm.qemu_argv("web1", {"disk": "/srv/a,b.qcow2"})
+    assert argv[argv.index("-accel") + 1] == "tcg", argv
+    argv = vm.qemu_argv("web1", {"disk": "/srv/a,b.qcow2"}, True)
+    assert argv[argv.index("-accel") + 1] == "kvm", argv
+    argv = vm.qemu_argv("web1", {"disk": "/srv/a,b.qcow2", "accel": K("tcg")}, True)
+    assert argv[argv.index("-accel") + 1] == "tcg", argv
+    assert "file=/srv/a,,b.qcow2,format=qcow2,if=virtio" in argv, argv
+    assert f"file:{vm.console_log('web1')}" in argv, argv
+
+
+@pytest.fixture(scope="module")
+def booted(debian_chroot_tarball, tmp_path_factory):
+    """The one VM boot: a disk image of `self_applying_host` built from the
+    cached tarball, booted with vm.running; yields (image, name)."""
+    from proptest import deploy_propspec, statuses
+    if os.geteuid() != 0:
+        unavailable("building a disk image needs root")
+    for tool in ["qemu-system-x86_64", "sfdisk", "mkfs.ext4", "losetup"]:
+        if not shutil.which(tool):
+            unavailable(f"{tool} is not installed (apt-get install qemu-system-x86 fdisk e2fsprogs)")
+    image = tmp_path_factory.mktemp("vm") / "vm1.img"
+    host = self_applying_host("vm1.image.invalid")
+    outcome, events = deploy_propspec(
+        [K("local")], disk.raw_image_built_for({K("tarball"): str(debian_chroot_tarball)},
+                                               host, str(image)))
+    assert outcome.status == "changed", statuses(events)
+    try:
+        outcome, events = deploy_propspec([K("local")], vm.running(NAME, {K("disk"): str(image)}))
+        assert outcome.status == "changed", statuses(events)
+        yield image, NAME
+    finally:
+        deploy_propspec([K("local")], vm.removed(NAME), check=False)
+
+
+def _console(name):
+    try:
+        with open(vm.console_log(name), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot(booted):
+    image, name = booted
+    try:
+        wait_until(lambda: MARKER in _console(name) or not vm_running(name), timeout=BOOT_BOUND,
+                   what="the guest to say on its serial console that consfig applied")
+    except Exception:
+        raise AssertionError(f"no {MARKER!r} on the console within {BOOT_BOUND} s; it ends:\n"
+                             + _console(name)[-3000:])
+    assert MARKER in _console(name), f"QEMU ended early; the console ends:\n{_console(name)[-3000:]}"
+
+
+def vm_running(name):
+    from consfig.connections.local import LocalConnection
+    from consfig.context import applying
+    from consfig.host import Host
+    with applying(Host("vm.test.invalid", None), LocalConnection()):
+        return getattr(vm, hy.mangle("running?"))(name)
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_vm_running_again_changes_nothing_and_stopped_ends_qemu(booted):
+    from proptest import deploy_propspec, statuses
+    image, name = booted
+    outcome, events = deploy_propspec([K("local")], vm.running(name, {K("disk"): str(image)}))
+    assert outcome.status == "no-change", statuses(events)
+    outcome, events = deploy_propspec([K("local")], vm.stopped(name))
+    assert outcome.status == "changed", statuses(events)
+    assert not vm_running(name), "QEMU still runs"
+    assert not os.path.exists(vm.pid_file(name)), "the PID file is left"
+    leftover = subprocess.run(["pgrep", "-f", f"-name {name} "], capture_output=True, text=True).stdout
+    assert not leftover, f"a QEMU process is left: {leftover}"
