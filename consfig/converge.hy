@@ -20,7 +20,10 @@ appended to a log that `consfig converge HOST --follow` reads.
   every propapp again (it learns of the push from the lock's holder file).
 
 The meta-parameters of `with-meta` (consfig.meta) that concern it, `:noop`,
-`:limit`, `:burst` and `:poll`, are read in one place: `leaves`."
+`:limit`, `:burst` and `:poll`, are read in one place: `leaves`.  A leaf is
+checked and repaired under all of its meta-parameters, so a repair that
+fails is retried by the engine as in a deployment (`:retry`, `:delay`), each
+failed attempt a note among the repair's events."
 
 (import contextlib
         json
@@ -105,6 +108,8 @@ nothing (it is polled)."
     (setv self.key key
           self.propapp propapp
           self.unapply unapply
+          ;; Those the engine reads (:retry, :delay) hold for its repairs.
+          self.meta meta
           self.noop (bool (.get meta "noop" False))
           self.limit (RepairLimit (.get meta "limit" limit) (.get meta "burst" burst))
           self.fighting False
@@ -196,7 +201,9 @@ repairs.  Safe from a signal handler."
     (try (thunk) (finally (.reset current-run token))))
 
   (defn _apply [self leaf sink check]
-    (self._run sink check (fn [] (apply-deployment leaf.propapp leaf.unapply))))
+    ;; Under the leaf's meta-parameters, as in a deployment: a repair that
+    ;; fails is retried by the engine (`:retry`, `:delay`).
+    (self._run sink check (fn [] (apply-deployment leaf.propapp leaf.unapply :meta leaf.meta))))
 
   (defn register [self]
     "Watch every leaf's resources, and the lock's holder (pushes)."

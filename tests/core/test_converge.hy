@@ -25,6 +25,16 @@
               (and (os.path.exists path) (= (.read-text (pathlib.Path path)) "ok\n"))))
   (:apply (.write-text (pathlib.Path path) "ok\n")))
 
+(defprop fails-first-attempt :posix [attempts path]
+  "PATH holds \"ok\\n\"; of the attempts to apply it (counted, one line
+each, in ATTEMPTS), the first of every two fails."
+  (:watch [(watch-path path)])
+  (:check (and (os.path.exists path) (= (.read-text (pathlib.Path path)) "ok\n")))
+  (:apply (with [f (open attempts "a")] (.write f "attempt\n"))
+          (when (% (len (.splitlines (.read-text (pathlib.Path attempts)))) 2)
+            (raise (RuntimeError "the first attempt fails")))
+          (.write-text (pathlib.Path path) "ok\n")))
+
 (defn kinds [events what]
   (lfor e events :if (and (= (get e "event") "converge") (= (get e "what") what)) e))
 
@@ -151,6 +161,21 @@
     (.write-text f "bad\n")
     (repaired r "raises-when-flagged")
     (assert (= (.read-text f) "ok\n") "repaired at its next event")))
+
+(defn test-agent-repairs-under-retry-and-reports-the-failed-attempt [tmp-path]
+  (setv f (/ tmp-path "f")
+        attempts (/ tmp-path "attempts"))
+  (.write-text f "ok\n")
+  (with [r (Running (with-meta {:retry 2 :delay 0.1} (fails-first-attempt (str attempts) (str f)))
+                    tmp-path)]
+    (.write-text f "edited\n")
+    (repaired r "fails-first-attempt")
+    (assert (= (.read-text f) "ok\n") "repaired at the second attempt")
+    (assert (= (len (.splitlines (.read-text attempts))) 2) "two attempts, no more")
+    (assert (not (kinds r.events "failed")) f"no failure reported: {r.events}")
+    (setv notes (lfor e r.events :if (= (.get e "attempt") 1) e))
+    (assert (and notes (in "the first attempt fails" (get notes 0 "text")))
+            f"the failed attempt reported: {r.events}")))
 
 (defn test-agent-keeps-a-file-whose-directory-is-deleted-and-recreated [tmp-path]
   (setv d (/ tmp-path "d")
