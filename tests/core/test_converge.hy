@@ -210,6 +210,34 @@ each, in ATTEMPTS), the first of every two fails."
     (repaired r "has content")
     (assert (= (.read-text f) "hello\n") "repaired once the push is done")))
 
+(defn test-agent-whose-image-a-push-replaces-stops-without-undoing-the-push [tmp-path]
+  (setv f (/ tmp-path "motd")
+        img (/ tmp-path "image.pyz")
+        lock-dir (/ tmp-path "cache"))
+  (os.mkdir lock-dir)
+  (.write-text f "hello\n")
+  (.write-text img "the old image")
+  (with [r (Running (file.has-content (str f) "hello\n") lock-dir :image (str img))]
+    (with [_ (target-lock-held (str lock-dir) {"wait" 5 "holder" "a push from the test"})]
+      (.write-text f "the push's new content\n")
+      (replace img "the new image"))
+    (wait-until (fn [] (not (.is-alive r.thread))) 10 "the agent to stop")
+    (assert r.agent.replaced "it says its image was replaced")
+    (assert (kinds r.events "replaced") f"and reports it: {r.events}")
+    (assert (not (or (kinds r.events "drift") (kinds r.events "rescan"))) f"nothing checked: {r.events}")
+    (assert (= (.read-text f) "the push's new content\n") "the push's file untouched")))
+
+(defn test-agent-keeps-running-when-its-image-is-touched-but-the-same [tmp-path]
+  (setv f (/ tmp-path "motd")
+        img (/ tmp-path "image.pyz"))
+  (.write-text f "hello\n")
+  (.write-text img "the image")
+  (with [r (Running (file.has-content (str f) "hello\n") tmp-path :image (str img))]
+    (replace img "the image")
+    (.write-text f "edited\n")
+    (repaired r "has content")
+    (assert (not r.agent.replaced) "the same image is not a new one")))
+
 (defn test-agent-rescans-when-the-inotify-queue-overflows [tmp-path]
   (setv f (/ tmp-path "motd")
         noise (/ tmp-path "noise")
