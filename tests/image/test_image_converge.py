@@ -31,19 +31,25 @@ def converge_events(path, what):
     return [e for e in events(path) if e["event"] == "converge" and e["what"] == what]
 
 
-def test_an_image_in_converge_mode_repairs_drift_and_ends_on_sigterm(tmp_path):
-    if not os.path.exists(BARE_PYTHON):
-        pytest.skip(f"{BARE_PYTHON} is needed to run an image as a host would")
-    out = tmp_path / "out"
-    out.mkdir()
+def _site(tmp_path, out, content):
     site = tmp_path / "site.hy"
     site.write_text(f"""(require consfig *)
 (import consfig *)
 (use-props consfig.props [file])
 (defhost {socket.gethostname()} {{:deploy :local}}
-  (file.has-content "{out}/motd" "hello\\n"))
+  (file.has-content "{out}/motd" "{content}\\n"))
 """)
     load_consfig(str(site))
+
+
+def _start(tmp_path, content):
+    """The image of a host whose /motd (below OUT) holds CONTENT, at PATH,
+    run in converge mode (AGENT), its events in the file STDOUT."""
+    if not os.path.exists(BARE_PYTHON):
+        pytest.skip(f"{BARE_PYTHON} is needed to run an image as a host would")
+    out = tmp_path / "out"
+    out.mkdir()
+    _site(tmp_path, out, content)
     path = tmp_path / "here.pyz"
     image.write_image(socket.gethostname(), path)
     stdout = tmp_path / "stdout"
@@ -52,6 +58,11 @@ def test_an_image_in_converge_mode_repairs_drift_and_ends_on_sigterm(tmp_path):
         agent = subprocess.Popen([BARE_PYTHON, str(path), "--converge", "--json",
                                   "--log-directory", str(tmp_path / "state")],
                                  stdout=f, stderr=subprocess.PIPE, env=env)
+    return out, path, stdout, agent
+
+
+def test_an_image_in_converge_mode_repairs_drift_and_ends_on_sigterm(tmp_path):
+    out, path, stdout, agent = _start(tmp_path, "hello")
     try:
         wait_until(lambda: agent.poll() is not None or converge_events(stdout, "watching"), 300,
                    "the image's agent to watch")
@@ -71,31 +82,8 @@ def test_an_image_in_converge_mode_repairs_drift_and_ends_on_sigterm(tmp_path):
     assert converge_events(log, "repaired"), "its log has the repair"
 
 
-def _site(tmp_path, out, content):
-    site = tmp_path / "site.hy"
-    site.write_text(f"""(require consfig *)
-(import consfig *)
-(use-props consfig.props [file])
-(defhost {socket.gethostname()} {{:deploy :local}}
-  (file.has-content "{out}/motd" "{content}\\n"))
-""")
-    load_consfig(str(site))
-
-
 def test_an_image_agent_whose_image_is_replaced_runs_the_new_one(tmp_path):
-    if not os.path.exists(BARE_PYTHON):
-        pytest.skip(f"{BARE_PYTHON} is needed to run an image as a host would")
-    out = tmp_path / "out"
-    out.mkdir()
-    _site(tmp_path, out, "old")
-    path = tmp_path / "here.pyz"
-    image.write_image(socket.gethostname(), path)
-    stdout = tmp_path / "stdout"
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    with open(stdout, "w") as f:
-        agent = subprocess.Popen([BARE_PYTHON, str(path), "--converge", "--json",
-                                  "--log-directory", str(tmp_path / "state")],
-                                 stdout=f, stderr=subprocess.PIPE, env=env)
+    out, path, stdout, agent = _start(tmp_path, "old")
     try:
         wait_until(lambda: agent.poll() is not None or converge_events(stdout, "watching"), 300,
                    "the image's agent to watch")
