@@ -61,6 +61,17 @@ def _start(tmp_path, content):
     return out, path, stdout, agent
 
 
+def _sigterm(agent):
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(30) == 0, agent.stderr.read()
+
+
+def _reap(agent):
+    if agent.poll() is None:
+        agent.kill()
+        agent.wait(10)
+
+
 def test_an_image_in_converge_mode_repairs_drift_and_ends_on_sigterm(tmp_path):
     out, path, stdout, agent = _start(tmp_path, "hello")
     try:
@@ -71,12 +82,9 @@ def test_an_image_in_converge_mode_repairs_drift_and_ends_on_sigterm(tmp_path):
         (out / "motd").write_text("edited\n")
         wait_until(lambda: converge_events(stdout, "repaired"), 10, "the drift repaired")
         assert (out / "motd").read_text() == "hello\n"
-        agent.send_signal(signal.SIGTERM)
-        assert agent.wait(30) == 0, agent.stderr.read()
+        _sigterm(agent)
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(10)
+        _reap(agent)
     assert converge_events(stdout, "stopped"), "it said it stopped"
     log = tmp_path / "state" / "converge" / f"{socket.gethostname()}.jsonl"
     assert converge_events(log, "repaired"), "its log has the repair"
@@ -100,9 +108,6 @@ def test_an_image_agent_whose_image_is_replaced_runs_the_new_one(tmp_path):
         assert not converge_events(stdout, "drift"), "nothing checked against the old propspec"
         (out / "motd").write_text("edited\n")
         wait_until(lambda: (out / "motd").read_text() == "new\n", 10, "kept by the new propspec")
-        agent.send_signal(signal.SIGTERM)
-        assert agent.wait(30) == 0, agent.stderr.read()
+        _sigterm(agent)
     finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(10)
+        _reap(agent)

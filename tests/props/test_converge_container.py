@@ -16,8 +16,10 @@ from hy.models import Keyword as K
 from harness import unavailable, wait_until
 from proptest import deploy_propspec, failure_text, statuses, this_os
 
+from test_container import _force_down, _rooted_in
+
 from consfig.combinators import eseqprops
-from consfig.connections.nspawn import RUN_DIR, enter_argv
+from consfig.connections.nspawn import enter_argv
 from consfig.converge_controller import converge_host
 from consfig.host import Host
 from consfig.props import container, file, systemd
@@ -37,29 +39,6 @@ def _inside(*argv, timeout=60):
 
 def _state():
     return _inside("systemctl", "is-active", UNIT).stdout.strip()
-
-
-def _force_down(name):
-    out = subprocess.run(["pgrep", "-f", f"systemd-nspawn .*--machine={name} "],
-                         capture_output=True, text=True).stdout
-    for pid in out.split():
-        subprocess.run(["kill", "-KILL", pid])
-    for p in [f"/var/lib/machines/{name}", f"/etc/systemd/nspawn/{name}.nspawn",
-              f"{RUN_DIR}/{name}.pid", f"{RUN_DIR}/{name}.log"]:
-        if os.path.islink(p) or os.path.isfile(p):
-            os.unlink(p)
-
-
-def _rooted_in(root):
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            r = os.readlink(f"/proc/{entry}/root")
-        except OSError:
-            continue
-        if r == str(root) or r.startswith(f"{root}/"):
-            found.append(entry)
-    return found
 
 
 @pytest.fixture(scope="module")
