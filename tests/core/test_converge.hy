@@ -227,7 +227,7 @@ each, in ATTEMPTS), the first of every two fails."
     (assert (not (or (kinds r.events "drift") (kinds r.events "rescan"))) f"nothing checked: {r.events}")
     (assert (= (.read-text f) "the push's new content\n") "the push's file untouched")))
 
-(defn test-agent-keeps-running-when-its-image-is-touched-but-the-same [tmp-path]
+(defn test-agent-keeps-running-when-its-image-is-rewritten-the-same-or-deleted [tmp-path]
   (setv f (/ tmp-path "motd")
         img (/ tmp-path "image.pyz"))
   (.write-text f "hello\n")
@@ -236,7 +236,11 @@ each, in ATTEMPTS), the first of every two fails."
     (replace img "the image")
     (.write-text f "edited\n")
     (repaired r "has content")
-    (assert (not r.agent.replaced) "the same image is not a new one")))
+    (assert (not r.agent.replaced) "the same image is not a new one")
+    (.unlink img)
+    (.write-text f "edited\n")
+    (repaired r "has content" 2)
+    (assert (not r.agent.replaced) "no image is not a new one")))
 
 (defn test-agent-rescans-when-the-inotify-queue-overflows [tmp-path]
   (setv f (/ tmp-path "motd")
