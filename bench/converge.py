@@ -2,6 +2,7 @@
 
     sudo python3 bench/converge.py [--drifts 60] [--files 1000] [--idle 60] [--fight 10]
                                    [--local | --as-user]
+    sudo python3 bench/converge.py --machine NAME [--services 20]
 
 The agent runs on the loopback SSH lab (tests/sshlab.py) through
 [[:ssh …] :sudo :python], with --as-user through [[:ssh …] :python] as the
@@ -22,6 +23,17 @@ or with --local through [:local :python].  Measures:
                      with :limit 2 :burst 5, for --fight seconds: repairs a
                      second of each (target: <= the limit), and whether the
                      fight was reported.
+
+With --machine, only this, in the running container NAME (booted, with
+systemd and dbus: `container.nspawn-running`), the agent in it over
+[:local [:nspawn …] [:python :install true]]:
+
+  stopped → restarted  a unit (ExecStart=/bin/sleep infinity) stopped with
+                     `systemctl stop` in the container, --services times: from
+                     the stop's return to the agent's `repaired` event (the
+                     container shares this kernel's clock), which hears of it
+                     on the container's system bus: median and max (target:
+                     median <= 1 s)
 
 Needs root: the lab adds users and a sudoers rule, removed at the end.
 """
@@ -182,6 +194,42 @@ def fight(chain, seconds, log):
     return rates, fights
 
 
+def services(machine, n):
+    from consfig.connections.nspawn import enter_argv
+    from consfig.props import os as os_
+    import platform
+    import subprocess
+    unit = "cfbench-sleep.service"
+
+    def inside(*argv):
+        return subprocess.run(enter_argv(machine, list(argv)), capture_output=True, text=True,
+                              timeout=60, check=True).stdout
+
+    inside("sh", "-c", 'printf "[Service]\\nExecStart=/bin/sleep infinity\\n" >"$1"', "sh",
+           f"/etc/systemd/system/{unit}")
+    inside("systemctl", "daemon-reload")
+    suite = inside("sh", "-c", ". /etc/os-release; echo $VERSION_CODENAME").strip()
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    started = find_property("consfig.props.systemd.started")
+    agent = Agent([K("local"), [K("nspawn"), K("machine"), machine], [K("python"), K("install"), True]],
+                  Host("service.example", seqprops(os_.debian_stable(suite, K(arch)),
+                                                   started(unit))),
+                  unit_poll=600, interval=600, limit=100, burst=100)
+    times = []
+    try:
+        for i in range(n):
+            inside("systemctl", "stop", unit)
+            t0 = time.time()
+            wait_for(lambda: len(agent.of("repaired")) > i, 30)
+            times.append((agent.of("repaired")[i]["time"] - t0) * 1000)
+    finally:
+        inside("sh", "-c", 'kill -TERM "$1"', "sh", str(agent.pid))
+        agent.thread.join(120)
+        inside("systemctl", "stop", unit)
+        inside("rm", "-f", f"/etc/systemd/system/{unit}")
+    return statistics.median(times), max(times)
+
+
 def main():
     global TARGET
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -193,9 +241,16 @@ def main():
     ap.add_argument("--as-user", action="store_true",
                     help="over [[:ssh …] :python], as the lab's user: a deployment lock of its own, "
                          "which no other deployment on this machine takes")
+    ap.add_argument("--machine", help="only a stopped unit to restarted, in this running container")
+    ap.add_argument("--services", type=int, default=20)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the benchmark needs root: it sets up the SSH lab (users, sudoers)")
+    if args.machine:
+        med, worst = services(args.machine, args.services)
+        print(f"in the container {args.machine}: stopped unit -> restarted ({args.services} stops): "
+              f"median {med:.1f} ms, max {worst:.1f} ms")
+        return
     workdir = tempfile.mkdtemp(prefix="consfig-bench-converge-")
     os.chmod(workdir, 0o755)
     log = os.path.join(workdir, "log")

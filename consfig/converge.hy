@@ -18,11 +18,19 @@ appended to a log that `consfig converge HOST --follow` reads.
   progress, if any, is done: a write is never cut short.
 - A push deployment takes the same lock: the agent waits for it, then checks
   every propapp again (it learns of the push from the lock's holder file).
+- An agent run from an image (`IMAGE`) watches it: when the file is
+  replaced by another image (a push of a changed propspec installs it), the
+  agent reports it and stops, without checking anything against the old
+  propspec, and says so in `replaced`: the image then runs the new one.
 
 The meta-parameters of `with-meta` (consfig.meta) that concern it, `:noop`,
-`:limit`, `:burst` and `:poll`, are read in one place: `leaves`."
+`:limit`, `:burst` and `:poll`, are read in one place: `leaves`.  A leaf is
+checked and repaired under all of its meta-parameters, so a repair that
+fails is retried by the engine as in a deployment (`:retry`, `:delay`), each
+failed attempt a note among the repair's events."
 
 (import contextlib
+        hashlib
         json
         os
         signal
@@ -46,6 +54,7 @@ The meta-parameters of `with-meta` (consfig.meta) that concern it, `:noop`,
 ;; The event log is rotated (one old file kept) past this size.
 (setv LOG-LIMIT (* 1024 1024))
 (setv _PUSH "push")
+(setv _IMAGE "image")
 ;; How often the agent marks its bundle's layers used (seconds).
 (setv KEEP-FRESH 3600)
 
@@ -105,6 +114,8 @@ nothing (it is polled)."
     (setv self.key key
           self.propapp propapp
           self.unapply unapply
+          ;; Those the engine reads (:retry, :delay) hold for its repairs.
+          self.meta meta
           self.noop (bool (.get meta "noop" False))
           self.limit (RepairLimit (.get meta "limit" limit) (.get meta "burst" burst))
           self.fighting False
@@ -138,6 +149,16 @@ nothing (it is polled)."
       (setv fd (os.open self.path (| os.O-WRONLY os.O-APPEND os.O-CREAT) 0o600))
       (try (os.write fd line) (finally (os.close fd))))))
 
+(defn _digest [path]
+  ;; The SHA-256 of the file at PATH; None when it cannot be read.
+  (try
+    (setv h (hashlib.sha256))
+    (with [f (open path "rb")]
+      (for [block (iter (fn [] (.read f 65536)) b"")]
+        (.update h block)))
+    (.hexdigest h)
+    (except [OSError] None)))
+
 (defn log-path [hostname [directory None]]
   "The agent's event log for HOSTNAME: converge/HOSTNAME.jsonl in consfig's
 state directory (/var/lib/consfig for root)."
@@ -152,7 +173,7 @@ lock it takes for each repair.  NOOP: report drift, repair nothing.
 INTERVAL: seconds between checks of a property that watches nothing.
 LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
   (defn __init__ [self host connection sink lock-dir * [noop False] [interval INTERVAL]
-                  [unit-poll None] [limit LIMIT] [burst BURST] [layers #()]]
+                  [unit-poll None] [limit LIMIT] [burst BURST] [layers #()] [image None]]
     (import consfig.watch [Watcher UNIT-POLL])
     (setv self.host host
           self.connection connection
@@ -172,7 +193,20 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           ;; deployment prunes layers unused for a day, and a property may
           ;; still import from them.
           self.layers layers
-          self.touched 0))
+          self.touched 0
+          ;; The image it runs from, and its digest when it started.
+          self.image image
+          self.image-digest (when image (_digest image))
+          self.replaced False))
+
+  (defn _image-replaced? [self]
+    ;; A file that is gone, or the same, is not a new image.
+    (setv now (when self.image (_digest self.image)))
+    (when (and now (!= now self.image-digest))
+      (setv self.replaced True)
+      (self._report "replaced" :why f"{self.image} was replaced: the agent runs the new one")
+      (.stop self))
+    self.replaced)
 
   (defn _touch-layers [self now]
     (when (and self.layers (> (- now self.touched) KEEP-FRESH))
@@ -182,9 +216,11 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
 
   (defn stop [self]
     "End the agent: now when it waits, after the repair in progress when it
-repairs.  Safe from a signal handler."
-    (.set self.stopping)
-    (.wake self.watcher))
+repairs.  Safe from a signal handler, and once it has ended (its image
+replaced, say)."
+    (when (not (.is-set self.stopping))
+      (.set self.stopping)
+      (.wake self.watcher)))
 
   (defn _report [self what [desc None] #** details]
     (self.sink {"host" self.host.hostname "depth" 0 "time" (round (time.time) 3)
@@ -196,13 +232,17 @@ repairs.  Safe from a signal handler."
     (try (thunk) (finally (.reset current-run token))))
 
   (defn _apply [self leaf sink check]
-    (self._run sink check (fn [] (apply-deployment leaf.propapp leaf.unapply))))
+    ;; Under the leaf's meta-parameters, as in a deployment: a repair that
+    ;; fails is retried by the engine (`:retry`, `:delay`).
+    (self._run sink check (fn [] (apply-deployment leaf.propapp leaf.unapply :meta leaf.meta))))
 
   (defn register [self]
     "Watch every leaf's resources, and the lock's holder (pushes)."
     (for [leaf self.leaves]
       (.add self.watcher leaf.key leaf.specs))
     (.add self.watcher _PUSH [["path" (os.path.join self.lock-dir "deploy.holder")]])
+    (when self.image
+      (.add self.watcher _IMAGE [["path" self.image]]))
     (self._report "watching" :properties (len self.leaves)
                   :watches (sum (gfor l self.leaves (len l.specs))) :noop (or self.noop None)
                   :pid (os.getpid)))
@@ -283,6 +323,9 @@ repairs.  Safe from a signal handler."
     (when (and holder (!= holder self.holder))
       (try (with [_ (self._locked)] None)
            (except [ConsfigError] (return #())))
+      ;; The push may have installed a new image: nothing is checked
+      ;; against the old propspec then, lest it undo the push.
+      (when (self._image-replaced?) (return #()))
       (self._report "rescan" :why f"after a deployment by {holder}")
       (return (range (len self.leaves))))
     #())
@@ -305,9 +348,13 @@ repairs.  Safe from a signal handler."
       (when (<= when now)
         (.add keys k)
         (del (get self.deferred k))))
+    (when (and (in _IMAGE keys) (self._image-replaced?))
+      (return))
+    (.discard keys _IMAGE)
     (when (in _PUSH keys)
       (.discard keys _PUSH)
       (.update keys (self._after-push)))
+    (when self.replaced (return))
     (for [k (sorted keys)]
       (when (.is-set self.stopping) (break))
       ;; Held back by its limit: its time will come.
@@ -341,7 +388,8 @@ repair in progress) rather than the process."
   "Run the agent for HOST, applied just now through CONNECTION, until it is
 told to stop; SETTINGS (from the controller, or an image's options):
 noop, interval, unit-poll, limit, burst, log (a directory for the event log, or None for
-consfig's state directory).  LAYERS: the directories of the bundle it runs
+consfig's state directory), image (the image it runs from: it stops when that
+is replaced, `Agent.replaced` true).  LAYERS: the directories of the bundle it runs
 from, kept recently used."
   (setv log (EventLog (log-path host.hostname (.get settings "log")))
         agent (Agent host connection (tee sink log) lock-dir
@@ -350,7 +398,8 @@ from, kept recently used."
                      :unit-poll (.get settings "unit-poll")
                      :limit (.get settings "limit" LIMIT)
                      :burst (.get settings "burst" BURST)
-                     :layers layers))
+                     :layers layers
+                     :image (.get settings "image")))
   (with [_ (stopped-by-signals agent)]
     (.run agent))
   agent)

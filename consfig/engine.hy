@@ -471,14 +471,17 @@ a reboot after the handlers."
   "Whether the (sub)deployment being applied has had a failure so far."
   (.failed? (current-ending)))
 
-(defn apply-deployment [propspec [unapply False]]
+(defn apply-deployment [propspec [unapply False] * [meta None]]
   "Apply (or unapply) PROPSPEC, a (sub)deployment's whole propspec, as
 `apply-and-announce` does; then, whether it failed or not (unless its
 connection was lost), what its properties asked to run at its end
-(`at-end`).  Return its result, or raise its failure once those have run."
+(`at-end`).  Return its result, or raise its failure once those have run.
+META: the meta-parameters in force for PROPSPEC (a dict by name), none by
+default (the converging agent re-applies a leaf under those of its
+`with-meta`)."
   (setv ending (Ending (.get current-run None))
         token (.set _ending ending)
-        meta-token (.set current-meta {})
+        meta-token (.set current-meta (or meta {}))
         failure None
         result NO-CHANGE)
   (try

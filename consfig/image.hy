@@ -231,9 +231,10 @@ its events going to SINK; return the exit status."
   (try
     (setv outcome (run-prepared (Prepared host (parse-chain (Keyword "local"))) tally
                                 :check args.check :verbosity args.verbose))
+    (setv agent None)
     (when args.converge
       (_record run tally outcome.status None)
-      (_converge host sink args directories))
+      (setv agent (_converge host sink args directories archive)))
     (.finish sink)
     (except [e Exception]
       (_record run tally "error" (str e))
@@ -242,17 +243,22 @@ its events going to SINK; return the exit status."
       (.close sink)
       (tidy-cache directories new)))
   (_record run tally outcome.status None)
+  (when (and agent agent.replaced)
+    ;; A push installed a new image of this host: run it, in this process
+    ;; (a service stays the same service).
+    (os.execv sys.executable [sys.executable #* sys.argv]))
   (fleet-exit-code [outcome] args.detailed-exitcode))
 
-(defn _converge [host sink args directories]
+(defn _converge [host sink args directories archive]
   ;; The agent, here: its lock is the one a deployment over :local takes.
+  ;; It watches ARCHIVE, the image, and stops when it is replaced.
   (import consfig.bundle [cache-directory]
           consfig.connections.local [LocalConnection]
           consfig.converge [converge-after])
   (setv lock-dir (os.path.dirname (cache-directory)))
   (os.makedirs lock-dir 0o700 :exist-ok True)
   (converge-after host (LocalConnection) sink lock-dir
-                  {"noop" args.noop "log" args.log-directory
+                  {"noop" args.noop "log" args.log-directory "image" (os.path.abspath archive)
                    #** (if args.interval {"interval" args.interval} {})}
                   :layers directories))
 

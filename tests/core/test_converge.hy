@@ -25,6 +25,16 @@
               (and (os.path.exists path) (= (.read-text (pathlib.Path path)) "ok\n"))))
   (:apply (.write-text (pathlib.Path path) "ok\n")))
 
+(defprop fails-first-attempt :posix [attempts path]
+  "PATH holds \"ok\\n\"; of the attempts to apply it (counted, one line
+each, in ATTEMPTS), the first of every two fails."
+  (:watch [(watch-path path)])
+  (:check (and (os.path.exists path) (= (.read-text (pathlib.Path path)) "ok\n")))
+  (:apply (with [f (open attempts "a")] (.write f "attempt\n"))
+          (when (% (len (.splitlines (.read-text (pathlib.Path attempts)))) 2)
+            (raise (RuntimeError "the first attempt fails")))
+          (.write-text (pathlib.Path path) "ok\n")))
+
 (defn kinds [events what]
   (lfor e events :if (and (= (get e "event") "converge") (= (get e "what") what)) e))
 
@@ -152,6 +162,21 @@
     (repaired r "raises-when-flagged")
     (assert (= (.read-text f) "ok\n") "repaired at its next event")))
 
+(defn test-agent-repairs-under-retry-and-reports-the-failed-attempt [tmp-path]
+  (setv f (/ tmp-path "f")
+        attempts (/ tmp-path "attempts"))
+  (.write-text f "ok\n")
+  (with [r (Running (with-meta {:retry 2 :delay 0.1} (fails-first-attempt (str attempts) (str f)))
+                    tmp-path)]
+    (.write-text f "edited\n")
+    (repaired r "fails-first-attempt")
+    (assert (= (.read-text f) "ok\n") "repaired at the second attempt")
+    (assert (= (len (.splitlines (.read-text attempts))) 2) "two attempts, no more")
+    (assert (not (kinds r.events "failed")) f"no failure reported: {r.events}")
+    (setv notes (lfor e r.events :if (= (.get e "attempt") 1) e))
+    (assert (and notes (in "the first attempt fails" (get notes 0 "text")))
+            f"the failed attempt reported: {r.events}")))
+
 (defn test-agent-keeps-a-file-whose-directory-is-deleted-and-recreated [tmp-path]
   (setv d (/ tmp-path "d")
         f (/ d "motd"))
@@ -184,6 +209,38 @@
     (wait-until (fn [] (kinds r.events "rescan")) 10 "a rescan after the push")
     (repaired r "has content")
     (assert (= (.read-text f) "hello\n") "repaired once the push is done")))
+
+(defn test-agent-whose-image-a-push-replaces-stops-without-undoing-the-push [tmp-path]
+  (setv f (/ tmp-path "motd")
+        img (/ tmp-path "image.pyz")
+        lock-dir (/ tmp-path "cache"))
+  (os.mkdir lock-dir)
+  (.write-text f "hello\n")
+  (.write-text img "the old image")
+  (with [r (Running (file.has-content (str f) "hello\n") lock-dir :image (str img))]
+    (with [_ (target-lock-held (str lock-dir) {"wait" 5 "holder" "a push from the test"})]
+      (.write-text f "the push's new content\n")
+      (replace img "the new image"))
+    (wait-until (fn [] (not (.is-alive r.thread))) 10 "the agent to stop")
+    (assert r.agent.replaced "it says its image was replaced")
+    (assert (kinds r.events "replaced") f"and reports it: {r.events}")
+    (assert (not (or (kinds r.events "drift") (kinds r.events "rescan"))) f"nothing checked: {r.events}")
+    (assert (= (.read-text f) "the push's new content\n") "the push's file untouched")))
+
+(defn test-agent-keeps-running-when-its-image-is-rewritten-the-same-or-deleted [tmp-path]
+  (setv f (/ tmp-path "motd")
+        img (/ tmp-path "image.pyz"))
+  (.write-text f "hello\n")
+  (.write-text img "the image")
+  (with [r (Running (file.has-content (str f) "hello\n") tmp-path :image (str img))]
+    (replace img "the image")
+    (.write-text f "edited\n")
+    (repaired r "has content")
+    (assert (not r.agent.replaced) "the same image is not a new one")
+    (.unlink img)
+    (.write-text f "edited\n")
+    (repaired r "has content" 2)
+    (assert (not r.agent.replaced) "no image is not a new one")))
 
 (defn test-agent-rescans-when-the-inotify-queue-overflows [tmp-path]
   (setv f (/ tmp-path "motd")
