@@ -81,7 +81,10 @@ def converges_then_stops_mid_repair(chain, d, log):
     assert motd.read_text() == "hello\n", "applied once first"
     assert agent.outcome is None, "and still running"
 
-    motd.write_text("edited\n")
+    # Written whole (a rename): a write that truncates first could be seen,
+    # and repaired, as an empty file before the edited one.
+    (d / "motd.new").write_text("edited\n")
+    os.replace(d / "motd.new", motd)
     wait_until(lambda: motd.read_text() == "hello\n", 10, "the edit repaired")
     assert [e["desc"] for e in agent.of("drift")] == [f"{motd} has content"], agent.events
 
