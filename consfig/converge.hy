@@ -41,9 +41,10 @@ failed attempt a note among the repair's events."
                         effective-meta]
         consfig.errors [ConsfigError]
         consfig.events [converge-event]
-        consfig.lock [read-holder target-lock-held]
+        consfig.lock [holder-digest read-holder target-lock-held]
         consfig.meta [RepairLimit]
         consfig.property [find-property propapp-desc propapps-in propapp-watches]
+        consfig.propspec [propspec-digest]
         consfig.util [state-directory])
 
 ;; Seconds between checks of a property that watches nothing.
@@ -197,7 +198,11 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           ;; The image it runs from, and its digest when it started.
           self.image image
           self.image-digest (when image (_digest image))
-          self.replaced False))
+          self.replaced False
+          ;; A push of another propspec for this host: the agent stops
+          ;; rather than undo it (see `_after-push`).
+          self.digest (propspec-digest host.propspec)
+          self.superseded False))
 
   (defn _image-replaced? [self]
     ;; A file that is gone, or the same, is not a new image.
@@ -326,6 +331,18 @@ replaced, say)."
       ;; The push may have installed a new image: nothing is checked
       ;; against the old propspec then, lest it undo the push.
       (when (self._image-replaced?) (return #()))
+      ;; A push of the host's whole propspec that differs from ours: the
+      ;; host is to be what was pushed, and this agent knows only its own
+      ;; propspec.  It stops, rather than undo the push.
+      (setv pushed (holder-digest holder))
+      (when (and pushed (!= pushed self.digest))
+        (setv self.superseded True)
+        (self._report "superseded"
+                      :why (+ f"{holder} deployed another propspec of {self.host.hostname}; "
+                              "the agent stops rather than undo it: start it again "
+                              "(consfig converge, or install the new image) to keep the new one"))
+        (.stop self)
+        (return #()))
       (self._report "rescan" :why f"after a deployment by {holder}")
       (return (range (len self.leaves))))
     #())
@@ -354,7 +371,7 @@ replaced, say)."
     (when (in _PUSH keys)
       (.discard keys _PUSH)
       (.update keys (self._after-push)))
-    (when self.replaced (return))
+    (when (or self.replaced self.superseded) (return))
     (for [k (sorted keys)]
       (when (.is-set self.stopping) (break))
       ;; Held back by its limit: its time will come.

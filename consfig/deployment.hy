@@ -17,7 +17,7 @@ and a bare hostname symbol."
         consfig.rebooting [RebootWatch await-return await-return-reported back-after back-line
                            probe-chain reboot-note]
         consfig.lock [holding-target-lock lock-held? lock-request]
-        consfig.propspec [dotted->name walk-body]
+        consfig.propspec [dotted->name propspec-digest walk-body]
         consfig.result [NO-CHANGE])
 
 (defn _chain-for [chain host]
@@ -170,9 +170,19 @@ from, whose lock may cover TARGET already (`consfig.lock.lock-held?`)."
       ((or remote-outcome (fn [o] o))
         (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity :check check
                          :lock (when (not (lock-held? target :within within))
-                                 (lock-request prepared.hostname))))
-      (with [_ (holding-target-lock target prepared.hostname :within within)]
+                                 (lock-request prepared.hostname (_pushed-digest prepared unapply)))))
+      (with [_ (holding-target-lock target prepared.hostname :within within
+                                    :digest (_pushed-digest prepared unapply))]
         (apply-here))))
+
+(defn _pushed-digest [prepared unapply]
+  ;; What a converging agent on the target learns from the lock's holder:
+  ;; the host's whole propspec is deployed, in this version (a deploy-these
+  ;; or an unapply says nothing).
+  ;; PREPARED: a `Prepared`, or (a nested deployment's) its host.
+  (setv host (getattr prepared "host" prepared))
+  (when (not (or unapply host.partial))
+    (propspec-digest host.propspec)))
 
 (defn deploy* [chain host * [propspec None] [additional None] [sink None]
                [verbosity 0] [unapply False] [check False] [diff False] [persist None]]

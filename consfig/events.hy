@@ -47,8 +47,9 @@ The converging agent (`consfig converge`, docs/converge.md) adds a sixth:
            check or repair raised: \"message\"), \"fight\" (repairs come
            faster than its limit allows: something keeps undoing it;
            \"limit\", \"burst\", \"retry-in\"), \"rescan\" (every property is
-           checked again: after a push, or when events were lost) and
-           \"stopped\".  With noop, a drift is reported and not repaired
+           checked again: after a push, or when events were lost), \"replaced\"
+           (its image was), \"superseded\" (a push deployed another
+           propspec: it stops rather than undo it) and \"stopped\".  With noop, a drift is reported and not repaired
            (\"noop\": true).
 
 `consfig deploy --check --json` ends with a \"drift-summary\" line: for each

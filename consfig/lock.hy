@@ -25,6 +25,7 @@ process, is deployed without a lock."
 
 (import contextlib
         os
+        re
         time
         consfig.context [deployment-cache]
         consfig.errors [CannotStartProcess ConnectionFailed ConsfigError])
@@ -87,25 +88,34 @@ echo locked
 cat >/dev/null
 reap \"$3\""))
 
-(defn _holder [hostname]
+(defn _holder [hostname [digest None]]
   ;; getpass, socket and secrets (below) are imported where they are used:
   ;; a :python target imports this module and takes the lock without them.
   (import getpass socket)
   (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), deploying {hostname}, "
-     f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"))
+     f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"
+     (if digest f", propspec {digest}" "")))
 
-(defn lock-request [hostname]
+(defn holder-digest [holder]
+  "The propspec digest (`consfig.propspec.propspec-digest`) a lock's HOLDER
+line names: that of the host's whole propspec its deployment applies; None
+when it names none (a deploy-these, an older consfig)."
+  (setv #(_ found digest) (.rpartition (or holder "") ", propspec "))
+  (when (and found (re.fullmatch r"[0-9a-f]{64}" digest)) digest))
+
+(defn lock-request [hostname [digest None]]
   "What the target's Python of a `:python` hop is told in order to take the
-lock itself for a deployment of HOSTNAME: how long to wait, and who holds
-it, for whoever waits."
-  {"wait" LOCK-WAIT "holder" (_holder hostname)})
+lock itself for a deployment of HOSTNAME (of the propspec whose DIGEST is
+given, when it is the host's whole one): how long to wait, and who holds it,
+for whoever waits."
+  {"wait" LOCK-WAIT "holder" (_holder hostname digest)})
 
-(defn _acquire [connection hostname wait]
+(defn _acquire [connection hostname wait [digest None]]
   (import secrets)
   (setv token (secrets.token-hex 16))
   (try
     (setv process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
-                                              (str wait) (_holder hostname) token]))
+                                              (str wait) (_holder hostname digest) token]))
     ;; A hop that cannot start a process (one of a site's own that
     ;; implements only run-script) cannot hold a lock either.
     (except [CannotStartProcess] (return None)))
@@ -149,9 +159,11 @@ controller, out of this process's sight."
   (or (in connection.where (.get (deployment-cache) "target-locks" #{}))
       (is connection within)))
 
-(defn [contextlib.contextmanager] holding-target-lock [connection hostname * [within None]]
+(defn [contextlib.contextmanager] holding-target-lock [connection hostname * [within None]
+                                                       [digest None]]
   "Hold the deployment lock on the target of CONNECTION while the body runs,
-waiting up to `LOCK-WAIT` seconds for another deployment to release it.  A
+waiting up to `LOCK-WAIT` seconds for another deployment to release it
+(DIGEST, as in `lock-request`).  A
 deployment nested in the one applied through WITHIN whose target is that
 same connection (`[:local :python]` from it) is under its lock already —
 which may be held by the controller, out of this process's sight."
@@ -159,7 +171,7 @@ which may be held by the controller, out of this process's sight."
         held (.setdefault (deployment-cache) "target-locks" (set))
         key connection.where)
   (setv process (when (not (lock-held? connection :within within))
-                  (_acquire connection hostname LOCK-WAIT)))
+                  (_acquire connection hostname LOCK-WAIT digest)))
   (if (is process None)
       (yield)
       (do (.add held key)
@@ -207,5 +219,5 @@ True while we wait, give up (the agent is told to end)."
             (yield)
             (finally (os.close fd))))))
 
-(export :objects [holding-target-lock lock-held? lock-request LOCK-WAIT CACHE-DIRECTORY-SCRIPT
+(export :objects [holding-target-lock lock-held? lock-request holder-digest LOCK-WAIT CACHE-DIRECTORY-SCRIPT
                   target-lock-held read-holder])

@@ -337,6 +337,14 @@ resolved as qualified names, or through NAMESPACE (a module's globals)."
         (isinstance x #(list tuple)) (eseqprops-of (lfor p x (->propspec p namespace)))
         True (raise (PropspecError f"a defpropspec returned {(hy.repr x)}, not a propspec"))))
 
+(defn propspec-digest [propspec]
+  "A SHA-256 (hex) of PROPSPEC as data: the same for equal propspecs, on the
+controller and on a target that read it back."
+  (import hashlib json)
+  (.hexdigest (hashlib.sha256 (.encode (json.dumps (propspec->data propspec) :sort-keys True
+                                                   :separators #("," ":"))
+                                       "utf-8"))))
+
 (defn propspec->data [x]
   "PROPSPEC as JSON-compatible data: lists, string-keyed dicts, strings,
 numbers, booleans and None, with propapps, keywords, tuples, bytes and dicts
@@ -455,7 +463,7 @@ macro `file.has-content*` available."
                `(do (import ~(hy.read (+ package "." (str n))) :as ~n)
                     (require ~(hy.read (+ package "." (str n))) :as ~n)))))
 
-(export :objects [dotted->name walk-form walk-body apply-form dotted-expansion dotted-propapp
+(export :objects [propspec-digest dotted->name walk-form walk-body apply-form dotted-expansion dotted-propapp
                   eseqprops-of propspec->string propspec->tree read-propspec
                   read-propspec-forms form->propspec
                   ->propspec propspec->data data->propspec]

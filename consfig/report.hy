@@ -89,7 +89,8 @@ with STDERR, `sys.stderr` is when a line is printed)."
                     "cannot-check" #("cannot check" "magenta")})
 
 (setv CONVERGE-STYLES {"drift" "bold yellow" "repaired" "green" "failed" "bold red"
-                       "fight" "bold red" "rescan" "cyan" "watching" "cyan" "stopped" "dim"})
+                       "fight" "bold red" "rescan" "cyan" "watching" "cyan" "stopped" "dim"
+                       "replaced" "cyan" "superseded" "bold yellow"})
 
 (defn converge-text [event]
   "What follows the kind of an agent's event, as a line says it."
@@ -99,7 +100,7 @@ with STDERR, `sys.stderr` is when a line is printed)."
         (= what "fight")
         (+ f": {(.get event "desc" "")}: repaired {(.get event "burst")} times in a row, "
            f"something keeps undoing it; next repair in {(.get event "retry-in")} s")
-        (= what "rescan") f": {(.get event "why" "")}"
+        (in what #("rescan" "replaced" "superseded")) f": {(.get event "why" "")}"
         (= what "stopped")
         f": {(.get event "repairs" 0)} repairs, {(.get event "failures" 0)} failures"
         (.get event "desc") (+ f": {(get event "desc")}"

@@ -218,3 +218,14 @@ def test_a_python_hop_over_the_locked_connection_is_under_its_lock(monkeypatch):
             assert not lock_held(conns[-1]), "nor after it is released"
         finally:
             close_chain(conns)
+
+
+def test_a_lock_holder_names_the_digest_of_the_whole_propspec_it_deploys():
+    # What a converging agent on the target reads to tell a push of another
+    # propspec (it stops) from one of its own (it checks again).
+    from consfig.lock import holder_digest, lock_request
+    digest = "ab" * 32
+    assert holder_digest(lock_request("web.test", digest)["holder"]) == digest
+    assert holder_digest(lock_request("web.test")["holder"]) is None, "a deploy-these names none"
+    assert holder_digest("someone, propspec $(rm -rf /)") is None, "only a digest is read"
+    assert holder_digest(None) is None

@@ -13,7 +13,8 @@
         consfig.converge [Agent leaves watches-of]
         consfig.host [Host preprocess-host]
         consfig.events [converge-event]
-        consfig.lock [target-lock-held]
+        consfig.lock [lock-request target-lock-held]
+        consfig.propspec [propspec-digest]
         consfig.report [PlainConsole Reporter]
         harness [wait-until])
 (use-props consfig.props [file service])
@@ -209,6 +210,41 @@ each, in ATTEMPTS), the first of every two fails."
     (wait-until (fn [] (kinds r.events "rescan")) 10 "a rescan after the push")
     (repaired r "has content")
     (assert (= (.read-text f) "hello\n") "repaired once the push is done")))
+
+(defn test-agent-stops-rather-than-undo-a-push-of-another-propspec [tmp-path]
+  ;; A `consfig converge` session knows only the propspec it was started
+  ;; with: after a push of another one it stopped nothing and undid the push.
+  (setv f (/ tmp-path "motd")
+        lock-dir (/ tmp-path "cache"))
+  (os.mkdir lock-dir)
+  (.write-text f "hello\n")
+  (setv pushed (preprocess-host (Host "converge-test.local"
+                                      (file.has-content (str f) "the push's content\n"))))
+  (with [r (Running (file.has-content (str f) "hello\n") lock-dir)]
+    (with [_ (target-lock-held (str lock-dir)
+                               (lock-request "converge-test.local"
+                                             (propspec-digest pushed.propspec)))]
+      (.write-text f "the push's content\n"))
+    (wait-until (fn [] (not (.is-alive r.thread))) 10 "the agent to stop")
+    (assert r.agent.superseded "it says it was superseded")
+    (assert (kinds r.events "superseded") f"and reports it: {r.events}")
+    (assert (not (kinds r.events "repaired")) f"nothing repaired: {r.events}")
+    (assert (= (.read-text f) "the push's content\n") "the push's file untouched")))
+
+(defn test-agent-goes-on-after-a-push-of-its-own-propspec [tmp-path]
+  (setv f (/ tmp-path "motd")
+        lock-dir (/ tmp-path "cache")
+        propspec (file.has-content (str f) "hello\n"))
+  (os.mkdir lock-dir)
+  (.write-text f "hello\n")
+  (with [r (Running propspec lock-dir)]
+    (with [_ (target-lock-held (str lock-dir)
+                               (lock-request "converge-test.local"
+                                             (propspec-digest r.agent.host.propspec)))]
+      (replace f "edited\n"))
+    (wait-until (fn [] (kinds r.events "rescan")) 10 "a rescan after the push")
+    (repaired r "has content")
+    (assert (not r.agent.superseded) "the same propspec does not supersede it")))
 
 (defn test-agent-whose-image-a-push-replaces-stops-without-undoing-the-push [tmp-path]
   (setv f (/ tmp-path "motd")
