@@ -50,7 +50,7 @@ def _quiet(w):
 
 
 def _scenario(name, deb):
-    import hy  # noqa: F401
+    import hy  # noqa: F401 -- lets Python import consfig.watch (Hy)
     from consfig.watch import Watcher
     result = {}
     if name == "remove":
