@@ -223,7 +223,8 @@ its events going to SINK; return the exit status."
         run {"hostname" hostname
              "image" (sha256-hex (_read archive))
              "started" (time.time)
-             "check" args.check
+             ;; --noop checks: its record must not read as an application.
+             "check" (or args.check args.noop)
              "as-host" args.as-host})
   (when (hasattr sink "expect")
     (.expect sink hostname (announced-count host.propspec)))

@@ -207,6 +207,13 @@ later).  Unapplying removes both."
       (timer-absent name))
     (cron.system-job name (crontab-time seconds) "root" (cron-command argv delay))))
 
+(defn _image-arguments [noop arguments]
+  ;; `--noop` first: ARGUMENTS may end in words that are not options.
+  (if noop ["--noop" #* arguments] (list arguments)))
+
+(defn _noop-desc [noop]
+  (if noop ", reporting drift without repairing it" ""))
+
 (defn _source [module-file]
   ;; The puller goes to hosts as the very file consfig runs.
   (with [f (open (os.path.join (os.path.dirname consfig.puller.__file__) module-file)
@@ -245,7 +252,8 @@ saying what to add."
                                  #^ interval [every "1h"] #^ scheduler [via :auto]
                                  #^ (optional (int-range 0 86400)) [random-delay None]
                                  #^ abs-path [python "/usr/bin/python3"]
-                                 #^ (list-of non-empty-line) [arguments []]]
+                                 #^ (list-of non-empty-line) [arguments []]
+                                 #^ boolean [noop False]]
   "Every EVERY, the host fetches its image URL/HOSTNAME and the signature
 URL/HOSTNAME.sshsig (as `consfig publish` writes them), downloading only
 what changed (a conditional GET), checks that the signature is by
@@ -253,7 +261,8 @@ PUBLIC-KEY (an OpenSSH public key line, as in a KEY.pub, or a list of them:
 any one is trusted, for key rotation), names this host, vouches for these
 bytes, has not expired and is no older than the image applied last, keeps
 the image as the last good one and applies it with PYTHON (and ARGUMENTS,
-the image's options: `[\"-v\"]`, `[\"--as-host\"]`).  An unsigned,
+the image's options: `[\"-v\"]`, `[\"--as-host\"]`; NOOP: with `--noop`,
+so that each run reports drift and repairs nothing).  An unsigned,
 altered, stale or wrongly signed image is refused and reported (the run
 fails, in the journal or cron's mail) and nothing is applied.  The puller
 (`/usr/local/lib/consfig/puller.py`) needs nothing but Python 3.9+ and
@@ -262,7 +271,7 @@ signature against `/etc/consfig/allowed_signers`, which lists the keys for
 IDENTITY in the consfig-image namespace.  Scheduling is `scheduled`'s (VIA,
 RANDOM-DELAY).  Unapplying removes the puller, its allowed signers, its
 schedule and its state (the last good image)."
-  (:desc f"pulls its image from {url} every {(span (interval-seconds every))}")
+  (:desc f"pulls its image from {url} every {(span (interval-seconds every))}{(_noop-desc noop)}")
   (setv keys (if (isinstance public-key str) [public-key] public-key)
         puller (os.path.join LIB-DIR "puller.py")
         ;; What a consfig before OpenSSH signatures installed beside it.
@@ -279,7 +288,8 @@ schedule and its state (the last good image)."
     (file.does-not-exist old-verifier)
     (file.directory-exists (os.path.dirname PULL-CONFIG))
     (file.exists-with-content ALLOWED-SIGNERS (allowed-signers keys identity) :mode 0o644)
-    (file.exists-with-content PULL-CONFIG (pull-config url (get-hostname) identity python arguments)
+    (file.exists-with-content PULL-CONFIG (pull-config url (get-hostname) identity python
+                                                       (_image-arguments noop arguments))
                               :mode 0o644)
     (file.directory-exists STATE-DIR)
     (file.has-mode STATE-DIR 0o700)
@@ -368,17 +378,21 @@ the controller).  Unapplying removes the image."
 (defpropspec applied-periodically :posix [* #^ interval [every "1h"] #^ scheduler [via :auto]
                                           #^ (optional (int-range 0 86400)) [random-delay None]
                                           #^ abs-path [python "/usr/bin/python3"]
-                                          #^ (list-of non-empty-line) [arguments []]]
+                                          #^ (list-of non-empty-line) [arguments []]
+                                          #^ boolean [noop False]]
   "The host re-applies its installed image (`IMAGE-PATH`, see `installed`)
 every EVERY, as Consfigurator's `cron:runs-consfigurator` does: one
 application at a time (under flock(1) on `APPLY-LOCK`, the lock the puller
 takes too), from the systemd timer consfig-apply.timer (output in the
 journal) or, where systemd does not run, a cron job.  Scheduling is
 `scheduled`'s (VIA, RANDOM-DELAY); ARGUMENTS are the image's options
-(`[\"-v\"]`, `[\"--as-host\"]`).  Unapplying removes both."
-  (:desc f"applies its image every {(span (interval-seconds every))}")
+(`[\"-v\"]`, `[\"--as-host\"]`).  NOOP runs the image with `--noop`: each
+run reports drift (in the journal, and in the run's state file) and repairs
+nothing.  Unapplying removes both."
+  (:desc f"applies its image every {(span (interval-seconds every))}{(_noop-desc noop)}")
   (setv schedule (scheduled "consfig-apply" "consfig: apply this host's image"
-                            ["/usr/bin/flock" "-n" "-E" (str EX-BUSY) APPLY-LOCK python IMAGE-PATH #* arguments]
+                            ["/usr/bin/flock" "-n" "-E" (str EX-BUSY) APPLY-LOCK python IMAGE-PATH
+                             #* (_image-arguments noop arguments)]
                             every :via via :random-delay random-delay))
   (with-unapply
     (file.directory-exists STATE-DIR)

@@ -20,7 +20,7 @@ import pytest
 
 import hy  # noqa: F401
 from hy.models import Keyword
-from consfig import publish, puller
+from consfig import image as consfig_image, publish, puller
 from consfig.props import apt, file, image, service
 from consfig.errors import PropspecError
 
@@ -41,6 +41,7 @@ pytestmark = pytest.mark.chroot
 MARKER = "/var/tmp/applied"
 SYSTEMD = Keyword("systemd")
 CRON = Keyword("cron")
+NO_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOJCxcEOU50i4tJ90M458DckdpVAlvRSPK06SAuBprEZ"
 
 
 @pytest.fixture(scope="module")
@@ -420,6 +421,47 @@ def test_a_timer_applies_the_installed_image(chroot_chain, root):
     assert (root / "var/tmp/periodic").read_text() == "p\n", "the service did not apply the image"
     state = json.loads((root / f"var/lib/consfig/runs/{HOSTNAME}.json").read_text())
     assert state["status"] == "changed", state
+
+
+def test_a_noop_timer_reports_the_drift_of_the_installed_image_and_repairs_nothing(chroot_chain, root):
+    reset(root)
+    deploy_host(chroot_chain, [image.installed(),
+                               image.applied_periodically(via=SYSTEMD, noop=True, arguments=["--as-host"]),
+                               file.has_content("/var/tmp/periodic", "p\n")])
+    verified(root, "consfig-apply.service", "consfig-apply.timer")
+    command = exec_start(root, "consfig-apply.service")
+    assert command[command.index(image.IMAGE_PATH) + 1:] == ["--noop", "--as-host"], command
+    (root / "var/tmp/periodic").unlink()
+    r = run_in(root, command)
+    assert r.returncode == 0, f"{r.returncode}: {r.stdout}{r.stderr}"
+    assert not (root / "var/tmp/periodic").exists(), "a --noop run repaired the drift"
+    assert "/var/tmp/periodic" in r.stdout + r.stderr, f"the run did not report the drift: {r.stdout}{r.stderr}"
+    state = json.loads((root / f"var/lib/consfig/runs/{HOSTNAME}.json").read_text())
+    assert state["check"] is True and state["status"] == "changed", state
+
+
+def test_a_noop_pulled_image_reports_drift_and_repairs_nothing(chroot_chain, root, keys, server):
+    reset(root)
+    host = make_host(HOSTNAME, None, None,
+                     eseqprops(this_os(), file.has_content("/var/tmp/pulled", "p\n")))
+    publish.publish_images({HOSTNAME: consfig_image.make_image(host).data}, str(server.directory),
+                           keys["good"][0])
+    deploy_propspec(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD, noop=True,
+                                                     arguments=["--as-host"])])
+    config = json.loads((root / image.PULL_CONFIG.lstrip("/")).read_text())
+    assert config["arguments"] == ["--noop", "--as-host"], config
+    r = run_in(root, exec_start(root, "consfig-pull.service"))
+    assert r.returncode == 0, f"{r.returncode}: {r.stdout}{r.stderr}"
+    assert not (root / "var/tmp/pulled").exists(), "a --noop pull repaired the drift"
+    assert "/var/tmp/pulled" in r.stdout + r.stderr, f"the pull did not report the drift: {r.stdout}{r.stderr}"
+
+
+@pytest.mark.parametrize("prop", [image.applied_periodically,
+                                  lambda **kw: image.pulled_from("https://config.example.org/c",
+                                                                 public_key=NO_KEY, **kw)])
+def test_noop_must_be_a_boolean_when_built(prop):
+    with pytest.raises(PropspecError, match=":noop must be"):
+        prop(noop="yes")
 
 
 def test_check_mode_installs_nothing(chroot_chain, root, keys, server):
