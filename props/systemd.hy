@@ -62,10 +62,22 @@ one when USER-INSTANCE), as sd_booted(3) tells."
       (run-ok? (Script (+ _USER-RUNTIME "; test -S \"$XDG_RUNTIME_DIR/systemd/private\"")))
       (run-ok? "test" "-d" "/run/systemd/system")))
 
+(defn in-chroot? []
+  "Whether the target runs in a chroot: its / is no mount point of its
+own (a directory of another tree), or no /proc is mounted.  (systemd asks
+whether / is PID 1's, which a container may forbid even root to see.)"
+  (run-ok? (Script "[ -r /proc/self/mountinfo ] || exit 0
+awk '$5 == \"/\" { found = 1 } END { exit found }' /proc/self/mountinfo")))
+
 (defn _runtime-action [user-instance what #* args]
   ;; Starting, stopping and reloading: only where a manager runs and
   ;; services may be touched.
   (cond (no-services?) (skip-for-no-services what)
+        ;; A chroot entered without consfig's :chroot hop (an image's run
+        ;; inside the tree it will boot): nothing is started there either.
+        (and (not user-instance) (not (manager-running? user-instance)) (in-chroot?))
+        (do (inform f"not {what}: this is a chroot (its / is not a mount point of its own)")
+            NO-CHANGE)
         ;; A live host whose PID 1 is not systemd: the unit cannot be
         ;; started, and an `ok` would hide that (a pull timer that never runs).
         (not (manager-running? user-instance))
@@ -431,7 +443,7 @@ systemd answer to a cron job.  Unapplying disables and removes both units.
     (eseqprops (unapplied (unit-file f"{name}.timer" timer))
                (unapplied (unit-file f"{name}.service" service)))))
 
-(export :objects [systemctl manager-running? unit-file-state daemon-reloaded
+(export :objects [systemctl manager-running? in-chroot? unit-file-state daemon-reloaded
                   started stopped restarted reloaded enabled disabled masked
                   unit-file drop-in lingering-enabled verify-unit-text unit-path
                   drop-in-path default-target enabled-for-all-users configured conf-path

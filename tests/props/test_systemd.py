@@ -130,3 +130,4 @@ def test_a_runtime_action_fails_on_a_live_host_where_no_manager_runs(prop):
                              tmpfs=["/run"])
     assert result["status"] == "failed", result
     assert "no systemd service manager runs here" in result["failures"], result
+
