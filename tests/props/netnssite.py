@@ -85,7 +85,8 @@ class NetnsSite:
 
 
 def status(events):
-    return events[-1]["status"]
+    # The summary's status; with --check, a drift-summary line follows it.
+    return [e for e in events if e.get("event") == "summary"][-1]["status"]
 
 
 def messages(events):
