@@ -78,7 +78,7 @@ that the site's modules travel to a target compiled, at no cost."
     (setv path (self.get-filename fullname)
           source (self.get-data path)
           digest (importlib.util.source-hash (+ source (compiler-identity)))
-          cached (importlib.util.cache-from-source path))
+          cached (_cached-code-path path))
     (try
       (with [f (open cached "rb")] (setv data (.read f)))
       ;; Magic, flags (0b11: hash-based, checked), then the source's hash.
@@ -91,10 +91,27 @@ that the site's modules travel to a target compiled, at no cost."
       (except [OSError] None))
     (setv code (self.source-to-code source path))
     (remember path source code)
-    (when (not sys.dont-write-bytecode)
+    (when cached
       (try (self._cache-bytecode path cached (bx._code-to-hash-pyc code digest True))
            (except [#(OSError NotImplementedError)] None)))
     code))
+
+(defn _cached-code-path [path]
+  ;; Beside the source, as Python caches (or under $PYTHONPYCACHEPREFIX);
+  ;; where bytecode writing is off, in consfig's own private cache, as the
+  ;; layers it ships are: a site compiled again on every run is most of
+  ;; such a run's time, and this bytecode is checked against the source's
+  ;; hash and the compiler's identity, never trusted by date.  None when
+  ;; there is no safe place.
+  (if (not sys.dont-write-bytecode)
+      (importlib.util.cache-from-source path)
+      (do (import hashlib pwd consfig.boot [cache-directory])
+          (setv uid (os.geteuid)
+                #(root _) (cache-directory os.environ uid (. (pwd.getpwuid uid) pw-dir)))
+          (when root
+            (os.path.join root "sites"
+                          (+ (cut (.hexdigest (hashlib.sha256 (os.fsencode path))) 0 32)
+                             "." sys.implementation.cache-tag ".pyc"))))))
 
 (setv _compiler-identity None)
 

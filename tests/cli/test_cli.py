@@ -345,3 +345,34 @@ def test_a_site_compiled_by_another_consfig_is_compiled_again(tmp_path):
     r = consfig("deploy", "--consfig", site, "other.test")
     assert r.returncode == 0, r.stderr
     assert target.read_text() == "DDD1\n", "bytecode another compiler left was run"
+
+
+def test_with_bytecode_writing_off_a_site_is_compiled_once_into_consfigs_cache(tmp_path):
+    # PYTHONDONTWRITEBYTECODE=1 left every run compiling the site again (most
+    # of W1's whole-process time then); its compile goes to consfig's own
+    # private cache instead, checked by hash, so an edit is still deployed.
+    target = tmp_path / "out"
+    site = tmp_path / "nowrite.hy"
+    cache = tmp_path / "cache"
+
+    def deploy(word):
+        site.write_text(
+            "(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n"
+            f'(defhost nowrite.test {{:deploy :local}} (file.has-content "{target}" "{word}\\n"))\n')
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(cache))
+        r = subprocess.run([sys.executable, "-m", "consfig", "deploy", "--consfig", str(site),
+                            "nowrite.test"], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return target.read_text()
+
+    stamp = None
+    assert deploy("EEE1") == "EEE1\n"
+    stamp = site.stat().st_mtime_ns
+    cached = list((cache / "consfig" / "sites").iterdir())
+    assert len(cached) == 1, f"the site's compile was not cached: {cached}"
+    assert not (tmp_path / "__pycache__").exists(), "bytecode written beside the site"
+    assert oct((cache / "consfig").stat().st_mode & 0o777) == "0o700"
+    assert deploy("FFF1") == "FFF1\n", "the cached compile of the old site was run"
+    os.utime(site, ns=(stamp, stamp))
+    assert deploy("GGG1") == "GGG1\n", "an edit within the same second was not deployed"
