@@ -118,15 +118,6 @@ file that defines it."
         (get hosts hostname) host)
   host)
 
-(defn body-propspec [propapps]
-  "The propspec of a defhost's body: a `seqprops` of PROPAPPS, leaving out
-the Nones (forms that built nothing)."
-  ;; A call, not an expansion of its own: Hy walks every macro's expansion
-  ;; again at each enclosing form, and a site's compile time is the author's
-  ;; wait after each edit.
-  ((hy.I.consfig/property.find-property "consfig.combinators.seqprops")
-    #* (gfor p propapps :if (is-not p None) p)))
-
 (defn _groups-option [groups hostname where]
   ;; Group names are matched on the command line (`@web`): plain strings.
   (when (is groups None) (return []))
@@ -184,7 +175,7 @@ property is tried even when an earlier one failed."
   `(setv ~(Symbol (binding-name hostname))
          (hy.I.consfig/host.make-host
            ~hostname ~options ~desc
-           (hy.I.consfig/host.body-propspec [~@walked])
+           (hy.I.consfig/propspec.seqprops-of [~@walked])
            ~(hy.I.consfig/property.definition-where _hy_compiler name)
            ~(_site-file _hy_compiler))))
 

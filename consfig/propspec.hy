@@ -202,10 +202,19 @@ VALUE an integer model spanning just its decimal digits."
         (do (.append pos a) (+= i 1))))
   (f #* pos #** kw))
 
+(defn _combined-of [combinator propapps]
+  ((find-property combinator) #* (gfor p propapps :if (is-not p None) p)))
+
 (defn eseqprops-of [propapps]
   "An `eseqprops` of PROPAPPS, leaving out None (from a false `when`)."
-  ((find-property "consfig.combinators.eseqprops")
-    #* (gfor p propapps :if (is-not p None) p)))
+  (_combined-of "consfig.combinators.eseqprops" propapps))
+
+(defn seqprops-of [propapps]
+  "A `seqprops` of PROPAPPS, leaving out None: a defhost's body.  A call,
+not an expansion of its own: Hy walks every macro's expansion again at each
+enclosing form, and a site's compile time is the author's wait after each
+edit."
+  (_combined-of "consfig.combinators.seqprops" propapps))
 
 (defn dotted-propapp [prop args]
   "Apply PROP dotted: its last positional parameter receives an `eseqprops`
@@ -463,7 +472,7 @@ macro `file.has-content*` available."
                `(do (import ~(hy.read (+ package "." (str n))) :as ~n)
                     (require ~(hy.read (+ package "." (str n))) :as ~n)))))
 
-(export :objects [propspec-digest dotted->name walk-form walk-body apply-form dotted-expansion dotted-propapp
+(export :objects [propspec-digest seqprops-of dotted->name walk-form walk-body apply-form dotted-expansion dotted-propapp
                   eseqprops-of propspec->string propspec->tree read-propspec
                   read-propspec-forms form->propspec
                   ->propspec propspec->data data->propspec]

@@ -73,20 +73,20 @@ awk '$5 == \"/\" { found = 1 } END { exit found }' /proc/self/mountinfo")))
   ;; Starting, stopping and reloading: only where a manager runs and
   ;; services may be touched.
   (cond (no-services?) (skip-for-no-services what)
+        (manager-running? user-instance) (do (systemctl user-instance #* args) None)
         ;; A chroot entered without consfig's :chroot hop (an image's run
         ;; inside the tree it will boot): nothing is started there either.
-        (and (not user-instance) (not (manager-running? user-instance)) (in-chroot?))
+        (and (not user-instance) (in-chroot?))
         (do (inform f"not {what}: this is a chroot (its / is not a mount point of its own)")
             NO-CHANGE)
         ;; A live host whose PID 1 is not systemd: the unit cannot be
         ;; started, and an `ok` would hide that (a pull timer that never runs).
-        (not (manager-running? user-instance))
+        True
         (raise (AbortedChange
                  (+ f"not {what}: no systemd service manager runs here"
                     (if user-instance " for this user" " (/run/systemd/system is absent)")
                     "; on a tree built to boot later, apply it under "
-                    "service.without-starting-services, or schedule with :via :cron")))
-        True (do (systemctl user-instance #* args) None)))
+                    "service.without-starting-services, or schedule with :via :cron")))))
 
 (defn unit-file-state [unit [user-instance False]]
   "What `systemctl is-enabled` says of UNIT: \"enabled\", \"disabled\",
