@@ -37,7 +37,7 @@ class build_py_with_hy_bytecode(build_py):
             # In a Python of its own whose path is the build tree: compiling a
             # module runs the modules it `require`s, which must be the ones
             # being built.
-            r = subprocess.run([sys.executable, os.path.join(root, "consfig", "precompile.py"),
+            r = subprocess.run([sys.executable, os.path.join(root, "consfig", "python_hop", "precompile.py"),
                                 root, "--under", "consfig", "--hy-only"])
             if r.returncode != 0:
                 # The wheel is still whole without it: the modules are

@@ -55,9 +55,9 @@ import w1  # noqa: E402  -- the lab (tests/sshlab.py) and consfig on sys.path
 import hy  # noqa: E402,F401
 from hy.models import Keyword as K  # noqa: E402
 
-from consfig.converge_controller import converge_host  # noqa: E402
-from consfig.host import Host  # noqa: E402
-from consfig.property import find_property  # noqa: E402
+from consfig.converge.controller import converge_host  # noqa: E402
+from consfig.model.host import Host  # noqa: E402
+from consfig.model.property import find_property  # noqa: E402
 
 has_content = find_property("consfig.props.file.has-content")
 has_mode = find_property("consfig.props.file.has-mode")

@@ -29,13 +29,13 @@ import hy  # noqa: E402,F401
 import sshlab  # noqa: E402
 from hy.models import Keyword as K  # noqa: E402
 
-import consfig.deployment  # noqa: E402
-from consfig.combinators import during, eseqprops  # noqa: E402
-from consfig.host import make_host  # noqa: E402
-from consfig.image import state_directory  # noqa: E402
+import consfig.deployer.deployment  # noqa: E402
+from consfig.apply.combinators import during, eseqprops  # noqa: E402
+from consfig.model.host import make_host  # noqa: E402
+from consfig.image.build import state_directory  # noqa: E402
 from consfig.props import fact, file  # noqa: E402
 
-deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
+deploy_these = getattr(consfig.deployer.deployment, hy.mangle("deploy-these*"))
 
 
 def median_seconds(chain, host, propspec, runs):

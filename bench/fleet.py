@@ -3,7 +3,7 @@ sshd on a loopback port (tests/sshlab.py's lab: one lab user, one sshd
 process per host) with a target directory of its own, deployed over
 [[:ssh …] [:sudo :user U] :python].
 
-The hosts are all this machine, where a deployment's lock (consfig.lock) is
+The hosts are all this machine, where a deployment's lock (consfig.apply.lock) is
 per target user: so each host sudoes to a user of its own (made here, like
 the lab's), as many distinct machines would each have their own root —
 each with its own bundle cache too.
@@ -70,7 +70,7 @@ CHILD_TIMEOUT = 900
 # starts): Hy alone, and what a warm W1 apply imports.
 BARE_HY = "import sys; sys.path.insert(0, '{bundle}'); import hy"
 BARE_APPLY = ("import sys; sys.path.insert(0, '{bundle}'); "
-              "import hy, consfig.serve, consfig.props.file, consfig.combinators")
+              "import hy, consfig.python_hop.target, consfig.props.file, consfig.apply.combinators")
 READY_TIMEOUT = 30
 
 
@@ -171,12 +171,12 @@ def run_child(spec):
     from hy.models import Keyword as K
     from rich.console import Console
 
-    import consfig.fleet
-    from consfig.host import Host
-    from consfig.property import find_property
-    from consfig.report import Reporter
+    import consfig.deployer.fleet
+    from consfig.model.host import Host
+    from consfig.model.property import find_property
+    from consfig.deployer.report import Reporter
 
-    deploy_hosts = getattr(consfig.fleet, hy.mangle("deploy-hosts*"))
+    deploy_hosts = getattr(consfig.deployer.fleet, hy.mangle("deploy-hosts*"))
     fp = find_property
     hosts = []
     for i, (port, user) in enumerate(zip(spec["ports"], spec["users"])):
@@ -448,7 +448,7 @@ def main():
                 f"({all_pi / one_pi:.2f}x); consfig {n} hosts is {all_pi / lpar['warm']:.0f}x "
                 "faster")
         m = args.rss_hosts
-        from consfig.fleet import DEFAULT_JOBS
+        from consfig.deployer.fleet import DEFAULT_JOBS
         for jobs in sorted({min(DEFAULT_JOBS, m), m}):
             r = fleet.deploy(m, jobs)
             out(f"{m} hosts, -j {jobs}: cold {r['cold']:.3f}, warm {r['warm']:.3f}; "

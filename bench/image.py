@@ -127,11 +127,11 @@ def run(args, scratch):
     import hy  # noqa: F401
     from hy.models import Keyword as K
     from rich.console import Console
-    import consfig.deployment
-    from consfig.report import Reporter
-    from consfig.site import load_consfig
+    import consfig.deployer.deployment
+    from consfig.deployer.report import Reporter
+    from consfig.site.load import load_consfig
     load_consfig(site)
-    deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+    deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
     def in_process():
         sink = Reporter(console=Console(file=open(os.devnull, "w"), highlight=False))

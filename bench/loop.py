@@ -148,9 +148,9 @@ def run(args, lab, workdir):
 def repl(site, runs):
     """Reload the site after an edit and deploy over the kept chain, in this
     process, as `(reload-consfig)` then `(lab)` do at the REPL."""
-    import consfig.keep as keep
-    from consfig.host import find_host
-    from consfig.repl import reload_consfig, repl_module
+    import consfig.python_hop.keep as keep
+    from consfig.model.host import find_host
+    from consfig.ui.repl import reload_consfig, repl_module
     module = repl_module(site)
     times = []
     try:

@@ -44,8 +44,8 @@ import hy  # noqa: E402,F401
 from hy.models import Keyword as K  # noqa: E402
 
 from proptest import deploy_propspec, ensure_tarball, remove_tree, this_os, unpack  # noqa: E402
-from consfig.combinators import eseqprops  # noqa: E402
-from consfig.host import make_host  # noqa: E402
+from consfig.apply.combinators import eseqprops  # noqa: E402
+from consfig.model.host import make_host  # noqa: E402
 from consfig.props import container, disk, file, vm  # noqa: E402
 from machines_lab import MARKER, self_applying_host  # noqa: E402
 

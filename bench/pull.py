@@ -3,7 +3,7 @@
     python3 bench/pull.py [--runs 21] [--python /usr/bin/python3]
 
 Measures, with a stand-in image (a zip application that writes one line)
-published by `consfig.publish` and served from a loopback HTTP server:
+published by `consfig.image.publish` and served from a loopback HTTP server:
 
   verify              the puller's `check_statement` on one signature file
                       (an `ssh-keygen -Y verify`), the median of --runs x 10
@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 import hy  # noqa: F401,E402
-from consfig import publish, puller  # noqa: E402
+from consfig.image import publish, puller  # noqa: E402
 from imageserver import ImageServer, stand_in_image  # noqa: E402
 
 HOST = "bench.pull.test"

@@ -1,4 +1,4 @@
-"""Benchmark: a warm redeploy from the REPL, over a kept chain (`consfig.keep`).
+"""Benchmark: a warm redeploy from the REPL, over a kept chain (`consfig.python_hop.keep`).
 
     sudo python3 bench/repl.py [--runs 10] [--n 100]
 
@@ -26,8 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import w1  # noqa: E402
-import consfig.keep as keep  # noqa: E402
-import consfig.remote as remote  # noqa: E402
+import consfig.python_hop.keep as keep  # noqa: E402
+import consfig.python_hop.controller as remote  # noqa: E402
 
 
 def timed(chain, host, persist):

@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import hy  # noqa: E402
 import w1  # noqa: E402
-import consfig.propspec as ps  # noqa: E402
+import consfig.model.propspec as ps  # noqa: E402
 
 to_data = getattr(ps, hy.mangle("propspec->data"))
 from_data = getattr(ps, hy.mangle("data->propspec"))

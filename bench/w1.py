@@ -50,13 +50,13 @@ import hy  # noqa: E402,F401
 import sshlab  # noqa: E402
 from hy.models import Keyword as K  # noqa: E402
 
-import consfig.deployment  # noqa: E402
-import consfig.bundle as bundle  # noqa: E402
+import consfig.deployer.deployment  # noqa: E402
+import consfig.python_hop.bundle as bundle  # noqa: E402
 from consfig.connections.ssh import SSHConnection  # noqa: E402
-from consfig.host import Host  # noqa: E402
-from consfig.property import find_property  # noqa: E402
+from consfig.model.host import Host  # noqa: E402
+from consfig.model.property import find_property  # noqa: E402
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 TARGET = "/var/tmp/consfig-bench-w1"
 CONTENT = "fixed content\n"
 
@@ -75,7 +75,7 @@ def chains(config):
 
 def reporter():
     from rich.console import Console
-    from consfig.report import Reporter
+    from consfig.deployer.report import Reporter
     return Reporter(console=Console(file=open(os.devnull, "w"), highlight=False))
 
 

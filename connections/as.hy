@@ -9,7 +9,7 @@ makes is the sudo or su hop's own, so scripts and streaming processes (for a
 (import consfig.connections.sudo [SudoConnection sudo-without-password?]
         consfig.connections.su [SuConnection su-probe]
         consfig.errors [ConnectionFailed]
-        consfig.hop [Hop STRING])
+        consfig.transport.hop [Hop STRING])
 
 (defn establish [upstream * user]
   (cond

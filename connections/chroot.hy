@@ -18,9 +18,9 @@ its root in the chroot is sent TERM, then KILL, before the unmounting."
 (import posixpath
         shlex
         consfig.errors [ConnectionFailed CommandFailed]
-        consfig.frames [OUTPUT-LIMIT]
-        consfig.hop [Connection Hop Script ABSOLUTE-PATH PROBE-TIMEOUT]
-        consfig.noservices [POLICY-RC-D FORBID-ALL WHILE-CHROOTED])
+        consfig.transport.frames [OUTPUT-LIMIT]
+        consfig.transport.hop [Connection Hop Script ABSOLUTE-PATH PROBE-TIMEOUT]
+        consfig.apply.noservices [POLICY-RC-D FORBID-ALL WHILE-CHROOTED])
 
 ;; Mounted in this order, unmounted in the reverse one.  /dev is a bind mount
 ;; rather than a fresh devtmpfs so that it works inside containers, whose /dev

@@ -9,13 +9,13 @@ closes C, which stays yours.  Over it, commands run as over `:ssh`: each on
 a channel of its own, with timeouts, the keepalive and signals.
 
 A chain holding a Connection is not data that can be written down: it is
-for deployments made from Python (`consfig.fabric`), not for a `defhost`'s
+for deployments made from Python (`consfig.deployer.fabric`), not for a `defhost`'s
 `:deploy` or `--via`."
 
 (import sys
         consfig.connections.ssh [HOP :as SSH-HOP connect-over]
         consfig.errors [ChainError]
-        consfig.hop [Hop SECONDS]
+        consfig.transport.hop [Hop SECONDS]
         consfig.types [Type])
 
 (defn _fabric-connection? [v]

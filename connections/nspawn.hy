@@ -25,8 +25,8 @@ meant for the container into one run on the host."
 (import re
         shlex
         consfig.errors [ConnectionFailed]
-        consfig.frames [OUTPUT-LIMIT]
-        consfig.hop [ArgType Connection Hop Script PROBE-TIMEOUT])
+        consfig.transport.frames [OUTPUT-LIMIT]
+        consfig.transport.hop [ArgType Connection Hop Script PROBE-TIMEOUT])
 
 ;; Where consfig's runner keeps the state of a container it booted itself,
 ;; on a host with no systemd-machined: NAME.pid (systemd-nspawn's PID) and

@@ -5,7 +5,7 @@ At the end of the chain so far (`[[:ssh …] :sudo :python]`), it starts
 code it needs (once: the target caches it) and the preprocessed host, and
 feeds the events the target streams back to the controller's sink.  Hops
 after it (`[:ssh :python :sudo]`) are established on the target, which
-starts a further Python through them.  See `consfig.remote` for the
+starts a further Python through them.  See `consfig.python_hop.controller` for the
 controller's side of the protocol and docs/python-hop.md for the whole story.
 
   :interpreter   the Python to run, a name looked up in PATH or a path
@@ -17,11 +17,11 @@ controller's side of the protocol and docs/python-hop.md for the whole story.
   :modules       more modules to ship, besides those defining the properties"
 
 (import sys
-        consfig.connections.local [LocalConnection]
+        consfig.transport.local [LocalConnection]
         consfig.errors [CommandFailed ConnectionFailed]
-        consfig.frames [OUTPUT-LIMIT]
-        consfig.hop [Connection Hop Script BOOLEAN SECONDS STRING STRINGS]
-        consfig.remote [apply-remotely])
+        consfig.transport.frames [OUTPUT-LIMIT]
+        consfig.transport.hop [Connection Hop Script BOOLEAN SECONDS STRING STRINGS]
+        consfig.python_hop.controller [apply-remotely])
 
 ;; Tried in order; the first package manager present installs Python.
 (setv _INSTALL-SCRIPT "
@@ -65,8 +65,8 @@ that a deployment costs one exchange of messages, not several."
           self.interpreter interpreter
           self.timeout timeout
           self.modules (tuple modules)
-          ;; A `consfig.remote.Keeper` when the chain is kept between
-          ;; deployments (`consfig.keep`): the target's Python stays.
+          ;; A `consfig.python_hop.controller.Keeper` when the chain is kept between
+          ;; deployments (`consfig.python_hop.keep`): the target's Python stays.
           self.keeper None))
 
   (defn _interpreter [self]
@@ -87,7 +87,7 @@ that a deployment costs one exchange of messages, not several."
   (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]
                        [lock None] [converge None]]
     "Apply the preprocessed HOST on the target, feeding its events to SINK;
-return the `Outcome`.  LOCK: a `consfig.lock.lock-request`, for the
+return the `Outcome`.  LOCK: a `consfig.apply.lock.lock-request`, for the
 target's Python to take the deployment lock itself; CONVERGE, to stay and
 keep the host converged (`consfig converge`)."
     (apply-remotely self.upstream host sink

@@ -25,9 +25,9 @@ An `:ssh` hop after another one connects through it (Fabric's gateway, a
         threading
         time
         consfig.errors [ChainError CommandTimedOut ConnectionFailed]
-        consfig.frames [OUTPUT-LIMIT OutputBuffer]
-        consfig.hop [Connection Hop PORT SECONDS STRING STRINGS choice-of]
-        consfig.host [get-hostname]
+        consfig.transport.frames [OUTPUT-LIMIT OutputBuffer]
+        consfig.transport.hop [Connection Hop PORT SECONDS STRING STRINGS choice-of]
+        consfig.model.host [get-hostname]
         consfig.util [bytes->text])
 
 (setv DEFAULT-CONNECT-TIMEOUT 30

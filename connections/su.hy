@@ -9,8 +9,8 @@ the target user's and the working directory is unchanged."
 
 (import shlex
         consfig.errors [ConnectionFailed]
-        consfig.frames [OUTPUT-LIMIT]
-        consfig.hop [Connection Hop STRING PROBE-TIMEOUT])
+        consfig.transport.frames [OUTPUT-LIMIT]
+        consfig.transport.hop [Connection Hop STRING PROBE-TIMEOUT])
 
 (defn _su-argv [user script]
   ["su" "-s" "/bin/sh" "-c" script "--" user])

@@ -8,7 +8,7 @@ db1.  It is the prerequisite data item (`--user-passwd--db1`, `deploy`),
 from whichever data source has it (a `:pass` store, a `:pgp` file, …), or
 else is asked for once on the controller's terminal, and kept for the rest
 of the deployment.  After a `:python` hop it comes with the host's data
-(consfig.deployment carries it), never from the target's terminal.
+(consfig.deployer.deployment carries it), never from the target's terminal.
 
 How the password travels.  It must never be on a command line (`ps` shows
 those to every user), in the environment (root can read it in /proc, and it
@@ -32,12 +32,12 @@ and is consumed before anything the caller writes."
 (import secrets
         shlex
         threading
-        consfig.context [deployment-cache]
-        consfig.data [DataItem lookup-data]
-        consfig.datasources [USER-PASSWORD ask-secret terminal?]
+        consfig.model.context [deployment-cache]
+        consfig.data.items [DataItem lookup-data]
+        consfig.data.sources [USER-PASSWORD ask-secret terminal?]
         consfig.errors [ConnectionFailed]
-        consfig.frames [OUTPUT-LIMIT]
-        consfig.hop [Connection Hop STRING PROBE-TIMEOUT Script])
+        consfig.transport.frames [OUTPUT-LIMIT]
+        consfig.transport.hop [Connection Hop STRING PROBE-TIMEOUT Script])
 
 (defn password-item [designator]
   "The prerequisite data item holding the password of DESIGNATOR

@@ -12,20 +12,34 @@ import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 # Hy's `require` reads `_hy_macros` from this module's dict, not through
 # getattr: the modules that define the macros are imported at once.
-from consfig import data, deployment, fact, host, property, propspec
+from consfig import moved as _moved
 
-_MACRO_MODULES = (property, propspec, host, deployment, data, fact)
+_moved.install()
+
+import consfig.model.property as _property  # noqa: E402
+import consfig.model.propspec as _propspec  # noqa: E402
+import consfig.model.host as _host  # noqa: E402
+import consfig.model.fact as _fact  # noqa: E402
+import consfig.deployer.deployment as _deployment  # noqa: E402
+import consfig.data.items as _data  # noqa: E402
+
+_MACRO_MODULES = (_property, _propspec, _host, _deployment, _data, _fact)
+
+# Attributes of the package since before the layout of issue 21, kept:
+# `consfig.propspec.read-propspec` after a bare `import consfig`.
+property, propspec, host, fact, deployment = _property, _propspec, _host, _fact, _deployment
 
 # The modules whose names `(import consfig *)` brings: each module's own
 # `(export …)` list, and no name exported by two of them as two different
 # things (tests/core/test_exports.py).  They are imported when one of their names is
 # first asked for (PEP 562), not with this package: the target of a
-# :python hop imports it on the way to `consfig.serve`, and there applies a
+# :python hop imports it on the way to `consfig.python_hop.target`, and there applies a
 # propspec with a small part of the library.
-_MODULES = ("property", "propspec", "host", "deployment", "fleet", "image", "combinators",
-            "handlers", "fact", "meta", "result", "actions", "context", "chain", "hop", "types",
-            "engine",
-            "errors", "data", "datasources", "keep", "watchspec")
+_MODULES = ("model.property", "model.propspec", "model.host", "deployer.deployment",
+            "deployer.fleet", "image.build", "apply.combinators", "apply.handlers", "model.fact",
+            "apply.meta", "apply.actions", "model.context", "transport.chain",
+            "transport.hop", "types", "apply.engine", "errors", "data.items", "data.sources",
+            "python_hop.keep", "model.watchspec")
 
 _hy_macros = {}
 for _m in _MACRO_MODULES:
@@ -36,8 +50,8 @@ del _m, _name
 
 # For Python users: the deployment functions under Python-friendly names.
 # (In Hy, `deploy` and `deploy-these` are the macros; `deploy*` the functions.)
-deploy = deployment.__dict__[hy.mangle("deploy*")]
-deploy_these = deployment.__dict__[hy.mangle("deploy-these*")]
+deploy = _deployment.__dict__[hy.mangle("deploy*")]
+deploy_these = _deployment.__dict__[hy.mangle("deploy-these*")]
 
 
 def _load_all():
@@ -47,7 +61,7 @@ def _load_all():
         module = importlib.import_module(f"consfig.{module_name}")
         for name in getattr(module, "__all__", ()):
             # A name that is also one of consfig's modules (the type
-            # `propspec`) stays the module: `consfig.propspec.read-propspec`
+            # `propspec`) stays the module: `consfig.model.propspec.read-propspec`
             # must not depend on whether a site has run `(import consfig *)`.
             if isinstance(globals().get(name), _ModuleType):
                 continue
@@ -58,7 +72,8 @@ def _load_all():
             if name not in names:
                 globals()[name] = obj
                 names.append(name)
-    globals()["deploy_hosts"] = globals()["fleet"].__dict__[hy.mangle("deploy-hosts*")]
+    fleet = importlib.import_module("consfig.deployer.fleet")
+    globals()["deploy_hosts"] = fleet.__dict__[hy.mangle("deploy-hosts*")]
     globals()["__all__"] = names
 
 

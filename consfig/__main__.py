@@ -1,5 +1,5 @@
 """python -m consfig: the consfig command."""
 
-from consfig.cli import run
+from consfig.ui.cli import run
 
 run()

@@ -1,6 +1,6 @@
 """The bootstrap: the program a `:python` hop runs on the target first.
 
-The controller sends this file's source, minified (`consfig.remote.bootstrap`),
+The controller sends this file's source, minified (`consfig.python_hop.controller.bootstrap`),
 as `python3 -E -S -c SOURCE`.  It runs before anything of consfig is on the
 target, so it uses only the standard library, and it must parse in any
 Python 3 so that an old one says it is too old rather than failing with a
@@ -8,11 +8,13 @@ syntax error: no f-strings, no walrus, nothing newer than Python 3.0's syntax.
 
 It finds the user's bundle cache (refusing any directory someone else could
 write to), checks each cached layer of the bundle the controller names
-(`consfig.bundle`) against its manifest, says which versions of
+(`consfig.python_hop.bundle`) against its manifest, says which versions of
 prerequisite data it keeps (so that the controller sends only the others),
 asks for the layers it lacks (or found damaged), unpacks them, and hands
-over to `consfig.serve.serve`.  The controller imports it too,
-for `cache_directory`, so that both sides agree on where the cache is.
+over to the `serve` of the module the controller names as its one argument
+(`consfig.python_hop.target`).  The controller imports it too, for
+`cache_directory`, so that both sides agree on where the cache is: it is
+part of consfig's ground layer, and imports nothing of consfig.
 
 Exit codes the controller interprets: 97, the Python is too old; 98, no
 cache directory is safe to use; 3, the controller went away first.
@@ -219,7 +221,7 @@ def place(extract, directory):
     """Make the bundle DIRECTORY, mode 0700: EXTRACT fills the private
     temporary directory it is given, beside DIRECTORY; the manifest is written
     last and the whole renamed into place.  A bundle racing us there first is
-    kept.  (An image unpacks itself with this too, see `consfig.image`.)"""
+    kept.  (An image unpacks itself with this too, see `consfig.image.build`.)"""
     import shutil
     import tempfile
     temporary = tempfile.mkdtemp(prefix=os.path.basename(directory) + ".tmp", dir=os.path.dirname(directory))
@@ -274,9 +276,11 @@ def forget_bundle_modules():
     importlib.invalidate_caches()
 
 
-def main():
-    """Run on the target: find or fetch the bundle's layers, then serve."""
+def main(server):
+    """Run on the target: find or fetch the bundle's layers, then hand over
+    to the module SERVER's `serve`."""
     check_version()
+    import importlib
     import importlib.util
     import pwd
     sys.dont_write_bytecode = False
@@ -313,7 +317,7 @@ def main():
     sys.path[0:0] = directories
     try:
         import hy  # noqa: F401 -- registers the importer of Hy modules
-        import consfig.serve
+        serving = importlib.import_module(server)
     except Exception as e:
         if len(missing) == len(names):
             raise
@@ -327,10 +331,10 @@ def main():
               "importing from %s failed (%s: %s)" % (bundles, type(e).__name__, e))
         missing = names
         import hy  # noqa: F401,F811
-        import consfig.serve
-    consfig.serve.serve(stream, output, pending, directories,
-                        [os.path.join(bundles, n) for n in missing])
+        serving = importlib.import_module(server)
+    serving.serve(stream, output, pending, directories,
+                  [os.path.join(bundles, n) for n in missing])
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])

@@ -40,7 +40,7 @@ The deployment stops before any connection is made.")
 
 (defclass DeferredRead [BaseException]
   "Raised by a read of another host's hostattrs while a host's hostattrs are
-computed without other hosts' (see `consfig.host`): the property that read
+computed without other hosts' (see `consfig.model.host`): the property that read
 is left out of that computation.  Not an `Exception`, so that nothing on the
 way mistakes it for a failure of the property.")
 

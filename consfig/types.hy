@@ -39,7 +39,7 @@ returns it in the one spelling kept (see `normalise`)."
   (defn normalise [self value]
     "VALUE, checked, in the spelling this type keeps: an absolute path with
 no trailing `/`, a port given as text as an integer (the types of a hop's
-arguments, `consfig.hop`).  Raise `ParameterTypeError` when it is refused."
+arguments, `consfig.transport.hop`).  Raise `ParameterTypeError` when it is refused."
     (self value)
     (if self.normaliser (self.normaliser value) value))
 
@@ -142,11 +142,13 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
       regex (predicate "regex" "a regular expression (Python syntax)"
                        (fn [v] (and (isinstance v str) (re.compile v)))))
 
-(defn _propapp? [v]
-  (import consfig.property [Propapp])
-  (isinstance v Propapp))
+(defclass Applicable []
+  "What a `propspec` parameter accepts: `consfig.model.property.Propapp`,
+a propapp, is its one kind.  (Declared here, below the model, so that the
+types need not import it.)"
+  (setv __slots__ #()))
 
-(setv propspec (Type "propspec" "a propspec (a propapp)" _propapp?))
+(setv propspec (Type "propspec" "a propspec (a propapp)" (fn [v] (isinstance v Applicable))))
 
 (defn int-range [lo hi]
   "Integers from LO to HI inclusive."

@@ -57,7 +57,7 @@ descriptor once DATA is in it, and sets its mode and owner instead of MODE.
 
 This is the one atomic write of a local file: the local connection's
 `write-file` is it after a safe walk; over a POSIX hop the same steps are a
-shell script (`consfig.hop.Connection.write-script`)."
+shell script (`consfig.transport.hop.Connection.write-script`)."
   (if (is dir-fd None)
       (do (setv path (os.fspath path)
                 fd (os.open (or (os.path.dirname path) ".") (| os.O-PATH os.O-DIRECTORY os.O-CLOEXEC)))

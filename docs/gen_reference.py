@@ -5,7 +5,7 @@ list, its parameters' types and its docstring, and the type vocabulary.
     python3 docs/gen_reference.py --check    # exit 1 if it is out of date
 
 It imports every module of consfig.props and reads the property registry
-(`consfig.property.properties`), so a new property module needs nothing more
+(`consfig.model.property.properties`), so a new property module needs nothing more
 than to be in props/.
 """
 
@@ -18,7 +18,7 @@ import sys
 
 import hy  # noqa: F401  -- lets Python import the .hy modules
 import consfig.props
-from consfig.property import properties
+from consfig.model.property import properties
 import consfig.types as types
 
 OUT = pathlib.Path(__file__).resolve().parent / "properties.md"

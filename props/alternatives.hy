@@ -1,9 +1,9 @@
 "The Debian alternatives system: which of several programs providing the
 same command (editor, x-www-browser, java, …) a generic name leads to."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [NO-CHANGE run]
-        consfig.engine [Drift]
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.apply.actions [NO-CHANGE run]
+        consfig.apply.engine [Drift]
         consfig.errors [FailedChange]
         consfig.types *)
 

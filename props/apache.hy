@@ -11,11 +11,11 @@ Apache said.  Apache reloads (gracefully) after a change where services run
 is running.  Switching the MPM needs a restart: `service.restarted`."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
 (import posixpath
-        consfig.actions [NO-CHANGE run run-ok? output remote-exists?]
-        consfig.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.actions [NO-CHANGE run run-ok? output remote-exists?]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
         consfig.props.file [read-bytes content->bytes update-file]

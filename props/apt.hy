@@ -18,19 +18,19 @@ apt's sources or keys marks the package indexes stale, on the target
 upgrades runs `apt-get update` first, in this deployment or a later one."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
-(import consfig.watchspec [watch-dpkg])
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-dpkg])
 (import base64
         re
         time
-        consfig.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script
+        consfig.apply.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script
                          write-remote-file]
-        consfig.context [connection forget-connattr get-connattr set-connattr]
-        consfig.data [get-data-bytes require-data secret?]
-        consfig.engine [Drift WOULD-CHANGE checking? inform report-output]
+        consfig.model.context [connection forget-connattr get-connattr set-connattr]
+        consfig.data.items [get-data-bytes require-data secret?]
+        consfig.apply.engine [Drift WOULD-CHANGE checking? inform report-output]
         consfig.errors [CommandFailed FailedChange]
-        consfig.host [push-hostattr get-hostattr get-hostattrs]
+        consfig.model.host [push-hostattr get-hostattr get-hostattrs]
         consfig.props.file [combined-results remove-files update-file]
         consfig.props.os [required isa?]
         consfig.props.service :as service
@@ -393,7 +393,7 @@ indexes stale (see the module's documentation)."
   (:hostattrs
     (required "debian")
     (when (not (.get (get-hostattr "os") "suite"))
-      (import consfig.host [inapplicable])
+      (import consfig.model.host [inapplicable])
       (inapplicable "apt.standard-sources-list needs the host's Debian suite")))
   (:simulates True)
   (:apply
@@ -645,7 +645,7 @@ removes the file."
   (:hostattrs
     (required "debian-stable")
     (when (not (.get (get-hostattr "os") "suite"))
-      (import consfig.host [inapplicable])
+      (import consfig.model.host [inapplicable])
       (inapplicable "apt.backports-enabled needs the host's Debian suite: (os.debian-stable \"bookworm\" :amd64)")))
   (:simulates True)
   (:apply

@@ -11,14 +11,14 @@ to bootstrap.  It is applied through a `[:chroot :into ROOT]` hop on top of
 the connection the enclosing host is applied through, as part of the same
 deployment: its properties are reported under the `os-bootstrapped` line."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
         hy.models [Keyword]
-        consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]
-        consfig.deployment [deploy-nested]
-        consfig.engine [inform]
+        consfig.apply.actions [NO-CHANGE Script run run-ok? remote-exists?]
+        consfig.deployer.deployment [deploy-nested]
+        consfig.apply.engine [inform]
         consfig.errors [AbortedChange FailedChange InapplicableProperty]
-        consfig.host [Host get-hostattr get-hostname
+        consfig.model.host [Host get-hostattr get-hostname
                       preprocess-host inapplicable]
         consfig.props.mount [unmount-below]
         consfig.props.os [isa?]

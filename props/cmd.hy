@@ -1,11 +1,11 @@
 "Running commands."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
         re
         shlex
-        consfig.actions [Script run remote-exists?]
-        consfig.hop [command->script]
+        consfig.apply.actions [Script run remote-exists?]
+        consfig.transport.hop [command->script]
         consfig.types *)
 
 (defn _created [creates cwd]

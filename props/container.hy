@@ -23,17 +23,17 @@ its PID in /run/consfig/nspawn/NAME.pid and the container's console in
 NAME.log there; every deployment checks it, and one that finds it gone
 boots it again."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
         hy.models [Keyword]
-        consfig.actions [NO-CHANGE Script run run-ok? read-remote-file write-remote-file
+        consfig.apply.actions [NO-CHANGE Script run run-ok? read-remote-file write-remote-file
                          remote-exists?]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name?]
-        consfig.deployment [deploy-nested]
-        consfig.engine [WOULD-CHANGE checking? inform]
+        consfig.deployer.deployment [deploy-nested]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange InapplicableProperty]
-        consfig.host [Host find-host get-hostname preprocess-host]
-        consfig.property [Propapp]
+        consfig.model.host [Host find-host get-hostname preprocess-host]
+        consfig.model.property [Propapp]
         consfig.props.chroot [bootstrapped? bootstrappable-os bootstrap-options bootstrap-into
                               remove-tree]
         consfig.util [keyword-name]
@@ -209,7 +209,7 @@ key once per item) say otherwise."
 
 ;; consfig's runner, for a host whose PID 1 is not systemd.  $1 name, $2
 ;; root, $3 run directory.  The container must not carry the deployment's
-;; token (consfig.lock ends what does when the deployment ends), and gets a
+;; token (consfig.apply.lock ends what does when the deployment ends), and gets a
 ;; session of its own, so that nothing that ends the deployment's process
 ;; group ends it.
 (setv _START-DIRECT "

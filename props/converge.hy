@@ -7,9 +7,9 @@ drifts, with no controller.  `consfig converge HOST --follow` shows what it
 does from the controller."
 
 (eval-when-compile
-  (require consfig.propspec [defpropspec]))
+  (require consfig.model.propspec [defpropspec]))
 (import hy.models [Keyword]
-        consfig.combinators [unapplied with-unapply]
+        consfig.apply.combinators [unapplied with-unapply]
         consfig.props [image systemd]
         consfig.types *)
 

@@ -1,15 +1,15 @@
 "cron jobs: system jobs in /etc/cron.*, and users' crontabs."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist defpropspec]))
-(import consfig.watchspec [watch-path])
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist defpropspec]))
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         re
         shlex
         hy.models [Keyword]
-        consfig.combinators [with-unapply unapplied]
-        consfig.actions [run]
+        consfig.apply.combinators [with-unapply unapplied]
+        consfig.apply.actions [run]
         consfig.props [file package service]
         consfig.types *)
 

@@ -5,7 +5,7 @@ device appears as /dev/mapper/NAME).  A root or resume device is unlocked
 by the initramfs, which reads its own copy of crypttab: run
 `update-initramfs -u` after changing one."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import consfig.props.file [map-file-lines]
         consfig.types *)
 

@@ -1,8 +1,8 @@
 "debconf's database: answers to packages' questions, given before the
 packages ask them."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.engine [Drift]
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.apply.engine [Drift]
         consfig.props.apt [run-waiting-for-locks]
         consfig.props.os [required]
         consfig.types *)

@@ -19,16 +19,16 @@ per partition, so that an image can be built where nothing makes partition
 device nodes (a container, a host without udev); everything attached and
 mounted is released however the build ends."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
         re
         hy.models [Keyword]
-        consfig.actions [NO-CHANGE Script run run-ok? output read-remote-file write-remote-file
+        consfig.apply.actions [NO-CHANGE Script run run-ok? output read-remote-file write-remote-file
                          remote-exists?]
-        consfig.deployment [deploy-nested]
-        consfig.engine [CANNOT-CHECK WOULD-CHANGE checking? inform]
+        consfig.deployer.deployment [deploy-nested]
+        consfig.apply.engine [CANNOT-CHECK WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
-        consfig.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]
+        consfig.model.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]
         consfig.props [apt]
         consfig.props.chroot [bootstrappable-os bootstrap-into bootstrap-options]
         consfig.props.service [without-starting-services]
@@ -364,7 +364,7 @@ come before the host's own propspec (which may need systemctl)."
 (defn _inside [root host bootloader]
   (setv propspec (get host "propspec"))
   (when (= bootloader "grub-bios")
-    (import consfig.combinators [eseqprops])
+    (import consfig.apply.combinators [eseqprops])
     (setv propspec (eseqprops (boot-packages-installed) propspec)))
   (deploy-nested [[(Keyword "chroot") (Keyword "into") root]]
                  {"hostname" (get host "hostname")

@@ -1,8 +1,8 @@
 "dpkg's own state: diversions and foreign architectures."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [NO-CHANGE output run]
-        consfig.engine [Drift]
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.apply.actions [NO-CHANGE output run]
+        consfig.apply.engine [Drift]
         consfig.errors [FailedChange]
         consfig.props.apt [sources-changed]
         consfig.props.os [required]

@@ -1,6 +1,6 @@
 "/etc/environment: the variables pam_env sets for every login session."
 
-(eval-when-compile (require consfig.propspec [defproplist]))
+(eval-when-compile (require consfig.model.propspec [defproplist]))
 (import re
         consfig.props [file]
         consfig.props.file [describe-pairs pairs-problem]

@@ -2,8 +2,8 @@
 package scripts read."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
 (import posixpath
         consfig.props [file]
         consfig.props.file [pairs-problem shell-pair]

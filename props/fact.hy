@@ -7,17 +7,17 @@
 Each fact only reads the target, through the connection, so it works over
 any chain; each says what to watch to notice that it changed (a path, a
 unit, a poll).  Files are read through symlinks: a fact compares their
-content and shows it nowhere.  See consfig.fact to define your own with
+content and shows it nowhere.  See consfig.model.fact to define your own with
 `deffact`, and docs/converge.md."
 
-(eval-when-compile (require consfig.fact [deffact]))
+(eval-when-compile (require consfig.model.fact [deffact]))
 (import re
-        consfig.actions [run remote-exists?]
-        consfig.context [connection]
-        consfig.data [data-version require-data]
+        consfig.apply.actions [run remote-exists?]
+        consfig.model.context [connection]
+        consfig.data.items [data-version require-data]
         consfig.errors [FailedChange]
-        consfig.fact [fact-application fact-holds? fact-hostattrs fact-watch]
-        consfig.property [propapp-desc]
+        consfig.model.fact [fact-application fact-holds? fact-hostattrs fact-watch]
+        consfig.model.property [propapp-desc]
         consfig.props.systemd [unit-name]
         consfig.types *)
 

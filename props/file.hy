@@ -12,27 +12,27 @@ that edit lines read a file with `read-text`, whose undecodable bytes come
 back as lone surrogates (Python's \"surrogateescape\") and are written back
 unchanged, as is every line the property has no business with."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.watchspec [watch-path])
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.types *)
 (import json
         os
         posixpath
         re
         shlex
-        consfig.actions [NO-CHANGE Script run run-ok? run-script run-walked output
+        consfig.apply.actions [NO-CHANGE Script run run-ok? run-script run-walked output
                          write-remote-file remote-exists? set-remote-mode set-remote-owner]
-        consfig.context [connection current-host]
-        consfig.data [MissingData Secret secret? data-sent-event data-sources get-data
+        consfig.model.context [connection current-host]
+        consfig.data.items [MissingData Secret secret? data-sent-event data-sources get-data
                       get-data-bytes get-data-string lookup-data on-target? provide-data
                       require-data]
-        consfig.host [get-hostattr get-hostattrs get-hostname]
-        consfig.sitefiles [render-template site-directory site-path tree-manifest]
-        consfig.engine [Drift WOULD-CHANGE checking? emit inform]
-        consfig.events [diff-event]
+        consfig.model.host [get-hostattr get-hostattrs get-hostname]
+        consfig.site.files [render-template site-directory site-path tree-manifest]
+        consfig.apply.engine [Drift WOULD-CHANGE checking? emit inform]
+        consfig.apply.events [diff-event]
         consfig.errors [AbortedChange ConsfigError FailedChange UnsafePath]
-        consfig.hop [SAFE-WALK]
-        consfig.lock [CACHE-DIRECTORY-SCRIPT]
+        consfig.transport.hop [SAFE-WALK]
+        consfig.apply.lock [CACHE-DIRECTORY-SCRIPT]
         consfig.util [keyword-name])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
@@ -431,7 +431,7 @@ mode, ownership and times."
                 dest source (_parent dest))))
 
 ;; Files from prerequisite data.  The content never goes into the propspec:
-;; the property names the item, the data layer supplies it (consfig.data).
+;; the property names the item, the data layer supplies it (consfig.data.items).
 ;; A destination is compared by digest on the target (`sha256sum`), so an
 ;; unchanged file costs no transfer; a secret's destination is read and
 ;; compared in memory instead, since a digest of a short secret is enough
@@ -555,7 +555,7 @@ deployment needs it already holds in memory; the next one sends it again."
           True (run "rm" "-rf" "--" #* dirs))))
 
 ;; Where a target's Python keeps data: the cache directory it would use
-;; (consfig.lock has the shell's twin of consfig.boot.cache_directory), if
+;; (consfig.apply.lock has the shell's twin of consfig.boot.cache_directory), if
 ;; there is one already.
 (setv _DATA-CACHES (+ CACHE-DIRECTORY-SCRIPT "d=$(consfig_cache) && echo \"$d/data\""))
 
@@ -770,7 +770,7 @@ section is appended.  A section of None means the keys before any section."
 (defn list-tree [path]
   "What is at PATH on the target: `#(KIND ENTRIES)`, KIND \"none\", \"dir\"
 or \"file\", ENTRIES a dict of relative path (\"\" for PATH itself) → entry
-as in `consfig.sitefiles.tree-manifest`, with the owner's and group's names
+as in `consfig.site.files.tree-manifest`, with the owner's and group's names
 and numbers (\"users\" \"groups\")."
   (setv tokens (.split (output (Script _LISTING path) :timeout 600) "\0")
         kind (get tokens 0)
@@ -807,7 +807,7 @@ permission to search where there is one to read (0o640 → 0o750)."
 
 (defn tree-plan [dest manifest have * [mode None] [owner None] [group None] [delete False]]
   "What makes DEST, whose listing is HAVE (see `list-tree`) hold
-the tree MANIFEST (`consfig.sitefiles.tree-manifest`): a dict of \"remove\",
+the tree MANIFEST (`consfig.site.files.tree-manifest`): a dict of \"remove\",
 \"mkdir\", \"write\" (manifest entries), \"link\" (manifest entries),
 \"chmod\" (mode → paths) and \"chown\" (paths), and \"changes\", what
 differs, for people.  Without DELETE, what the manifest lacks is kept; a
@@ -950,7 +950,7 @@ first), `hostattr(name)` (the newest value, or None), and VARIABLES."
                            #^ file-mode [mode None] #^ boolean [secret False]]
   "PATH has the content of the Jinja2 TEMPLATE, a file of the site (relative
 to the directory of the consfig that defines the host; see
-`consfig.sitefiles`), rendered on the controller before anything connects.
+`consfig.site.files`), rendered on the controller before anything connects.
 The template sees `hostname`, `hostattrs` and `hostattr(name)` (what the
 properties before this one declared), `data(iden1, iden2)` (an item of
 prerequisite data, as text) and the variables VARS.  A variable it uses and

@@ -3,8 +3,8 @@
 An entry is one fstab line, such as \"UUID=… /srv ext4 defaults 0 2\"; entries
 are matched to existing lines by their mount point, the second field."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.watchspec [watch-path])
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.props.file [map-file-lines]
         consfig.types *)
 

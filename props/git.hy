@@ -1,13 +1,13 @@
 "git repositories: clones kept up to date, and their settings."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
 (import posixpath
-        consfig.combinators [with-unapply unapplied]
-        consfig.actions [NO-CHANGE Script run run-ok? remote-exists?]
-        consfig.data [data-version get-data-bytes require-data]
-        consfig.engine [Drift]
+        consfig.apply.combinators [with-unapply unapplied]
+        consfig.apply.actions [NO-CHANGE Script run run-ok? remote-exists?]
+        consfig.data.items [data-version get-data-bytes require-data]
+        consfig.apply.engine [Drift]
         consfig.props.file [read-text]
         consfig.errors [AbortedChange]
         consfig.props [package]

@@ -6,11 +6,11 @@ property names, no other and no secret key, or nothing is imported.  gpg
 runs as the user whose keyring it is, so ~/.gnupg stays theirs, and never
 starts gpg-agent or dirmngr."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import re
-        consfig.actions [Script run run-ok?]
-        consfig.data [get-data-bytes require-data]
-        consfig.engine [Drift]
+        consfig.apply.actions [Script run run-ok?]
+        consfig.data.items [get-data-bytes require-data]
+        consfig.apply.engine [Drift]
         consfig.errors [FailedChange]
         consfig.props.user [as-user home-directory]
         consfig.types *)

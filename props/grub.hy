@@ -1,10 +1,10 @@
 "GRUB's settings in /etc/default/grub: the kernel's command line."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import re
         shlex
-        consfig.actions [NO-CHANGE run run-ok?]
-        consfig.engine [WOULD-CHANGE inform]
+        consfig.apply.actions [NO-CHANGE run run-ok?]
+        consfig.apply.engine [WOULD-CHANGE inform]
         consfig.errors [FailedChange]
         consfig.props.file [map-file-lines read-text]
         consfig.types *)

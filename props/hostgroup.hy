@@ -5,10 +5,10 @@ peers: a file on one host that lists the hosts of a group, built on the
 controller from the hosts the site defines and their hostattrs, the way
 Puppet's exported resources are collected."
 
-(eval-when-compile (require consfig.propspec [defpropspec]))
+(eval-when-compile (require consfig.model.propspec [defpropspec]))
 (import string [Formatter]
         consfig.errors [PropspecError]
-        consfig.host [get-hostattr hosts-in-group]
+        consfig.model.host [get-hostattr hosts-in-group]
         consfig.props.file :as file
         consfig.types *)
 

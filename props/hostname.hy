@@ -1,9 +1,9 @@
 "The host's name: the hostattr, /etc/hostname, /etc/hosts and /etc/mailname."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import re
-        consfig.actions [NO-CHANGE Script run run-ok? output]
-        consfig.host [push-hostattr get-hostattr]
+        consfig.apply.actions [NO-CHANGE Script run run-ok? output]
+        consfig.model.host [push-hostattr get-hostattr]
         consfig.props.file [update-file map-file-lines]
         consfig.types *)
 

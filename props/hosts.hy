@@ -1,7 +1,7 @@
 "Entries of /etc/hosts: the addresses the host's own resolver gives for
 names, without DNS."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import ipaddress
         re
         consfig.props.file [map-file-lines]

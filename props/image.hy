@@ -9,25 +9,25 @@ not (`systemd-or-cron`); the host needs nothing but a Python 3.9+ and
 flock(1), and for pulling, ssh-keygen."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defpropspec]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defpropspec]))
 (import contextvars
         json
         os
         re
         shlex
         hy.models [Keyword]
-        consfig.actions [NO-CHANGE run run-ok? remote-exists? write-remote-file]
-        consfig.combinators [eseqprops on-change with-unapply unapplied]
-        consfig.context [current-host]
-        consfig.data [get-data provide-data secret?]
-        consfig.engine [Drift WOULD-CHANGE apply-sequence checking? inform]
+        consfig.apply.actions [NO-CHANGE run run-ok? remote-exists? write-remote-file]
+        consfig.apply.combinators [eseqprops on-change with-unapply unapplied]
+        consfig.model.context [current-host]
+        consfig.data.items [get-data provide-data secret?]
+        consfig.apply.engine [Drift WOULD-CHANGE apply-sequence checking? inform]
         consfig.errors [ConsfigError FailedChange]
-        consfig.host [Host find-host get-hostattrs get-hostname]
+        consfig.model.host [Host find-host get-hostattrs get-hostname]
         consfig.props [cron file systemd]
         consfig.props.service [no-services?]
-        consfig.puller
-        consfig.puller [IDENTITY allowed-signers check-identity]
+        consfig.image.puller
+        consfig.image.puller [IDENTITY allowed-signers check-identity]
         consfig.types *
         consfig.util [keyword-name])
 
@@ -67,7 +67,7 @@ is none of those, or less than a minute."
       scheduler (enum "auto" "systemd" "cron")
       public-key (predicate "public-key"
                             "an OpenSSH public key line (ssh-ed25519 AAAA… comment), or one of consfig's old consfig-ed25519 lines"
-                            consfig.puller.public-key)
+                            consfig.image.puller.public-key)
       signer-identity (predicate "signer-identity"
                                  "a signer's identity: a letter or digit, then letters, digits and ._@+=- (consfig-publisher, fleet@example.org)"
                                  check-identity))
@@ -216,7 +216,7 @@ later).  Unapplying removes both."
 
 (defn _source [module-file]
   ;; The puller goes to hosts as the very file consfig runs.
-  (with [f (open (os.path.join (os.path.dirname consfig.puller.__file__) module-file)
+  (with [f (open (os.path.join (os.path.dirname consfig.image.puller.__file__) module-file)
                  :encoding "utf-8")]
     (.read f)))
 
@@ -265,7 +265,7 @@ the image's options: `[\"-v\"]`, `[\"--as-host\"]`; NOOP: with `--noop`,
 so that each run reports drift and repairs nothing).  An unsigned,
 altered, stale or wrongly signed image is refused and reported (the run
 fails, in the journal or cron's mail) and nothing is applied.  The puller
-(`/usr/local/lib/consfig/puller.py`) needs nothing but Python 3.9+ and
+(`/usr/local/lib/consfig/image/puller.py`) needs nothing but Python 3.9+ and
 ssh-keygen: `ssh-keygen -Y verify -n consfig-image -I IDENTITY` checks each
 signature against `/etc/consfig/allowed_signers`, which lists the keys for
 IDENTITY in the consfig-image namespace.  Scheduling is `scheduled`'s (VIA,
@@ -312,9 +312,9 @@ schedule and its state (the last good image)."
          (Host hostname (. (.get current-host) propspec)))))
 
 (defn own-image [hostname * [no-secrets False]]
-  "The `consfig.image.Image` of HOSTNAME as `installed` puts it on the host:
+  "The `consfig.image.build.Image` of HOSTNAME as `installed` puts it on the host:
 built while the host is preprocessed, and without the image itself."
-  (import consfig.image [make-image])
+  (import consfig.image.build [make-image])
   (setv token (.set _imaging (| (.get _imaging) #{hostname})))
   (try (make-image (_unprepared hostname) :no-secrets no-secrets)
        (finally (.reset _imaging token))))

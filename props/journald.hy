@@ -1,7 +1,7 @@
 "The systemd journal's settings: how much it keeps, and where."
 
-(eval-when-compile (require consfig.propspec [defpropspec]))
-(import consfig.combinators [eseqprops on-change]
+(eval-when-compile (require consfig.model.propspec [defpropspec]))
+(import consfig.apply.combinators [eseqprops on-change]
         consfig.props [file systemd]
         consfig.props.systemd [setting])
 

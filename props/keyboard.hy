@@ -1,7 +1,7 @@
 "The keyboard layout of the console and of X, in /etc/default/keyboard
 (Debian's keyboard-configuration)."
 
-(eval-when-compile (require consfig.propspec [defproplist]))
+(eval-when-compile (require consfig.model.propspec [defproplist]))
 (import consfig.props [etc-default]
         consfig.types *)
 

@@ -9,9 +9,9 @@ says the running kernel was left alone.  A module the initramfs loads reads
 its options from the copy of modprobe.d made when the initramfs was built:
 run `update-initramfs -u` after changing those."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [NO-CHANGE remote-exists? run run-ok?]
-        consfig.engine [WOULD-CHANGE checking? inform]
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.apply.actions [NO-CHANGE remote-exists? run run-ok?]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines combined-results conf-pairs describe-pairs pairs-problem
                             remove-files remove-lines update-file]

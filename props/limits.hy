@@ -1,7 +1,7 @@
 "Resource limits of login sessions: drop-ins of /etc/security/limits.d,
 which pam_limits reads."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import re
         consfig.props.file [remove-files update-file]
         consfig.types *)

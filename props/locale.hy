@@ -2,12 +2,12 @@
 `locales` package: /etc/locale.gen, locale-gen, update-locale)."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
 (import re
         shlex
-        consfig.combinators [with-unapply unapplied]
-        consfig.actions [run output read-remote-file change-if-changes-file]
+        consfig.apply.combinators [with-unapply unapplied]
+        consfig.apply.actions [run output read-remote-file change-if-changes-file]
         consfig.errors [FailedChange]
         consfig.props [package]
         consfig.props.file [map-file-lines]

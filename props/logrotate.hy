@@ -1,10 +1,10 @@
 "logrotate: how log files are rotated, in drop-ins of /etc/logrotate.d."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defpropspec]))
-(import consfig.actions [output run run-ok? write-remote-file]
-        consfig.engine [checking?]
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defpropspec]))
+(import consfig.apply.actions [output run run-ok? write-remote-file]
+        consfig.apply.engine [checking?]
         consfig.errors [FailedChange]
         consfig.props.file [content->bytes read-bytes remove-files update-file]
         consfig.types *)

@@ -1,9 +1,9 @@
 "Mounted filesystems (Linux: findmnt(8) and umount(8) from util-linux)."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.watchspec [watch-path watch-poll])
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import posixpath
-        consfig.actions [NO-CHANGE run run-ok? output]
+        consfig.apply.actions [NO-CHANGE run run-ok? output]
         consfig.props.os [required]
         consfig.types *)
 

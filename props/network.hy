@@ -20,15 +20,15 @@ reloads its files when it runs (`networkctl reload`); ifupdown brings a new
 `auto` interface up, and one already up down and up again.  In a chroot,
 the files are written and nothing else is done."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import fnmatch
         posixpath
         re
-        consfig.actions [NO-CHANGE Script run run-ok? run-walked]
-        consfig.context [connection]
-        consfig.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.actions [NO-CHANGE Script run run-ok? run-walked]
+        consfig.model.context [connection]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
-        consfig.noservices [no-services-reason]
+        consfig.apply.noservices [no-services-reason]
         consfig.props.file [add-lines read-text update-file]
         consfig.props.nftables [interface-of ssh-connection]
         consfig.props.reboot [CHROOT-TEST]

@@ -20,17 +20,17 @@ refused unless that connection gets through its input hook.  In a chroot,
 the ruleset is checked and written, never loaded (it would be the firewall
 of the machine the chroot is on)."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import re
-        consfig.actions [NO-CHANGE Script run output]
-        consfig.context [connection]
-        consfig.data [get-data-string on-target? provide-data require-data]
-        consfig.engine [Drift WOULD-CHANGE checking? inform]
+        consfig.apply.actions [NO-CHANGE Script run output]
+        consfig.model.context [connection]
+        consfig.data.items [get-data-string on-target? provide-data require-data]
+        consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [ConsfigError FailedChange]
-        consfig.noservices [no-services-reason]
+        consfig.apply.noservices [no-services-reason]
         consfig.props.file [read-text update-file]
         consfig.props.reboot [CHROOT-TEST]
-        consfig.sitefiles [site-path]
+        consfig.site.files [site-path]
         consfig.types *)
 
 (setv CONF "/etc/nftables.conf")

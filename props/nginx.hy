@@ -9,11 +9,11 @@ services run (not in a chroot: see `service.without-starting-services`),
 and only when it is running."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
 (import posixpath
-        consfig.actions [NO-CHANGE run run-ok? remote-exists?]
-        consfig.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
         consfig.props.file [read-bytes content->bytes update-file]

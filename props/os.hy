@@ -4,12 +4,12 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 \"suite\" \"bookworm\" \"arch\" \"amd64\"}.  Types form a hierarchy
 (debian-stable is a debian is a linux), which `required` and `isa?` follow."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import hy.models [Keyword]
-        consfig.actions [NO-CHANGE]
-        consfig.engine [apply-propapp unapply-propapp]
-        consfig.host [push-hostattr get-hostattr inapplicable]
-        consfig.property [Propapp propapp-desc propapp-hostattrs]
+        consfig.apply.actions [NO-CHANGE]
+        consfig.apply.engine [apply-propapp unapply-propapp]
+        consfig.model.host [push-hostattr get-hostattr inapplicable]
+        consfig.model.property [Propapp propapp-desc propapp-hostattrs]
         consfig.util [keyword-name]
         consfig.types *)
 

@@ -1,9 +1,9 @@
 "Packages, through whichever package manager the target has."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.watchspec [watch-dpkg])
-(import consfig.actions [run run-ok?]
-        consfig.context [get-connattr set-connattr]
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-dpkg])
+(import consfig.apply.actions [run run-ok?]
+        consfig.model.context [get-connattr set-connattr]
         consfig.errors [FailedChange]
         consfig.props.apt :as apt
         consfig.types *)

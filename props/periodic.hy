@@ -1,10 +1,10 @@
 "Applying expensive properties now and then rather than every time."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
         re
-        consfig.actions [NO-CHANGE Script run run-script output remote-exists?]
-        consfig.engine [apply-sequence]
+        consfig.apply.actions [NO-CHANGE Script run run-script output remote-exists?]
+        consfig.apply.engine [apply-sequence]
         consfig.util [keyword-name]
         consfig.types *)
 

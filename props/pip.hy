@@ -10,12 +10,12 @@ are given to every pip these properties run through the environment
 runs as that user (through runuser, unless the connection is that user),
 whose files the environment then are."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import json
         posixpath
         re
-        consfig.actions [NO-CHANGE run run-ok? run-walked]
-        consfig.engine [Drift]
+        consfig.apply.actions [NO-CHANGE run run-ok? run-walked]
+        consfig.apply.engine [Drift]
         consfig.errors [FailedChange]
         consfig.props.user [as-user]
         consfig.types *)

@@ -14,8 +14,8 @@ consfig turns it into a SCRAM-SHA-256 verifier before anything is sent, so
 the password itself never reaches the target."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
 (import base64
         hashlib
         hmac
@@ -24,11 +24,11 @@ the password itself never reaches the target."
         re
         stringprep
         unicodedata
-        consfig.actions [NO-CHANGE run]
-        consfig.data [get-data-string require-data]
-        consfig.engine [Drift checking?]
+        consfig.apply.actions [NO-CHANGE run]
+        consfig.data.items [get-data-string require-data]
+        consfig.apply.engine [Drift checking?]
         consfig.errors [FailedChange]
-        consfig.host [get-hostname]
+        consfig.model.host [get-hostname]
         consfig.props.apt :as apt
         consfig.props.file [read-text update-file]
         consfig.props.service [no-services? skip-for-no-services]

@@ -14,17 +14,17 @@ not come back in time is a failure.  In a chroot nothing reboots (it would
 be the machine the chroot is on); in check mode the reboot that would happen
 is shown, and nothing is scheduled."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [NO-CHANGE Script run]
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.apply.actions [NO-CHANGE Script run]
         ;; Not `at-end`, which this module defines: a property of that name.
-        consfig.engine [WOULD-CHANGE announce-action checking? current-ending emit inform
+        consfig.apply.engine [WOULD-CHANGE announce-action checking? current-ending emit inform
                         at-end :as at-deployment-end]
-        consfig.events [end-event]
-        consfig.hop [command->script]
-        consfig.host [get-hostname]
-        consfig.noservices [no-services-reason]
-        consfig.context [connection]
-        consfig.rebooting [BOOT-ID-SCRIPT reboot-event]
+        consfig.apply.events [end-event]
+        consfig.transport.hop [command->script]
+        consfig.model.host [get-hostname]
+        consfig.apply.noservices [no-services-reason]
+        consfig.model.context [connection]
+        consfig.apply.rebooting [BOOT-ID-SCRIPT reboot-event]
         consfig.types *)
 
 (setv DEFAULT-COMMAND ["shutdown" "-r" "+1"]

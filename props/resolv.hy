@@ -1,8 +1,8 @@
 "The resolver's configuration, /etc/resolv.conf, where nothing else
 manages it."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [run-ok?]
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.apply.actions [run-ok?]
         consfig.errors [FailedChange]
         consfig.props.file [update-file]
         consfig.props.hosts [ip-address]

@@ -7,17 +7,17 @@ the properties here and in `systemd` that start, stop or reload services do
 nothing, and /usr/sbin/policy-rc.d answers 101 (\"action forbidden\") so that
 packages installed meanwhile do not start theirs either."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.watchspec [watch-unit])
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-unit])
 (import contextlib
         contextvars
-        consfig.actions [NO-CHANGE run run-ok? run-script read-remote-file
+        consfig.apply.actions [NO-CHANGE run run-ok? run-script read-remote-file
                          write-remote-file remote-exists?]
-        consfig.context [connection]
-        consfig.engine [apply-sequence inform]
+        consfig.model.context [connection]
+        consfig.apply.engine [apply-sequence inform]
         consfig.errors [FailedChange]
-        consfig.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
-        consfig.host [push-hostattr get-hostattr]
+        consfig.apply.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
+        consfig.model.host [push-hostattr get-hostattr]
         consfig.types *)
 
 (setv service-name (matching "service-name"

@@ -1,14 +1,14 @@
 "SSH client-side state: users' keys, authorized keys and known hosts."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defpropspec]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defpropspec]))
 (import posixpath
-        consfig.actions [NO-CHANGE run run-ok? remote-exists?]
-        consfig.data [get-data-bytes require-data]
-        consfig.engine [Drift]
+        consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
+        consfig.data.items [get-data-bytes require-data]
+        consfig.apply.engine [Drift]
         consfig.errors [FailedChange]
-        consfig.host [get-hostname get-hostattrs hosts-with-hostattr]
+        consfig.model.host [get-hostname get-hostattrs hosts-with-hostattr]
         consfig.props.file :as file
         consfig.props.file [add-lines remove-lines content->bytes read-bytes update-file]
         consfig.props.user [home-directory]

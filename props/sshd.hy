@@ -5,15 +5,15 @@ file is touched, so that a typo never leaves a host unreachable: an invalid
 configuration fails the property and the file stays as it was."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
-(import consfig.watchspec [watch-path])
-(import consfig.actions [NO-CHANGE output write-remote-file run run-script]
-        consfig.data [get-data-bytes require-data]
-        consfig.engine [Drift]
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-path])
+(import consfig.apply.actions [NO-CHANGE output write-remote-file run run-script]
+        consfig.data.items [get-data-bytes require-data]
+        consfig.apply.engine [Drift]
         consfig.errors [AbortedChange FailedChange]
-        consfig.hop [Script]
-        consfig.host [get-hostname push-hostattr]
+        consfig.transport.hop [Script]
+        consfig.model.host [get-hostname push-hostattr]
         consfig.props.apt :as apt
         consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
                             read-bytes read-text content->bytes pairs-problem conf-pair]

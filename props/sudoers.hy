@@ -6,10 +6,10 @@ perhaps, the chain a deployment came in by — so a drop-in is checked with
 `visudo -c` once it is: a drop-in that fails either is refused and the file
 that was there before stays."
 
-(eval-when-compile (require consfig.property [defprop]
-                           consfig.propspec [defproplist]))
-(import consfig.actions [output run run-ok? write-remote-file]
-        consfig.engine [checking? inform]
+(eval-when-compile (require consfig.model.property [defprop]
+                           consfig.model.propspec [defproplist]))
+(import consfig.apply.actions [output run run-ok? write-remote-file]
+        consfig.apply.engine [checking? inform]
         consfig.errors [FailedChange]
         consfig.props.file [content->bytes read-bytes remove-files update-file]
         consfig.types *)

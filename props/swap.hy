@@ -4,11 +4,11 @@ The running kernel is given the swap only where it is the system's own — not
 in a chroot, not where services are not started (see `sysctl`); there the
 file and its fstab line are made, and it is used from the next boot."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
         re
-        consfig.actions [NO-CHANGE Script output run]
-        consfig.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.actions [NO-CHANGE Script output run]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.file [combined-results map-file-lines remove-files]
         consfig.props.fstab [FSTAB]

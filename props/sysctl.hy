@@ -7,10 +7,10 @@ since a chroot shares the kernel of the machine it is on.  There the file is
 written, the property says that the running kernel was left alone, and the
 values take effect when the system boots."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import re
-        consfig.actions [NO-CHANGE Script output run run-ok?]
-        consfig.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.actions [NO-CHANGE Script output run run-ok?]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.file [combined-results conf-equals-text conf-pairs describe-pairs map-file-lines
                             pairs-problem read-text update-file]

@@ -15,14 +15,14 @@ verify` before they replace what was there, and the manager rereads its
 configuration afterwards, where one runs.  Lingering is recorded in
 /var/lib/systemd/linger, through loginctl where a manager runs."
 
-(eval-when-compile (require consfig.property [defprop]
-                           consfig.propspec [defpropspec]))
-(import consfig.watchspec [watch-path watch-unit watch-poll])
+(eval-when-compile (require consfig.model.property [defprop]
+                           consfig.model.propspec [defpropspec]))
+(import consfig.model.watchspec [watch-path watch-unit watch-poll])
 (import posixpath
-        consfig.combinators [eseqprops unapplied with-unapply]
-        consfig.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
+        consfig.apply.combinators [eseqprops unapplied with-unapply]
+        consfig.apply.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
                          write-remote-file]
-        consfig.engine [Drift WOULD-CHANGE checking? inform]
+        consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [AbortedChange FailedChange]
         consfig.props.file [conf-pairs pairs-problem read-bytes content->bytes update-file]
         consfig.props.service [no-services? skip-for-no-services]

@@ -1,8 +1,8 @@
 "Time from the network with systemd-timesyncd, the small SNTP client of
 systemd."
 
-(eval-when-compile (require consfig.propspec [defpropspec]))
-(import consfig.combinators [eseqprops on-change]
+(eval-when-compile (require consfig.model.propspec [defpropspec]))
+(import consfig.apply.combinators [eseqprops on-change]
         consfig.props [apt systemd]
         consfig.props.hosts [ip-address]
         consfig.types *)

@@ -1,12 +1,12 @@
 "The system timezone."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
         re
-        consfig.actions [run run-ok? read-remote-file write-remote-file
+        consfig.apply.actions [run run-ok? read-remote-file write-remote-file
                          remote-exists?]
         consfig.errors [AbortedChange]
-        consfig.host [push-hostattr]
+        consfig.model.host [push-hostattr]
         consfig.types *)
 
 (setv timezone-name (predicate "timezone-name" "a timezone name such as \"Europe/London\""

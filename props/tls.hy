@@ -11,14 +11,14 @@ Let's Encrypt (ACME) is not here: a certificate comes from the site's data,
 however the site obtains it."
 
 (eval-when-compile
-  (require consfig.property [defprop]
-           consfig.propspec [defproplist]))
+  (require consfig.model.property [defprop]
+           consfig.model.propspec [defproplist]))
 (import posixpath
-        consfig.actions [NO-CHANGE run run-ok?]
-        consfig.data [get-data-bytes require-data]
-        consfig.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.actions [NO-CHANGE run run-ok?]
+        consfig.data.items [get-data-bytes require-data]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
-        consfig.host [get-hostname]
+        consfig.model.host [get-hostname]
         consfig.props.file [install-data read-bytes]
         consfig.types *)
 

@@ -1,9 +1,9 @@
 "systemd-tmpfiles: files and directories made (and cleaned) at boot and on
 demand, from drop-ins of /etc/tmpfiles.d."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.actions [NO-CHANGE run run-ok?]
-        consfig.engine [checking? inform]
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.apply.actions [NO-CHANGE run run-ok?]
+        consfig.apply.engine [checking? inform]
         consfig.errors [FailedChange]
         consfig.props.file [remove-files update-file]
         consfig.types *)

@@ -1,12 +1,12 @@
 "Users and groups, through the shadow utilities (useradd, usermod, …)."
 
-(eval-when-compile (require consfig.property [defprop]))
-(import consfig.watchspec [watch-path])
+(eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import re
-        consfig.actions [Script run run-ok? output]
-        consfig.data [get-data-string require-data]
-        consfig.engine [Drift]
-        consfig.host [get-hostname]
+        consfig.apply.actions [Script run run-ok? output]
+        consfig.data.items [get-data-string require-data]
+        consfig.apply.engine [Drift]
+        consfig.model.host [get-hostname]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines]
         consfig.types *)

@@ -20,11 +20,11 @@ its XML domain definitions for what is here one command line; hosts with
 no systemd as PID 1 (containers, CI runners) could not run it, and its
 own supervision would replace this one rather than add to it."
 
-(eval-when-compile (require consfig.property [defprop]))
+(eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
-        consfig.actions [Script run run-ok? remote-exists?]
+        consfig.apply.actions [Script run run-ok? remote-exists?]
         consfig.connections.nspawn [machine-name?]
-        consfig.engine [Drift inform]
+        consfig.apply.engine [Drift inform]
         consfig.errors [FailedChange]
         consfig.util [keyword-name]
         consfig.types *)

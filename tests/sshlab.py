@@ -265,7 +265,7 @@ def sudo_password_known(password, designator="pw@lab", asked=None):
     ASKED, a list, gets (designator, on the main thread?) each time it is
     asked for the password."""
     import hy  # noqa: F401
-    import consfig.data as data
+    import consfig.data.items as data
     from consfig.connections.sudo import password_item
     item = tuple(password_item(designator))
 

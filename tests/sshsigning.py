@@ -1,7 +1,7 @@
 """Keys for signing images in tests: OpenSSH key pairs made by ssh-keygen,
 keys of consfig's old format, allowed-signers files, and a real ssh-agent.
 
-    signer = new_key(tmp_path, "fleet")          # a consfig.publish.Signer
+    signer = new_key(tmp_path, "fleet")          # a consfig.image.publish.Signer
     allowed(tmp_path / "allowed_signers", signer.line)
     with SshAgent(tmp_path) as agent:            # SSH_AUTH_SOCK in agent.env
         agent.add(signer.path)
@@ -16,7 +16,7 @@ import hy  # noqa: F401
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from consfig import publish, puller
+from consfig.image import publish, puller
 from harness import wait_until
 
 __all__ = ["new_key", "old_key", "allowed", "SshAgent"]

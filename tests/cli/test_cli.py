@@ -324,7 +324,7 @@ def test_a_site_compiled_by_another_consfig_is_compiled_again(tmp_path):
     # a consfig that hashes only the source would have left it.
     import importlib.util
     import marshal
-    from consfig.site import _SiteLoader, module_name_for
+    from consfig.site.load import _SiteLoader, module_name_for
     target = tmp_path / "out"
     site = tmp_path / "other.hy"
 

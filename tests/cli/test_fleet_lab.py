@@ -9,16 +9,16 @@ import hy  # noqa: F401
 import pytest
 from hy.models import Keyword as K
 
-import consfig.fleet
-from consfig.combinators import eseqprops
-from consfig.host import make_host
+import consfig.deployer.fleet
+from consfig.apply.combinators import eseqprops
+from consfig.model.host import make_host
 from consfig.props import file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from clirun import Terminal  # noqa: E402
 from sshlab import sudo_password_known  # noqa: E402
 
-deploy_hosts = getattr(consfig.fleet, hy.mangle("deploy-hosts*"))
+deploy_hosts = getattr(consfig.deployer.fleet, hy.mangle("deploy-hosts*"))
 
 PROMPT = b"sudo password for pw@lab"
 

@@ -53,7 +53,7 @@ def test_an_install_that_has_run_uninstalls_without_a_trace(venv, tmp_path):
     # What broke `pip install .` then `pip install -e .`: bytecode that Hy
     # wrote at run time into site-packages was no part of the install
     # record, so the old install's directory stayed, a namespace package
-    # that shadowed the editable one (`No module named 'consfig.cli'`).
+    # that shadowed the editable one (`No module named 'consfig.ui.cli'`).
     bindir, env = venv
     _pip_install(bindir, env, str(REPO))
     first = _run([bindir / "consfig", "deploy", "demo"], env)

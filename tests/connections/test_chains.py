@@ -15,21 +15,21 @@ from rich.console import Console
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-import consfig.deployment
+import consfig.deployer.deployment
 import consfig.errors
-from consfig.combinators import eseqprops, seqprops
-from consfig.chain import close_chain, establish_chain, parse_chain
-from consfig.hop import Script
-from consfig.context import establishing_for
-from consfig.engine import apply_host
-from consfig.host import make_host, preprocess_host
+from consfig.apply.combinators import eseqprops, seqprops
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+from consfig.transport.hop import Script
+from consfig.model.context import establishing_for
+from consfig.apply.engine import apply_host
+from consfig.model.host import make_host, preprocess_host
 from consfig.props import cmd, file
-from consfig.report import Reporter
+from consfig.deployer.report import Reporter
 from harness import running, wait_until
 from sshlab import processes_seen, sudo_password_known
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
-deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
+deploy_these = getattr(consfig.deployer.deployment, hy.mangle("deploy-these*"))
 
 
 def ssh(lab, host="lab", **kw):
@@ -276,7 +276,7 @@ def test_a_nul_in_a_path_built_as_data_is_refused_before_anything_is_applied(est
     # here, it is refused with the host's other load-time checks (the path's
     # watch), before anything reaches the target.  What a connection does
     # with a NUL that reaches it is the test above.
-    from consfig.property import Propapp
+    from consfig.model.property import Propapp
     nul = Propapp("consfig.props.file.has-content", ["/tmp/consfig-a\0b", "x"])
     with pytest.raises(consfig.errors.PropspecError, match="NUL"):
         apply_through(conn, seqprops(nul, file.has_content(str(after), "applied\n")))

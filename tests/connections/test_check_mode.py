@@ -16,16 +16,16 @@ from rich.console import Console
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-import consfig.deployment
-from consfig.combinators import on_change, seqprops
-from consfig.host import make_host
+import consfig.deployer.deployment
+from consfig.apply.combinators import on_change, seqprops
+from consfig.model.host import make_host
 from consfig.props import cmd, file
-from consfig.report import Reporter
+from consfig.deployer.report import Reporter
 
 sys.path.insert(0, os.path.dirname(__file__))
 from labservers import ssh_hop  # noqa: E402
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 
 def snapshot(root):

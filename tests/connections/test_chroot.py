@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import unavailable  # noqa: E402
 from minichroot import make_minichroot  # noqa: E402
 
-from consfig.chain import establish_chain, close_chain, parse_chain  # noqa: E402
+from consfig.transport.chain import establish_chain, close_chain, parse_chain  # noqa: E402
 from consfig.errors import ConnectionFailed  # noqa: E402
 
 

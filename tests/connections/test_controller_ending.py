@@ -15,11 +15,11 @@ CONTROLLER = """
 import sys
 import hy
 from hy.models import Keyword as K
-import consfig.deployment
-from consfig.combinators import seqprops
-from consfig.host import make_host
+import consfig.deployer.deployment
+from consfig.apply.combinators import seqprops
+from consfig.model.host import make_host
 from consfig.props import cmd
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 chain = [[K("ssh"), K("host"), "lab", K("config"), sys.argv[1]], K("sudo")]
 # The command is put together here, so that this command line does not match it.
 outcome = deploy(chain, make_host("lab", None, None, seqprops(cmd.single("sleep", sys.argv[2]))),

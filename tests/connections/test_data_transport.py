@@ -15,14 +15,14 @@ from hy.models import Keyword as K
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from labservers import ssh_hop  # noqa: E402
 
-import consfig.data as data  # noqa: E402
-import consfig.deployment  # noqa: E402
-from consfig.combinators import eseqprops  # noqa: E402
-from consfig.host import make_host  # noqa: E402
+import consfig.data.items as data  # noqa: E402
+import consfig.deployer.deployment  # noqa: E402
+from consfig.apply.combinators import eseqprops  # noqa: E402
+from consfig.model.host import make_host  # noqa: E402
 from consfig.props import file  # noqa: E402
 from sshlab import processes_seen, sudo_password_known  # noqa: E402
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 HOST = "data.lab.test"
 OTHER = "other.lab.test"
@@ -127,14 +127,14 @@ def test_each_version_is_sent_once(sshlab, site, chain_id):
 
 
 def test_each_version_is_sent_once_over_a_kept_chain(sshlab, site):
-    import consfig.keep
-    import consfig.remote
+    import consfig.python_hop.keep
+    import consfig.python_hop.controller
     chain, dest = chains(sshlab)["ssh-sudo-python"], site["dest"]
     try:
         outcome, events = run(chain, dest, persist=60)
         assert outcome.status == "changed"
         assert sorted(sent(events)) == [("_shared", "motd"), (HOST, "app.conf")], sent(events)
-        sessions = consfig.remote.stats["sessions"]
+        sessions = consfig.python_hop.controller.stats["sessions"]
         outcome, events = run(chain, dest, persist=60)
         assert outcome.status == "no-change"
         assert sent(events) == [], "the kept Python has it all"
@@ -144,9 +144,9 @@ def test_each_version_is_sent_once_over_a_kept_chain(sshlab, site):
         assert outcome.status == "changed"
         assert sent(events) == [("_shared", "motd")], "only the bumped item travels"
         assert (dest / "motd").read_text() == "bumped\n"
-        assert consfig.remote.stats["sessions"] == sessions, "all over the one kept Python"
+        assert consfig.python_hop.controller.stats["sessions"] == sessions, "all over the one kept Python"
     finally:
-        consfig.keep.disconnect()
+        consfig.python_hop.keep.disconnect()
 
 
 def test_a_secret_travels_in_memory_each_time_over_python(sshlab, site):

@@ -11,13 +11,13 @@ import pytest
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-import consfig.deployment
-from consfig.combinators import during, seqprops
-from consfig.host import make_host
-from consfig.image import state_directory
+import consfig.deployer.deployment
+from consfig.apply.combinators import during, seqprops
+from consfig.model.host import make_host
+from consfig.image.build import state_directory
 from consfig.props import fact, file
 
-deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
+deploy_these = getattr(consfig.deployer.deployment, hy.mangle("deploy-these*"))
 
 
 def ssh(lab):

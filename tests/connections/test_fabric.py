@@ -1,5 +1,5 @@
 """Fabric users deploy consfig hosts: the `:fabric` hop over a Connection of
-theirs, and `consfig.fabric.deploy` in a fabfile run by the real `fab`
+theirs, and `consfig.deployer.fabric.deploy` in a fabfile run by the real `fab`
 command, against the SSH lab."""
 
 import os
@@ -13,14 +13,14 @@ import hy  # noqa: F401
 from hy.models import Keyword as K
 import fabric
 
-import consfig.deployment
-from consfig.chain import parse_chain
-from consfig.combinators import eseqprops
+import consfig.deployer.deployment
+from consfig.transport.chain import parse_chain
+from consfig.apply.combinators import eseqprops
 from consfig.errors import ChainError, ConnectionFailed
-from consfig.host import make_host
+from consfig.model.host import make_host
 from consfig.props import file
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 FAB = os.path.join(os.path.dirname(sys.executable), "fab")
 
@@ -39,7 +39,7 @@ SITE = """(require consfig *)
 """
 
 FABFILE = """from fabric import ThreadingGroup, task
-from consfig.fabric import deploy
+from consfig.deployer.fabric import deploy
 
 SITE = {site!r}
 

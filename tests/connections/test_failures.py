@@ -14,12 +14,12 @@ import hy  # noqa: F401
 from hy.models import Keyword as K
 
 import consfig.connections.sudo as sudo
-import consfig.deployment
-from consfig.combinators import eseqprops
-from consfig.chain import close_chain, establish_chain, parse_chain
-from consfig.context import establishing_for
+import consfig.deployer.deployment
+from consfig.apply.combinators import eseqprops
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+from consfig.model.context import establishing_for
 from consfig.errors import ChainError, CommandTimedOut, ConnectionFailed
-from consfig.host import make_host
+from consfig.model.host import make_host
 
 sys.path.insert(0, os.path.dirname(__file__))
 from labservers import second_server, ssh_hop as ssh  # noqa: E402
@@ -27,7 +27,7 @@ from consfig.props import cmd, file
 from harness import running, wait_until
 from sshlab import sudo_password_known
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 
 class Within:

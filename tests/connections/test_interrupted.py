@@ -15,11 +15,11 @@ import pytest
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-from consfig.chain import close_chain, establish_chain, parse_chain
-from consfig.combinators import eseqprops
-from consfig.context import establishing_for
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+from consfig.apply.combinators import eseqprops
+from consfig.model.context import establishing_for
 from consfig.errors import ConnectionFailed
-from consfig.host import make_host
+from consfig.model.host import make_host
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import wait_until  # noqa: E402
@@ -70,10 +70,10 @@ CONTROLLER = """
 import sys
 import hy  # noqa: F401
 from hy.models import Keyword as K
-from consfig.chain import establish_chain, parse_chain
-from consfig.combinators import eseqprops
-from consfig.context import establishing_for
-from consfig.host import make_host
+from consfig.transport.chain import establish_chain, parse_chain
+from consfig.apply.combinators import eseqprops
+from consfig.model.context import establishing_for
+from consfig.model.host import make_host
 config, path, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with establishing_for(make_host("lab", None, None, eseqprops())):
     conns = establish_chain(parse_chain([[K("ssh"), K("config"), config, K("host"), "lab"],
@@ -152,7 +152,7 @@ def test_a_write_removes_stale_temporaries_of_its_own(sshlab, tmp_path, hops):
     os.utime(others, (old, old))
     os.chown(others, 1, 1)
     if hops == "local":
-        from consfig.connections.local import LocalConnection
+        from consfig.transport.local import LocalConnection
         conns = [LocalConnection()]
     else:
         conns = establish(sshlab.config)

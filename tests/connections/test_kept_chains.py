@@ -1,4 +1,4 @@
-"""Kept chains (`consfig.keep`): a deployment asked to persist, as the REPL
+"""Kept chains (`consfig.python_hop.keep`): a deployment asked to persist, as the REPL
 asks, leaves its [[:ssh …] :sudo :python] chain open; the next deployment of
 the host over it uses that SSH connection and that Python on the target; an
 idle limit, `(disconnect)`, or the chain's death closes it, and nothing it
@@ -19,18 +19,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from labservers import second_server, ssh_hop  # noqa: E402
 from harness import wait_until  # noqa: E402
 
-import consfig.deployment  # noqa: E402
-import consfig.keep as keep  # noqa: E402
-import consfig.lock  # noqa: E402
-import consfig.remote as remote  # noqa: E402
-from consfig.chain import close_chain, establish_chain, parse_chain  # noqa: E402
-from consfig.combinators import eseqprops  # noqa: E402
-from consfig.context import establishing_for  # noqa: E402
+import consfig.deployer.deployment  # noqa: E402
+import consfig.python_hop.keep as keep  # noqa: E402
+import consfig.apply.lock  # noqa: E402
+import consfig.python_hop.controller as remote  # noqa: E402
+from consfig.transport.chain import close_chain, establish_chain, parse_chain  # noqa: E402
+from consfig.apply.combinators import eseqprops  # noqa: E402
+from consfig.model.context import establishing_for  # noqa: E402
 from consfig.errors import ConsfigError  # noqa: E402
-from consfig.host import make_host  # noqa: E402
+from consfig.model.host import make_host  # noqa: E402
 from consfig.props import file  # noqa: E402
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 
 def _lab(sshlab, tmp_path, kind):
@@ -175,11 +175,11 @@ def test_a_kept_session_that_went_silent_is_replaced_well_before_the_timeout(lab
 def test_a_kept_chain_takes_the_target_lock_for_each_deployment(any_lab, monkeypatch):
     lab = any_lab
     assert write(lab, "one\n", persist=60).status == "changed"
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 1)
     with establishing_for(make_host("lab", None, None, eseqprops())):
         conns = establish_chain(parse_chain(lab["chain"][:2]))
     try:
-        with consfig.lock.holding_target_lock(conns[-1], "holder.example"):
+        with consfig.apply.lock.holding_target_lock(conns[-1], "holder.example"):
             with pytest.raises(ConsfigError) as e:
                 write(lab, "two\n", persist=60)
     finally:
@@ -215,8 +215,8 @@ def repl(lab, tmp_path, script):
 
 
 def test_deployments_from_the_repl_share_one_chain_until_disconnect(lab, tmp_path):
-    result = repl(lab, tmp_path, "(lab)\n(lab)\n(import consfig.remote)\n"
-                                 '(print "sessions" (get consfig.remote.stats "sessions"))\n'
+    result = repl(lab, tmp_path, "(lab)\n(lab)\n(import consfig.python_hop.controller)\n"
+                                 '(print "sessions" (get consfig.python_hop.controller.stats "sessions"))\n'
                                  '(print "kept" (len (kept-chains)))\n'
                                  '(print "closed" (disconnect))\n(print "kept" (len (kept-chains)))\n')
     out = result.stdout + result.stderr
@@ -247,7 +247,7 @@ def test_an_edited_site_is_taken_in_place_by_the_kept_python_over_ssh(lab, tmp_p
     # The site is a layer of its own: the kept Python forgets the old site's
     # modules and imports the new ones, with no new Python and no new SSH
     # connection (only a change of the libraries would need another Python).
-    from consfig.site import load_consfig
+    from consfig.site.load import load_consfig
     site = tmp_path / "edited.hy"
     outcomes = []
     for text in ["one", "three"]:
@@ -268,11 +268,11 @@ KILLED = """
 import sys, time
 import hy
 from hy.models import Keyword as K
-import consfig.deployment
-from consfig.combinators import eseqprops
-from consfig.host import make_host
+import consfig.deployer.deployment
+from consfig.apply.combinators import eseqprops
+from consfig.model.host import make_host
 from consfig.props import file
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 chain = [[K("ssh"), K("host"), "lab", K("config"), sys.argv[1]], K("sudo"), K("python")]
 host = make_host("lab", None, None, eseqprops(file.has_content(sys.argv[2], "x\\n")))
 assert deploy(chain, host, sink=lambda e: None, persist=600).status == "changed"

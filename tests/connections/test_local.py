@@ -7,9 +7,9 @@ import time
 import hy
 import pytest
 
-from consfig.connections.local import LocalConnection
+from consfig.transport.local import LocalConnection
 from consfig.errors import CommandFailed, CommandTimedOut
-from consfig.hop import Script
+from consfig.transport.hop import Script
 from harness import wait_until
 
 

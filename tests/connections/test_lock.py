@@ -11,16 +11,16 @@ import pytest
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-import consfig.deployment
-import consfig.lock
-from consfig.chain import close_chain, establish_chain, parse_chain
-from consfig.combinators import eseqprops
-from consfig.context import establishing_for
+import consfig.deployer.deployment
+import consfig.apply.lock
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+from consfig.apply.combinators import eseqprops
+from consfig.model.context import establishing_for
 from consfig.errors import ConnectionFailed, ConsfigError
-from consfig.host import make_host
+from consfig.model.host import make_host
 from consfig.props import file
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 
 def chain(config):
@@ -42,7 +42,7 @@ def deploy_lines(config, path, lines):
 def held(sshlab):
     """The lab's target, locked by a deployment of `holder.example`."""
     conns = establish(sshlab.config)
-    lock = consfig.lock.holding_target_lock(conns[-1], "holder.example")
+    lock = consfig.apply.lock.holding_target_lock(conns[-1], "holder.example")
     lock.__enter__()
     yield conns
     lock.__exit__(None, None, None)
@@ -50,7 +50,7 @@ def held(sshlab):
 
 
 def test_a_second_deployment_waits_then_fails_naming_the_holder(sshlab, held, tmp_path, monkeypatch):
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 1)
     start = time.monotonic()
     with pytest.raises(ConnectionFailed) as e:
         deploy_lines(sshlab.config, str(tmp_path / "f"), ["x"])
@@ -65,7 +65,7 @@ def test_a_second_deployment_waits_then_fails_naming_the_holder(sshlab, held, tm
 def test_a_python_hop_takes_the_same_lock_on_the_target(sshlab, held, tmp_path, monkeypatch):
     # The target's Python takes the lock itself, before it applies: it
     # waits for the holder a POSIX deployment started, then fails naming it.
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 1)
     with pytest.raises(ConsfigError) as e:
         deploy(chain(sshlab.config) + [K("python")], make_host("lab", None, None, eseqprops()),
                propspec=eseqprops(file.contains_lines(str(tmp_path / "f"), "x")),
@@ -77,9 +77,9 @@ def test_a_python_hop_takes_the_same_lock_on_the_target(sshlab, held, tmp_path, 
 
 
 def test_a_waiting_deployment_goes_ahead_once_the_lock_is_released(sshlab, tmp_path, monkeypatch):
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 30)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 30)
     conns = establish(sshlab.config)
-    lock = consfig.lock.holding_target_lock(conns[-1], "holder.example")
+    lock = consfig.apply.lock.holding_target_lock(conns[-1], "holder.example")
     lock.__enter__()
     releaser = threading.Timer(1, lambda: lock.__exit__(None, None, None))
     releaser.start()
@@ -96,15 +96,15 @@ HOLDER = """
 import sys, time
 import hy
 from hy.models import Keyword as K
-import consfig.lock
-from consfig.chain import establish_chain, parse_chain
-from consfig.combinators import eseqprops
-from consfig.context import establishing_for
-from consfig.host import make_host
+import consfig.apply.lock
+from consfig.transport.chain import establish_chain, parse_chain
+from consfig.apply.combinators import eseqprops
+from consfig.model.context import establishing_for
+from consfig.model.host import make_host
 with establishing_for(make_host("lab", None, None, eseqprops())):
     conns = establish_chain(parse_chain([[K("ssh"), K("config"), sys.argv[1], K("host"), "lab"],
                                          K("sudo")]))
-    with consfig.lock.holding_target_lock(conns[-1], "killed.example"):
+    with consfig.apply.lock.holding_target_lock(conns[-1], "killed.example"):
         print("held", flush=True)
         time.sleep(600)
 """
@@ -118,7 +118,7 @@ def test_the_lock_goes_with_a_killed_controller(sshlab, tmp_path, monkeypatch):
     finally:
         holder.kill()
         holder.wait(10)
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 20)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 20)
     start = time.monotonic()
     outcome = deploy_lines(sshlab.config, str(tmp_path / "f"), ["x"])
     assert outcome.status == "changed"
@@ -126,7 +126,7 @@ def test_the_lock_goes_with_a_killed_controller(sshlab, tmp_path, monkeypatch):
 
 
 def test_two_deployments_at_once_lose_no_update(sshlab, tmp_path, monkeypatch):
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 120)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 120)
     path = str(tmp_path / "lines")
     outcomes = {}
 
@@ -143,7 +143,7 @@ def test_two_deployments_at_once_lose_no_update(sshlab, tmp_path, monkeypatch):
 
 
 def test_a_hop_that_cannot_start_a_process_deploys_unlocked():
-    from consfig.hop import Connection
+    from consfig.transport.hop import Connection
 
     class ScriptOnly(Connection):
         hop_name = "script-only"
@@ -154,14 +154,14 @@ def test_a_hop_that_cannot_start_a_process_deploys_unlocked():
     conn = ScriptOnly()
     ran = []
     with establishing_for(make_host("lab", None, None, eseqprops())):
-        with consfig.lock.holding_target_lock(conn, "x.example"):
+        with consfig.apply.lock.holding_target_lock(conn, "x.example"):
             ran.append(conn.deployment_token)
     assert ran == [None], f"the body ran once, with no lock token: {ran}"
 
 
 def _hold_locally(hostname):
     conns = establish_chain(parse_chain([K("local")]))
-    lock = consfig.lock.holding_target_lock(conns[-1], hostname)
+    lock = consfig.apply.lock.holding_target_lock(conns[-1], hostname)
     lock.__enter__()
     return conns, lock
 
@@ -185,10 +185,10 @@ def test_a_posix_and_a_python_deployment_of_one_target_contend_for_one_lock(
         (tmp_path / "open").chmod(0o777)
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "open"))
     # This machine's root is the target: another test run may hold it a while.
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 300)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 300)
     with establishing_for(make_host("holder.example", None, None, eseqprops())):
         conns, lock = _hold_locally("holder.example")
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 1)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 1)
     try:
         with pytest.raises(ConsfigError) as e:
             deploy([K("local"), K("python")], make_host("lab", None, None, eseqprops()),
@@ -202,18 +202,18 @@ def test_a_posix_and_a_python_deployment_of_one_target_contend_for_one_lock(
     assert not (tmp_path / "f").exists(), "nothing was applied"
 
 
-lock_held = getattr(consfig.lock, hy.mangle("lock-held?"))
+lock_held = getattr(consfig.apply.lock, hy.mangle("lock-held?"))
 
 
 def test_a_python_hop_over_the_locked_connection_is_under_its_lock(monkeypatch):
     # What a nested `[:local :python]` deployment relies on: its target's
     # Python is told to take no lock of its own, which would wait for ours.
-    monkeypatch.setattr(consfig.lock, "LOCK_WAIT", 300)
+    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 300)
     with establishing_for(make_host("lab", None, None, eseqprops())):
         conns = establish_chain(parse_chain([K("local"), K("python")]))
         try:
             assert not lock_held(conns[-1]), "not before the lock is taken"
-            with consfig.lock.holding_target_lock(conns[0], "outer.example"):
+            with consfig.apply.lock.holding_target_lock(conns[0], "outer.example"):
                 assert lock_held(conns[-1]), "the Python's target is the locked one"
             assert not lock_held(conns[-1]), "nor after it is released"
         finally:
@@ -223,7 +223,7 @@ def test_a_python_hop_over_the_locked_connection_is_under_its_lock(monkeypatch):
 def test_a_lock_holder_names_the_digest_of_the_whole_propspec_it_deploys():
     # What a converging agent on the target reads to tell a push of another
     # propspec (it stops) from one of its own (it checks again).
-    from consfig.lock import holder_digest, lock_request
+    from consfig.apply.lock import holder_digest, lock_request
     digest = "ab" * 32
     assert holder_digest(lock_request("web.test", digest)["holder"]) == digest
     assert holder_digest(lock_request("web.test")["holder"]) is None, "a deploy-these names none"

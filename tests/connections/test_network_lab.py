@@ -16,13 +16,13 @@ import pytest
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-import consfig.deployment
-from consfig.host import make_host
+import consfig.deployer.deployment
+from consfig.model.host import make_host
 from consfig.props import network, nftables
 from harness import wait_until
 from sshlab import SSHD, free_port
 
-deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
+deploy_these = getattr(consfig.deployer.deployment, hy.mangle("deploy-these*"))
 
 
 def run(*argv):

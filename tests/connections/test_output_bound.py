@@ -8,21 +8,21 @@ import sys
 
 from hy.models import Keyword as K
 
-from consfig.chain import close_chain, establish_chain, parse_chain
-from consfig.context import establishing_for
-from consfig.frames import OUTPUT_LIMIT, OutputBuffer
-from consfig.combinators import eseqprops
-from consfig.hop import Script
-from consfig.host import Host
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+from consfig.model.context import establishing_for
+from consfig.transport.frames import OUTPUT_LIMIT, OutputBuffer
+from consfig.apply.combinators import eseqprops
+from consfig.transport.hop import Script
+from consfig.model.host import Host
 
 CONTROLLER = """
 import json, sys
 from hy.models import Keyword as K
-import hy, consfig.deployment
-from consfig.host import Host
-from consfig.combinators import seqprops
-from consfig.property import find_property
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+import hy, consfig.deployer.deployment
+from consfig.model.host import Host
+from consfig.apply.combinators import seqprops
+from consfig.model.property import find_property
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 script = find_property("consfig.props.cmd.script")
 ends = []
 chain = [[K("ssh"), K("host"), "lab", K("config"), sys.argv[1]], K("sudo")]

@@ -1,6 +1,6 @@
 (require consfig *)
 (import consfig *
-        consfig.deployment [deploy*]
+        consfig.deployer.deployment [deploy*]
         consfig.errors [ConsfigError])
 
 (defprop in-python :python []
@@ -10,7 +10,7 @@
 
 (defn test-python-property-over-ssh-is-refused-before-connecting []
   ;; The host name cannot resolve: a connection attempt would fail otherwise.
-  (setv host (hy.I.consfig/host.make-host "unreachable.invalid" None None (eseqprops)))
+  (setv host (hy.I.consfig/model/host.make-host "unreachable.invalid" None None (eseqprops)))
   (for [chain [[:ssh] [[:ssh :host "unreachable.invalid"] :sudo] [:local :sudo]]]
     (try
       (deploy* chain host :propspec (in-python) :sink (fn [e] None))

@@ -1,5 +1,5 @@
 """Waiting for a host to come back from the reboot its deployment scheduled
-(consfig.rebooting), over the SSH lab: a server of the lab's own is stopped
+(consfig.apply.rebooting), over the SSH lab: a server of the lab's own is stopped
 and started again on the same port, and what the host answers as its boot
 id is a file the test changes, since this machine itself never reboots."""
 
@@ -16,18 +16,18 @@ import pytest
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-import consfig.deployment
-from consfig.chain import parse_chain
-from consfig.context import establishing_for
-from consfig.deployment import deploys
+import consfig.deployer.deployment
+from consfig.transport.chain import parse_chain
+from consfig.model.context import establishing_for
+from consfig.deployer.deployment import deploys
 from consfig.errors import FailedChange
-from consfig.host import Host, make_host
+from consfig.model.host import Host, make_host
 from consfig.props import reboot
-from consfig.rebooting import await_return
+from consfig.apply.rebooting import await_return
 from harness import wait_until
 from sshlab import Sshd
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 
 @pytest.fixture

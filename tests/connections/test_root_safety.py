@@ -21,15 +21,15 @@ import pytest
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-import consfig.deployment
-from consfig.combinators import seqprops
-from consfig.host import make_host
+import consfig.deployer.deployment
+from consfig.apply.combinators import seqprops
+from consfig.model.host import make_host
 from consfig.props import file
 
 sys.path.insert(0, os.path.dirname(__file__))
 from labservers import ssh_hop  # noqa: E402
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 SECRET = "decoy-secret-9f8e7d\n"
 

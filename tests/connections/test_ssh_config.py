@@ -12,11 +12,11 @@ import pytest
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-from consfig.chain import close_chain, establish_chain, parse_chain
-from consfig.combinators import eseqprops
-from consfig.context import establishing_for
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+from consfig.apply.combinators import eseqprops
+from consfig.model.context import establishing_for
 from consfig.errors import ChainError, ConnectionFailed
-from consfig.host import make_host
+from consfig.model.host import make_host
 
 LAB_CONFIG = """Match exec "test -e {marker}"
     HostName 127.0.0.1
@@ -137,7 +137,7 @@ def test_connect_timeout_in_ssh_config_bounds_a_connection_to_a_silent_port(sshl
 CHILD = """
 import sys, hy
 from hy.models import Keyword as K
-from consfig.chain import parse_chain
+from consfig.transport.chain import parse_chain
 parse_chain([[K("ssh"), K("host"), "db1.example.org"], K("sudo"), K("python")])
 import consfig.connections.ssh as ssh
 print(sorted(m for m in ("paramiko", "fabric", "invoke") if m in sys.modules))

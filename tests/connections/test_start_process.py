@@ -15,10 +15,10 @@ from hy.models import Keyword as K
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from consfig.combinators import eseqprops  # noqa: E402
-from consfig.chain import close_chain, establish_chain, parse_chain
-from consfig.context import establishing_for  # noqa: E402
-from consfig.host import make_host  # noqa: E402
+from consfig.apply.combinators import eseqprops  # noqa: E402
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+from consfig.model.context import establishing_for  # noqa: E402
+from consfig.model.host import make_host  # noqa: E402
 from minichroot import make_minichroot  # noqa: E402
 from harness import running, wait_until  # noqa: E402
 from sshlab import processes_seen, sudo_password_known  # noqa: E402

@@ -13,16 +13,16 @@ import pytest
 from hy.models import Keyword as K
 
 import hy  # noqa: F401
-import consfig.deployment
-from consfig.combinators import seqprops
-from consfig.host import Host
-from consfig.property import find_property
+import consfig.deployer.deployment
+from consfig.apply.combinators import seqprops
+from consfig.model.host import Host
+from consfig.model.property import find_property
 from harness import wait_until
 
 sys.path.insert(0, os.path.dirname(__file__))
 from labservers import ssh_hop  # noqa: E402
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 single = find_property("consfig.props.cmd.single")
 script = find_property("consfig.props.cmd.script")
 with_command_timeout = find_property("consfig.combinators.with-command-timeout")

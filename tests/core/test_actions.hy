@@ -1,11 +1,11 @@
 ;; The helpers properties call: argv and scripts are never confused.
 
-(import consfig.actions [Script run run-script run-ok? output]
-        consfig.connections.local [LocalConnection]
-        consfig.context [applying]
+(import consfig.apply.actions [Script run run-script run-ok? output]
+        consfig.transport.local [LocalConnection]
+        consfig.model.context [applying]
         consfig.errors [CommandFailed]
-        consfig.hop [command->script]
-        consfig.host [Host])
+        consfig.transport.hop [command->script]
+        consfig.model.host [Host])
 
 (defn on-local [thunk]
   (with [(applying (Host "test.example" None) (LocalConnection))]

@@ -1,6 +1,6 @@
 ;; Chains are read and checked before anything connects.
 
-(import consfig.chain [parse-chain chain->data]
+(import consfig.transport.chain [parse-chain chain->data]
         consfig.errors [ChainError])
 
 (defn chain-error [chain [where None]]

@@ -1,14 +1,14 @@
-;; consfig.cli's parts, called in this process: the parser's exit codes,
+;; consfig.ui.cli's parts, called in this process: the parser's exit codes,
 ;; reading a chain and a propspec from the command line, and `guarded`.
 ;; (tests/cli/ runs the installed command end to end.)
 
 (import argparse
         pytest
         hy.models [Keyword]
-        consfig.cli [EX-USAGE Parser guarded main output-options output-sink read-chain
+        consfig.ui.cli [EX-USAGE Parser guarded main output-options output-sink read-chain
                      read-propspecs]
         consfig.errors [ConsfigError]
-        consfig.report [JsonSink Reporter])
+        consfig.deployer.report [JsonSink Reporter])
 
 (defn test-a-usage-error-exits-64-not-argparses-2 [capsys]
   (with [e (pytest.raises SystemExit)]

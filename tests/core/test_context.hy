@@ -1,10 +1,10 @@
 ;; The deployment context: the current host and connection, and connattrs.
 
-(import consfig.connections.local [LocalConnection]
-        consfig.context [applying connection current-host parent-host
+(import consfig.transport.local [LocalConnection]
+        consfig.model.context [applying connection current-host parent-host
                          get-connattr set-connattr forget-connattr]
         consfig.errors [ConsfigError]
-        consfig.host [Host get-hostname])
+        consfig.model.host [Host get-hostname])
 
 (defn test-applying-sets-host-connection-and-parent-and-restores-them []
   (setv a (Host "a.example" None)

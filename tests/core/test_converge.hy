@@ -1,4 +1,4 @@
-;; The converging agent (consfig.converge) in this process, over a local
+;; The converging agent (consfig.converge.agent) in this process, over a local
 ;; connection: real files, real inotify, the real deployment lock.  Over a
 ;; chain, with SIGTERM, see tests/remote/test_converge.py.
 
@@ -9,13 +9,13 @@
         threading
         time
         consfig *
-        consfig.connections.local [LocalConnection]
-        consfig.converge [Agent leaves watches-of]
-        consfig.host [Host preprocess-host]
-        consfig.events [converge-event]
-        consfig.lock [lock-request target-lock-held]
-        consfig.propspec [propspec-digest]
-        consfig.report [PlainConsole Reporter]
+        consfig.transport.local [LocalConnection]
+        consfig.converge.agent [Agent leaves watches-of]
+        consfig.model.host [Host preprocess-host]
+        consfig.apply.events [converge-event]
+        consfig.apply.lock [lock-request target-lock-held]
+        consfig.model.propspec [propspec-digest]
+        consfig.deployer.report [PlainConsole Reporter]
         harness [wait-until])
 (use-props consfig.props [file service])
 

@@ -4,7 +4,7 @@
 
 (require consfig *)
 (import consfig *
-        consfig.datasources [pgp-get-data pgp-set-data]
+        consfig.data.sources [pgp-get-data pgp-set-data]
         getpass
         io
         os
@@ -169,7 +169,7 @@
 (defn test-prompt-without-a-terminal-is-missing-data-before-connecting []
   ;; The test runs without a controlling terminal (pytest's stdin is not one
   ;; when run by the suite); skip where it has one.
-  (when (hy.I.consfig/datasources.terminal?)
+  (when (hy.I.consfig/data/sources.terminal?)
     (pytest.skip "this process has a terminal"))
   (register-data-source "prompt")
   (with [e (pytest.raises MissingData)]
@@ -193,7 +193,7 @@
   ;; Each question asked, with whether it was asked on the main thread; the
   ;; answer names the question, so a file shows which answer it got.
   (setv asked [])
-  (monkeypatch.setattr hy.I.consfig/datasources (hy.mangle "terminal?") (fn [] True))
+  (monkeypatch.setattr hy.I.consfig/data/sources (hy.mangle "terminal?") (fn [] True))
   (monkeypatch.setattr getpass "getpass"
                        (fn [question]
                          (.append asked #(question (is (threading.current-thread)
@@ -259,7 +259,7 @@
   (assert (= (len terminal) 2) f"asked once by each deployment: {terminal}"))
 
 (defn test-a-fleet-without-a-terminal-stops-at-a-prompt-item-before-connecting [monkeypatch tmp-path]
-  (monkeypatch.setattr hy.I.consfig/datasources (hy.mangle "terminal?") (fn [] False))
+  (monkeypatch.setattr hy.I.consfig/data/sources (hy.mangle "terminal?") (fn [] False))
   (register-data-source "prompt" :items [API-TOKEN])
   (with [e (pytest.raises MissingData)]
     (deploy-hosts* [:local] (_prompt-hosts tmp-path [#("h1" [API-TOKEN]) #("h2" [API-TOKEN])])

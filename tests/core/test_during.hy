@@ -1,17 +1,17 @@
-;; `during` and facts (consfig.fact, consfig.props.fact): properties held
+;; `during` and facts (consfig.model.fact, consfig.props.fact): properties held
 ;; while a fact holds on the target, retracted when it does not; facts as
 ;; propspec data, checked where they are written.  Applied for real over
 ;; :local, on real files.
 
 (require consfig *
-         consfig.fact [deffact])
+         consfig.model.fact [deffact])
 (import consfig *
-        consfig.combinators [during-facts during-reevaluated]
-        consfig.connections.local [LocalConnection]
-        consfig.context [applying]
-        consfig.fact [fact-holds? fact-watch]
-        consfig.host [Host]
-        consfig.site [load-consfig]
+        consfig.apply.combinators [during-facts during-reevaluated]
+        consfig.transport.local [LocalConnection]
+        consfig.model.context [applying]
+        consfig.model.fact [fact-holds? fact-watch]
+        consfig.model.host [Host]
+        consfig.site.load [load-consfig]
         json
         os
         pathlib
@@ -112,12 +112,12 @@
   (assert (in "site.hy:4: during: fact.file-exists is a fact, not a property" msg) msg))
 
 (defn test-a-fact-standing-as-a-property-is-refused-when-the-host-is-prepared [tmp-path]
-  (setv msg (consfig-error tmp-path "(defhost h.example {}\n  (fact.file-exists \"/m\"))\n(import consfig.host [preprocess-host])\n(preprocess-host h)"))
+  (setv msg (consfig-error tmp-path "(defhost h.example {}\n  (fact.file-exists \"/m\"))\n(import consfig.model.host [preprocess-host])\n(preprocess-host h)"))
   (assert (in "site.hy:5:" msg) msg)
   (assert (in "fact.file-exists is a fact, not a property: it can only be the condition of a during" msg) msg))
 
 (defn test-a-deffact-without-holds-is-refused-at-load [tmp-path]
-  (setv msg (consfig-error tmp-path "(require consfig.fact [deffact])\n(deffact nothing [x] (:desc \"x\"))"))
+  (setv msg (consfig-error tmp-path "(require consfig.model.fact [deffact])\n(deffact nothing [x] (:desc \"x\"))"))
   (assert (in "site.hy:5" msg) msg)
   (assert (in "deffact nothing: a fact needs (:holds …)" msg) msg))
 

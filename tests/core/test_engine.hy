@@ -5,7 +5,7 @@
 
 (require consfig *)
 (import consfig *
-        consfig.events [first-report?]
+        consfig.apply.events [first-report?]
         pytest)
 (use-props consfig.props [cmd file])
 

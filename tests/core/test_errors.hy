@@ -24,7 +24,7 @@
   (assert (.startswith where "test_errors.hy:") where))
 
 (defn test-site-location-is-none-for-a-failure-inside-consfig []
-  (import consfig.propspec [read-propspec])
+  (import consfig.model.propspec [read-propspec])
   (try
     (read-propspec "(")
     (except [e Exception]

@@ -1,7 +1,7 @@
 ;; The event constructors: plain JSON-compatible dicts of the five kinds.
 
 (import json
-        consfig.events *)
+        consfig.apply.events *)
 
 (defn test-every-constructor-makes-json-data-of-its-kind []
   (for [[e kind] [[(start-event "d") "start"]

@@ -2,8 +2,8 @@
 
 (require consfig *)
 (import consfig *
-        consfig.host [hosts site-facts-scope]
-        consfig.propspec [propspec->string]
+        consfig.model.host [hosts site-facts-scope]
+        consfig.model.propspec [propspec->string]
         os
         pytest
         tempfile)

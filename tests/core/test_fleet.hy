@@ -2,8 +2,8 @@
 
 (require consfig *)
 (import consfig *
-        consfig.fleet [parse-count]
-        consfig.host [hosts]
+        consfig.deployer.fleet [parse-count]
+        consfig.model.host [hosts]
         pytest)
 
 (defprop joins :posix [group]

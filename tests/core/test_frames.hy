@@ -1,11 +1,11 @@
-;; consfig.frames: the wire format of the :python hop, over real pipes, and
+;; consfig.transport.frames: the wire format of the :python hop, over real pipes, and
 ;; the bounded keeping of output.
 
 (import os
         threading
         pytest
         consfig.boot :as boot
-        consfig.frames [frame read-frame bounded OutputBuffer])
+        consfig.transport.frames [frame read-frame bounded OutputBuffer])
 
 (defn pipe []
   (setv #(r w) (os.pipe))

@@ -1,10 +1,10 @@
-;; Handlers (consfig.handlers), applied for real over :local: notified ones
+;; Handlers (consfig.apply.handlers), applied for real over :local: notified ones
 ;; run once at the end, and a failed deployment leaves them owed, on the
 ;; target, for the next one.
 
 (require consfig *)
 (import consfig *
-        consfig.handlers [handler-definitions]
+        consfig.apply.handlers [handler-definitions]
         json
         os
         pathlib

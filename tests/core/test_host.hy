@@ -95,7 +95,7 @@
     (assert (= (get-hostattr "os" h) expected) h.hostattrs)))
 
 (defn test-host-defined-twice-in-one-consfig-names-both-places [tmp-path]
-  (import consfig.site [load-consfig])
+  (import consfig.site.load [load-consfig])
   (setv f (/ tmp-path "twice.hy"))
   (.write-text f "(require consfig *)\n(import consfig *)\n(defhost twice.example {})\n\n(defhost twice.example {})\n")
   (with [e (pytest.raises ConsfigError)] (load-consfig (str f)))

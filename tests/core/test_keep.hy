@@ -1,11 +1,11 @@
-;; Which deployments keep their chain (`consfig.keep`), for how long, and
+;; Which deployments keep their chain (`consfig.python_hop.keep`), for how long, and
 ;; that the deploy macros take :persist; the kept chains themselves are
 ;; tested over the SSH lab (tests/connections/test_kept_chains.py).
 
 (require consfig *)
 (import consfig *
-        consfig.keep [idle-limit keepable? IDLE-LIMIT]
-        consfig.keep)
+        consfig.python_hop.keep [idle-limit keepable? IDLE-LIMIT]
+        consfig.python_hop.keep)
 (use-props consfig.props [file])
 
 (defn hops [#* names] (lfor n names #(n {})))
@@ -23,7 +23,7 @@
   (assert (= (idle-limit 7) 7) "a number of seconds")
   (assert (is (idle-limit False) None) "False: not kept")
   (assert (is (idle-limit None) None) "unset, outside the REPL: not kept")
-  (.setattr monkeypatch consfig.keep "persist_by_default" True)
+  (.setattr monkeypatch consfig.python_hop.keep "persist_by_default" True)
   (assert (= (idle-limit None) IDLE-LIMIT) "unset, in the REPL: kept")
   (assert (is (idle-limit False) None) "the REPL's default can be refused"))
 

@@ -1,12 +1,12 @@
-;; Meta-parameters (consfig.meta): `with-meta` checked when it is built,
+;; Meta-parameters (consfig.apply.meta): `with-meta` checked when it is built,
 ;; printed and read back as data, and applied for real over :local --
 ;; retries counted in a real file, :noop on real files, :reverse kept in
 ;; consfig's state directory.
 
 (require consfig *)
 (import consfig *
-        consfig.events [first-report?]
-        consfig.propspec [propspec->data data->propspec]
+        consfig.apply.events [first-report?]
+        consfig.model.propspec [propspec->data data->propspec]
         json
         os
         pathlib

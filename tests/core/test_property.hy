@@ -5,7 +5,7 @@
          consfig.types [defparamtype])
 (import consfig *
         consfig.types *
-        consfig.site [load-consfig]
+        consfig.site.load [load-consfig]
         inspect
         json
         typing

@@ -9,7 +9,7 @@
         hy.models [Keyword])
 (use-props consfig.props [file cmd os])
 ;; Required under a short name so that its dotted macros work as macros.
-(require consfig.combinators :as c)
+(require consfig.apply.combinators :as c)
 
 (setv hostile ["quote \" and 'single'" "new\nline" "tab\there" "unicode ☃ λ"
                "$(rm -rf /) `ls` *glob?" "-leading-dash" "back\\slash" ""])

@@ -1,4 +1,4 @@
-"""The controller's side of the :python hop (consfig.remote) against the
+"""The controller's side of the :python hop (consfig.python_hop.controller) against the
 bootstrap it sends, run for real in a child Python over real pipes: what the
 target says first, and how it ends when the controller goes."""
 
@@ -11,8 +11,8 @@ import hy  # noqa: F401
 import pytest
 
 import consfig.boot as boot
-from consfig.frames import frame, read_frame
-from consfig.remote import bootstrap
+from consfig.transport.frames import frame, read_frame
+from consfig.python_hop.controller import bootstrap, bootstrap_command
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def target(tmp_path):
     procs = []
 
     def start():
-        p = subprocess.Popen([sys.executable, "-E", "-S", "-c", bootstrap()],
+        p = subprocess.Popen(bootstrap_command(sys.executable),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              env={**os.environ, "XDG_CACHE_HOME": str(cache)}, cwd=tmp_path)
         procs.append(p)

@@ -3,7 +3,7 @@
 
 (import io
         json
-        consfig.report [Reporter JsonSink PlainConsole collapse-carriage-returns]
+        consfig.deployer.report [Reporter JsonSink PlainConsole collapse-carriage-returns]
         rich.console [Console])
 
 (defn render [events #** options]
@@ -152,7 +152,7 @@
   (reporter (ev "start" 0 :desc "a"))
   (reporter (ev "end" 0 :desc "a" :status "ok"))
   (reporter (ev "start" 0 :desc "b is slow"))
-  (setv line (str (.__rich__ (hy.I.consfig/report._Progress reporter))))
+  (setv line (str (.__rich__ (hy.I.consfig/deployer/report._Progress reporter))))
   (.close reporter)
   (assert (.startswith line "h: 1/3 done; applying b is slow (") line)
   (assert (.endswith line " s)") line))

@@ -5,7 +5,7 @@
         tempfile
         pytest
         consfig.errors [SymlinkNotFollowed UnsafePath]
-        consfig.safepath [walk open-node chmod-node])
+        consfig.transport.safepath [walk open-node chmod-node])
 
 (setv NOBODY 65534)
 

@@ -1,10 +1,10 @@
-;; consfig.sitefiles: rendering a site's templates and reading its trees, on
+;; consfig.site.files: rendering a site's templates and reading its trees, on
 ;; the controller.
 
 (import os
         socket
         pytest
-        consfig.sitefiles [TemplateProblem SiteFileProblem render-template tree-manifest])
+        consfig.site.files [TemplateProblem SiteFileProblem render-template tree-manifest])
 
 (defn spit [p s]
   (os.makedirs (os.path.dirname p) :exist-ok True)

@@ -4,8 +4,8 @@
 (import io
         re
         rich.console [Console]
-        consfig.report [Reporter]
-        consfig.terminal [printable printable-event])
+        consfig.deployer.report [Reporter]
+        consfig.deployer.terminal [printable printable-event])
 
 (defn test-printable-shows-escape-as-a-picture []
   (assert (= (printable "a\x1b[2Jb") "a␛[2Jb") (repr (printable "a\x1b[2Jb"))))

@@ -112,8 +112,9 @@
 
 (defn test-import-consfig-star-leaves-the-consfig-modules-in-place []
   ;; `consfig.types.propspec` (the type) once replaced the module
-  ;; `consfig.propspec` as an attribute of the package, so that
-  ;; `consfig.propspec.read-propspec` failed after any `(import consfig *)`.
+  ;; `consfig.propspec` (now `consfig.model.propspec`) as an attribute of the
+  ;; package, so that `consfig.propspec.read-propspec` failed after any
+  ;; `(import consfig *)`.
   (import consfig types)
   (hy.eval '(import consfig *) {})
   (for [name ["propspec" "property" "host" "types" "data"]]

@@ -1,4 +1,4 @@
-;; Watch specs (consfig.watchspec) and the target's Watcher (consfig.watch),
+;; Watch specs (consfig.model.watchspec) and the target's Watcher (consfig.converge.watch),
 ;; against real inotify on real files.  A Watcher's `wait` may return a key
 ;; whose resources did not change (the agent's check decides); what these
 ;; tests pin down is that a change is never missed.
@@ -11,10 +11,10 @@
         pytest
         consfig *
         consfig.errors [PropspecError]
-        consfig.property [propapp-watches preprocess-propapp]
-        consfig.site [load-consfig]
-        consfig.watch [Watcher unit-object-path]
-        consfig.watchspec [check-watch-specs])
+        consfig.model.property [propapp-watches preprocess-propapp]
+        consfig.site.load [load-consfig]
+        consfig.converge.watch [Watcher unit-object-path]
+        consfig.model.watchspec [check-watch-specs])
 (use-props consfig.props [file apt user])
 
 (defn keys-within [w key seconds]

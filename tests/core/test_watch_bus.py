@@ -15,7 +15,7 @@ from jeepney import DBusAddress, MessageType, new_method_return, new_signal
 from jeepney.bus_messages import message_bus
 from jeepney.io.blocking import open_dbus_connection
 
-from consfig.watch import Watcher, unit_object_path
+from consfig.converge.watch import Watcher, unit_object_path
 
 
 @pytest.fixture

@@ -50,8 +50,8 @@ def _quiet(w):
 
 
 def _scenario(name, deb):
-    import hy  # noqa: F401 -- lets Python import consfig.watch (Hy)
-    from consfig.watch import Watcher
+    import hy  # noqa: F401 -- lets Python import consfig.converge.watch (Hy)
+    from consfig.converge.watch import Watcher
     result = {}
     if name == "remove":
         _dpkg("-i", deb)

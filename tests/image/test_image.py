@@ -22,10 +22,10 @@ from hy.models import Keyword as K
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 from clirun import consfig  # noqa: E402
 
-import consfig.image as image  # noqa: E402
+import consfig.image.build as image  # noqa: E402
 from consfig.errors import ConsfigError  # noqa: E402
-from consfig.chain import close_chain, establish_chain, parse_chain  # noqa: E402
-from consfig.site import load_consfig  # noqa: E402
+from consfig.transport.chain import close_chain, establish_chain, parse_chain  # noqa: E402
+from consfig.site.load import load_consfig  # noqa: E402
 
 # A Python with nothing of consfig's: hy, rich and consfig come from the image.
 BARE_PYTHON = "/usr/bin/python3"

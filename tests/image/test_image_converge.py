@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from harness import wait_until  # noqa: E402
 
-import consfig.image as image  # noqa: E402
-from consfig.site import load_consfig  # noqa: E402
+import consfig.image.build as image  # noqa: E402
+from consfig.site.load import load_consfig  # noqa: E402
 
 BARE_PYTHON = "/usr/bin/python3"
 

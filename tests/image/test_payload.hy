@@ -1,15 +1,15 @@
-;; What travels with a host (consfig.payload): the host and its data, with
+;; What travels with a host (consfig.python_hop.payload): the host and its data, with
 ;; or without its secrets, the same for a :python hop and an image.
 
 (import json
         os
         pytest
         hy.models [Keyword]
-        consfig.data [reset-data-sources register-data-source]
-        consfig.deployment [prepare-deployment]
-        consfig.host [Host]
-        consfig.payload [host-payload payload-host payload-secrets secret-values]
-        consfig.property [find-property])
+        consfig.data.items [reset-data-sources register-data-source]
+        consfig.deployer.deployment [prepare-deployment]
+        consfig.model.host [Host]
+        consfig.python_hop.payload [host-payload payload-host payload-secrets secret-values]
+        consfig.model.property [find-property])
 
 (defn [(pytest.fixture :autouse True)] clean []
   (reset-data-sources)

@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
 from clirun import Terminal, consfig  # noqa: E402
 
 import hy  # noqa: F401,E402
-import consfig.image as image  # noqa: E402
-from consfig import puller  # noqa: E402
+import consfig.image.build as image  # noqa: E402
+from consfig.image import puller  # noqa: E402
 from imageserver import ImageServer  # noqa: E402
 from sshsigning import SshAgent, allowed, old_key  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Pulling images: the puller run as a host runs it — its one file copied
 into a directory of its own, started with this machine's python3, checking
 signatures with ssh-keygen against an allowed-signers file — against a
-loopback HTTP server serving what `consfig.publish` wrote.  The images are
+loopback HTTP server serving what `consfig.image.publish` wrote.  The images are
 stand-ins (a zip application that notes each run), so that what is tested
 is the fetching, checking and applying, not the image.  Keys and signatures
 themselves are tested in test_signing.py."""
@@ -20,7 +20,7 @@ import time
 import pytest
 
 import hy  # noqa: F401
-from consfig import publish, puller
+from consfig.image import publish, puller
 from imageserver import ImageServer, stand_in_image
 from sshsigning import allowed, new_key, old_key
 

@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 import hy  # noqa: F401
-from consfig import publish, puller
+from consfig.image import publish, puller
 from consfig.errors import ConsfigError
 from sshsigning import SshAgent, allowed, new_key, old_key
 

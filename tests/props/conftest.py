@@ -102,7 +102,7 @@ def fresh_chroot(debian_chroot_tarball, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chroot_chain(debian_chroot):
-    from consfig.chain import hop_spec
+    from consfig.transport.chain import hop_spec
     from consfig.errors import ChainError
     try:
         hop_spec("chroot")

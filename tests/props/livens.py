@@ -25,8 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def in_namespaces(steps, *, tmpfs=(), overlay=(), timeout=300):
     import hy
-    import consfig.propspec
-    to_data = getattr(consfig.propspec, hy.mangle("propspec->data"))
+    import consfig.model.propspec
+    to_data = getattr(consfig.model.propspec, hy.mangle("propspec->data"))
     encoded = [[kind, arg if kind == "sh" else to_data(arg)] for kind, arg in steps]
     # Mounted on inside the namespace only: outside, it stays empty.
     scratch = tempfile.mkdtemp(prefix="livens-")
@@ -52,9 +52,9 @@ def in_namespaces(steps, *, tmpfs=(), overlay=(), timeout=300):
 
 def _main(steps):
     import hy
-    import consfig.propspec
+    import consfig.model.propspec
     from proptest import LOCAL, deploy_propspec, failure_text
-    from_data = getattr(consfig.propspec, hy.mangle("data->propspec"))
+    from_data = getattr(consfig.model.propspec, hy.mangle("data->propspec"))
     for kind, arg in steps:
         if kind == "sh":
             p = subprocess.run(["sh", "-c", arg], capture_output=True, text=True, timeout=120)

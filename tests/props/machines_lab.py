@@ -22,8 +22,8 @@ def marker_unit_text():
 
 
 def self_applying_host(name):
-    from consfig.combinators import eseqprops
-    from consfig.host import make_host
+    from consfig.apply.combinators import eseqprops
+    from consfig.model.host import make_host
     from consfig.props import apt, disk, file, image, systemd
     from proptest import this_os
     return make_host(name, None, None, eseqprops(

@@ -24,12 +24,12 @@ import tempfile
 import time
 
 import hy  # noqa: F401
-from consfig.combinators import eseqprops
-import consfig.deployment
-from consfig.host import make_host
-from consfig.property import Propapp
+from consfig.apply.combinators import eseqprops
+import consfig.deployer.deployment
+from consfig.model.host import make_host
+from consfig.model.property import Propapp
 
-_deploy_these = getattr(consfig.deployment, hy.mangle("deploy-these*"))
+_deploy_these = getattr(consfig.deployer.deployment, hy.mangle("deploy-these*"))
 
 BUILD_TIMEOUT = 1800
 
@@ -310,7 +310,7 @@ def said(events):
 def data_item(directory, iden1, iden2, content):
     """Register CONTENT (bytes or text) as the prerequisite data item (IDEN1,
     IDEN2), from a file made for it in DIRECTORY."""
-    from consfig.data import register_data_source
+    from consfig.data.items import register_data_source
     p = pathlib.Path(directory) / ("item" + re.sub(r"[^A-Za-z0-9._-]", "_", iden1 + "_" + iden2))
     p.write_bytes(content if isinstance(content, bytes) else content.encode())
     register_data_source("local-file", location=str(p), iden1=iden1, iden2=iden2)

@@ -105,7 +105,7 @@
 
 (defn render [chain propspec #** options]
   "Deploy PROPSPEC over CHAIN into a Reporter writing to a string."
-  (import io consfig.report [Reporter] rich.console [Console])
+  (import io consfig.deployer.report [Reporter] rich.console [Console])
   (setv out (io.StringIO)
         reporter (Reporter :console (Console :file out :width 300) #** options))
   (deploy-propspec chain propspec :sink reporter :check-mode (.get options "check" False))

@@ -187,7 +187,7 @@ def test_unapplied_source_and_key_are_removed(chroot, chroot_chain, key):
 
 
 def test_a_key_from_data_is_installed_in_binary_form(chroot, chroot_chain, key, tmp_path):
-    from consfig.data import register_data_source, reset_data_sources
+    from consfig.data.items import register_data_source, reset_data_sources
     (tmp_path / "_apt").mkdir()
     (tmp_path / "_apt/test-key").write_text(key.armored)
     reset_data_sources()
@@ -312,9 +312,9 @@ def test_a_private_key_is_refused_without_being_shown():
 
 
 def test_backports_need_a_stable_suite():
-    from consfig.host import make_host, preprocess_host
+    from consfig.model.host import make_host, preprocess_host
     from consfig.errors import ConsfigError
-    from consfig.combinators import eseqprops
+    from consfig.apply.combinators import eseqprops
     host = make_host("bp.example.invalid", None, None,
                      eseqprops(os_.debian_unstable(Keyword("amd64")), apt.backports_enabled()))
     with pytest.raises(ConsfigError) as e:

@@ -13,10 +13,10 @@ import pytest
 
 import hy  # noqa: F401
 from hy.models import Keyword
-from consfig.combinators import eseqprops
+from consfig.apply.combinators import eseqprops
 from consfig.errors import ConsfigError
-from consfig.host import make_host, preprocess_host
-from consfig.property import propapp_type
+from consfig.model.host import make_host, preprocess_host
+from consfig.model.property import propapp_type
 from consfig.props import apt, chroot, cmd, file, os as os_, timezone
 
 from harness import unavailable

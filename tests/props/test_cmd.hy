@@ -59,7 +59,7 @@
 
 (defn consfig-error [tmp-path text]
   "The error loading TEXT as a consfig gives."
-  (import consfig.errors [ConsfigError] consfig.site [load-consfig])
+  (import consfig.errors [ConsfigError] consfig.site.load [load-consfig])
   (setv f (/ tmp-path "site.hy"))
   (.write-text f (+ "(require consfig *)\n(import consfig *)\n(use-props consfig.props [cmd])\n" text))
   (try (load-consfig (str f))

@@ -18,13 +18,13 @@ from hy.models import Keyword
 from harness import unavailable, wait_until
 from proptest import deploy_propspec, apply_twice, failure_text, keep_debs, statuses, this_os
 
-from consfig.chain import close_chain, establish_chain, parse_chain
-from consfig.combinators import eseqprops
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+from consfig.apply.combinators import eseqprops
 from consfig.connections.nspawn import RUN_DIR, enter_argv
-from consfig.deployment import __dict__ as _deployment
+from consfig.deployer.deployment import __dict__ as _deployment
 from consfig.errors import (ChainError, CommandTimedOut, ConnectionFailed, InapplicableProperty,
                             PropspecError)
-from consfig.host import make_host
+from consfig.model.host import make_host
 from consfig.props import container, file
 
 deploy = _deployment[hy.mangle("deploy*")]

@@ -18,10 +18,10 @@ from proptest import deploy_propspec, failure_text, statuses, this_os
 
 from test_container import _force_down, _rooted_in
 
-from consfig.combinators import eseqprops
+from consfig.apply.combinators import eseqprops
 from consfig.connections.nspawn import enter_argv
-from consfig.converge_controller import converge_host
-from consfig.host import Host
+from consfig.converge.controller import converge_host
+from consfig.model.host import Host
 from consfig.props import container, file, systemd
 
 pytestmark = pytest.mark.chroot

@@ -6,7 +6,7 @@
 (import os
         subprocess
         pytest
-        consfig.data [register-data-source reset-data-sources]
+        consfig.data.items [register-data-source reset-data-sources]
         proptest [HOSTNAME LOCAL apply-twice deploy-propspec diffs unapply in-chroot])
 (use-props consfig.props [user ssh sshd git])
 

@@ -13,10 +13,10 @@ from hy.models import Keyword as K
 
 from harness import unavailable
 
-from consfig.connections.local import LocalConnection
-from consfig.context import applying
+from consfig.transport.local import LocalConnection
+from consfig.model.context import applying
 from consfig.errors import PropspecError
-from consfig.host import Host
+from consfig.model.host import Host
 from consfig.props import disk
 
 GPT = {K("table"): K("gpt"), K("size"): "64M",
@@ -154,8 +154,8 @@ NO_BOOT = {K("bootloader"): K("none")}
 
 
 def _image_host(name, motd):
-    from consfig.combinators import eseqprops
-    from consfig.host import make_host
+    from consfig.apply.combinators import eseqprops
+    from consfig.model.host import make_host
     from consfig.props import file
     from proptest import this_os
     return make_host(name, None, None, eseqprops(this_os(), disk.has_volumes(IMAGE_VOLUMES),
@@ -346,8 +346,8 @@ import sys
 sys.path[:0] = sys.argv[3:]
 import hy
 from hy.models import Keyword as K
-from consfig.combinators import eseqprops
-from consfig.host import make_host
+from consfig.apply.combinators import eseqprops
+from consfig.model.host import make_host
 from consfig.props import disk
 from proptest import deploy_propspec, this_os
 from test_disk import IMAGE_VOLUMES

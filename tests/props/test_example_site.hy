@@ -4,8 +4,8 @@
 (require consfig *)
 (import consfig *
         pathlib
-        consfig.host [hosts]
-        consfig.site [load-consfig])
+        consfig.model.host [hosts]
+        consfig.site.load [load-consfig])
 
 (setv EXAMPLE (/ (. (.resolve (pathlib.Path __file__)) parents [2]) "hosts" "example.hy"))
 

@@ -20,7 +20,7 @@ import pytest
 import hy  # noqa: F401
 from hy.models import Keyword as K
 
-from consfig.combinators import eseqprops
+from consfig.apply.combinators import eseqprops
 from consfig.errors import PropspecError
 from consfig.props import apt, file
 from harness import wait_until

@@ -6,8 +6,8 @@
         os
         pytest
         consfig *
-        consfig.data [reset-data-sources]
-        consfig.site [load-consfig]
+        consfig.data.items [reset-data-sources]
+        consfig.site.load [load-consfig]
         proptest [LOCAL statuses])
 
 (defn spit [p s]
@@ -61,7 +61,7 @@ return the host."
         dest (str (/ tmp-path "f")))
   (spit (os.path.join root "t.j2") "RENDERED-TEXT {{ 1 + 1 }}\n")
   (setv host (site root f"(file.templated {(json.dumps dest)} \"t.j2\")"))
-  (import consfig.host [preprocess-host])
+  (import consfig.model.host [preprocess-host])
   (setv prepared (preprocess-host host))
   (assert (not-in "RENDERED" (hy.repr prepared.propspec)) (hy.repr prepared.propspec))
   (deployed host)
@@ -91,7 +91,7 @@ return the host."
   ;; the item is made one by a declaration of it as a secret.
   (spit (os.path.join root "consfig.hy")
         (.replace (slurp (os.path.join root "consfig.hy")) "(defhost site.test {:deploy :local}\n"
-                  "(import consfig.data [require-data])\n(defprop needs-secret :posix [] (:hostattrs (require-data \"site.test\" \"db-password\" :secret True)))\n(defhost site.test {:deploy :local}\n(needs-secret)\n"))
+                  "(import consfig.data.items [require-data])\n(defprop needs-secret :posix [] (:hostattrs (require-data \"site.test\" \"db-password\" :secret True)))\n(defhost site.test {:deploy :local}\n(needs-secret)\n"))
   (setv host (get (. (load-consfig (os.path.join root "consfig.hy")) __dict__) "site"))
   (setv #(outcome events) (deployed host :check True))
   (assert (not-in "s3cr3t" (str events)) (str events))

@@ -1,11 +1,11 @@
 ;; Copying a tree onto the target by content hash (props/file.hy: list-tree,
 ;; tree-plan, apply-tree-plan), over :local in a temporary directory, with
-;; the site's side (consfig.sitefiles.tree-manifest) read straight from disk.
+;; the site's side (consfig.site.files.tree-manifest) read straight from disk.
 
 (require consfig *)
 (import os
         consfig *
-        consfig.sitefiles [tree-manifest]
+        consfig.site.files [tree-manifest]
         proptest [LOCAL apply-twice deploy-propspec statuses])
 (use-props consfig.props [file])
 

@@ -4,9 +4,9 @@ and a check changes nothing."""
 
 import pytest
 
-from consfig.host import Host
-from consfig.image import write_image
-from consfig.property import find_property
+from consfig.model.host import Host
+from consfig.image.build import write_image
+from consfig.model.property import find_property
 
 from proptest import in_chroot
 

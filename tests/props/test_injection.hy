@@ -3,7 +3,7 @@
 ;; line, the property, the parameter, the type wanted and the value given.
 
 (import consfig.errors [ConsfigError]
-        consfig.site [load-consfig])
+        consfig.site.load [load-consfig])
 
 (defn load-error [tmp-path form]
   "The error loading a consfig whose host has the property FORM."

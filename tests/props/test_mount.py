@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 import hy  # noqa: F401
-from consfig.combinators import unapplied
+from consfig.apply.combinators import unapplied
 from consfig.props import fstab, mount
 
 from proptest import apply_twice, deploy_propspec, this_os, unapply

@@ -196,7 +196,7 @@ INERT = "table inet consfig_chroot_test {\n  chain c {\n  }\n}\n"
 
 @pytest.mark.chroot
 def test_in_a_chroot_the_ruleset_is_checked_and_written_never_loaded(chroot_chain, debian_chroot):
-    from consfig.combinators import eseqprops
+    from consfig.apply.combinators import eseqprops
     from consfig.props import apt
     from proptest import apply_twice, this_os
     host_before = run("nft", "list", "ruleset").stdout
@@ -214,7 +214,7 @@ def test_in_a_chroot_the_ruleset_is_checked_and_written_never_loaded(chroot_chai
 
 @pytest.mark.chroot
 def test_in_a_chroot_an_invalid_ruleset_is_refused_all_the_same(chroot_chain, debian_chroot):
-    from consfig.combinators import eseqprops
+    from consfig.apply.combinators import eseqprops
     from consfig.props import apt
     from proptest import deploy_propspec, this_os
     outcome, events = deploy_propspec(chroot_chain, eseqprops(

@@ -16,7 +16,7 @@ import tempfile
 import pytest
 
 import hy  # noqa: F401
-from consfig.data import reset_data_sources
+from consfig.data.items import reset_data_sources
 from consfig.errors import PropspecError
 from consfig.props import postgres, service
 

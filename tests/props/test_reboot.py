@@ -14,11 +14,11 @@ import pytest
 
 import hy  # noqa: F401
 
-from consfig.combinators import eseqprops, on_change, seqprops
+from consfig.apply.combinators import eseqprops, on_change, seqprops
 from consfig.errors import PropspecError
-from consfig.handlers import handler, notifies
+from consfig.apply.handlers import handler, notifies
 from consfig.props import cmd, file, reboot
-from consfig.image import state_directory
+from consfig.image.build import state_directory
 from proptest import HOSTNAME, LOCAL, deploy_propspec, in_chroot, statuses
 
 DESC = "Rebooted at the end of the deployment"
@@ -132,7 +132,7 @@ def test_the_default_is_shutdown_in_a_minute(tmp_path, log, monkeypatch):
 
 
 def test_a_property_can_ask_for_a_reboot_from_its_apply(fake, log):
-    from consfig.property import define_property
+    from consfig.model.property import define_property
     asks = define_property(
         "test_reboot.asks", "posix", lambda: None, desc=lambda: "kernel upgraded",
         apply=lambda: reboot.request_reboot("new kernel", command=[fake]))

@@ -3,7 +3,7 @@
 
 (require consfig *)
 (import consfig *
-        consfig.host [hosts]
+        consfig.model.host [hosts]
         pytest
         proptest [apply-twice deploy-propspec failure-text in-chroot])
 (use-props consfig.props [ssh sshd hostgroup])

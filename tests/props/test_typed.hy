@@ -2,7 +2,7 @@
 
 (import importlib
         pathlib [Path]
-        consfig.property [properties]
+        consfig.model.property [properties]
         consfig.types [annotation-type])
 
 (setv PROPS (/ (. (Path __file__) parent parent parent) "props"))

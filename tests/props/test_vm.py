@@ -99,9 +99,9 @@ def test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot(bo
 
 
 def vm_running(name):
-    from consfig.connections.local import LocalConnection
-    from consfig.context import applying
-    from consfig.host import Host
+    from consfig.transport.local import LocalConnection
+    from consfig.model.context import applying
+    from consfig.model.host import Host
     with applying(Host("vm.test.invalid", None), LocalConnection()):
         return getattr(vm, hy.mangle("running?"))(name)
 

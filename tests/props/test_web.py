@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import hy  # noqa: F401
-from consfig.data import reset_data_sources
+from consfig.data.items import reset_data_sources
 from consfig.errors import PropspecError
 from consfig.props import apache, apt, nginx, service, tls
 

@@ -2,9 +2,9 @@
 top-level module `converge_testprops`, as a site's consfig module would be,
 so the hop ships it to the target by its file."
 
-(require consfig.property [defprop])
-(import consfig.actions [read-remote-file remote-exists? run write-remote-file]
-        consfig.watchspec [watch-path])
+(require consfig.model.property [defprop])
+(import consfig.apply.actions [read-remote-file remote-exists? run write-remote-file]
+        consfig.model.watchspec [watch-path])
 
 (defprop slowly-written :posix [marker path content]
   "PATH holds CONTENT, written (atomically) a moment after the repair has

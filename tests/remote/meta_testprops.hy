@@ -2,7 +2,7 @@
 hop.  Imported as the top-level module `meta_testprops`, as a site's consfig
 module would be, so the hop ships it to the target by its file."
 
-(require consfig.property [defprop])
+(require consfig.model.property [defprop])
 (import os
         consfig.errors [FailedChange])
 

@@ -12,11 +12,11 @@ if HERE not in sys.path:
 
 import remote_testprops as rp  # noqa: E402
 
-import consfig.deployment  # noqa: E402
-from consfig.host import Host  # noqa: E402
-from consfig.property import find_property  # noqa: E402
+import consfig.deployer.deployment  # noqa: E402
+from consfig.model.host import Host  # noqa: E402
+from consfig.model.property import find_property  # noqa: E402
 
-deploy = getattr(consfig.deployment, hy.mangle("deploy*"))
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 seqprops = find_property("consfig.combinators.seqprops")
 has_content = find_property("consfig.props.file.has-content")
 directory_exists = find_property("consfig.props.file.directory-exists")

@@ -2,12 +2,12 @@
 top-level module `remote_testprops`, as a site's consfig module would be, so
 the hop ships it to the target by its file."
 
-(require consfig.property [defprop])
+(require consfig.model.property [defprop])
 (import os
         signal
         sys
         time
-        consfig.actions [NO-CHANGE run-script])
+        consfig.apply.actions [NO-CHANGE run-script])
 
 (defprop python-wrote :python [path text]
   "PATH holds TEXT, written with open() by the Python on the target."

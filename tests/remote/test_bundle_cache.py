@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from remote_helpers import deploy, mixed_host  # noqa: E402
 
-import consfig.bundle as bundle  # noqa: E402
-import consfig.remote as remote  # noqa: E402
+import consfig.python_hop.bundle as bundle  # noqa: E402
+import consfig.python_hop.controller as remote  # noqa: E402
 
 LOCAL_PYTHON = [Keyword("local"), Keyword("python")]
 

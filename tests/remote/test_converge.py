@@ -18,9 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import wait_until  # noqa: E402
 import converge_testprops as ct  # noqa: E402
 
-from consfig.converge_controller import converge_host, follow_host  # noqa: E402
-from consfig.host import Host  # noqa: E402
-from consfig.property import find_property  # noqa: E402
+from consfig.converge.controller import converge_host, follow_host  # noqa: E402
+from consfig.model.host import Host  # noqa: E402
+from consfig.model.property import find_property  # noqa: E402
 
 has_content = find_property("consfig.props.file.has-content")
 seqprops = find_property("consfig.combinators.seqprops")

@@ -13,9 +13,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from remote_helpers import deploy  # noqa: E402
 
-import consfig.keep as keep  # noqa: E402
-import consfig.remote as remote  # noqa: E402
-from consfig.site import load_consfig  # noqa: E402
+import consfig.python_hop.keep as keep  # noqa: E402
+import consfig.python_hop.controller as remote  # noqa: E402
+from consfig.site.load import load_consfig  # noqa: E402
 
 LOCAL_PYTHON = [Keyword("local"), Keyword("python")]
 
@@ -111,7 +111,7 @@ def test_gathering_the_library_layer_imports_none_of_its_packages():
     # once imported hyrule to learn where it lives, and hyrule's macros cost
     # each warm `consfig deploy` some 0.6 s of CPU.
     import subprocess
-    code = ("import sys, consfig.bundle as b; from consfig.props import file;"
+    code = ("import sys, consfig.python_hop.bundle as b; from consfig.props import file;"
             " b.bundle_for(file.has_content('/x', 'y'));"
             " print(sorted(m for m in sys.modules if m.split('.')[0] == 'hyrule'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -123,7 +123,7 @@ def test_the_site_layer_is_named_for_the_libraries_it_was_compiled_against():
     # The site's bytecode holds the expansions of the consfig that compiled
     # it: the same site sources over another library layer are another layer,
     # so a target never runs a site compiled by an older consfig.
-    import consfig.bundle as bundle
+    import consfig.python_hop.bundle as bundle
     files = {"consfig_site_x.hy": __file__}
     assert bundle.Layer(files, ["a" * 32]).hash != bundle.Layer(files, ["b" * 32]).hash, \
         "the libraries below are not part of the site layer's name"

@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import meta_testprops as mp  # noqa: E402
 from remote_helpers import deploy  # noqa: E402
 
-from consfig.host import Host  # noqa: E402
-from consfig.property import find_property  # noqa: E402
+from consfig.model.host import Host  # noqa: E402
+from consfig.model.property import find_property  # noqa: E402
 
 with_meta = find_property("consfig.meta.with-meta")
 eseqprops = find_property("consfig.combinators.eseqprops")

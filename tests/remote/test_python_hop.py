@@ -19,11 +19,11 @@ from harness import running, unavailable, wait_until  # noqa: E402
 from remote_helpers import (deploy, has_content, mixed_host,  # noqa: E402
                             rp, seqprops, shape, single)
 
-import consfig.bundle as bundle  # noqa: E402
-import consfig.remote as remote  # noqa: E402
+import consfig.python_hop.bundle as bundle  # noqa: E402
+import consfig.python_hop.controller as remote  # noqa: E402
 from consfig.errors import ConnectionFailed, ConsfigError  # noqa: E402
-from consfig.host import Host  # noqa: E402
-from consfig.property import find_property  # noqa: E402
+from consfig.model.host import Host  # noqa: E402
+from consfig.model.property import find_property  # noqa: E402
 
 LOCAL_PYTHON = [Keyword("local"), Keyword("python")]
 
@@ -106,7 +106,7 @@ def test_second_deployment_sends_no_bundle(tmp_path, monkeypatch):
 NOT_IMPORTED_BY_A_WARM_APPLY = [
     "zipfile", "tarfile", "gzip", "socket", "getpass", "secrets", "hashlib", "tempfile",
     "urllib.parse", "hy.core.hy_repr", "fractions", "decimal", "datetime",
-    "consfig.fleet", "consfig.image", "consfig.datasources", "difflib"]
+    "consfig.deployer.fleet", "consfig.image.build", "consfig.data.sources", "difflib"]
 
 
 def warm_target_modules(host, listed):
@@ -139,7 +139,7 @@ def test_a_site_module_importing_all_of_consfig_brings_no_archive_socket_nor_dig
         has_content(f"{tmp_path}/motd", "hello\n"),
         star_testprops.modules_recorded_by_a_site(str(listed))))
     modules = warm_target_modules(host, listed)
-    assert {"star_testprops", "consfig.fleet", "consfig.image"} <= modules, sorted(modules)
+    assert {"star_testprops", "consfig.deployer.fleet", "consfig.image.build"} <= modules, sorted(modules)
     imported = [m for m in ["zipfile", "socket", "getpass", "hashlib", "tempfile", "hy.core.hy_repr"]
                 if m in modules]
     assert not imported, f"a warm apply with a site module imported {imported}"

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import running, signal_once_running, wait_until  # noqa: E402
 from remote_helpers import HERE, deploy, rp, seqprops  # noqa: E402
 
-from consfig.host import Host  # noqa: E402
+from consfig.model.host import Host  # noqa: E402
 
 LOCAL_PYTHON = [Keyword("local"), Keyword("python")]
 
@@ -38,7 +38,7 @@ import sys
 sys.path.insert(0, {here!r})
 from hy.models import Keyword
 from remote_helpers import deploy, rp, seqprops, single
-from consfig.host import Host
+from consfig.model.host import Host
 # The command is put together here, so that this command line does not match it.
 deploy([Keyword("local"), Keyword("python")],
        Host("target.example", seqprops(rp.pid_recorded(sys.argv[1]), single("sleep", sys.argv[2]))),

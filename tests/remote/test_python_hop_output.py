@@ -12,17 +12,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from remote_helpers import HERE  # noqa: E402
 
-from consfig.connections.local import LocalConnection  # noqa: E402
-from consfig.frames import bounded  # noqa: E402
-from consfig.remote import Session  # noqa: E402
+from consfig.transport.local import LocalConnection  # noqa: E402
+from consfig.transport.frames import bounded  # noqa: E402
+from consfig.python_hop.controller import Session  # noqa: E402
 
 CONTROLLER = """
 import json, sys
 sys.path.insert(0, {here!r})
 from hy.models import Keyword
 from remote_helpers import deploy, seqprops
-from consfig.host import Host
-from consfig.property import find_property
+from consfig.model.host import Host
+from consfig.model.property import find_property
 script = find_property("consfig.props.cmd.script")
 ends = []
 outcome = deploy([Keyword("local"), Keyword("python")],

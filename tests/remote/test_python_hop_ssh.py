@@ -18,7 +18,7 @@ from remote_helpers import (deploy, mixed_host, rp,  # noqa: E402
 
 
 from consfig.errors import ConnectionFailed  # noqa: E402
-from consfig.host import Host  # noqa: E402
+from consfig.model.host import Host  # noqa: E402
 from sshlab import processes_seen, sudo_password_known  # noqa: E402
 
 

@@ -1,0 +1,11 @@
+"""data: prerequisite data.  Items, secrets, sources, require/provide/get
+(`items`), the sources that call programs (`sources`), where versions are
+kept between deployments (`store`), and how data travels over a `:python`
+hop (`transit`).
+
+May import: the ground, transport, model and apply.
+"""
+from consfig.moved import forward as _forward
+
+# `consfig.data` was the module `items` is now: its names still answer here.
+__getattr__ = _forward(__name__)

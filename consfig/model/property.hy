@@ -1,0 +1,654 @@
+"Properties, property applications and the property registry.
+
+A property is a named, idempotent piece of configuration.  `defprop` defines
+one from subroutines (`:desc`, `:preprocess`, `:hostattrs`, `:check`, `:apply`,
+`:unapply`) that all take the property's parameters.  Calling a property
+builds a `Propapp`: the property's qualified name and its arguments, checked
+against its parameters at once, on the controller.
+
+Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
+:amd64)` has the keyword `:amd64` as a value, while in `(cmd.single \"ls\"
+:cwd \"/tmp\")` `:cwd` names a parameter and so passes a keyword argument."
+
+(import contextlib
+        contextvars
+        importlib
+        inspect
+        keyword
+        hy.models [Keyword]
+        consfig.model.context [current-host]
+        consfig.errors [ConsfigError DeferredRead FailedChange PropspecError site-location
+                        site-file?]
+        consfig.types [Applicable annotation-type show]
+        consfig.model.watchspec [check-watch-specs]
+        consfig.moved [public-name]
+        consfig.util [keyword-name])
+
+(defclass Propapp [Applicable]
+  "One application of a property: its qualified name and its arguments."
+  (setv __slots__ #("name" "args" "where")
+        __hash__ None)
+  (defn __init__ [self name args [where None]]
+    ;; WHERE (file:line of the form that wrote it) is for messages only: it
+    ;; is neither compared, printed nor sent.
+    (setv self.name name
+          self.args (tuple args)
+          self.where where))
+  (defn __eq__ [self other]
+    (and (isinstance other Propapp)
+         (= self.name other.name)
+         (= self.args other.args)))
+  ;; As Hy: `hy.repr` prints with `repr` what it has no printer for, so this
+  ;; serves both, without `hy.repr-register` importing Hy's printer (and
+  ;; fractions, decimal, datetime) wherever this module is imported.
+  (defn __repr__ [self]
+    (setv prop (.get properties self.name))
+    (+ "(" (.join " " [self.name #* (if prop (.render-args prop self.args) (map show self.args))])
+       ")")))
+
+(setv SUBROUTINES #("desc" "preprocess" "hostattrs" "check" "apply" "unapply" "watch"))
+
+;; Every property defined so far, by qualified name.
+(setv properties {})
+
+;; While a consfig file is loaded: what it defined so far, name -> file:line.
+;; Defining a name twice in one file is a mistake; redefining at the REPL,
+;; outside any load, is how one fixes a property and stays allowed.
+(setv defining (contextvars.ContextVar "consfig-defining" :default None))
+
+(defn note-definition [what where]
+  "Record that WHAT (\"property NAME\", \"host NAME\") is defined at WHERE;
+while a consfig is loaded, a second definition is a `PropspecError` naming
+both places."
+  (setv seen (.get defining))
+  (when (is seen None) (return))
+  (when (in what seen)
+    (raise (PropspecError f"{what} is defined twice: at {(get seen what)} and at {where}"
+                          where)))
+  (setv (get seen what) where))
+
+(defclass Property []
+  "A property: its name, type, parameters and subroutines.  Call it to get a
+`Propapp`."
+
+  ;; What messages call it (a fact, consfig.model.fact, is a kind of property).
+  (setv kind "property")
+
+  (defn __init__ [self name type lambda-list * [doc None] [desc None]
+                  [preprocess None] [hostattrs None] [check None] [apply None]
+                  [unapply None] [watch None] [propspec None] [announce True]
+                  [opaque-type False] [simulates False] [invariants #()] [where None]
+                  [declared-type None]]
+    (setv self.name name
+          self.type (_type-name type)
+          self.signature (inspect.signature lambda-list)
+          self.doc doc
+          self.desc desc
+          self.preprocess preprocess
+          self.hostattrs hostattrs
+          self.check check
+          self.apply apply
+          self.unapply unapply
+          ;; Parameters -> the watch specs of what it manages (consfig.model.watchspec).
+          self.watch watch
+          ;; defproplist and defpropspec: args -> propspec, expanded at preprocess.
+          self.propspec propspec
+          ;; Combinators such as eseqprops are not announced themselves.
+          self.announce announce
+          ;; A property that applies its propspec argument elsewhere (another
+          ;; host) does not take that propspec's type.
+          self.opaque-type opaque-type
+          ;; Its :apply and :unapply change nothing in check mode (they ask
+          ;; `checking?`), so check mode runs them to learn what would change.
+          self.simulates simulates
+          ;; Pairs of functions of the parameters: a condition across them,
+          ;; and the message when it does not hold.
+          self.invariants (tuple invariants)
+          self.where where
+          ;; defproplist/defpropspec with a TYPE: checked against the expansion.
+          self.declared-type (when declared-type (_type-name declared-type))
+          self.__signature__ self.signature
+          self.__annotations__ (dfor [n p] (.items self.signature.parameters)
+                                     :if (annotation-type p.annotation)
+                                     n p.annotation))
+    (setv #(self._names self._takes-any-keyword) (_parameter-names self.signature)
+          self._typed (lfor p (.values self.signature.parameters)
+                            :if (annotation-type p.annotation) p)
+          self._positional (lfor p (.values self.signature.parameters)
+                                 :if (= p.kind inspect.Parameter.POSITIONAL_OR_KEYWORD) p)
+          self._rest (next (gfor p (.values self.signature.parameters)
+                                 :if (= p.kind inspect.Parameter.VAR_POSITIONAL) p)
+                           None)))
+
+  (defn _typed-doc [self]
+    ;; What `(help …)` and `(doc …)` show: the typed lambda list first.
+    (+ f"({self.short-name} {self.lambda-list})"
+       (.join "" (gfor q (self.parameters) :if (get q "type")
+                       f"\n  {(get q "name")}: {(. (get q "type") phrase)}"))
+       (if self.doc f"\n\n{self.doc}" "")))
+
+  (defn parameters [self]
+    "Each parameter as a dict: its name as written in a call (`:mode` for a
+keyword parameter, `#* packages` for the rest), its type (or None), and its
+default rendered as Hy (or None when it has none)."
+    (setv P inspect.Parameter)
+    (lfor p (.values self.signature.parameters)
+          {"name" (+ (cond (= p.kind P.KEYWORD_ONLY) ":"
+                           (= p.kind P.VAR_POSITIONAL) "#* "
+                           (= p.kind P.VAR_KEYWORD) "#** "
+                           True "")
+                     (_keyword-for p.name))
+           "type" (annotation-type p.annotation)
+           "default" (if (is p.default P.empty) None (_render p p.default))}))
+
+  (defn [property] short-name [self]
+    "The name a user writes: `file.has-content` for the library's
+`consfig.props.file.has-content`, just `web-base` for a site's
+`consfig_site_web.web-base` or a combinator."
+    (setv parts (.split self.name "."))
+    (.join "." (map hy.unmangle (cut parts (if (.startswith self.name "consfig.props.") -2 -1) None))))
+
+  (defn [property] lambda-list [self]
+    (_render-lambda-list self.signature))
+
+  (defn __repr__ [self]
+    f"<property {self.short-name} {self.lambda-list}>")
+
+  (defn __call__ [self #* args #** kwargs]
+    (setv raw (+ (list args)
+                 (sum (gfor [k v] (.items kwargs) [(Keyword (_keyword-for k)) v]) [])))
+    (self.check-args raw)
+    (Propapp self.name raw))
+
+  (defn _split [self raw]
+    ;; Positional and keyword arguments, and the keywords in RAW that were
+    ;; taken as values (so perhaps misspelt parameter names).
+    (setv pos []
+          kw {}
+          stray []
+          i 0
+          n (len raw))
+    (while (< i n)
+      (setv a (get raw i)
+            k (when (isinstance a Keyword) (_parameter-for a.name)))
+      (if (and k
+               (< (+ i 1) n)
+               (or (in k self._names) self._takes-any-keyword)
+               (not-in k kw))
+          (do (setv (get kw k) (get raw (+ i 1)))
+              (+= i 2))
+          (do (.append pos a)
+              (when k (.append stray a))
+              (+= i 1))))
+    #(pos kw stray))
+
+  (defn _bind [self raw]
+    ;; The positional and keyword arguments, the stray keywords, and the
+    ;; signature's binding of them; a `PropspecError` when they do not fit.
+    (setv #(pos kw stray) (self._split raw))
+    (try
+      #(pos kw stray (.bind self.signature #* pos #** kw))
+      (except [e TypeError]
+        (raise (self._bind-error e raw stray)))))
+
+  (defn bind [self raw]
+    "Split RAW arguments into positional and keyword ones and check them
+against the parameters (not their types); return `#(args kwargs)`."
+    (setv #(pos kw _ _) (self._bind raw))
+    #(pos kw))
+
+  (defn check-args [self raw]
+    "Check RAW arguments against the parameters, their types and the
+invariants; `PropspecError` naming the parameter, its type and the value."
+    (setv #(_ _ stray bound) (self._bind raw))
+    (for [p self._typed]
+      (when (in p.name bound.arguments)
+        (setv value (get bound.arguments p.name)
+              problem (_type-problem p value))
+        (when problem
+          (setv near (self._near-keyword stray))
+          (raise (PropspecError (or near f"{self.short-name}: {problem}"))))))
+    (when self.invariants
+      (.apply-defaults bound)
+      (for [[holds message] self.invariants]
+        (when (not (holds #* bound.args #** bound.kwargs))
+          (raise (PropspecError f"{self.short-name}: {(message #* bound.args #** bound.kwargs)}"))))))
+
+  (defn _near-keyword [self stray]
+    ;; ":mdoe" taken as a value, close to the parameter `mode`.  (difflib
+    ;; is imported by what suggests a name, as by `_diff` in props/file: a
+    ;; target that applies without a mistake or a change never needs it.)
+    (import difflib)
+    (setv names (lfor n self._names (_keyword-for n)))
+    (for [k stray]
+      (setv close (difflib.get-close-matches k.name names 1 0.6))
+      (when close
+        (return f"unknown keyword :{k.name} for {self.short-name}; did you mean :{(get close 0)}?"))))
+
+  (defn _bind-error [self e raw stray]
+    (setv near (self._near-keyword stray))
+    (PropspecError
+      (cond near near
+            (and stray (.startswith (str e) "too many positional"))
+            (+ f"unknown keyword :{(. (get stray 0) name)} for {self.short-name}\n"
+               f"  it takes {self.lambda-list}")
+            True
+            (+ f"wrong arguments for {self.kind} {self.short-name}: {e}\n"
+               f"  it takes {self.lambda-list}\n"
+               f"  it was given {(hy.repr (list raw))}"))))
+
+  (defn render-args [self raw]
+    "RAW arguments as Hy source, each in the spelling of its parameter's
+type (modes in octal)."
+    (setv out []
+          i 0
+          n (len raw)
+          #(pos kw _) (self._split raw)
+          positional (lfor p self._positional :if (not-in p.name kw) p)
+          seen-pos 0)
+    (while (< i n)
+      (setv a (get raw i)
+            k (when (isinstance a Keyword) (_parameter-for a.name)))
+      (cond
+        (and k (< (+ i 1) n) (in k kw) (is (get kw k) (get raw (+ i 1))))
+        (do (.append out (show a))
+            (.append out (_render (.get self.signature.parameters k) (get raw (+ i 1))))
+            (+= i 2))
+        True
+        (do (.append out (_render (if (< seen-pos (len positional))
+                                      (get positional seen-pos)
+                                      self._rest)
+                                  a))
+            (+= seen-pos 1)
+            (+= i 1))))
+    out))
+
+(defn _parameter-for [name]
+  ;; `:from` names the parameter `from_`: Python forbids `from` as a name.
+  (setv m (hy.mangle name))
+  (if (keyword.iskeyword m) (+ m "_") m))
+
+(defn _keyword-for [param]
+  (setv name (hy.unmangle param))
+  (if (and (.endswith name "_") (keyword.iskeyword (cut name 0 -1)))
+      (cut name 0 -1)
+      name))
+
+(defn _type-problem [p value]
+  ;; What is wrong with VALUE for parameter P, or None.  A parameter's
+  ;; default is always acceptable: `#^ file-mode [mode None]` means a mode,
+  ;; or none given.
+  (setv t (annotation-type p.annotation)
+        P inspect.Parameter
+        name (_keyword-for p.name))
+  (cond
+    (= p.kind P.VAR_POSITIONAL)
+    (for [v value]
+      (setv problem (.explain t v))
+      (when problem (return f"each of {name} {problem}")))
+    (= p.kind P.VAR_KEYWORD)
+    (for [[k v] (.items value)]
+      (setv problem (.explain t v))
+      (when problem (return f":{(_keyword-for k)} {problem}")))
+    (is value p.default) None
+    True
+    (do (setv problem (.explain t value))
+        (when problem
+          (return (+ (if (= p.kind P.KEYWORD_ONLY) ":" "") name " " problem))))))
+
+(defn _render [p value]
+  (setv t (when p (annotation-type p.annotation)))
+  (if (and t (not (and p (is value p.default))))
+      (.render t value)
+      (show value)))
+
+(defn _type-name [t]
+  (setv name (or (keyword-name t) (str t)))
+  (when (not-in name #("posix" "python"))
+    (raise (PropspecError f"property type must be :posix or :python, not {(hy.repr t)}")))
+  name)
+
+(defn _parameter-names [sig]
+  (setv P inspect.Parameter)
+  #((frozenset (gfor p (.values sig.parameters)
+                     :if (in p.kind #(P.POSITIONAL_OR_KEYWORD P.KEYWORD_ONLY))
+                     p.name))
+    (any (gfor p (.values sig.parameters) (= p.kind P.VAR_KEYWORD)))))
+
+(defclass _TypedDoc []
+  "`Property.__doc__`: the class's docstring on the class, a property's
+typed lambda list and docstring on a property.  Made when asked for, not
+when each property is defined: rendering the defaults as Hy imports Hy's
+printer, which a target that only applies properties never needs."
+  (defn __init__ [self class-doc]
+    (setv self.class-doc class-doc))
+  (defn __get__ [self prop owner]
+    (if (is prop None) self.class-doc (._typed-doc prop))))
+
+(setv Property.__doc__ (_TypedDoc Property.__doc__))
+
+(defn _render-lambda-list [sig]
+  ;; The lambda list as it is written in a defprop, types and all:
+  ;; `[#^ abs-path path * #^ file-mode [mode None]]`.
+  (setv P inspect.Parameter
+        out []
+        star-done False)
+  (for [p (.values sig.parameters)]
+    (setv name (_keyword-for p.name)
+          t (annotation-type p.annotation)
+          ann (if t f"#^ {(repr t)} " ""))
+    (cond
+      (= p.kind P.VAR_POSITIONAL) (do (.append out f"{ann}#* {name}") (setv star-done True))
+      (= p.kind P.VAR_KEYWORD) (.append out f"{ann}#** {name}")
+      True
+      (do (when (and (= p.kind P.KEYWORD_ONLY) (not star-done))
+            (.append out "*")
+            (setv star-done True))
+          (.append out (+ ann (if (is p.default P.empty)
+                                  name
+                                  f"[{name} {(_render p p.default)}]"))))))
+  (+ "[" (.join " " out) "]"))
+
+(defn define-property [name type lambda-list #** kwargs]
+  "Make a `Property` and register it under its qualified NAME."
+  (setv prop (Property name type lambda-list #** kwargs))
+  (note-definition f"property {prop.short-name}" prop.where)
+  (setv (get properties name) prop)
+  prop)
+
+(defn find-property [name]
+  "The property registered under the qualified NAME, importing its module if
+need be; `PropspecError` when there is none."
+  (when (in name properties)
+    (return (get properties name)))
+  (setv #(module _ attr) (.rpartition name "."))
+  (when module
+    (try (importlib.import-module module)
+         (except [ImportError] None)))
+  (when (not-in name properties)
+    (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))
+  (get properties name))
+
+(defn forget-properties-of [modules]
+  "Forget the properties defined by MODULES (names), so that importing
+those modules again registers their properties anew: a target's kept
+Python taking an edited site (`consfig.python_hop.target`)."
+  (for [name (list properties)]
+    (when (in (get (.rpartition name ".") 0) modules)
+      (del (get properties name)))))
+
+(defn did-you-mean [name [candidates None]]
+  "\"; did you mean NEAREST?\" for the property name nearest NAME among
+CANDIDATES (by default every property defined), or \"\" when none is near."
+  (when (is candidates None)
+    (setv candidates (set (+ (lfor p (.values properties) p.short-name) (list properties)))))
+  (import difflib)
+  (setv close (difflib.get-close-matches name (sorted candidates) 1 0.75))
+  (if close f"; did you mean {(get close 0)}?" ""))
+
+(defn call-subroutine [prop which propapp]
+  "Call PROP's subroutine WHICH with PROPAPP's arguments.  What the
+controller-side subroutines (:preprocess, :hostattrs, a defpropspec's body)
+raise is a mistake in the consfig: a `PropspecError` naming the property."
+  (setv #(args kwargs) (.bind prop propapp.args))
+  (try
+    ((getattr prop which) #* args #** kwargs)
+    (except [e Exception]
+      (when (or (not-in which #("preprocess" "hostattrs" "propspec"))
+                (isinstance e ConsfigError))
+        (raise))
+      (raise (PropspecError (+ f"{prop.short-name}: its :{which} failed: "
+                               (if (isinstance e FailedChange) "" f"{(. (type e) __name__)}: ")
+                               (str e))
+                            (or (site-location e) (site-where propapp)))
+             :from e))))
+
+(defn site-where [propapp]
+  "Where in site code PROPAPP was written (file:line), or None when it was
+not (it was built by a library, read from data, or typed at a REPL)."
+  (setv where (getattr propapp "where" None))
+  (when (and where (site-file? (get (.rsplit where ":" 1) 0)))
+    where))
+
+(defn _inherit-where [x where]
+  ;; The propapps of a defproplist's expansion were written in the library
+  ;; that defines it; a message about one of them names the site's line
+  ;; that used the defproplist.
+  (cond (isinstance x Propapp)
+        (do (when (not (site-where x)) (setv x.where where))
+            (for [a x.args] (_inherit-where a where)))
+        (isinstance x list) (for [a x] (_inherit-where a where))))
+
+(defn propapps-in [args]
+  "The propapps among ARGS, looking one level into lists."
+  (setv out [])
+  (for [a args]
+    (cond (isinstance a Propapp) (.append out a)
+          (isinstance a list) (.extend out (gfor x a :if (isinstance x Propapp) x))))
+  out)
+
+(defn propapp-type [propapp]
+  "\"python\" if PROPAPP or any propapp inside it needs a Python on the target."
+  (setv prop (find-property propapp.name))
+  (if (or (= prop.type "python")
+          (and (not prop.opaque-type)
+               (any (gfor p (propapps-in propapp.args) (= (propapp-type p) "python")))))
+      "python"
+      "posix"))
+
+(defn python-propapps [propapp]
+  "The leaf propapps of type `:python` in PROPAPP, for messages."
+  (setv prop (find-property propapp.name))
+  (cond (= prop.type "python") [propapp]
+        prop.opaque-type []
+        True (sum (gfor p (propapps-in propapp.args) (python-propapps p)) [])))
+
+(defn propapp-desc [propapp]
+  "PROPAPP's description: its `:desc`, or its name and arguments."
+  (setv prop (find-property propapp.name))
+  (if prop.desc
+      (str (call-subroutine prop "desc" propapp))
+      (default-desc propapp)))
+
+(defn default-desc [propapp]
+  "PROPAPP's name and its plain arguments (not the propapps among them), as
+a user would write them: what describes a property without a `:desc`."
+  (setv prop (find-property propapp.name))
+  (.join " " [prop.short-name
+              #* (gfor [a r] (zip propapp.args (.render-args prop propapp.args))
+                       :if (not (isinstance a Propapp))
+                       (if (isinstance a str) a r))]))
+
+;; The defproplist/defpropspec propapps being expanded, outermost first.
+(setv _expanding (contextvars.ContextVar "consfig-expanding" :default #()))
+
+(defn [contextlib.contextmanager] expanding-afresh []
+  "A context in which no propapp is being expanded: another host's propspec
+expanded while this one's is (see `consfig.model.host`) may use the same
+properties without seeming to include itself."
+  (setv token (.set _expanding #()))
+  (try (yield) (finally (.reset _expanding token))))
+
+(defn _expand [prop propapp]
+  ;; A propapp that (through others) expands to itself would never end.
+  (setv stack (.get _expanding))
+  (when (in propapp stack)
+    (setv names (lfor p (cut stack (.index stack propapp) None) (. (find-property p.name) short-name)))
+    (raise (PropspecError (+ f"{prop.short-name} includes itself: "
+                             (.join " -> " [#* names prop.short-name])))))
+  (when (> (len stack) 200)
+    (raise (PropspecError (+ f"{prop.short-name}: properties nested more than 200 deep: "
+                             (.join " -> " (gfor p (cut stack -5 None) p.name)) " -> …"))))
+  (setv token (.set _expanding (+ stack #(propapp))))
+  (try
+    (setv expansion (preprocess-propapp (call-subroutine prop "propspec" propapp)))
+    (except [DeferredRead]
+      ;; Computed without other hosts' hostattrs (see consfig.model.host).
+      (setv expansion ((find-property "consfig.combinators.eseqprops"))))
+    (finally (.reset _expanding token)))
+  (when (and (= prop.declared-type "posix") (= (propapp-type expansion) "python"))
+    (raise (PropspecError
+             (+ f"{prop.short-name} is declared :posix but contains :python properties: "
+                (.join ", " (gfor p (python-propapps expansion) (. (find-property p.name) short-name)))))))
+  expansion)
+
+(defn propapp-watches [propapp]
+  "The watch specs of the resources PROPAPP manages (see
+`consfig.model.watchspec`), checked; None when its property has no `:watch` (the
+agent polls it at the host's interval)."
+  (setv prop (find-property propapp.name))
+  (when prop.watch
+    (check-watch-specs (call-subroutine prop "watch" propapp) prop.short-name)))
+
+(defn preprocess-propapp [propapp]
+  "Run PROPAPP's `:preprocess`, expand defproplist/defpropspec properties into
+the propspec they stand for, and do the same for every propapp inside."
+  (setv prop (find-property propapp.name))
+  (when prop.preprocess
+    (setv propapp (Propapp propapp.name (call-subroutine prop "preprocess" propapp)
+                           propapp.where))
+    (.bind prop propapp.args))
+  (when prop.watch
+    ;; A watch on a relative path is a mistake in the consfig: said now,
+    ;; where it was written, not by the agent on the target.
+    (try (propapp-watches propapp)
+         (except [e PropspecError]
+           (raise (PropspecError e.message (or e.where (site-where propapp))) :from e))))
+  (when prop.propspec
+    (setv desc (propapp-desc propapp))
+    (setv expansion (_expand prop propapp))
+    (when (site-where propapp) (_inherit-where expansion propapp.where))
+    (return ((find-property "consfig.combinators.desc") desc expansion)))
+  (Propapp propapp.name
+           (lfor a propapp.args
+                 (cond (isinstance a Propapp) (preprocess-propapp a)
+                       (and (isinstance a list) (any (gfor x a (isinstance x Propapp))))
+                       (lfor x a (if (isinstance x Propapp) (preprocess-propapp x) x))
+                       True a))
+           propapp.where))
+
+;; The propapp whose :hostattrs is running: what a declaration of
+;; prerequisite data names as the property that needs it.
+(setv hostattrs-of (contextvars.ContextVar "consfig-hostattrs-of" :default None))
+
+(defn propapp-hostattrs [propapp]
+  "Run PROPAPP's `:hostattrs`; by default, that of each propapp it contains."
+  (setv prop (find-property propapp.name))
+  (if prop.hostattrs
+      (do (setv token (.set hostattrs-of propapp))
+          (try (_leaving-out-deferred prop propapp)
+               (finally (.reset hostattrs-of token))))
+      (for [p (propapps-in propapp.args)]
+        (propapp-hostattrs p))))
+
+(defn _leaving-out-deferred [prop propapp]
+  ;; While a host's hostattrs are computed without other hosts' (see
+  ;; consfig.model.host), a property that reads them is left out, with whatever
+  ;; it pushed before it read.  push-hostattr replaces a hostattr's list,
+  ;; never changes it in place, so a copy of the dict is a snapshot.
+  (setv host (.get current-host None)
+        saved (when host (dict host.hostattrs)))
+  (try
+    (call-subroutine prop "hostattrs" propapp)
+    (except [DeferredRead]
+      (when host (setv host.hostattrs saved)))))
+
+(defn _subroutine-form [params form]
+  `(fn ~params ~@(cut form 1 None)))
+
+(defmacro defprop [_hy_compiler name type params #* body]
+  "Define a property NAME of TYPE (`:posix` or `:python`) taking PARAMS.
+
+  (defprop has-content :posix [path content]
+    \"PATH has exactly CONTENT.\"
+    (:desc f\"{path} has content\")
+    (:check (= (read-remote-file path) content))
+    (:apply (write-remote-file path content)))
+
+is equivalent to binding `has-content` to a `Property` registered as
+`MODULE.has-content`, plus a `has-content*` macro for the dotted form, where
+the last parameter receives the trailing forms as an unevaluated propspec."
+  (setv #(doc subs options invariants) (_parse-defprop-body name body)
+        module (public-name _hy_compiler.module.__name__))
+  `(do
+     (setv ~name (hy.I.consfig/model/property.define-property
+                   ~(+ module "." (str name))
+                   ~(if (isinstance type Keyword) type.name type)
+                   (fn ~params None)
+                   :doc ~doc
+                   :where ~(definition-where _hy_compiler)
+                   :invariants ~(invariants-form params invariants)
+                   ~@(sum (gfor [k form] subs [(hy.models.Keyword k) (_subroutine-form params form)]) [])
+                   ~@(sum (gfor [k v] options [(hy.models.Keyword k) v]) [])))
+     ~(dotted-macro-form name module doc)))
+
+(defn definition-where [compiler [form None]]
+  "file:line of FORM (by default the form COMPILER is expanding), for
+messages; the file relative to the working directory when it is below it."
+  (import os)
+  (setv filename (or compiler.filename "<input>")
+        line (getattr (if (is form None) compiler.this form) "start_line" None))
+  (when (and (os.path.isabs filename) (.startswith filename (+ (os.getcwd) os.sep)))
+    (setv filename (os.path.relpath filename)))
+  (if line f"{filename}:{line}" filename))
+
+(defn invariants-form [params invariants]
+  "The code of a property's INVARIANTS, each `(:invariant CONDITION MESSAGE)`,
+both forms seeing the parameters PARAMS: for `defprop`'s expansion."
+  `[~@(gfor form invariants
+            (do (when (!= (len form) 3)
+                  (raise (PropspecError f"(:invariant CONDITION MESSAGE) takes two forms, got {(hy.repr form)}")))
+                `#((fn ~params ~(get form 1)) (fn ~params ~(get form 2)))))])
+
+(defn dotted-macro-form [name module [doc None]]
+  "The `NAME*` macro a definer makes for the property NAME of MODULE: its
+dotted form, whose last parameter takes the trailing forms."
+  ;; A call that registers one shared closure, not a `defmacro` each: Hy
+  ;; compiles and evaluates a macro's definition as it compiles the module,
+  ;; some 40 ms a property, paid again after every edit of a site.
+  `(eval-and-compile
+     (hy.I.consfig/model/property.install-dotted-macro (globals) ~module ~(str name) ~doc)))
+
+(defn install-dotted-macro [namespace module name [doc None]]
+  "Register in NAMESPACE (a module's globals) the macro `NAME*`, the dotted
+form of the property NAME of MODULE: its last parameter takes the trailing
+forms as a propspec."
+  (defn dotted [_hy_compiler #* args]
+    (hy.I.consfig/model/propspec.dotted-expansion _hy_compiler module name args))
+  (setv star (hy.mangle (+ name "*"))
+        dotted.__name__ star
+        dotted.__qualname__ star
+        dotted.__module__ module
+        dotted.__doc__ (+ f"The dotted form of {name}: its last parameter takes the trailing forms
+as a propspec.  `(help {name})` shows its parameters and their types."
+                          (if doc f"\n\n{doc}" "")))
+  (setv (get (.setdefault namespace "_hy_macros" {}) star) dotted)
+  None)
+
+(defn _parse-defprop-body [name body]
+  (setv body (list body)
+        doc None
+        subs []
+        options []
+        invariants [])
+  (when (and body (isinstance (get body 0) hy.models.String))
+    (setv doc (str (.pop body 0))))
+  (for [form body]
+    (when (not (and (isinstance form hy.models.Expression) form
+                    (isinstance (get form 0) Keyword)))
+      (raise (PropspecError f"defprop {name}: expected (:subroutine …) forms, got {(hy.repr form)}")))
+    (setv k (. (get form 0) name))
+    (cond (in k SUBROUTINES) (.append subs #(k form))
+          (= k "invariant") (.append invariants form)
+          (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
+          True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
+                                        "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant")))))
+  #(doc subs options invariants))
+
+(export :objects [Propapp Property properties define-property find-property forget-properties-of
+                  install-dotted-macro dotted-macro-form
+                  did-you-mean note-definition defining definition-where
+                  call-subroutine propapps-in propapp-type python-propapps
+                  propapp-desc default-desc propapp-watches preprocess-propapp propapp-hostattrs hostattrs-of
+                  site-where]
+        :macros [defprop])

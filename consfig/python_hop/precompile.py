@@ -1,0 +1,156 @@
+"""Compile the Python and Hy modules of a tree into hash-checked bytecode.
+
+    python3 -E -S precompile.py ROOT [--path DIR]... [--under DIR]
+                                     [--only MODULE]... [--hy-only]
+
+Each module under ROOT (under ROOT/DIR with --under; only the MODULEs
+named, with --only; only the Hy ones, with --hy-only) gets its
+`__pycache__/NAME.TAG.pyc`, checked against a hash of its source when it is
+imported: valid whatever dates the files are given (a tar, a zip, a wheel),
+never trusted once the source changed.  A module that does not compile is
+left for Python to compile when it is imported, and named on standard
+error.
+
+It runs in a Python of its own whose path is ROOT (and the --path DIRs):
+compiling a Hy module runs the modules it `require`s, which must be the
+ones being compiled.  setup.py compiles consfig with it at build time, and
+a controller the layers of code it ships (`consfig.python_hop.bundle`).  Only the
+standard library and hy are used.
+"""
+
+import os
+import sys
+
+# Code this process compiled, by the absolute path of its source, with the
+# hash of that source: a controller ships the site's modules compiled as it
+# compiled them when it loaded the site (`consfig.site.load`), not twice.
+_compiled = {}
+
+
+def remember(path, source, code):
+    """Keep CODE, compiled from SOURCE (bytes), the module at PATH."""
+    import importlib.util
+    _compiled[os.path.abspath(path)] = (importlib.util.source_hash(source), code)
+
+
+def hash_pyc(code, source, name):
+    """The hash-checked bytecode of CODE, compiled from SOURCE (bytes), whose
+    file is called NAME inside it: a name relative to where it is shipped,
+    not a path of the machine that compiled it (Python gives the code its
+    real path when it loads it)."""
+    import _imp
+    import importlib.util
+    import marshal
+    from importlib._bootstrap_external import _code_to_hash_pyc
+    # A copy: CODE may be a module's this process runs.
+    code = marshal.loads(marshal.dumps(code))
+    _imp._fix_co_filename(code, name)
+    return _code_to_hash_pyc(code, importlib.util.source_hash(source), True)
+
+
+def _cached_code(path, source):
+    # The code in the bytecode Python (or an install: setup.py) cached for
+    # the module at PATH, if it is valid for SOURCE, as Python would judge.
+    import importlib.util
+    import marshal
+    try:
+        with open(importlib.util.cache_from_source(path), "rb") as f:
+            data = f.read()
+        st = os.stat(path)
+    except (OSError, NotImplementedError):
+        return None
+    if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
+        return None
+    flags = int.from_bytes(data[4:8], "little")
+    if flags & 1:
+        valid = data[8:16] == importlib.util.source_hash(source)
+    else:
+        valid = (int.from_bytes(data[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+                 and int.from_bytes(data[12:16], "little") == len(source) & 0xFFFFFFFF)
+    if not valid:
+        return None
+    try:
+        return marshal.loads(data[16:])
+    except (EOFError, ValueError, TypeError):
+        return None
+
+
+def bytecode_for(path, source, name):
+    """The hash-checked bytecode (see `hash_pyc`) of the module at PATH
+    whose source is SOURCE (bytes), from the code `remember`ed for it, the
+    valid bytecode cached beside it or, for a Python module, compiled now;
+    None when there is none to be had cheaply."""
+    import importlib.util
+    known = _compiled.get(os.path.abspath(path))
+    if known and known[0] == importlib.util.source_hash(source):
+        return hash_pyc(known[1], source, name)
+    code = _cached_code(path, source)
+    if code is None and path.endswith(".py"):
+        try:
+            code = compile(source, name, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            return None
+    return None if code is None else hash_pyc(code, source, name)
+
+
+def module_name(root, path):
+    """The dotted name of the module at PATH under ROOT."""
+    name = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+def sources(top, suffixes=(".py", ".hy")):
+    """The files under TOP with one of SUFFIXES, in a stable order, skipping
+    __pycache__ and hidden directories."""
+    for d, dirs, files in os.walk(top):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__" and not x.startswith("."))
+        for f in sorted(files):
+            if f.endswith(suffixes):
+                yield os.path.join(d, f)
+
+
+def compile_tree(root, under=None, only=None, suffixes=(".py", ".hy")):
+    """Write the bytecode of the modules under ROOT; the list of those that
+    failed, as "NAME: why"."""
+    import importlib.util
+    from importlib.machinery import SourceFileLoader
+    import hy  # noqa: F401 -- lets SourceFileLoader compile .hy files
+    failed = []
+    for path in sources(os.path.join(root, under) if under else root, suffixes):
+        name = module_name(root, path)
+        if only is not None and name not in only:
+            continue
+        with open(path, "rb") as f:
+            source = f.read()
+        try:
+            code = SourceFileLoader(name, path).source_to_code(source, path)
+        except Exception as e:  # a module Python will compile on import, or report then
+            failed.append("%s: %s" % (name, e))
+            continue
+        pyc = importlib.util.cache_from_source(path)
+        os.makedirs(os.path.dirname(pyc), exist_ok=True)
+        temporary = "%s.%d.tmp" % (pyc, os.getpid())
+        with open(temporary, "wb") as out:
+            out.write(hash_pyc(code, source, os.path.relpath(path, root)))
+        os.replace(temporary, pyc)
+    return failed
+
+
+def main(argv):
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("root")
+    p.add_argument("--path", action="append", default=[])
+    p.add_argument("--under")
+    p.add_argument("--only", action="append")
+    p.add_argument("--hy-only", action="store_true")
+    args = p.parse_args(argv)
+    sys.dont_write_bytecode = True
+    sys.path[:0] = [args.root] + args.path
+    suffixes = (".hy",) if args.hy_only else (".py", ".hy")
+    for line in compile_tree(args.root, args.under, args.only and set(args.only), suffixes):
+        sys.stderr.write("not compiled: %s\n" % line)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,515 @@
+"The `consfig` command.
+
+  consfig deploy [--consfig FILE] PATTERN… [--limit PATTERN] [--via CHAIN]
+                 [-j N] [--max-fail N|N%] [--serial N|N%]
+                 [--check [--diff]] [--dry-run] [-v…] [--json] [--detailed-exitcode]
+  consfig deploy-these [--consfig FILE] PATTERN PROPSPEC [--limit PATTERN] [--via CHAIN]
+                 [-j N] [--max-fail N|N%] [--serial N|N%]
+                 [--check [--diff]] [-v…] [--json] [--detailed-exitcode]
+  consfig hosts [--consfig FILE] [PATTERN…] [--limit PATTERN]
+  consfig image [--consfig FILE] HOST -o FILE [--no-secrets]
+  consfig image [--consfig FILE] HOST --disk FILE [--qcow2 FILE] [--tarball FILE]
+                 [--bootloader grub-bios|none] [--via CHAIN] [-v…] [--check]
+  consfig status [--consfig FILE] HOST [--via CHAIN] [--json]
+  consfig keygen -o KEYFILE [--comment TEXT] [--from OLDKEY]
+  consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE [--legacy-key OLDKEY]
+                 [--limit PATTERN] [--with-secrets]
+  consfig converge [--consfig FILE] HOST [--via CHAIN] [--noop] [--interval S]
+                 [--follow [--lines N]] [--diff] [-v…] [--json]
+  consfig repl [FILE]
+  consfig --version
+
+A PATTERN chooses hosts: a hostname or its first label, a glob ('web*'), a
+group (@web), or terms joined by ':' that must all hold, '!' negating one
+(@web:!@eu: in web, not in eu); several patterns are a union (see
+`consfig.deployer.fleet`).
+
+Exit status: 0 success (with or without changes), 1 failures (on any host)
+or an error; with --detailed-exitcode: 0 no changes, 2 changes made (or,
+with --check, changes that would be made) and no failures, 1 failures or an
+error.  A usage error exits 64."
+
+(import argparse
+        os
+        sys
+        traceback
+        consfig.transport.chain [chain->data parse-chain]
+        consfig.data.items [resolve-data]
+        consfig.apply.engine [SinkFailed describe-meta effective-meta]
+        consfig.apply.events [drift-summary-event]
+        consfig.errors [ConsfigError]
+        consfig.deployer.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
+        consfig.model.host [hosts preprocess-host]
+        consfig.model.property [propapp-desc]
+        consfig.model.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
+        consfig.deployer.report [JsonSink Reporter error]
+        consfig.site.load [demo-consfig find-default-consfig load-consfig])
+
+(setv EX-USAGE 64)
+
+(defclass Parser [argparse.ArgumentParser]
+  "An argument parser whose usage errors exit 64 (sysexits' EX_USAGE):
+argparse's 2 is what --detailed-exitcode means by \"changes made\"."
+  (defn error [self message]
+    (.print-usage self sys.stderr)
+    (.exit self EX-USAGE f"{self.prog}: error: {message}\n")))
+
+(defn _version []
+  (import importlib.metadata)
+  (try (importlib.metadata.version "consfig")
+       (except [importlib.metadata.PackageNotFoundError] "unknown")))
+
+(defclass _VersionAction [argparse.Action]
+  ;; --version: the installed version is looked up (importlib.metadata, a
+  ;; few tens of ms) only when asked for, not by every command.
+  (defn __init__ [self option-strings [dest argparse.SUPPRESS] [default argparse.SUPPRESS]
+                  [help "show the version and exit"]]
+    (.__init__ (super) :option-strings option-strings :dest dest :default default
+               :nargs 0 :help help))
+  (defn __call__ [self parser namespace values [option-string None]]
+    (print f"consfig {(_version)}")
+    (.exit parser)))
+
+(defn via-option [sp]
+  "Add --via, a connection chain replacing the host's :deploy, to the
+argument parser SP."
+  (.add-argument sp "--via" :metavar "CHAIN"
+                 :help "connection chain as Hy data, e.g. ':local' or '[[:ssh :user \"root\"] :python]' (default: the host's :deploy)"))
+
+(defn output-options [sp]
+  "Add the options of a deployment's report and exit status (-v, --check,
+--diff, --json, --detailed-exitcode) to the argument parser SP: `consfig
+deploy`'s, and an image's."
+  (.add-argument sp "-v" "--verbose" :action "count" :default 0
+                 :help "-v: commands' output, diffs, tracebacks, durations; -vv, -vvv: more")
+  (.add-argument sp "--check" :action "store_true"
+                 :help "report what holds and what would change; change nothing")
+  (.add-argument sp "--diff" :action "store_true"
+                 :help "show the diffs of files that change (or would, with --check)")
+  (.add-argument sp "--json" :action "store_true"
+                 :help "write the events as JSON lines instead of a report")
+  (.add-argument sp "--detailed-exitcode" :action "store_true"
+                 :help "exit 0 for no changes, 2 for changes, 1 for failures"))
+
+(defn _parser []
+  (setv p (Parser
+            :prog "consfig"
+            :description "Declarative configuration management and deployment in Hy."
+            :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
+                       "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
+                       "64 a usage error.")))
+  (.add-argument p "--version" :action _VersionAction)
+  (setv sub (.add-subparsers p :dest "command" :metavar "COMMAND"))
+  (setv sub.required True)
+
+  (defn consfig-option [sp]
+    (.add-argument sp "--consfig" :metavar "FILE"
+                   :help "the site consfig (default: $CONSFIG, ./consfig.hy, or the demo)"))
+
+  (defn limit-option [sp]
+    (.add-argument sp "--limit" :metavar "PATTERN"
+                   :help "narrow the selection to the hosts PATTERN also matches"))
+
+  (defn deploy-options [sp]
+    (limit-option sp)
+    (.add-argument sp "-j" "--jobs" :metavar "N" :type int
+                   :help f"deploy N hosts at once (default: all of them, at most {DEFAULT-JOBS}; 1: one after another)")
+    (.add-argument sp "--max-fail" :metavar "N|N%"
+                   :help "start no more hosts once N (or N%% of them) have failed")
+    (.add-argument sp "--serial" :metavar "N|N%"
+                   :help "deploy in batches of N hosts (or N%% of them), each finishing before the next starts")
+    (via-option sp)
+    (output-options sp))
+
+  (setv d (.add-parser sub "deploy" :help "deploy hosts"))
+  (consfig-option d)
+  (.add-argument d "hosts" :nargs "+" :metavar "PATTERN"
+                 :help "hosts to deploy: a name, a glob ('web*'), a group (@web), @web:!@eu")
+  (deploy-options d)
+  (.add-argument d "--dry-run" :action "store_true"
+                 :help "compute hostattrs and print what would be applied; connect to nothing")
+
+  (setv t (.add-parser sub "deploy-these" :help "apply just the given properties to a host"))
+  (consfig-option t)
+  (.add-argument t "host" :metavar "PATTERN" :help "the host (or hosts: a glob, @group…)")
+  (.add-argument t "propspec" :metavar "PROPSPEC" :nargs "+"
+                 :help (+ "propapps as Hy, e.g. '(file.has-content \"/etc/motd\" \"hi\\n\")'; "
+                          "several (in one argument or several) apply in order"))
+  (deploy-options t)
+
+  (setv h (.add-parser sub "hosts" :help "list the hosts a consfig defines, or those chosen"))
+  (consfig-option h)
+  (.add-argument h "patterns" :nargs "*" :metavar "PATTERN")
+  (limit-option h)
+
+  (setv i (.add-parser sub "image" :help "write a host's self-applying image"
+                      :description (+ "Write the image of HOST: one file that applies HOST's configuration "
+                                      "to the machine it runs on, with `python3 FILE` (see docs/images.md).")))
+  (consfig-option i)
+  (.add-argument i "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
+  (.add-argument i "-o" "--output" :metavar "FILE" :help "where to write the image")
+  (.add-argument i "--no-secrets" :action "store_true"
+                 :help "leave out the properties that hold a secret (on the host they fail, saying so)")
+  (.add-argument i "--disk" :metavar "FILE"
+                 :help (+ "instead, build a bootable raw disk image of HOST at FILE (an absolute path), "
+                          "from its volumes (disk.raw-image-built-for; see docs/machines.md), here "
+                          "or where --via leads"))
+  (.add-argument i "--qcow2" :metavar "FILE" :help "with --disk: also convert the disk image to qcow2 at FILE")
+  (.add-argument i "--tarball" :metavar "FILE"
+                 :help "with --disk: unpack this tarball of a bootstrapped tree instead of running debootstrap")
+  (.add-argument i "--bootloader" :choices ["grub-bios" "none"] :default "grub-bios"
+                 :help "with --disk: the bootloader to install (default: grub-bios)")
+  (via-option i)
+  (output-options i)
+
+  (setv s (.add-parser sub "status" :help "what the last run of a host's image recorded there"
+                       :description (+ "Read back, over the host's chain, what the last run of its image "
+                                       "recorded on it.  Exit status: 0 the last run succeeded, 1 it "
+                                       "failed (or reading failed), 3 the image never ran there.")))
+  (consfig-option s)
+  (.add-argument s "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
+  (via-option s)
+  (.add-argument s "--json" :action "store_true" :help "print the recorded state as JSON")
+
+  (setv k (.add-parser sub "keygen" :help "make an OpenSSH key pair to sign published images"
+                       :description (+ "Make an OpenSSH Ed25519 key pair with ssh-keygen: the private key "
+                                       "KEYFILE (mode 0600, no passphrase) and KEYFILE.pub, the line hosts "
+                                       "are given to trust (image.pulled-from :public-key).  Any SSH key "
+                                       "you already have signs as well.  An existing KEYFILE is never "
+                                       "overwritten.")))
+  (.add-argument k "-o" "--output" :metavar "KEYFILE" :required True :help "where to write the private key")
+  (.add-argument k "--comment" :metavar "TEXT" :help "a name for the key in KEYFILE.pub (default: KEYFILE's name)")
+  (.add-argument k "--from" :metavar "OLDKEY" :dest "old"
+                 :help "write the key of consfig's old format in OLDKEY as an OpenSSH pair: the same key")
+
+  (setv u (.add-parser sub "publish" :help "write hosts' signed images where they pull them from"
+                       :description (+ "Build the image of each chosen host and write it, signed, to DIR "
+                                       "(DIR/HOST, DIR/HOST.sig, DIR/index.json), for any static file "
+                                       "server to serve to hosts with image.pulled-from.  Files are "
+                                       "replaced whole (written aside, then renamed); an unchanged image "
+                                       "is left untouched.  Images are built without secrets unless "
+                                       "--with-secrets (see docs/images.md).")))
+  (consfig-option u)
+  (.add-argument u "hosts" :nargs "+" :metavar "PATTERN" :help "hosts to publish: a name, a glob, @group…")
+  (limit-option u)
+  (.add-argument u "--to" :metavar "DIR" :required True :help "the directory a server serves")
+  (.add-argument u "--signing-key" :metavar "KEYFILE" :required True
+                 :help (+ "an OpenSSH private key (yours, or from consfig keygen), or a public key "
+                          "whose private half ssh-agent holds"))
+  (.add-argument u "--legacy-key" :metavar "OLDKEY"
+                 :help (+ "also sign each image with this key of consfig's old format, as HOST.sig, "
+                          "for hosts whose puller predates OpenSSH signatures (docs/images.md)"))
+  (.add-argument u "--valid-for" :metavar "DAYS" :type float :default 7
+                 :help (+ "how long hosts accept each signed statement (default 7 days); "
+                          "publish at least twice as often, or hosts refuse it as stale"))
+  (.add-argument u "--with-secrets" :action "store_true"
+                 :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone")
+
+  (setv c (.add-parser sub "converge"
+                      :help "apply a host, then keep it converged: watch, repair drift"
+                      :description (+ "Apply HOST over its chain (ending in a :python hop), then "
+                                      "stay on it, re-checking and re-applying just the properties "
+                                      "whose resources change, until interrupted (docs/converge.md).")))
+  (consfig-option c)
+  (.add-argument c "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
+  (via-option c)
+  (.add-argument c "--noop" :action "store_true"
+                 :help "report drift, with its diff; repair nothing")
+  (.add-argument c "--interval" :metavar "SECONDS" :type float
+                 :help "how often to check a property that watches nothing (default 300)")
+  (.add-argument c "--follow" :action "store_true"
+                 :help "attach to the agent already running on HOST (a service) and show its events")
+  (.add-argument c "--lines" :metavar "N" :type int :default 20
+                 :help "with --follow: how many past events to show first (default 20)")
+  (.add-argument c "-v" "--verbose" :action "count" :default 0 :help "more detail")
+  (.add-argument c "--diff" :action "store_true" :help "show the diff of each drift")
+  (.add-argument c "--json" :action "store_true" :help "write the events as JSON lines")
+
+  (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
+  (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
+  p)
+
+(defn _consfig-path [given]
+  ;; The consfig named, else the default one; say so when that is the demo,
+  ;; so that nobody wonders where their hosts went.
+  (setv path (or given (find-default-consfig)))
+  (when (and (not given) (= path (demo-consfig)))
+    (print "consfig: no --consfig, $CONSFIG or ./consfig.hy here: using the demo consfig"
+           :file sys.stderr))
+  path)
+
+(defn _load [args]
+  (load-consfig (_consfig-path args.consfig)))
+
+(defn read-chain [text]
+  "A connection chain written as Hy on the command line."
+  (when (not (.strip text))
+    (raise (ConsfigError "--via: the chain is empty; give at least one hop, e.g. --via :local")))
+  (try
+    (setv chain (form->propspec (hy.read text)))
+    (except [e Exception]
+      (raise (ConsfigError f"--via: cannot read {text !r} as a chain: {e}"))))
+  (parse-chain chain "--via")
+  chain)
+
+(defn output-sink [args]
+  "The sink the parsed options ARGS (`output-options`) ask for: JSON lines
+or a report."
+  (if args.json
+      (JsonSink)
+      (Reporter :verbosity args.verbose :check args.check :diff args.diff)))
+
+(defn _deploy-all [args targets [propspec None]]
+  ;; One sink for all hosts, so that the end of the run can recap them.
+  (setv chain (when (is-not args.via None) (read-chain args.via))
+        sink (output-sink args))
+  (try
+    (setv outcomes (deploy-hosts* chain targets :propspec propspec :sink sink
+                                  :verbosity args.verbose :check args.check
+                                  :jobs args.jobs :max-fail args.max-fail
+                                  :serial args.serial))
+    (when (and args.check args.json)
+      ;; The last line, for monitoring: what drifted on each host.
+      (sink (drift-summary-event outcomes)))
+    (.finish sink)
+    (finally (.close sink)))
+  (fleet-exit-code outcomes args.detailed-exitcode))
+
+(defn _deploy [args]
+  (_load args)
+  (setv targets (select-hosts args.hosts args.limit))
+  (when args.dry-run
+    (setv chain (when (is-not args.via None) (read-chain args.via)))
+    (for [host targets]
+      (_dry-run host chain))
+    (return 0))
+  (_deploy-all args targets))
+
+(defn _dry-run [host chain]
+  (setv prepared (preprocess-host host)
+        via (or chain host.deploy))
+  (print f"{host.hostname}")
+  (print f"  chain: {(if via (hy.repr (chain->data (parse-chain via))) "(none)")}")
+  (print "  hostattrs:")
+  (for [[k v] (.items prepared.hostattrs)]
+    (print f"    :{k} {(hy.repr v)}"))
+  ;; Resolved as a deployment would, so that a missing item shows here too;
+  ;; identifiers and versions only, never content.
+  (when (resolve-data prepared)
+    (print "  data:")
+    (for [item (.values prepared.data)]
+      (print (+ f"    ({(hy.repr item.iden1)} {(hy.repr item.iden2)}) version {item.version}"
+                (if item.secret " (secret)" "") f" from {item.source}"))))
+  (print "  propspec:")
+  (for [line (.splitlines (propspec->tree prepared.propspec))]
+    (print (+ "    " line)))
+  (setv metas (lfor [p m] (effective-meta prepared.propspec) :if m [p m]))
+  (when metas
+    (print "  meta-parameters:")
+    (for [[p m] metas]
+      (print f"    {(propapp-desc p)} ({(describe-meta m)})"))))
+
+(defn read-propspecs [text namespace]
+  "The propspec written on the command line: one form, or several applied
+in order (an implicit `eseqprops`)."
+  (setv forms (read-propspec-forms text))
+  (when (not forms)
+    (raise (ConsfigError "the propspec is empty: give one or more propapps")))
+  (setv propapps (lfor f forms (form->propspec f namespace)))
+  (if (= (len propapps) 1)
+      (get propapps 0)
+      (eseqprops-of propapps)))
+
+(defn _deploy-these [args]
+  (setv module (_load args)
+        targets (select-hosts [args.host] args.limit))
+  (_deploy-all args targets (read-propspecs (.join "\n" args.propspec) (vars module))))
+
+(defn _hosts [args]
+  (_load args)
+  (setv chosen (if (or args.patterns args.limit)
+                    (select-hosts (or args.patterns ["*"]) args.limit)
+                    (.values hosts))
+        rows (lfor host (sorted chosen :key (fn [h] h.hostname))
+                   [host.hostname
+                    (if host.deploy (hy.repr (chain->data (parse-chain host.deploy))) "-")
+                    (or (.join "," (host-groups host)) "-")
+                    (or host.desc "")])
+        widths (lfor i (range 3) (max (gfor r rows (len (get r i))) :default 0)))
+  (for [r rows]
+    (print (.rstrip (.join "  " (+ (lfor [i w] (enumerate widths) (.ljust (get r i) w))
+                                   [(get r 3)])))))
+  0)
+
+(defn _disk-image [args]
+  ;; A deployment to the machine that builds (this one, or --via's end).
+  (import consfig.props [disk])
+  (when (or args.output (not (os.path.isabs args.disk))
+            (and args.qcow2 (not (os.path.isabs args.qcow2)))
+            (and args.tarball (not (os.path.isabs args.tarball))))
+    (.error (_parser) "--disk takes an absolute path (and --qcow2 and --tarball too), and no -o"))
+  (_load args)
+  (setv host (get (select-hosts [args.host] None) 0)
+        options (dfor [k v] [["bootloader" (hy.models.Keyword args.bootloader)]
+                             ["tarball" args.tarball] ["qcow2" args.qcow2]]
+                      :if v (hy.models.Keyword k) v)
+        args.via (or args.via ":local")
+        args.jobs None args.max-fail None args.serial None)
+  (import consfig.model.host [Host])
+  (_deploy-all args [(Host (+ "image-builder-for-" host.hostname) (eseqprops-of []))]
+               (disk.raw-image-built-for options host.hostname args.disk)))
+
+(defn _image [args]
+  (import consfig.image.build [write-image])
+  (when args.disk (return (_disk-image args)))
+  (when (or (not args.output) args.qcow2 args.tarball)
+    (.error (_parser) "the image command needs -o FILE (or --disk FILE, which --qcow2 and --tarball go with)"))
+  (_load args)
+  (setv image (write-image args.host args.output :no-secrets args.no-secrets))
+  (print (+ f"{args.output}: the image of {image.hostname}, {(len image.data)} bytes, "
+            f"sha256 {image.sha256}"))
+  (when image.secrets
+    (print (+ f"{args.output} holds secrets, so it is mode 0600: keep it as private as they "
+              "are, or build it with --no-secrets.  Secret values in:")
+           :file sys.stderr)
+    (for [s image.secrets]
+      (print f"  {s}" :file sys.stderr)))
+  0)
+
+(defn _status [args]
+  (import json
+          consfig.model.host [find-host]
+          consfig.image.build [format-status host-status])
+  (_load args)
+  (setv host (find-host args.host)
+        state (host-status host :via (when (is-not args.via None) (read-chain args.via))))
+  (if args.json
+      (print (json.dumps state :indent 1 :sort-keys True))
+      (print (format-status host.hostname state)))
+  (cond (not-in "status" state) 3
+        (in (get state "status") #("failed" "error")) 1
+        True 0))
+
+(defn _keygen [args]
+  (import consfig.image.publish [keygen keygen-from])
+  (setv line (if args.old
+                 (keygen-from args.old args.output args.comment)
+                 (keygen args.output args.comment)))
+  (print f"{args.output}: private key (mode 0600; keep it off the hosts)")
+  (print f"{args.output}.pub: give hosts this line to trust, as image.pulled-from's :public-key:")
+  (print (.rstrip line))
+  0)
+
+(defn _publish [args]
+  (import consfig.image.build [make-image]
+          consfig.image.publish [load-legacy-key publish-images signing-key])
+  (_load args)
+  (setv signer (signing-key args.signing-key)
+        legacy (when args.legacy-key (load-legacy-key args.legacy-key))
+        images (dfor host (select-hosts args.hosts args.limit)
+                     host.hostname (make-image host :no-secrets (not args.with-secrets)))
+        secret (sfor [h i] (.items images) :if i.secrets h))
+  (when (<= args.valid-for 0)
+    (raise (ConsfigError f"--valid-for must be a positive number of days, not {args.valid-for}")))
+  (for [[host sha changed] (publish-images (dfor [h i] (.items images) h i.data) args.to signer
+                                           :private secret :legacy-key legacy
+                                           :valid-for (round (* args.valid-for 86400)))]
+    (print (+ f"{host}: " (if changed "published" "unchanged")
+              f", sha256 {sha}, {(len (. (get images host) data))} bytes")))
+  (when secret
+    (print (+ f"{(.join ", " (sorted secret))}: the image holds secrets, so its file is mode 0600; "
+              "whoever can fetch it can read them")
+           :file sys.stderr))
+  0)
+
+(defn _converge [args]
+  (import consfig.converge.controller [converge-host follow-host])
+  (_load args)
+  (setv chain (when (is-not args.via None) (read-chain args.via))
+        [host #* more] (or (select-hosts [args.host]) [None]))
+  (when more
+    (raise (ConsfigError f"consfig converge: {args.host} names {(+ 1 (len more))} hosts; name one")))
+  (setv args.check args.noop
+        sink (output-sink args))
+  (try
+    (if args.follow
+        (follow-host host sink :chain chain :lines args.lines)
+        (setv outcome (converge-host host sink :chain chain :noop args.noop
+                                     :interval args.interval :verbosity args.verbose)))
+    (.finish sink)
+    (finally (.close sink)))
+  (if (and (not args.follow) (= outcome.status "failed")) 1 0))
+
+(defn _repl [args]
+  (import consfig.ui.repl [run-repl])
+  (run-repl (_consfig-path args.file)))
+
+(setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
+                "status" _status "keygen" _keygen "publish" _publish "repl" _repl
+                "converge" _converge})
+
+(defn main [[argv None]]
+  "Run the consfig command with ARGV; return the exit status."
+  (setv args (.parse-args (_parser) argv))
+  (guarded args (get COMMANDS args.command)))
+
+(defn guarded [args command]
+  "(COMMAND ARGS), its value the exit status; a `ConsfigError` printed as an
+error (with its traceback at -v) is status 1, an interrupt 130."
+  (try
+    (command args)
+    (except [e ConsfigError]
+      (when (>= (getattr args "verbose" 0) 1)
+        (traceback.print-exc))
+      (error e)
+      1)
+    (except [KeyboardInterrupt]
+      (error "interrupted")
+      130)))
+
+(defn _image-parser [hostname archive]
+  (setv p (Parser :prog f"python3 {(os.path.basename archive)}"
+                  :description f"Apply the configuration of {hostname} to this machine."
+                  :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
+                             "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
+                             "64 a usage error.")))
+  (output-options p)
+  (.add-argument p "--as-host" :action "store_true"
+                 :help f"apply {hostname}'s configuration even though this machine's hostname is not {hostname}")
+  (.add-argument p "--converge" :action "store_true"
+                 :help "after applying, stay and keep this machine converged (docs/converge.md)")
+  (.add-argument p "--noop" :action "store_true"
+                 :help "report drift, repair nothing (implies --check for the first pass)")
+  (.add-argument p "--interval" :metavar "SECONDS" :type float
+                 :help "with --converge: how often to check a property that watches nothing")
+  (.add-argument p "--log-directory" :metavar "DIR"
+                 :help "with --converge: where the agent's event log goes (default: consfig's state directory)")
+  p)
+
+(defn run-image [archive image meta directories new argv]
+  "The command line of an image: apply the host of the image ARCHIVE (the
+open zip IMAGE, its META, its layers unpacked in DIRECTORIES, NEW those
+unpacked just now) to this machine, as the arguments ARGV ask
+(`consfig.image.build.apply-image`); return the exit status.  Called by the
+image's `__main__.py`."
+  (import consfig.image.build [apply-image])
+  (setv args (.parse-args (_image-parser (get meta "hostname") archive) argv))
+  (guarded args (fn [args] (apply-image args archive image meta directories new
+                                        (output-sink args)))))
+
+(defn run []
+  "The console script: exit with `main`'s status."
+  (try
+    (setv status (main))
+    (.flush sys.stdout)
+    (except [e #(BrokenPipeError SinkFailed)]
+      (when (and (isinstance e SinkFailed) (not (isinstance e.cause BrokenPipeError)))
+        (raise))
+      ;; The reader went away (`consfig hosts | head`): stop quietly, and
+      ;; keep Python from complaining again when it flushes stdout at exit.
+      (os.dup2 (os.open os.devnull os.O_WRONLY) (.fileno sys.stdout))
+      (setv status 141)))
+  (sys.exit status))
+
+(export :objects [main run run-image read-chain read-propspecs guarded output-options output-sink via-option
+                  Parser EX-USAGE])
