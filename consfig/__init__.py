@@ -31,7 +31,7 @@ property, propspec, host, fact, deployment = _property, _propspec, _host, _fact,
 
 # The modules whose names `(import consfig *)` brings: each module's own
 # `(export …)` list, and no name exported by two of them as two different
-# things (tests/core/test_exports.py).  They are imported when one of their names is
+# things (tests/ground/test_exports.py).  They are imported when one of their names is
 # first asked for (PEP 562), not with this package: the target of a
 # :python hop imports it on the way to `consfig.python_hop.target`, and there applies a
 # propspec with a small part of the library.

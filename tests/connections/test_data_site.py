@@ -25,7 +25,7 @@ import uuid
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ui"))
 from clirun import REPO  # noqa: E402
 from sshlab import processes_seen  # noqa: E402
 from harness import unavailable  # noqa: E402

@@ -206,7 +206,7 @@ SITE = """(require consfig *)
 
 
 def repl(lab, tmp_path, script):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "cli"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "ui"))
     from clirun import consfig
     config = lab["chain"][0][lab["chain"][0].index(K("config")) + 1]
     site = tmp_path / "site.hy"

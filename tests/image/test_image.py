@@ -19,7 +19,7 @@ import pytest
 
 from hy.models import Keyword as K
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ui"))
 from clirun import consfig  # noqa: E402
 
 import consfig.image.build as image  # noqa: E402

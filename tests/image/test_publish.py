@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "cli"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ui"))
 from clirun import Terminal, consfig  # noqa: E402
 
 import hy  # noqa: F401,E402

@@ -70,7 +70,7 @@
   (with [e (pytest.raises PropspecError)]
     (props (file.directory-exists "/a")
            (file.has-content "/too-few")))
-  (assert (.startswith (str e.value) "tests/core/test_propspec.hy:") (str e.value)))
+  (assert (.startswith (str e.value) "tests/model/test_propspec.hy:") (str e.value)))
 
 (defn test-unknown-property-is-reported-with-its-name []
   (with [e (pytest.raises PropspecError)]

@@ -1,6 +1,6 @@
 ;; The converging agent (consfig.converge.agent) in this process, over a local
 ;; connection: real files, real inotify, the real deployment lock.  Over a
-;; chain, with SIGTERM, see tests/remote/test_converge.py.
+;; chain, with SIGTERM, see tests/python_hop/test_converge.py.
 
 (require consfig *)
 (import io

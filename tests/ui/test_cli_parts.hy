@@ -1,6 +1,6 @@
 ;; consfig.ui.cli's parts, called in this process: the parser's exit codes,
 ;; reading a chain and a propspec from the command line, and `guarded`.
-;; (tests/cli/ runs the installed command end to end.)
+;; (tests/ui/ runs the installed command end to end.)
 
 (import argparse
         pytest
