@@ -36,19 +36,31 @@ def _relative(path):
 
 
 def _hy_files():
-    files = [f for folder in HY_PACKAGES for f in sorted((PROJECT / folder).glob("*.hy"))]
+    files = [f for folder in HY_PACKAGES for f in sorted((PROJECT / folder).rglob("*.hy"))]
     return files + sorted((PROJECT / "tests").rglob("*.hy"))
 
 
 def _py_files():
-    return [f for folder in PY_FOLDERS for f in sorted((PROJECT / folder).rglob("*.py"))]
+    return [f for folder in PY_FOLDERS + list(HY_PACKAGES)
+            for f in sorted((PROJECT / folder).rglob("*.py"))
+            if "__pycache__" not in f.parts]
 
 
 def _module_name(path):
-    folder = path.relative_to(PROJECT).parts[0]
+    folder, *rest = path.relative_to(PROJECT).with_suffix("").parts
     if folder in HY_PACKAGES:
-        return f"{HY_PACKAGES[folder]}.{path.stem}"
+        return ".".join([HY_PACKAGES[folder], *rest])
     return path.stem
+
+
+def test_the_lint_reads_every_module_of_the_layer_packages():
+    hy_files, py_files = set(_hy_files()), set(_py_files())
+    for folder in HY_PACKAGES:
+        for f in (PROJECT / folder).rglob("*"):
+            if f.suffix == ".hy":
+                assert f in hy_files, f"the lint does not read {_relative(f)}"
+            if f.suffix == ".py" and "__pycache__" not in f.parts:
+                assert f in py_files, f"the lint does not read {_relative(f)}"
 
 
 def _hy_tree(path):

@@ -12,8 +12,7 @@ against what it holds (`ReceivedData`, made the only source by
 from there, not from the controller.  An image holds the same manifest with
 the content inside (`consfig.python_hop.payload.host-payload`)."
 
-(import os
-        consfig.boot [data-entry]
+(import consfig.boot [data-entry]
         consfig.data.items [DataItem DataSource Secret data-sent-event]
         consfig.data.store [DataCache]
         consfig.errors [FailedChange]
