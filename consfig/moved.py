@@ -13,7 +13,6 @@ Ground layer: standard library only, imported by `consfig/__init__.py`.
 """
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 
@@ -97,9 +96,11 @@ def forward(package):
     return __getattr__
 
 
-class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _Aliases:
     """Imports an old name as the module it now names (asked last, so only
-    for names no file answers to)."""
+    for names no file answers to).  A finder and loader by protocol, not by
+    `importlib.abc`'s classes: importing those brings importlib.resources,
+    and with it tempfile and pathlib, onto every :python target."""
 
     def find_spec(self, name, path=None, target=None):
         if name not in MOVED:

@@ -5,10 +5,8 @@ import importlib
 import subprocess
 import sys
 
-import hy
 import pytest
 
-import consfig
 from consfig.moved import FORWARDED, MOVED, public_name
 
 
