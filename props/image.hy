@@ -265,7 +265,7 @@ the image's options: `[\"-v\"]`, `[\"--as-host\"]`; NOOP: with `--noop`,
 so that each run reports drift and repairs nothing).  An unsigned,
 altered, stale or wrongly signed image is refused and reported (the run
 fails, in the journal or cron's mail) and nothing is applied.  The puller
-(`/usr/local/lib/consfig/image/puller.py`) needs nothing but Python 3.9+ and
+(`/usr/local/lib/consfig/puller.py`) needs nothing but Python 3.9+ and
 ssh-keygen: `ssh-keygen -Y verify -n consfig-image -I IDENTITY` checks each
 signature against `/etc/consfig/allowed_signers`, which lists the keys for
 IDENTITY in the consfig-image namespace.  Scheduling is `scheduled`'s (VIA,
@@ -314,7 +314,7 @@ schedule and its state (the last good image)."
 (defn own-image [hostname * [no-secrets False]]
   "The `consfig.image.build.Image` of HOSTNAME as `installed` puts it on the host:
 built while the host is preprocessed, and without the image itself."
-  (import consfig.image.build [make-image])
+  (import consfig.image.build [make-image])  ; start-up: 2 ms
   (setv token (.set _imaging (| (.get _imaging) #{hostname})))
   (try (make-image (_unprepared hostname) :no-secrets no-secrets)
        (finally (.reset _imaging token))))

@@ -1,7 +1,7 @@
 """The puller: what a host runs, from its timer, to fetch, check and apply
 its own image.
 
-    python3 /usr/local/lib/consfig/image/puller.py /etc/consfig/pull.json
+    python3 /usr/local/lib/consfig/puller.py /etc/consfig/pull.json
 
 It needs nothing but Python 3.9+ and its standard library, and
 `ssh-keygen` (openssh-client, OpenSSH 8.2 or later), which checks the

@@ -178,7 +178,7 @@ def test_unapplying_pulled_from_removes_timer_puller_and_state(chroot_chain, roo
     unapply(chroot_chain, p)
     for path in ["etc/systemd/system/consfig-pull.service", "etc/systemd/system/consfig-pull.timer",
                  "etc/systemd/system/timers.target.wants/consfig-pull.timer",
-                 "usr/local/lib/consfig/image/puller.py", "etc/consfig/pull.json",
+                 "usr/local/lib/consfig/puller.py", "etc/consfig/pull.json",
                  "etc/consfig/allowed_signers", "var/lib/consfig/pull"]:
         assert not (root / path).exists() and not (root / path).is_symlink(), f"{path} is left"
 
@@ -229,7 +229,7 @@ def test_pulled_from_fails_saying_what_to_install_where_ssh_keygen_is_missing(fr
     outcome, events = deploy_propspec(chain, [pulled(server, keys["good"][1], SYSTEMD)], check=False)
     assert outcome.status == "failed", outcome
     assert 'add (apt.installed "openssh-client")' in failure_text(events), failure_text(events)
-    for path in ["usr/local/lib/consfig/image/puller.py", "etc/consfig/pull.json",
+    for path in ["usr/local/lib/consfig/puller.py", "etc/consfig/pull.json",
                  "etc/systemd/system/consfig-pull.timer"]:
         assert not (fresh_chroot / path).exists(), f"{path} installed for a puller that cannot verify"
 
@@ -470,6 +470,6 @@ def test_check_mode_installs_nothing(chroot_chain, root, keys, server):
              image.applied_periodically(via=SYSTEMD)]
     outcome, _ = deploy_propspec(chroot_chain, props, check_mode=True)
     assert outcome.status == "changed", "check mode saw nothing to do"
-    for path in ["var/lib/consfig/image.pyz", "usr/local/lib/consfig/image/puller.py",
+    for path in ["var/lib/consfig/image.pyz", "usr/local/lib/consfig/puller.py",
                  "etc/systemd/system/consfig-pull.timer", "etc/systemd/system/consfig-apply.timer"]:
         assert not (root / path).exists(), f"check mode wrote {path}"
