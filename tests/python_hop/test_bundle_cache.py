@@ -215,7 +215,7 @@ def deploy_again(tmp_path, events):
 
 def test_a_truncated_source_in_the_cache_is_fetched_again(tmp_path, monkeypatch, events):
     directory = warm_cache(tmp_path, monkeypatch)
-    truncate(directory / "consfig" / "engine.hy")
+    truncate(directory / "consfig" / "apply" / "engine.hy")
     notes, sent = deploy_again(tmp_path, events)
     assert sent == 1, "the bundle was not sent again"
     assert any("damaged" in n and "engine.hy" in n for n in notes), notes
@@ -223,7 +223,7 @@ def test_a_truncated_source_in_the_cache_is_fetched_again(tmp_path, monkeypatch,
 
 def test_a_truncated_bytecode_file_in_the_cache_is_fetched_again(tmp_path, monkeypatch, events):
     directory = warm_cache(tmp_path, monkeypatch)
-    [pyc] = [p for p in (directory / "consfig" / "__pycache__").iterdir()
+    [pyc] = [p for p in (directory / "consfig" / "apply" / "__pycache__").iterdir()
              if p.name.startswith("engine.")]
     truncate(pyc)
     notes, sent = deploy_again(tmp_path, events)

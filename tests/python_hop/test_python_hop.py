@@ -95,7 +95,7 @@ def test_second_deployment_sends_no_bundle(tmp_path, monkeypatch):
     [site] = [d for d in layers if d != library]
     assert (site / "remote_testprops.hy").exists(), "the site module was not shipped"
     assert not (library / "remote_testprops.hy").exists(), "the site is in the library layer"
-    assert any(n.startswith("engine.") for n in os.listdir(library / "consfig" / "__pycache__")), \
+    assert any(n.startswith("engine.") for n in os.listdir(library / "consfig" / "apply" / "__pycache__")), \
         "Hy's bytecode is not cached with the bundle"
 
 

@@ -85,7 +85,10 @@ def test_an_installed_consfig_carries_its_bytecode(venv):
               and p.endswith(".dist-info")]
     assert record, os.listdir(os.path.dirname(package))
     listed = open(os.path.join(os.path.dirname(package), record[0], "RECORD")).read()
-    hy_modules = [f for f in os.listdir(package) if f.endswith(".hy")]
-    for f in hy_modules:
-        tag = f"consfig/__pycache__/{f[:-3]}.{sys.implementation.cache_tag}.pyc"
+    hy_modules = [os.path.relpath(os.path.join(d, f), os.path.dirname(package))
+                  for d, _, files in os.walk(package) for f in files if f.endswith(".hy")]
+    assert any(m.startswith("consfig/apply/") for m in hy_modules), hy_modules
+    for m in hy_modules:
+        folder, f = os.path.split(m)
+        tag = f"{folder}/__pycache__/{f[:-3]}.{sys.implementation.cache_tag}.pyc"
         assert tag in listed, f"{tag} is not in the install record"
