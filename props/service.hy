@@ -12,7 +12,7 @@ packages installed meanwhile do not start theirs either."
 (import contextlib
         contextvars
         consfig.apply.actions [NO-CHANGE run run-ok? run-script read-remote-file
-                         write-remote-file remote-exists?]
+                               write-remote-file remote-exists?]
         consfig.model.context [connection]
         consfig.apply.engine [apply-sequence inform]
         consfig.errors [FailedChange]

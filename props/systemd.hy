@@ -21,7 +21,7 @@ configuration afterwards, where one runs.  Lingering is recorded in
 (import posixpath
         consfig.apply.combinators [eseqprops unapplied with-unapply]
         consfig.apply.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
-                         write-remote-file]
+                               write-remote-file]
         consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [AbortedChange FailedChange]
         consfig.props.file [conf-pairs pairs-problem read-bytes content->bytes update-file]

@@ -4,7 +4,7 @@
 (import posixpath
         re
         consfig.apply.actions [run run-ok? read-remote-file write-remote-file
-                         remote-exists?]
+                               remote-exists?]
         consfig.errors [AbortedChange]
         consfig.model.host [push-hostattr]
         consfig.types *)

@@ -1,12 +1,12 @@
-"""The project's modules import one another without new cycles.
+"""The project's modules import one way: no cycle, nothing from a higher layer.
 
 Every `import` and `require` form of every Hy module (at any depth, so the
 imports inside functions count), every `hy.I.consfig/…` reference, and every
-import of the Python modules is read, and the graph of project modules they
-make is searched for cycles (strongly connected components).  The cycles
-the code had when this check was written are listed below, to be taken
-apart by the new layout (issue 21): a cycle not listed, or one that grew,
-fails, naming its modules and the edges between them."""
+import of the Python modules is read.  The graph of project modules they
+make may have no cycle (strongly connected components), and no module may
+import from a layer above its own (LAYERS); either fails, naming the
+modules and edges.  An import inside a function must say what it saves
+(docs/python-hop.md)."""
 
 import ast
 import os
@@ -151,6 +151,45 @@ def test_no_import_cycle():
         "; ".join(f"{a} -> {b}" for a in sorted(c) for b in sorted(edges[a] & c))
         for c in bad)
     assert not bad, "modules that import one another (see docs/python-hop.md):\n" + report
+
+
+def _unmarked_function_imports(path):
+    """The lines of the imports inside functions of the Hy module at PATH
+    that do not say what they cost (`; start-up: N ms`, docs/python-hop.md);
+    code a macro writes (quoted) is not the module's own import."""
+    text = open(path).read()
+    lines = text.split("\n")
+    found = []
+
+    def walk(model, depth):
+        if isinstance(model, Expression) and model and model[0] in (Symbol("quote"),
+                                                                    Symbol("quasiquote")):
+            return
+        if isinstance(model, Expression) and model and model[0] == Symbol("import") and depth:
+            if "; start-up:" not in lines[model.end_line - 1]:
+                found.append(model.start_line)
+        if isinstance(model, Sequence):
+            for m in model:
+                walk(m, depth + 1)
+
+    for form in hy.read_many(text, filename=path):
+        walk(form, 0)
+    return found
+
+
+def test_an_unmarked_import_inside_a_function_is_found(tmp_path):
+    module = tmp_path / "m.hy"
+    module.write_text("(import os)\n(defn f []\n  (import json)\n  (import tarfile)  ; start-up: 1 ms\n"
+                      "  `(import ~x))\n")
+    assert _unmarked_function_imports(str(module)) == [3]
+
+
+def test_every_import_inside_a_function_says_what_it_costs():
+    bad = [f"{os.path.relpath(path, ROOT)}:{line}"
+           for path in modules().values() if path.endswith(".hy")
+           for line in _unmarked_function_imports(path)]
+    assert not bad, ("imports inside functions without `; start-up: N ms` (measure them with "
+                     "bench/import_costs.py, or move them to the top):\n  " + "\n  ".join(bad))
 
 
 def test_the_layers_find_a_planted_upward_edge():

@@ -14,7 +14,7 @@ answers from its flag file."
         consfig.apply.actions [NO-CHANGE run remote-exists?]
         consfig.model.context [commands-bounded-by current-host]
         consfig.apply.engine [Drift Reported apply-and-announce apply-propapp unapply-propapp
-                        apply-sequence checking? emit inform unapplicable?]
+                              apply-sequence checking? emit inform unapplicable?]
         consfig.apply.events [output-event]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.model.fact [fact-application fact-application? fact-holds? fact-hostattrs fact-watch]

@@ -12,10 +12,10 @@ catches it: see `apply-and-announce` and `Reported`."
         consfig.errors [AbortedChange ConnectionFailed ConnectionLost ConsfigError FailedChange
                         site-location]
         consfig.apply.events [start-event end-event output-event diff-event summary-event
-                        retry-event first-report?]
+                              retry-event first-report?]
         consfig.model.host [get-hostname]
         consfig.model.property [call-subroutine default-desc find-property propapp-desc
-                          propapps-in propapp-type python-propapps]
+                                propapps-in propapp-type python-propapps]
         hy.models [Keyword])
 
 ;; What a property's `:apply` or `:unapply` returns when it changed nothing.

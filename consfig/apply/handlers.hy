@@ -26,7 +26,7 @@ would-change (or cannot-check)."
 (import consfig.apply.combinators [desc eseqprops]
         consfig.model.context [current-host]
         consfig.apply.engine [NO-CHANGE Reported WOULD-CHANGE apply-and-announce at-end
-                        checking? current-ending failed-so-far? inform noop?]
+                              checking? current-ending failed-so-far? inform noop?]
         consfig.errors [FailedChange PropspecError]
         consfig.model.property [find-property hostattrs-of propapp-hostattrs propapps-in site-where]
         consfig.apply.targetstate [host-state-file read-state-file save-state-file]

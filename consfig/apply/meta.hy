@@ -41,11 +41,11 @@ One still in the propspec but no longer under `:reverse` is forgotten."
         hy.models [Keyword]
         consfig.model.context [current-host]
         consfig.apply.engine [NO-CHANGE Reported apply-and-announce apply-sequence checking? current-ending
-                        current-meta describe-meta effective-meta inform meta-dict meta-in-force
-                        meta-name unapplicable?]
+                              current-meta describe-meta effective-meta inform meta-dict meta-in-force
+                              meta-name unapplicable?]
         consfig.errors [FailedChange PropspecError]
         consfig.model.property [Propapp did-you-mean find-property propapp-desc propapp-hostattrs
-                          propapps-in site-where]
+                                propapps-in site-where]
         consfig.model.propspec [data->propspec propspec->data]
         consfig.apply.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [Type propspec show])

@@ -10,7 +10,8 @@ It may import consfig.apply.actions, consfig.model.context and consfig.util."
         consfig.apply.actions [output run Script]
         consfig.model.context [connection get-connattr set-connattr]
         consfig.errors [FailedChange]
-        consfig.util [STATE-DIRECTORY-SCRIPT state-directory])
+        consfig.util [STATE-DIRECTORY-SCRIPT state-directory]
+        json)
 
 (defn target-state-directory []
   "The state directory of the user the current connection runs as."
@@ -35,7 +36,6 @@ It may import consfig.apply.actions, consfig.model.context and consfig.util."
 (defn read-state-file [path]
   "The JSON data in PATH, a file of the state directory; None when there is
 no such file, a `ValueError` when it is not JSON."
-  (import json)
   (try
     (json.loads (.read-file (connection) path))
     (except [FileNotFoundError]
@@ -45,7 +45,6 @@ no such file, a `ValueError` when it is not JSON."
   "Write DATA as JSON to PATH, a file of the state directory, atomically,
 mode 0600, its directory made (mode 0700) if need be; remove PATH when DATA
 is None."
-  (import json)
   (if (is data None)
       (run "rm" "-f" "--" path)
       (do (run "mkdir" "-p" "-m" "700" "--" (posixpath.dirname path))

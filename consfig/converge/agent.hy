@@ -38,13 +38,14 @@ failed attempt a note among the repair's events."
         time
         consfig.model.context [applying]
         consfig.apply.engine [CANNOT-CHECK NO-CHANGE Reported Run apply-deployment current-run
-                        effective-meta]
+                              effective-meta]
         consfig.errors [ConsfigError]
         consfig.apply.events [converge-event]
         consfig.apply.lock [holder-digest read-holder target-lock-held]
         consfig.apply.meta [RepairLimit]
         consfig.model.property [find-property propapp-desc propapps-in propapp-watches]
         consfig.model.propspec [propspec-digest]
+        consfig.converge.watch [Watcher UNIT-POLL]
         consfig.util [state-directory])
 
 ;; Seconds between checks of a property that watches nothing.
@@ -90,7 +91,8 @@ what a deployment of another host inside (`deploys`, a chroot) applies."
           (= p.name "consfig.combinators.unapplied") (for [q inner] (walk q (not unapply)))
           (in p.name _TRIGGERS) (.append out #(p unapply (.get metas (id (get p.args 0)) {})))
           (= p.name "consfig.combinators.with-unapply")
-          (for [q (propapps-in (if (in marker p.args) (cut p.args 0 (.index p.args marker)) p.args))]
+          (for [q (propapps-in (if (in marker p.args) (cut p.args 0 (.index p.args marker))
+                p.args))]
             (walk q unapply))
           inner (for [q inner] (walk q unapply))
           (_kept? p) (.append out #(p unapply (.get metas (id p) {})))))
@@ -175,7 +177,6 @@ INTERVAL: seconds between checks of a property that watches nothing.
 LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
   (defn __init__ [self host connection sink lock-dir * [noop False] [interval INTERVAL]
                   [unit-poll None] [limit LIMIT] [burst BURST] [layers #()] [image None]]
-    (import consfig.converge.watch [Watcher UNIT-POLL])
     (setv self.host host
           self.connection connection
           self.sink sink

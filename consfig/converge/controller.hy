@@ -16,12 +16,13 @@ that can run a command can read it; the agent also prints its lines to its
 standard output, which systemd sends to the journal."
 
 (import json
-        consfig.transport.chain [close-chain establish-chain]
+        consfig.transport.chain [close-chain establish-chain parse-chain]
         consfig.model.context [establishing-for]
         consfig.deployer.deployment [prepare-deployment]
         consfig.errors [ConsfigError]
         consfig.apply.lock [lock-request]
-        consfig.util [STATE-DIRECTORY-SCRIPT])
+        consfig.util [STATE-DIRECTORY-SCRIPT]
+        consfig.model.host [find-host])
 
 ;; $1 the hostname, $2 how many past lines to show first.
 (setv _FOLLOW (+ STATE-DIRECTORY-SCRIPT "
@@ -66,8 +67,6 @@ meta-parameters do not say.  Return the first pass's `Outcome`."
   "Send SINK the events of the agent that runs on HOST (installed as a
 service), the last LINES of them first, then each as it comes, until
 interrupted (or, given UNTIL, a function, until it says True of an event)."
-  (import consfig.transport.chain [parse-chain]
-          consfig.model.host [find-host])
   (setv host (find-host host)
         parsed (parse-chain (or chain host.deploy
                                 (raise (ConsfigError f"host {host.hostname} has no default chain; give --via")))))

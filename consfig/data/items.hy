@@ -24,7 +24,11 @@ story: identifiers, sources, the caches on both sides, how secrets travel."
         hy.models [Keyword]
         consfig.model.context [current-host]
         consfig.errors [ConsfigError site-file?]
-        consfig.util [keyword-name sha256-hex text->bytes])
+        consfig.util [keyword-name sha256-hex text->bytes]
+        consfig.model.property [default-desc find-property hostattrs-of site-where]
+        consfig.model.host [push-hostattr]
+        inspect
+        consfig.data.store [controller-cache])
 
 (defclass Secret []
   "A secret value (str or bytes) that does not print: `repr`, `str`,
@@ -124,7 +128,6 @@ prompt) that should ask only when it is used."
 (defn _declarer []
   ;; What a MissingData names: the property (with its arguments) and where
   ;; it is, preferring the line of site code that made the declaration.
-  (import consfig.model.property [default-desc find-property hostattrs-of site-where])
   (setv propapp (.get hostattrs-of)
         by (if propapp (default-desc propapp) "(no property)")
         where (or (_site-frame)
@@ -151,7 +154,6 @@ prompt) that should ask only when it is used."
          (raise (ConsfigError "prerequisite data is declared in a property's :hostattrs, while a host is preprocessed")))))
 
 (defn _declare [iden1 iden2 secret]
-  (import consfig.model.host [push-hostattr])
   (setv #(by where) (_declarer))
   (push-hostattr "data" {"iden1" iden1 "iden2" iden2 "secret" (bool secret)
                          "by" by "where" where}))
@@ -320,7 +322,6 @@ raises `DataSourceUnusable`; see `try-register-data-source`."
   source)
 
 (defn _takes? [cls name]
-  (import inspect)
   (setv params (. (inspect.signature cls) parameters))
   (or (in name params)
       (any (gfor p (.values params) (= p.kind inspect.Parameter.VAR-KEYWORD)))))
@@ -342,7 +343,6 @@ source that cannot be used here:
   (try-register-data-source :local-file :location \"motd\" :iden1 \"_all\" :iden2 \"motd\")
 
 A relative :location is relative to the directory of the file this form is in."
-  (import os)
   (setv filename (or _hy_compiler.filename ""))
   `(hy.I.consfig/data/items.try-register-data-source*
      ~(if (isinstance kind Keyword) kind.name kind)
@@ -408,7 +408,6 @@ A relative :location is relative to the directory of the file this form is in."
       (fn [] (.fetch source iden1 iden2))))
 
 (defn _cached-fetch [source iden1 iden2 version]
-  (import consfig.data.store [controller-cache])
   (setv cache (controller-cache)
         content (when cache (.load cache iden1 iden2 version)))
   (when (is content None)

@@ -12,8 +12,11 @@ goes too.  Secrets are kept in neither: they travel in memory, each
 deployment."
 
 (import os
-        consfig.boot [data-entry private-directory]
-        consfig.util [sha256-hex write-atomically])
+        consfig.boot [data-entry private-directory cache-directory]
+        consfig.util [sha256-hex write-atomically]
+        shutil
+        time
+        pwd)
 
 ;; An item a target has not been sent or used for this long is dropped from
 ;; its cache (a host that no longer needs it, an old chroot's).
@@ -62,7 +65,6 @@ item's other versions."
 
   (defn prune [self [days UNUSED-DAYS]]
     "Remove the items not used for DAYS."
-    (import shutil time)
     (setv limit (- (time.time) (* days 86400)))
     (for [item (os.listdir self.root)]
       (setv path (os.path.join self.root item))
@@ -74,8 +76,6 @@ item's other versions."
   "The data cache of the user this process runs as (`data` in the consfig
 cache, as `consfig.boot.cache-directory` finds it), or None when no cache
 directory is safe."
-  (import pwd
-          consfig.boot [cache-directory])
   (setv uid (os.geteuid)
         #(path why) (cache-directory os.environ uid (. (pwd.getpwuid uid) pw-dir)))
   (when path (os.path.join path "data")))

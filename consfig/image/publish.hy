@@ -35,7 +35,7 @@ GETs then download nothing."
         consfig.errors [ConsfigError]
         consfig.util [write-atomically]
         consfig.image.puller [IDENTITY NAMESPACE SUFFIX LEGACY-KEY-PREFIX Refused allowed-signers
-                        check-statement fingerprint public-key signature-file statement-bytes])
+                              check-statement fingerprint public-key signature-file statement-bytes])
 
 (setv INDEX "index.json"
       INDEX-FORMAT "consfig-publish 1"

@@ -25,7 +25,7 @@ consfig.model.host.)  The library's facts are in consfig.props.fact."
 
 (import consfig.errors [PropspecError]
         consfig.model.property [Propapp Property find-property hostattrs-of note-definition
-                          properties definition-where site-where]
+                                properties definition-where site-where]
         consfig.moved [public-name]
         consfig.types [Type show])
 

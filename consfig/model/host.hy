@@ -26,8 +26,13 @@ naming the hosts in it, raised before any connection."
         hy.models [Dict String Symbol]
         consfig.model.context [applying current-host parent-host]
         consfig.errors [ConsfigError DeferredRead InapplicableProperty PropspecError]
-        consfig.model.property [note-definition]
-        consfig.util [keyword-name])
+        consfig.model.property [note-definition preprocess-propapp propapp-hostattrs
+                                expanding-afresh]
+        consfig.util [keyword-name]
+        inspect
+        consfig.model.propspec [propspec->data data->propspec]
+        consfig.transport.chain [parse-chain]
+        os)
 
 ;; Every host defined so far, by hostname.
 (setv hosts {})
@@ -68,8 +73,6 @@ Call it to deploy it with that default chain."
 
   (defn __call__ [self #** kwargs]
     "Deploy this host over its default chain: `(athena :check True)`."
-    (import inspect
-            consfig.errors [ConsfigError])
     (setv deploy* Host.deployer)
     (setv known (lfor [name p] (.items (. (inspect.signature deploy*) parameters))
                       :if (= p.kind p.KEYWORD-ONLY)
@@ -87,14 +90,12 @@ Call it to deploy it with that default chain."
 
   (defn ->data [self]
     "The host as JSON-compatible data."
-    (import consfig.model.propspec [propspec->data])
     {"hostname" self.hostname
      "hostattrs" (propspec->data self.hostattrs)
      "propspec" (propspec->data self.propspec)
      #** (if self.partial {"partial" True} {})})
 
   (defn [staticmethod] <-data [data]
-    (import consfig.model.propspec [data->propspec])
     (setv host (Host (get data "hostname") (data->propspec (get data "propspec"))
                      :hostattrs (data->propspec (get data "hostattrs"))))
     (setv host.partial (bool (.get data "partial" False)))
@@ -110,7 +111,6 @@ file that defines it."
     (raise (ConsfigError f"defhost {hostname}: unknown option(s) {(.join " " (gfor u (sorted unknown) f":{u}"))}; it takes :deploy and :groups")))
   (note-definition f"host {hostname}" where)
   (when (is-not (.get opts "deploy") None)
-    (import consfig.transport.chain [parse-chain])
     (parse-chain (get opts "deploy") (+ (if where f"{where}: " "") f"defhost {hostname}: :deploy")))
   (setv host (Host hostname propspec :deploy (.get opts "deploy") :desc desc
                    :groups (_groups-option (.get opts "groups") hostname where)
@@ -181,7 +181,6 @@ property is tried even when an earlier one failed."
 
 (defn _site-file [compiler]
   ;; The file a defhost is read from; None at the REPL.
-  (import os)
   (setv f compiler.filename)
   (when (and f (os.path.isfile f)) (os.path.abspath f)))
 
@@ -256,7 +255,6 @@ building it as a chroot) is HOST's parent meanwhile.  Inside a
         (_preprocess facts host propspec parent))))
 
 (defn _preprocess [facts host propspec parent]
-  (import consfig.model.property [preprocess-propapp propapp-hostattrs expanding-afresh])
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
                   :groups host.groups :hostattrs {"hostname" [host.hostname]}
                   :site-file host.site-file))

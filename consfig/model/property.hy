@@ -22,7 +22,8 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         consfig.types [Applicable annotation-type show]
         consfig.model.watchspec [check-watch-specs]
         consfig.moved [public-name]
-        consfig.util [keyword-name])
+        consfig.util [keyword-name]
+        os)
 
 (defclass Propapp [Applicable]
   "One application of a property: its qualified name and its arguments."
@@ -218,7 +219,7 @@ invariants; `PropspecError` naming the parameter, its type and the value."
     ;; ":mdoe" taken as a value, close to the parameter `mode`.  (difflib
     ;; is imported by what suggests a name, as by `_diff` in props/file: a
     ;; target that applies without a mistake or a change never needs it.)
-    (import difflib)
+    (import difflib)  ; start-up: 1 ms
     (setv names (lfor n self._names (_keyword-for n)))
     (for [k stray]
       (setv close (difflib.get-close-matches k.name names 1 0.6))
@@ -382,7 +383,7 @@ Python taking an edited site (`consfig.python_hop.target`)."
 CANDIDATES (by default every property defined), or \"\" when none is near."
   (when (is candidates None)
     (setv candidates (set (+ (lfor p (.values properties) p.short-name) (list properties)))))
-  (import difflib)
+  (import difflib)  ; start-up: 0.9 ms
   (setv close (difflib.get-close-matches name (sorted candidates) 1 0.75))
   (if close f"; did you mean {(get close 0)}?" ""))
 
@@ -585,7 +586,6 @@ the last parameter receives the trailing forms as an unevaluated propspec."
 (defn definition-where [compiler [form None]]
   "file:line of FORM (by default the form COMPILER is expanding), for
 messages; the file relative to the working directory when it is below it."
-  (import os)
   (setv filename (or compiler.filename "<input>")
         line (getattr (if (is form None) compiler.this form) "start_line" None))
   (when (and (os.path.isabs filename) (.startswith filename (+ (os.getcwd) os.sep)))

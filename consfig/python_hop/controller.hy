@@ -29,6 +29,7 @@ bundle is made by `consfig.python_hop.bundle`; what data travels, `consfig.data.
         queue
         threading
         time
+        consfig.boot
         consfig.boot [NO-SAFE-CACHE PROTOCOL TOO-OLD]
         consfig.python_hop.bundle [bundle-for bytecode-matches? compiled-archive]
         consfig.data.transit [data-frame items-to-carry kept? sent-events]
@@ -63,7 +64,6 @@ bundle is made by `consfig.python_hop.bundle`; what data travels, `consfig.data.
   "The source the target's Python runs first: `consfig/boot.py`, minified."
   (global _bootstrap)
   (when (is _bootstrap None)
-    (import consfig.boot)
     (with [f (open consfig.boot.__file__ :encoding "utf-8")]
       (setv _bootstrap (_minified-cached (.read f)))))
   _bootstrap)
@@ -77,7 +77,7 @@ bootstrap, told which module serves once the bundle is in place."
   ;; Minifying costs 20 ms of every controller's start-up: the result is
   ;; kept in the controller's cache, named by the hash of the source and of
   ;; the Python whose ast.unparse wrote it.
-  (import hashlib os sys consfig.python_hop.bundle [cache-directory])
+  (import hashlib os sys consfig.python_hop.bundle [cache-directory])  ; start-up: 3 ms
   (setv digest (.hexdigest (hashlib.sha256 (.encode (+ sys.version "\0" source)))))
   (try (setv directory (os.path.join (os.path.dirname (cache-directory)) "boot"))
        (except [ConsfigError] (return (_minify source))))

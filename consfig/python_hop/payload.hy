@@ -23,10 +23,12 @@ that a property needing it fails on the host, saying why."
 
 (eval-when-compile (require consfig.model.property [defprop]))
 (import base64
-        consfig.data.transit [data-manifest items-to-carry]
+        consfig.data.transit [data-manifest items-to-carry ReceivedData received-items]
         consfig.errors [FailedChange]
         consfig.model.property [Propapp find-property propapp-desc]
-        consfig.types [annotation-type secret-type?])
+        consfig.types [annotation-type secret-type?]
+        consfig.model.host [Host]
+        consfig.data.items [resolve-data use-only-source])
 
 (defn _secret-arguments [propapp]
   ;; The names of PROPAPP's own arguments typed secret that hold a value.
@@ -125,7 +127,6 @@ is applied, over a `:python` hop or in an image: the host, and the manifest
 of the data it carries; with CONTENT (an image), the data's content too.
 Without SECRETS, each property holding a secret is replaced by one that
 fails there, and each secret item is withheld: listed, without content."
-  (import consfig.model.host [Host])
   (setv data (_data-payload host secrets content))
   (when (not secrets)
     (setv host (Host host.hostname (_walk host.propspec _withholding)
@@ -136,7 +137,6 @@ fails there, and each secret item is withheld: listed, without content."
 (defn payload-host [payload]
   "The preprocessed host a PAYLOAD made by `host-payload` carries, without
 its data (see `host-on-target`)."
-  (import consfig.model.host [Host])
   (Host.<-data (get payload "host")))
 
 (defn _inline-entries [payload]
@@ -157,8 +157,6 @@ ENTRIES (what `consfig.data.transit.receive-data` took from the hop's frames
 and cache) or, in an image, what the payload holds; it becomes the only
 data source here, the host's declarations are resolved against it, and a
 deployment made from here carries it on."
-  (import consfig.data.items [resolve-data use-only-source]
-          consfig.data.transit [ReceivedData received-items])
   (setv entries (if (is entries None) (_inline-entries payload) entries)
         host (payload-host payload))
   (use-only-source (ReceivedData entries))

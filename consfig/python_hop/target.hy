@@ -17,12 +17,23 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         threading
         time
         traceback
-        consfig.boot [write-manifest file-sizes MANIFEST]
+        consfig.boot [write-manifest file-sizes MANIFEST PROTOCOL data-inventory check-layers
+                      unpack]
         consfig.python_hop.bundle [prune-bundles running-from]
         consfig.transport.local [LocalConnection kill-running]
         consfig.errors [ConsfigError]
         consfig.apply.lock [target-lock-held]
-        consfig.transport.frames [HEARTBEAT OUTPUT-LIMIT bounded frame read-frame])
+        consfig.transport.frames [HEARTBEAT OUTPUT-LIMIT bounded frame read-frame]
+        consfig.transport.chain [establish-chain close-chain]
+        consfig.apply.engine [apply-host]
+        consfig.model.propspec [data->propspec]
+        json
+        importlib
+        importlib.util
+        consfig.model.property [forget-properties-of]
+        consfig.data.transit [receive-data]
+        consfig.python_hop.payload [host-on-target]
+        site)
 
 ;; How long an event may wait for others to share its frame.
 (setv COALESCE 0.02)
@@ -154,9 +165,6 @@ they give no timeout of their own."
   here)
 
 (defn _apply-here [host msg sink]
-  (import consfig.transport.chain [establish-chain close-chain]
-          consfig.apply.engine [apply-host]
-          consfig.model.propspec [data->propspec])
   (setv unapply (.get msg "unapply" False)
         check (.get msg "check" False)
         here (_here msg)
@@ -184,7 +192,6 @@ they give no timeout of their own."
 run): add the bytecode made meanwhile to each one's manifest, so that it too
 is checked next time (and not removed as unknown); a new layer makes the
 older ones candidates for pruning."
-  (import json)
   (for [d layer-dirs]
     (try
       (with [f (open (os.path.join d MANIFEST))]
@@ -201,7 +208,6 @@ older ones candidates for pruning."
   ;; while the bundle it came in is certainly in the cache.  By name, as
   ;; properties are: it applies through the engine, as this module does,
   ;; and is no part of serving a deployment.
-  (import importlib)
   (setv converge (importlib.import-module "consfig.converge.agent"))
   (.preload (importlib.import-module "consfig.converge.watch"))
   converge.converge-after)
@@ -210,8 +216,6 @@ older ones candidates for pruning."
   ;; One apply message: take its data, apply its host, send `done` (or
   ;; `error`).  STARTED runs once the data is in, when the input is free
   ;; for whoever watches it.
-  (import consfig.data.transit [receive-data]
-          consfig.python_hop.payload [host-on-target])
   (try
     (setv converge-after (when (.get msg "converge") (_agent)))
     (setv entries (receive-data msg next-data writer.message
@@ -232,8 +236,6 @@ older ones candidates for pruning."
 (defn _hello [layer-dirs missing]
   ;; What the bootstrap says first, said again for each apply of a kept
   ;; session: the data versions kept here change as data arrives.
-  (import importlib.util
-          consfig.boot [PROTOCOL data-inventory])
   {"op" "hello" "protocol" PROTOCOL "python" (list (cut sys.version-info 3))
    "executable" sys.executable "missing" missing "tag" sys.implementation.cache-tag
    "magic" (.hex importlib.util.MAGIC-NUMBER)
@@ -290,8 +292,6 @@ older ones candidates for pruning."
   ;; fetched if this target lacks it, and forget the modules the old one
   ;; defined, so that they are imported anew.  The libraries stay loaded:
   ;; that is what makes the author's loop fast.
-  (import consfig.boot [check-layers unpack]
-          consfig.model.property [forget-properties-of])
   (setv bundles (os.path.dirname (get layer-dirs 0))
         old (get layer-dirs -1)
         #(missing damaged) (check-layers bundles [name] (os.geteuid)))
@@ -308,7 +308,6 @@ older ones candidates for pruning."
   (forget-properties-of stale)
   (setv new-dirs [#* (cut layer-dirs 0 -1) (os.path.join bundles name)]
         (get sys.path (.index sys.path old)) (get new-dirs -1))
-  (import importlib)
   (importlib.invalidate-caches)
   (running-from new-dirs)
   (tidy-cache new-dirs (if missing [(get new-dirs -1)] []))
@@ -324,7 +323,6 @@ ones until the controller closes its input."
   (running-from layer-dirs)
   ;; After the bundle, so that nothing installed on the target shadows it,
   ;; but there for :python properties that use the target's own libraries.
-  (import site)
   (.extend sys.path (gfor p (.getsitepackages site) :if (os.path.isdir p) p))
   (setv msg (_next "apply" in pending)
         writer (_Writer out))

@@ -13,7 +13,9 @@ line.  `establish-chain` then makes the hops one inside the other."
         hy.models [Keyword]
         consfig.errors [ChainError]
         consfig.types [ParameterTypeError]
-        consfig.util [keyword-name])
+        consfig.util [keyword-name]
+        consfig.transport.local [LocalConnection]
+        consfig.connections)
 
 (defn _hop-module [name]
   (try
@@ -26,7 +28,6 @@ line.  `establish-chain` then makes the hops one inside the other."
 (defn known-hops []
   "The names of the hop types consfig has (one module each in
 `consfig.connections`)."
-  (import consfig.connections)
   (sorted (gfor m (pkgutil.iter-modules consfig.connections.__path__)
                 (hy.unmangle m.name))))
 
@@ -36,7 +37,7 @@ suggests the nearest known name."
   (setv mod (_hop-module name))
   (when (or (is mod None) (not (hasattr mod "HOP")))
     ;; difflib only for a mistake: a target establishing hops needs none.
-    (import difflib)
+    (import difflib)  ; start-up: 1 ms
     (setv known (known-hops)
           near (difflib.get-close-matches name known 1))
     (raise (ChainError (+ f"unknown hop type :{name}"
@@ -105,7 +106,7 @@ type, argument and argument type before anything connects.  A mistake is a
   #(name kwargs))
 
 (defn _unknown-argument [name k spec]
-  (import difflib)
+  (import difflib)  ; start-up: 1 ms
   (setv near (when (isinstance k Keyword)
                (difflib.get-close-matches k.name (list spec.arguments) 1)))
   (+ f"hop :{name} has no argument {(hy.repr k)}"
@@ -127,7 +128,6 @@ type, argument and argument type before anything connects.  A mistake is a
 from the connection START: a host deploying another one).  Return the list
 of connections made, innermost last; close them in reverse.  A hop that
 takes the rest of the chain (`:python`) receives it and ends the walk."
-  (import consfig.transport.local [LocalConnection])
   (setv conns [(or start (LocalConnection))])
   (try
     (for [[i [name kwargs]] (enumerate chain)]

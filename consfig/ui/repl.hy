@@ -7,7 +7,10 @@ imported, and optionally a site consfig loaded, so that `(athena)` deploys."
         consfig.apply.engine [Outcome]
         consfig.errors [ConsfigError]
         consfig.deployer.report [error]
-        consfig.site.load [load-consfig])
+        consfig.site.load [load-consfig]
+        consfig.model.host [hosts]
+        importlib.util
+        consfig.python_hop.keep)
 
 (defclass REPL [hy.REPL]
   "Hy's REPL, except that a user's mistake at the prompt (an unknown host, a
@@ -46,8 +49,6 @@ It has `(reload-consfig)`, which loads FILE again and rebinds its names."
 number of hosts it defines."
   (when (not file)
     (raise (ConsfigError "no consfig was loaded in this REPL, so there is nothing to reload")))
-  (import consfig.model.host [hosts]
-          importlib.util)
   ;; Python trusts a cached compilation whose source has the same size and
   ;; modification second: an edit made within the second of the last load
   ;; (a script, a quick fix) would be missed.
@@ -65,7 +66,6 @@ number of hosts it defines."
 when a deployment made in it failed, else 0.  Deployments made in it keep
 their chains open (`consfig.python_hop.keep`); `(disconnect)` closes them, and they
 are closed when it exits."
-  (import consfig.python_hop.keep)
   ;; What is deployed from here is deployed again soon: keep its chain.
   (setv consfig.python_hop.keep.persist-by-default True)
   (setv module (repl-module file)

@@ -2,7 +2,7 @@
 
 (import consfig.transport.local [LocalConnection]
         consfig.model.context [applying connection current-host parent-host
-                         get-connattr set-connattr forget-connattr]
+                               get-connattr set-connattr forget-connattr]
         consfig.errors [ConsfigError]
         consfig.model.host [Host get-hostname])
 

@@ -6,7 +6,7 @@
         pytest
         hy.models [Keyword]
         consfig.ui.cli [EX-USAGE Parser guarded main output-options output-sink read-chain
-                     read-propspecs]
+                        read-propspecs]
         consfig.errors [ConsfigError]
         consfig.deployer.report [JsonSink Reporter])
 
