@@ -141,7 +141,7 @@
   (setv message (str e.value))
   (assert (= seen []) "nothing was applied")
   (for [part ["bare.test" "\"absent\"" "\"also-absent\"" "reads-data web.test absent"
-              "test_data.hy:" (str tmp-path)]]
+              "test_items.hy:" (str tmp-path)]]
     (assert (in part message) message)))
 
 (defn test-missing-data-without-any-source-says-how-to-register-one []
