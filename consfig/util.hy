@@ -39,8 +39,7 @@ a line in between saying how many bytes were left out."
 
 (defn sha256-hex [b]
   "The hex SHA-256 digest of the bytes B."
-  ;; Imported here, as `errno` below: every module imports this one,
-  ;; and the target of a :python hop often needs neither.
+  ;; Every module imports this one, and a :python target often needs no digest.
   (import hashlib)  ; start-up: 3 ms
   (.hexdigest (hashlib.sha256 b)))
 

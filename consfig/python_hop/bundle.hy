@@ -32,7 +32,7 @@ as the target's sends each layer compiled, from a cache of its own
 
 ;; A target imports this module (`consfig.python_hop.target`: `running-from`,
 ;; `prune-bundles`) and seldom makes or unpacks a bundle: tarfile, gzip and
-;; shutil are imported where they are used.
+;; tempfile are imported where they are used.
 
 (setv CORE-PACKAGES #("hy" "funcparserlib" "hyrule" "consfig" "consfig.props" "consfig.connections"
                       "jeepney"))
