@@ -8,6 +8,7 @@
         shlex
         stat
         pytest
+        harness [unavailable]
         consfig.apply.targetstate [target-state-directory host-state-file
                                    read-state-file save-state-file]
         consfig.errors [FailedChange]
@@ -60,7 +61,7 @@ the environment ENV: as over ssh to a shell-only target."
 
 (defn need-root []
   (when (!= (os.geteuid) 0)
-    (pytest.skip "running a shell as nobody needs root")))
+    (unavailable "running a shell as nobody needs root")))
 
 (defn test-over-a-shell-the-state-directory-is-that-of-the-user-it-runs-as []
   (need-root)
