@@ -128,7 +128,8 @@ def data_entry(iden1, iden2, version):
     import hashlib
     import json
     item = hashlib.sha256(json.dumps([iden1, iden2]).encode("utf-8")).hexdigest()[:32]
-    return item, hashlib.sha256(version.encode("utf-8")).hexdigest()[:32]
+    # surrogatepass: a version made from a file name may hold lone surrogates.
+    return item, hashlib.sha256(version.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def data_inventory(cache, uid):

@@ -115,6 +115,14 @@
     (assert (= (.load cache iden1 iden2 version) b"x") "and loads back"))
   (assert (= (sorted (os.listdir tmp-path)) ["data"]) "nothing written beside the cache"))
 
+(defn test-a-version-that-is-not-valid-unicode-is-kept-under-a-digest-too [tmp-path]
+  ;; A site's own source may give any string as a version: a file name read
+  ;; with os.fsdecode carries lone surrogates.
+  (setv cache (DataCache (str (/ tmp-path "data"))))
+  (.store cache "site" "blob" "v\udcff" b"x")
+  (assert (= (.load cache "site" "blob" "v\udcff") b"x") "kept and loaded back")
+  (assert (is (.load cache "site" "blob" "v\udcfe") None) "another such version is another file"))
+
 (defn test-an-item-directory-planted-as-a-symlink-is-refused [tmp-path]
   (setv root (/ tmp-path "data")
         cache (DataCache (str root))
