@@ -13,8 +13,7 @@
         consfig.errors [PropspecError]
         consfig.model.property [propapp-watches preprocess-propapp]
         consfig.site.load [load-consfig]
-        consfig.converge.watch [Watcher unit-object-path]
-        consfig.model.watchspec [check-watch-specs])
+        consfig.converge.watch [Watcher unit-object-path])
 (use-props consfig.props [file apt user])
 
 (defn keys-within [w key seconds]
@@ -28,19 +27,6 @@
 (defn drain [w]
   ;; Whatever events are still queued (a write's close after its modify).
   (while (.wait w 0.05)))
-
-(defn test-watch-specs-are-plain-lists []
-  (assert (= (watch-path "/etc/motd") ["path" "/etc/motd"]) "a path")
-  (assert (= (watch-unit "nginx.service") ["unit" "nginx.service"]) "a unit")
-  (assert (= (watch-dpkg) ["dpkg"]) "dpkg")
-  (assert (= (watch-poll 60) ["poll" 60]) "a poll"))
-
-(defn test-watch-specs-refuse-hostile-values []
-  (for [bad [["path" "etc/motd"] ["path" "/a\x00b"] ["unit" "-x.service"] ["unit" "a\nb"]
-             ["poll" 0] ["poll" True] ["poll" "60"] ["dpkg" "x"] ["inotify" "/x"] "path" []]]
-    (with [e (pytest.raises PropspecError)]
-      (check-watch-specs [bad] "p"))
-    (assert (.startswith (str e.value) "p: ") f"the message names the property: {e.value}")))
 
 (defn test-file-properties-watch-their-paths []
   (assert (= (propapp-watches (file.has-content "/etc/motd" "hi\n")) [["path" "/etc/motd"]])
