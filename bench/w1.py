@@ -277,11 +277,14 @@ def measure_process(lab, n, runs):
     env = dict(os.environ, PYTHONPYCACHEPREFIX=os.path.join(tempfile.gettempdir(), "consfig-bench-pyc"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     code = CHILD.format(bench=HERE, config=lab.config, n=n)
-    subprocess.run([sys.executable, "-c", code], env=env, check=True)  # caches bytecode
+    # From /, not from a checkout: `-c` puts the current directory first on
+    # the path, and a checkout's consfig would be measured instead of the
+    # install's (and, without its connections/ mapped, not found whole).
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd="/")  # caches bytecode
     out = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], env=env, check=True)
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd="/")
         out.append(time.perf_counter() - started)
     return median(out)
 
