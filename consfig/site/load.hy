@@ -126,10 +126,17 @@ the same source compiled by the same consfig."
     (setv h (hashlib.sha256 (.encode f"hy {hy.__version__}\0")))
     ;; hyrule's files, not its version: found without importing it (its
     ;; macros cost a controller 0.6 s) nor importlib.metadata (20 ms).
+    ;; Installed, props and connections are inside consfig's directory, so
+    ;; a directory walked once is not walked (and hashed) again.
+    (setv walked (set))
     (for [package ["hyrule" "consfig" "consfig.props" "consfig.connections"]]
       (setv spec (importlib.util.find-spec package))
       (for [top (or (and spec spec.submodule-search-locations) [])]
         (for [[d dirs files] (os.walk top)]
+          (when (in (os.path.realpath d) walked)
+            (setv (cut dirs) [])
+            (continue))
+          (.add walked (os.path.realpath d))
           (setv (cut dirs) (sorted (gfor x dirs :if (!= x "__pycache__") x)))
           (for [name (sorted files)]
             (when (.endswith name ".hy")
