@@ -16,18 +16,14 @@ from consfig import moved as _moved
 
 _moved.install()
 
-import consfig.model.property as _property  # noqa: E402
-import consfig.model.propspec as _propspec  # noqa: E402
-import consfig.model.host as _host  # noqa: E402
-import consfig.model.fact as _fact  # noqa: E402
-import consfig.deployer.deployment as _deployment  # noqa: E402
+# `property`, `propspec`, `host`, `fact` and `deployment` are attributes of
+# the package since before the layout of issue 21, kept:
+# `consfig.propspec.read-propspec` after a bare `import consfig`.
+from consfig.model import fact, host, property, propspec  # noqa: E402
+from consfig.deployer import deployment  # noqa: E402
 import consfig.data.items as _data  # noqa: E402
 
-_MACRO_MODULES = (_property, _propspec, _host, _deployment, _data, _fact)
-
-# Attributes of the package since before the layout of issue 21, kept:
-# `consfig.propspec.read-propspec` after a bare `import consfig`.
-property, propspec, host, fact, deployment = _property, _propspec, _host, _fact, _deployment
+_MACRO_MODULES = (property, propspec, host, deployment, _data, fact)
 
 # The modules whose names `(import consfig *)` brings: each module's own
 # `(export …)` list, and no name exported by two of them as two different
@@ -50,8 +46,8 @@ del _m, _name
 
 # For Python users: the deployment functions under Python-friendly names.
 # (In Hy, `deploy` and `deploy-these` are the macros; `deploy*` the functions.)
-deploy = _deployment.__dict__[hy.mangle("deploy*")]
-deploy_these = _deployment.__dict__[hy.mangle("deploy-these*")]
+deploy = deployment.__dict__[hy.mangle("deploy*")]
+deploy_these = deployment.__dict__[hy.mangle("deploy-these*")]
 
 
 def _load_all():
