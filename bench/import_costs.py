@@ -27,10 +27,13 @@ import sys
 import tempfile
 
 import hy
-from hy.models import Expression, Keyword, List, Sequence, Symbol
+from hy.models import Expression, Keyword, List, Symbol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = {"consfig": "consfig", "props": "consfig.props", "connections": "consfig.connections"}
+# The project's modules, and the imports inside their functions, as the
+# layering test finds them.
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import test_layering  # noqa: E402
 
 SITE = """
 (require consfig *)
@@ -68,17 +71,6 @@ def bundle_layers(work):
     return [os.path.join(bundles, n) for n in sorted(os.listdir(bundles))]
 
 
-def _walk(model, depth):
-    if isinstance(model, Expression) and model and model[0] in (Symbol("quote"),
-                                                                 Symbol("quasiquote")):
-        return
-    if isinstance(model, Expression) and model and model[0] == Symbol("import") and depth:
-        yield model
-    if isinstance(model, Sequence):
-        for m in model:
-            yield from _walk(m, depth + 1)
-
-
 def _names(form):
     """The modules an import form imports: `a.b` for `a.b [x]`, and `a.b.x`
     too when x turns out to be a submodule (written `?a.b.x`)."""
@@ -107,26 +99,16 @@ def _names(form):
 def imports():
     """(path, line, holder module, [modules], marked figure or None) for each."""
     found = []
-    for folder, package in PACKAGES.items():
-        for d, dirs, files in os.walk(os.path.join(ROOT, folder)):
-            dirs[:] = sorted(x for x in dirs if x != "__pycache__")
-            for f in sorted(files):
-                if not f.endswith(".hy"):
-                    continue
-                path = os.path.join(d, f)
-                rel = os.path.relpath(path, os.path.join(ROOT, folder))[:-3]
-                holder = ".".join([package, *rel.split(os.sep)])
-                text = open(path).read()
-                lines = text.split("\n")
-                for form in hy.read_many(text, filename=path):
-                    for imp in _walk(form, 0):
-                        line = lines[imp.end_line - 1]
-                        marked = None
-                        if "start-up:" in line:
-                            figure = line.split("start-up:")[1].split("ms")[0].strip()
-                            marked = float(figure)
-                        found.append((os.path.relpath(path, ROOT), imp.start_line, holder,
-                                      _names(imp), marked))
+    for path, holder in sorted((p, m) for m, p in test_layering.modules().items()
+                               if p.endswith(".hy")):
+        lines = open(path).read().split("\n")
+        for imp in test_layering.function_imports(path):
+            line = lines[imp.end_line - 1]
+            marked = None
+            if "start-up:" in line:
+                marked = float(line.split("start-up:")[1].split("ms")[0].strip())
+            found.append((os.path.relpath(path, ROOT), imp.start_line, holder,
+                          _names(imp), marked))
     return found
 
 

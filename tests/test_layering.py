@@ -153,28 +153,30 @@ def test_no_import_cycle():
     assert not bad, "modules that import one another (see docs/python-hop.md):\n" + report
 
 
-def _unmarked_function_imports(path):
-    """The lines of the imports inside functions of the Hy module at PATH
-    that do not say what they cost (`; start-up: N ms`, docs/python-hop.md);
-    code a macro writes (quoted) is not the module's own import."""
-    text = open(path).read()
-    lines = text.split("\n")
-    found = []
-
+def function_imports(path):
+    """The `import` forms inside functions (below the top level) of the Hy
+    module at PATH; code a macro writes (quoted) is not the module's own
+    import.  (bench/import_costs.py times the same ones.)"""
     def walk(model, depth):
         if isinstance(model, Expression) and model and model[0] in (Symbol("quote"),
                                                                     Symbol("quasiquote")):
             return
         if isinstance(model, Expression) and model and model[0] == Symbol("import") and depth:
-            if "; start-up:" not in lines[model.end_line - 1]:
-                found.append(model.start_line)
+            yield model
         if isinstance(model, Sequence):
             for m in model:
-                walk(m, depth + 1)
+                yield from walk(m, depth + 1)
 
-    for form in hy.read_many(text, filename=path):
-        walk(form, 0)
-    return found
+    for form in hy.read_many(open(path).read(), filename=path):
+        yield from walk(form, 0)
+
+
+def _unmarked_function_imports(path):
+    """The lines of the imports inside functions of the Hy module at PATH
+    that do not say what they cost (`; start-up: N ms`, docs/python-hop.md)."""
+    lines = open(path).read().split("\n")
+    return [imp.start_line for imp in function_imports(path)
+            if "; start-up:" not in lines[imp.end_line - 1]]
 
 
 def test_an_unmarked_import_inside_a_function_is_found(tmp_path):
