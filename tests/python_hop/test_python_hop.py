@@ -217,11 +217,17 @@ def test_a_dropped_controller_leaves_no_process_on_the_target(tmp_path):
     assert not os.path.exists(f"/proc/{pid}"), "the target Python is still running"
 
 
-def test_no_python_at_the_interpreter_named_is_a_clear_error(tmp_path):
-    chain = [K("local"), [K("python"), K("interpreter"), "/nonexistent/python3"]]
+def refusal(tmp_path, interpreter, *options):
+    """The message of the ConnectionFailed a :python hop over INTERPRETER
+    (with hop OPTIONS) ends in."""
+    chain = [K("local"), [K("python"), K("interpreter"), str(interpreter), *options]]
     with pytest.raises(ConnectionFailed) as e:
         deploy(chain, mixed_host(tmp_path), sink=lambda e: None)
-    msg = str(e.value)
+    return str(e.value)
+
+
+def test_no_python_at_the_interpreter_named_is_a_clear_error(tmp_path):
+    msg = refusal(tmp_path, "/nonexistent/python3")
     assert "target.example" in msg and "/nonexistent/python3" in msg and "3.9" in msg, msg
 
 
@@ -231,10 +237,7 @@ def test_a_too_old_python_is_a_clear_error_naming_its_version(tmp_path):
     fake.write_text("#!/bin/sh\nexec %s -c \"import sys; sys.version_info = (3, 6, 9, 'final', 0); "
                     "exec(sys.argv[1])\" \"$4\"\n" % sys.executable)
     fake.chmod(0o755)
-    chain = [K("local"), [K("python"), K("interpreter"), str(fake)]]
-    with pytest.raises(ConnectionFailed) as e:
-        deploy(chain, mixed_host(tmp_path), sink=lambda e: None)
-    msg = str(e.value)
+    msg = refusal(tmp_path, fake)
     assert "target.example" in msg and "Python 3.6.9" in msg and "3.9 or later" in msg, msg
 
 
@@ -242,10 +245,7 @@ def test_something_that_is_not_python_is_a_clear_error(tmp_path):
     fake = tmp_path / "python3"
     fake.write_text("#!/bin/sh\necho 'this is not a Python' >&2\nexit 2\n")
     fake.chmod(0o755)
-    chain = [K("local"), [K("python"), K("interpreter"), str(fake)]]
-    with pytest.raises(ConnectionFailed) as e:
-        deploy(chain, mixed_host(tmp_path), sink=lambda e: None)
-    msg = str(e.value)
+    msg = refusal(tmp_path, fake)
     assert "exited with code 2" in msg and "this is not a Python" in msg, msg
 
 
@@ -253,12 +253,10 @@ def test_a_silent_target_is_given_up_after_the_timeout(tmp_path):
     fake = tmp_path / "python3"
     fake.write_text("#!/bin/sh\nexec sleep 30\n")
     fake.chmod(0o755)
-    chain = [K("local"), [K("python"), K("interpreter"), str(fake), K("timeout"), 1]]
     started = time.monotonic()
-    with pytest.raises(ConnectionFailed) as e:
-        deploy(chain, mixed_host(tmp_path), sink=lambda e: None)
+    msg = refusal(tmp_path, fake, K("timeout"), 1)
     assert time.monotonic() - started < 10
-    assert "no word from the Python on the target" in str(e.value), str(e.value)
+    assert "no word from the Python on the target" in msg, msg
 
 
 @pytest.fixture

@@ -316,6 +316,15 @@ def test_a_site_edited_within_the_same_second_and_size_deploys_its_new_content(t
     assert target.read_text() == "DDD1\n", "the old compile of the site was deployed"
 
 
+def write_content_site(site, hostname, target, word):
+    """Write SITE: a consfig whose one host HOSTNAME (over :local) puts WORD
+    in TARGET; its source, as bytes."""
+    site.write_text(
+        "(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n"
+        f'(defhost {hostname} {{:deploy :local}} (file.has-content "{target}" "{word}\\n"))\n')
+    return site.read_bytes()
+
+
 def test_a_site_compiled_by_another_consfig_is_compiled_again(tmp_path):
     # A site's compile holds the expansions of consfig's macros: bytecode that
     # another consfig (an upgrade, an older install, an edited checkout)
@@ -327,16 +336,9 @@ def test_a_site_compiled_by_another_consfig_is_compiled_again(tmp_path):
     from consfig.site.load import _SiteLoader, module_name_for
     target = tmp_path / "out"
     site = tmp_path / "other.hy"
-
-    def write_site(word):
-        site.write_text(
-            "(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n"
-            f'(defhost other.test {{:deploy :local}} (file.has-content "{target}" "{word}\\n"))\n')
-        return site.read_bytes()
-
-    old = write_site("CCC1")
+    old = write_content_site(site, "other.test", target, "CCC1")
     code = _SiteLoader(module_name_for(str(site)), str(site)).source_to_code(old, str(site))
-    new = write_site("DDD1")
+    new = write_content_site(site, "other.test", target, "DDD1")
     cached = importlib.util.cache_from_source(str(site))
     os.makedirs(os.path.dirname(cached), exist_ok=True)
     with open(cached, "wb") as f:
@@ -356,9 +358,7 @@ def test_with_bytecode_writing_off_a_site_is_compiled_once_into_consfigs_cache(t
     cache = tmp_path / "cache"
 
     def deploy(word):
-        site.write_text(
-            "(require consfig *)\n(import consfig *)\n(use-props consfig.props [file])\n"
-            f'(defhost nowrite.test {{:deploy :local}} (file.has-content "{target}" "{word}\\n"))\n')
+        write_content_site(site, "nowrite.test", target, word)
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=str(cache))
         r = subprocess.run([sys.executable, "-m", "consfig", "deploy", "--consfig", str(site),
                             "nowrite.test"], capture_output=True, text=True, env=env,
