@@ -89,24 +89,28 @@ shell script (`consfig.transport.hop.Connection.write-script`)."
 
 (defn state-directory []
   "Where consfig keeps state on a machine (a run of an image records its
-outcome, the converging agent its events): /var/lib/consfig for root,
-else consfig under $XDG_STATE_HOME (when absolute) or ~/.local/state."
-  (if (= (os.geteuid) 0)
-      "/var/lib/consfig"
-      (do (setv given (os.environ.get "XDG_STATE_HOME" ""))
-          (os.path.join (if (os.path.isabs given)
-                            given
-                            (os.path.join (os.path.expanduser "~") ".local" "state"))
-                        "consfig"))))
+outcome, the converging agent its events): $STATE_DIRECTORY when it is
+absolute (systemd's StateDirectory= sets it for a service; the tests set it
+to keep their state apart), else /var/lib/consfig for root, else consfig
+under $XDG_STATE_HOME (when absolute) or ~/.local/state."
+  (setv given (os.environ.get "STATE_DIRECTORY" ""))
+  (cond (os.path.isabs given) given
+        (= (os.geteuid) 0) "/var/lib/consfig"
+        True (do (setv given (os.environ.get "XDG_STATE_HOME" ""))
+                 (os.path.join (if (os.path.isabs given)
+                                   given
+                                   (os.path.join (os.path.expanduser "~") ".local" "state"))
+                               "consfig"))))
 
 ;; Shell code that sets $d to `state-directory` as the user the chain ends
 ;; as sees it: for a target reached by a shell, not by a Python of ours.
 (setv STATE-DIRECTORY-SCRIPT "
+case \"${STATE_DIRECTORY:-}\" in /*) d=$STATE_DIRECTORY ;; *)
 if [ \"$(id -u)\" = 0 ]; then d=/var/lib/consfig
 else case \"${XDG_STATE_HOME:-}\" in
   /*) d=\"$XDG_STATE_HOME/consfig\" ;;
   *) d=\"$HOME/.local/state/consfig\" ;;
-esac; fi")
+esac; fi ;; esac")
 
 (export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically bounded
                   left-out-note state-directory STATE-DIRECTORY-SCRIPT])

@@ -15,6 +15,26 @@ sys.path.insert(0, os.path.dirname(__file__))
 from sshlab import sshlab  # noqa: E402,F401  -- the SSH test lab, a fixture
 
 
+# Hermetic runs: this test process (one per xdist worker) keeps its cache,
+# its deployment lock and its state apart from every other consfig run on the
+# machine, root's included, so that a deployment elsewhere never makes a test
+# wait on its lock, and a test never writes to the machine's real state.
+# Tests about sharing them set their own.  Done at import, before any test
+# module reads the environment.
+def _hermetic_directories():
+    import tempfile
+    top = tempfile.mkdtemp(prefix="consfig-test-home-")
+    for var, sub in (("XDG_CACHE_HOME", "cache"), ("XDG_STATE_HOME", "state"),
+                     ("STATE_DIRECTORY", "state/consfig")):
+        path = os.path.join(top, sub)
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        os.environ[var] = path
+    return top
+
+
+HERMETIC_HOME = _hermetic_directories()
+
+
 # pytest rewrites the assertions of any file named on its command line, and
 # would parse a .hy file as Python; Hy tests give `assert` a message instead.
 _should_rewrite = _rewrite.AssertionRewritingHook._should_rewrite
@@ -54,3 +74,8 @@ class EventLog:
 def events():
     return EventLog()
 
+
+
+def pytest_unconfigure(config):
+    import shutil
+    shutil.rmtree(HERMETIC_HOME, ignore_errors=True)
