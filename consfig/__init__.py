@@ -19,11 +19,11 @@ _moved.install()
 # `property`, `propspec`, `host`, `fact` and `deployment` are attributes of
 # the package since before the layout of issue 21, kept:
 # `consfig.propspec.read-propspec` after a bare `import consfig`.
-from consfig.model import fact, host, property, propspec  # noqa: E402
+from consfig.model import dataspace, fact, host, property, propspec  # noqa: E402
 from consfig.deployer import deployment  # noqa: E402
 import consfig.data.items as _data  # noqa: E402
 
-_MACRO_MODULES = (property, propspec, host, deployment, _data, fact)
+_MACRO_MODULES = (property, propspec, host, deployment, _data, fact, dataspace)
 
 # The modules whose names `(import consfig *)` brings: each module's own
 # `(export …)` list, and no name exported by two of them as two different
@@ -35,7 +35,7 @@ _MODULES = ("model.property", "model.propspec", "model.host", "deployer.deployme
             "deployer.fleet", "image.build", "apply.combinators", "apply.handlers", "model.fact",
             "apply.meta", "apply.actions", "model.context", "transport.chain",
             "transport.hop", "types", "apply.engine", "errors", "data.items", "data.sources",
-            "python_hop.keep", "model.watchspec")
+            "python_hop.keep", "model.watchspec", "model.dataspace")
 
 _hy_macros = {}
 for _m in _MACRO_MODULES:

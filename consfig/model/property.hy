@@ -19,7 +19,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         consfig.model.context [current-host]
         consfig.errors [ConsfigError DeferredRead FailedChange PropspecError site-location
                         site-file?]
-        consfig.types [Applicable annotation-type show]
+        consfig.types [Applicable Binder annotation-type show]
         consfig.model.watchspec [check-watch-specs]
         consfig.moved [public-name]
         consfig.util [keyword-name]
@@ -79,7 +79,7 @@ both places."
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [watch None] [propspec None] [announce True]
                   [opaque-type False] [simulates False] [invariants #()] [where None]
-                  [declared-type None]]
+                  [declared-type None] [binds None]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -102,6 +102,9 @@ both places."
           ;; Its :apply and :unapply change nothing in check mode (they ask
           ;; `checking?`), so check mode runs them to learn what would change.
           self.simulates simulates
+          ;; The index of the argument whose binders it binds for the others
+          ;; (`during` and a pattern of the dataspace), or None.
+          self.binds binds
           ;; Pairs of functions of the parameters: a condition across them,
           ;; and the message when it does not hold.
           self.invariants (tuple invariants)
@@ -283,9 +286,11 @@ type (modes in octal)."
         P inspect.Parameter
         name (_keyword-for p.name))
   (cond
+    ;; A binder of a dataspace pattern: its value is checked when bound.
+    (isinstance value Binder) None
     (= p.kind P.VAR_POSITIONAL)
     (for [v value]
-      (setv problem (.explain t v))
+      (setv problem (if (isinstance v Binder) None (.explain t v)))
       (when problem (return f"each of {name} {problem}")))
     (= p.kind P.VAR_KEYWORD)
     (for [[k v] (.items value)]
@@ -501,9 +506,40 @@ agent polls it at the host's interval)."
   (when prop.watch
     (check-watch-specs (call-subroutine prop "watch" propapp) prop.short-name)))
 
+(defn free-binders [x]
+  "The names of the binders (`?addr`) in X, a propspec value, that nothing
+in X binds: a property declared `(:binds N)` (a `during`) binds, for its
+other arguments, the binders of its argument N (the pattern it waits on)."
+  (cond (isinstance x Binder) #{x.name}
+        (isinstance x Propapp)
+        (do (setv n (. (find-property x.name) binds))
+            (if (is n None)
+                (free-binders x.args)
+                (- (free-binders (lfor [i a] (enumerate x.args) :if (!= i n) a))
+                   (_binders (when (< n (len x.args)) (get x.args n))))))
+        (isinstance x #(list tuple)) (.union #{} #* (gfor a x (free-binders a)))
+        (isinstance x dict) (free-binders (lfor [k v] (.items x) #(k v)))
+        True #{}))
+
+(defn _binders [x]
+  ;; Every binder in X, bound or not.
+  (cond (isinstance x Binder) #{x.name}
+        (isinstance x Propapp) (_binders x.args)
+        (isinstance x #(list tuple)) (.union #{} #* (gfor a x (_binders a)))
+        (isinstance x dict) (_binders (lfor [k v] (.items x) #(k v)))
+        True #{}))
+
+(defn template? [x]
+  "Whether X, a propspec value, has a binder that nothing in it binds: a
+template, preprocessed once a match of the dataspace binds it
+(consfig.model.dataspace)."
+  (bool (free-binders x)))
+
 (defn preprocess-propapp [propapp]
   "Run PROPAPP's `:preprocess`, expand defproplist/defpropspec properties into
-the propspec they stand for, and do the same for every propapp inside."
+the propspec they stand for, and do the same for every propapp inside.  A
+template (it holds a binder) is left as it is, to be preprocessed when bound."
+  (when (template? propapp) (return propapp))
   (setv prop (find-property propapp.name))
   (when prop.preprocess
     (setv propapp (Propapp propapp.name (call-subroutine prop "preprocess" propapp)
@@ -533,7 +569,9 @@ the propspec they stand for, and do the same for every propapp inside."
 (setv hostattrs-of (contextvars.ContextVar "consfig-hostattrs-of" :default None))
 
 (defn propapp-hostattrs [propapp]
-  "Run PROPAPP's `:hostattrs`; by default, that of each propapp it contains."
+  "Run PROPAPP's `:hostattrs`; by default, that of each propapp it contains.
+A template (it holds a binder) has none: what it will be is not known yet."
+  (when (template? propapp) (return))
   (setv prop (find-property propapp.name))
   (if prop.hostattrs
       (do (setv token (.set hostattrs-of propapp))
@@ -640,7 +678,7 @@ as a propspec.  `(help {name})` shows its parameters and their types."
     (setv k (. (get form 0) name))
     (cond (in k SUBROUTINES) (.append subs #(k form))
           (= k "invariant") (.append invariants form)
-          (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
+          (in k #("announce" "opaque-type" "simulates" "binds")) (.append options #(k (get form 1)))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
                                         "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant")))))
   #(doc subs options invariants))
@@ -650,5 +688,6 @@ as a propspec.  `(help {name})` shows its parameters and their types."
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
                   propapp-desc default-desc propapp-watches preprocess-propapp propapp-hostattrs hostattrs-of
+                  free-binders template?
                   site-where]
         :macros [defprop])
