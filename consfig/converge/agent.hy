@@ -43,6 +43,8 @@ failed attempt a note among the repair's events."
         consfig.apply.events [converge-event]
         consfig.apply.lock [holder-digest read-holder target-lock-held]
         consfig.apply.meta [RepairLimit]
+        consfig.apply.combinators [during-facts during-reevaluated]
+        consfig.model.fact [fact-holds?]
         consfig.model.property [find-property propapp-desc propapps-in propapp-watches]
         consfig.model.propspec [propspec-digest]
         consfig.converge.watch [Watcher UNIT-POLL]
@@ -73,6 +75,40 @@ failed attempt a note among the repair's events."
   (setv prop (find-property propapp.name))
   (bool (or prop.check prop.simulates)))
 
+(defn kept [propspec]
+  "What the agent keeps of PROPSPEC: `#(leaves blocks)`.  LEAVES as `leaves`
+gives them, each with a fourth element: the index in BLOCKS of the
+innermost `during` that holds it, or None.  BLOCKS: the `during` blocks
+(`consfig.apply.combinators.during-facts`), outermost first, each
+`#(block parent)`, PARENT the index of the `during` that holds it, or None.
+A `during` inside an `unapplied` is kept unapplied whatever its fact, so it
+is no block: its properties are leaves kept unapplied."
+  (setv metas (_metas propspec)
+        found (dfor b (during-facts propspec) (id (get b "during")) b)
+        marker (hy.models.Keyword "unapply")
+        out []
+        blocks [])
+  (defn walk [p unapply block]
+    (setv prop (find-property p.name)
+          inner (propapps-in p.args))
+    (cond prop.opaque-type None
+          (and (in (id p) found) (not unapply))
+          (do (setv b (get found (id p)))
+              (.append blocks #(b block))
+              (setv here (- (len blocks) 1))
+              (for [q inner :if (is-not q (get b "fact"))] (walk q unapply here)))
+          (= p.name "consfig.combinators.unapplied") (for [q inner] (walk q (not unapply) block))
+          (in p.name _TRIGGERS)
+          (.append out #(p unapply (.get metas (id (get p.args 0)) {}) block))
+          (= p.name "consfig.combinators.with-unapply")
+          (for [q (propapps-in (if (in marker p.args) (cut p.args 0 (.index p.args marker))
+                p.args))]
+            (walk q unapply block))
+          inner (for [q inner] (walk q unapply block))
+          (_kept? p) (.append out #(p unapply (.get metas (id p) {}) block))))
+  (walk propspec False None)
+  #(out blocks))
+
 (defn leaves [propspec]
   "The propapps of PROPSPEC the agent keeps, in order, as `#(propapp unapply
 meta)`: those that hold no other propapp, UNAPPLY when an `unapplied`
@@ -80,24 +116,9 @@ encloses it (an odd number of them), META its meta-parameters.  An
 `on-change` is kept whole, so that the repair of its propapp runs its
 handlers; a `with-unapply`'s propapps after `:unapply` are not kept, nor a
 property that cannot say whether it holds (no :check, see `_kept?`), nor
-what a deployment of another host inside (`deploys`, a chroot) applies."
-  (setv metas (_metas propspec)
-        marker (hy.models.Keyword "unapply")
-        out [])
-  (defn walk [p unapply]
-    (setv prop (find-property p.name)
-          inner (propapps-in p.args))
-    (cond prop.opaque-type None
-          (= p.name "consfig.combinators.unapplied") (for [q inner] (walk q (not unapply)))
-          (in p.name _TRIGGERS) (.append out #(p unapply (.get metas (id (get p.args 0)) {})))
-          (= p.name "consfig.combinators.with-unapply")
-          (for [q (propapps-in (if (in marker p.args) (cut p.args 0 (.index p.args marker))
-                p.args))]
-            (walk q unapply))
-          inner (for [q inner] (walk q unapply))
-          (_kept? p) (.append out #(p unapply (.get metas (id p) {})))))
-  (walk propspec False)
-  out)
+what a deployment of another host inside (`deploys`, a chroot) applies.
+The properties of a `during` are among them: see `kept`."
+  (lfor [p unapply meta _] (get (kept propspec) 0) #(p unapply meta)))
 
 (defn watches-of [propapp]
   "What to watch for PROPAPP: its property's `:watch`; for an `on-change`,
@@ -113,8 +134,10 @@ nothing (it is polled)."
       (propapp-watches propapp)))
 
 (defclass _Leaf []
-  (defn __init__ [self key propapp unapply meta interval limit burst]
+  (defn __init__ [self key propapp unapply meta interval limit burst [block None]]
     (setv self.key key
+          ;; The innermost `during` holding it (a `_Block`), or None.
+          self.block block
           self.propapp propapp
           self.unapply unapply
           ;; Those the engine reads (:retry, :delay) hold for its repairs.
@@ -131,6 +154,39 @@ nothing (it is polled)."
           self.specs (or (watches-of propapp) [["poll" interval]]))
     (when (and (.get meta "poll") (not-in "poll" (gfor s self.specs (get s 0))))
       (.append self.specs ["poll" (get meta "poll")]))))
+
+(defclass _Block []
+  ;; A `during` block: its fact watched, its properties kept while it holds.
+  (defn __init__ [self key block parent interval limit burst]
+    (setv self.key key
+          self.propapp (get block "during")
+          self.fact (get block "fact")
+          ;; The `during` that holds it (a `_Block`), or None.
+          self.parent parent
+          ;; Whether its fact held when last asked: None, not known.
+          self.holds None
+          ;; Re-evaluations are limited as repairs are: a fact that flaps
+          ;; is evaluated again once a token comes, in its last state.
+          self.limit (RepairLimit limit burst)
+          self.fighting False
+          self.held None
+          self.desc (try (propapp-desc self.propapp)
+                         (except [Exception] "during"))
+          self.specs (or (get block "watch") [["poll" interval]]))))
+
+(defn _kept-now? [block]
+  ;; Whether the properties inside BLOCK (a `_Block`, or None) are to be
+  ;; kept: every `during` around them holds.
+  (while block
+    (when (not block.holds) (return False))
+    (setv block block.parent))
+  True)
+
+(defn _within? [block outer]
+  (while block
+    (setv block block.parent)
+    (when (is block outer) (return True)))
+  False)
 
 (defclass EventLog []
   "Appends each event, as a line of JSON stamped with the time, to PATH
@@ -185,8 +241,16 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           self.stopping (threading.Event)
           self.holder f"the converging agent of {host.hostname} (pid {(os.getpid)})"
           self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL))
-          self.leaves (lfor [i [p unapply meta]] (enumerate (leaves host.propspec))
-                            (_Leaf i p unapply meta interval limit burst))
+          #(found blocks) (kept host.propspec)
+          self.blocks [])
+    ;; Keys: 0… the leaves, then the blocks.
+    (for [[j [b parent]] (enumerate blocks)]
+      (.append self.blocks (_Block (+ (len found) j) b
+                                   (if (is parent None) None (get self.blocks parent))
+                                   interval limit burst)))
+    (setv self.leaves (lfor [i [p unapply meta block]] (enumerate found)
+                            (_Leaf i p unapply meta interval limit burst
+                                   (if (is block None) None (get self.blocks block))))
           ;; key -> when a repair held back by its limit may go
           self.deferred {}
           self.repairs 0
@@ -195,7 +259,9 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           ;; deployment prunes layers unused for a day, and a property may
           ;; still import from them.
           self.layers layers
-          self.touched 0
+          ;; None: never yet (the monotonic clock may read less than
+          ;; KEEP-FRESH soon after boot).
+          self.touched None
           ;; The image it runs from, and its digest when it started.
           self.image image
           self.image-digest (when image (_digest image))
@@ -215,7 +281,7 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
     self.replaced)
 
   (defn _touch-layers [self now]
-    (when (and self.layers (> (- now self.touched) KEEP-FRESH))
+    (when (and self.layers (or (is self.touched None) (> (- now self.touched) KEEP-FRESH)))
       (setv self.touched now)
       (for [d self.layers]
         (try (os.utime d) (except [OSError] None)))))
@@ -246,12 +312,58 @@ replaced, say)."
     "Watch every leaf's resources, and the lock's holder (pushes)."
     (for [leaf self.leaves]
       (.add self.watcher leaf.key leaf.specs))
+    (for [block self.blocks]
+      (.add self.watcher block.key block.specs))
     (.add self.watcher _PUSH [["path" (os.path.join self.lock-dir "deploy.holder")]])
     (when self.image
       (.add self.watcher _IMAGE [["path" self.image]]))
     (self._report "watching" :properties (len self.leaves)
-                  :watches (sum (gfor l self.leaves (len l.specs))) :noop (or self.noop None)
-                  :pid (os.getpid)))
+                  :watches (sum (gfor l [#* self.leaves #* self.blocks] (len l.specs)))
+                  :during (or (len self.blocks) None)
+                  :noop (or self.noop None)
+                  :pid (os.getpid))
+    ;; Whether each fact holds is learnt by evaluating its block again: the
+    ;; fact may have changed since the first pass asked it, before the
+    ;; watches were armed.  Said only when that changes something.
+    (for [block self.blocks]
+      (when (.is-set self.stopping) (break))
+      (when (_kept-now? block.parent)
+        (self.reevaluate block))))
+
+  (defn _holds [self block]
+    ;; Whether BLOCK's fact holds now; None when asking it failed.
+    (try (self._run (fn [_] None) True (fn [] (fact-holds? block.fact)))
+         (except [Exception] None)))
+
+  (defn reevaluate [self block]
+    "Evaluate the `during` BLOCK again, as a deployment does
+(`consfig.apply.combinators.during-reevaluated`): its properties applied
+while its fact holds, retracted when it does not.  Its events are passed on
+when that changed something, or failed; the blocks inside it follow its
+fate, and the properties inside are kept only while it holds."
+    (setv seen []
+          was block.holds
+          failed None)
+    (try
+      (with [_ (if self.noop (contextlib.nullcontext) (self._locked))]
+        (setv result (self._run (fn [e] (.append seen e)) self.noop
+                                (fn [] (during-reevaluated block.propapp)))))
+      (except [r Reported]
+        (setv failed r
+              result None))
+      (except [ConsfigError]
+        ;; Told to stop while a push held the lock.
+        (return)))
+    (setv block.holds (self._holds block))
+    (for [b self.blocks :if (_within? b block)]
+      (setv b.holds (when (_kept-now? b.parent) (self._holds b))))
+    (when (or failed (!= result NO-CHANGE) (!= was block.holds))
+      (for [e seen] (self.sink e)))
+    (cond failed (do (+= self.failures 1)
+                     (self._report "failed" block.desc :message (str failed.cause)))
+          (or (!= result NO-CHANGE) (and (is-not was None) (!= was block.holds)))
+          (self._report (if block.holds "applied" "retracted") block.desc
+                        :noop (or (when self.noop True) None))))
 
   (defn converge-one [self leaf]
     "Check LEAF; report a drift and, unless in noop, repair it."
@@ -278,22 +390,28 @@ replaced, say)."
                   :diff (or (get drift 1) None)
                   :noop (or (when noop True) None))
     (when noop (return))
+    (when (not (self._held-back? leaf))
+      (self.repair leaf)))
+
+  (defn _held-back? [self item]
+    ;; Whether ITEM (a leaf, a block) has used up its limit: it is then put
+    ;; off until its next token, and the fight reported once.
     (setv now (time.monotonic)
-          wait (if (.allow leaf.limit) 0 (max 0.001 (- (.next-allowed leaf.limit) now))))
-    ;; A fight is over once no repair has been held back for as long as the
+          wait (if (.allow item.limit) 0 (max 0.001 (- (.next-allowed item.limit) now))))
+    ;; A fight is over once nothing has been held back for as long as the
     ;; bucket takes to fill up again.
-    (when (and leaf.fighting leaf.held
-               (> (- now leaf.held) (/ leaf.limit.burst leaf.limit.limit)))
-      (setv leaf.fighting False))
-    (when (> wait 0)
-      (setv leaf.held now)
-      (when (not leaf.fighting)
-        (setv leaf.fighting True)
-        (self._report "fight" leaf.desc :limit leaf.limit.limit :burst leaf.limit.burst
-                      #** {"retry-in" (round wait 3)}))
-      (setv (get self.deferred leaf.key) (+ (time.monotonic) wait))
-      (return))
-    (self.repair leaf))
+    (when (and item.fighting item.held
+               (> (- now item.held) (/ item.limit.burst item.limit.limit)))
+      (setv item.fighting False))
+    (when (<= wait 0) (return False))
+    (setv item.held now)
+    (when (not item.fighting)
+      (setv item.fighting True)
+      (self._report "fight" item.desc :limit item.limit.limit :burst item.limit.burst
+                    :flaps (or (isinstance item _Block) None)
+                    #** {"retry-in" (round wait 3)}))
+    (setv (get self.deferred item.key) (+ (time.monotonic) wait))
+    True)
 
   (defn [contextlib.contextmanager] _locked [self]
     (with [_ (target-lock-held self.lock-dir {"wait" (* 10 365 86400) "holder" self.holder}
@@ -345,7 +463,7 @@ replaced, say)."
         (.stop self)
         (return #()))
       (self._report "rescan" :why f"after a deployment by {holder}")
-      (return (range (len self.leaves))))
+      (return (range (+ (len self.leaves) (len self.blocks)))))
     #())
 
   (defn step [self [timeout None]]
@@ -373,10 +491,21 @@ replaced, say)."
       (.discard keys _PUSH)
       (.update keys (self._after-push)))
     (when (or self.replaced self.superseded) (return))
+    (setv n (len self.leaves))
+    ;; The blocks first, outermost first: whether their properties are
+    ;; kept follows.
     (for [k (sorted keys)]
       (when (.is-set self.stopping) (break))
-      ;; Held back by its limit: its time will come.
-      (when (not-in k self.deferred)
+      (when (and (>= k n) (not-in k self.deferred))
+        (setv block (get self.blocks (- k n)))
+        (when (and (_kept-now? block.parent) (not (self._held-back? block)))
+          (self.reevaluate block))))
+    (for [k (sorted keys)]
+      (when (.is-set self.stopping) (break))
+      ;; Held back by its limit: its time will come.  Inside a `during`
+      ;; that does not hold: retracted, not kept.
+      (when (and (< k n) (not-in k self.deferred)
+                 (_kept-now? (. (get self.leaves k) block)))
         (self.converge-one (get self.leaves k)))))
 
   (defn run [self]
@@ -422,5 +551,5 @@ from, kept recently used."
     (.run agent))
   agent)
 
-(export :objects [Agent EventLog leaves watches-of log-path converge-after stopped-by-signals
+(export :objects [Agent EventLog leaves kept watches-of log-path converge-after stopped-by-signals
                   tee INTERVAL LIMIT BURST])
