@@ -30,10 +30,14 @@ fails is retried by the engine as in a deployment (`:retry`, `:delay`), each
 failed attempt a note among the repair's events."
 
 (import contextlib
+        errno
+        fcntl
         hashlib
         json
         os
         signal
+        stat
+        sys
         threading
         time
         consfig.model.context [applying]
@@ -41,7 +45,8 @@ failed attempt a note among the repair's events."
                               effective-meta]
         consfig.errors [ConsfigError]
         consfig.apply.events [converge-event]
-        consfig.apply.lock [holder-digest read-holder target-lock-held]
+        consfig.apply.lock [agent-holder holder-says read-holder target-lock-held]
+        consfig.transport.safepath [walk]
         consfig.apply.meta [RepairLimit]
         consfig.apply.combinators [during-facts during-reevaluated]
         consfig.model.fact [fact-holds?]
@@ -188,25 +193,190 @@ nothing (it is polled)."
     (when (is block outer) (return True)))
   False)
 
+(defn _refused [path why]
+  (ConsfigError f"the converging agent's {path}: {why}; refused (docs/converge.md)"))
+
+(defn _private-dir [path]
+  ;; Make the directory PATH (mode 0700) and those above it if need be, by
+  ;; the safe walk (consfig.transport.safepath): no symlink another user
+  ;; planted is followed.  PATH itself must be ours.
+  (setv path (os.path.abspath path)
+        parts (lfor c (.split path "/") :if c c))
+  (for [i (range 1 (+ (len parts) 1))]
+    (setv #(dirfd name) (walk (+ "/" (.join "/" (cut parts 0 i)))))
+    (try (os.mkdir name 0o700 :dir-fd dirfd)
+         (except [#(FileExistsError PermissionError)] None)
+         (finally (os.close dirfd))))
+  (setv #(dirfd name) (walk path))
+  (try
+    (setv fd (try (os.open name (| os.O-PATH os.O-NOFOLLOW os.O-CLOEXEC) :dir-fd dirfd)
+                  (finally (os.close dirfd)))
+          st (os.fstat fd))
+    (os.close fd)
+    (except [FileNotFoundError] (raise (_refused path "it cannot be made"))))
+  (cond (not (stat.S-ISDIR st.st-mode)) (raise (_refused path "it is not a directory"))
+        (!= st.st-uid (os.geteuid))
+        (raise (_refused path f"the directory belongs to uid {st.st-uid}, not to us")))
+  path)
+
+(defn _open-private [path flags]
+  ;; PATH opened by the safe walk with O_NOFOLLOW: a symlink at its end is
+  ;; refused, and so is a file that is not ours, or not a regular file.
+  (setv #(dirfd name) (walk path))
+  (try
+    (setv fd (os.open name (| flags os.O-NOFOLLOW os.O-CLOEXEC os.O-NONBLOCK) 0o600
+                      :dir-fd dirfd))
+    (except [e OSError]
+      (raise (if (= e.errno errno.ELOOP) (_refused path "it is a symbolic link") e)))
+    (finally (os.close dirfd)))
+  (setv st (os.fstat fd))
+  (when (or (!= st.st-uid (os.geteuid)) (not (stat.S-ISREG st.st-mode)))
+    (os.close fd)
+    (raise (_refused path (if (stat.S-ISREG st.st-mode)
+                              f"it belongs to uid {st.st-uid}, not to us"
+                              "it is not a regular file"))))
+  fd)
+
+(defn keeper-path [hostname]
+  "The file the converging agent of HOSTNAME holds locked while it runs:
+converge/HOSTNAME.agent in consfig's state directory."
+  (os.path.join (os.path.dirname (log-path hostname)) f"{hostname}.agent"))
+
+;; The hosts this process's agent keeps (`keeping`).
+(setv _keeping #{})
+
+(defn [contextlib.contextmanager] keeping [hostname * [alongside False]]
+  "While the body runs, this process's agent keeps HOSTNAME: it holds the
+flock(2) of `keeper-path`, which says who it is and since when.  When
+another process holds it, a `ConsfigError` says which (its pid, since
+when), and that --alongside runs one beside it.  ALONGSIDE: run anyway,
+holding nothing.  Re-entered in one process, it holds what it holds."
+  (if (or alongside (in hostname _keeping))
+      (yield)
+      (do
+        (setv path (keeper-path hostname))
+        (_private-dir (os.path.dirname path))
+        (setv fd (_open-private path (| os.O-RDWR os.O-CREAT)))
+        (try
+          (try (fcntl.flock fd (| fcntl.LOCK-EX fcntl.LOCK-NB))
+               (except [BlockingIOError]
+                 (setv who (.strip (.decode (os.pread fd 4096 0) "utf-8" "replace")))
+                 (raise (ConsfigError
+                          (+ f"another converging agent keeps {hostname} here ({(or who "who, it does not say")}): "
+                             "two would rescan each other; stop it first (or its service: "
+                             "systemctl stop consfig-converge), or run this one with --alongside")))))
+          (os.ftruncate fd 0)
+          (os.pwrite fd (.encode f"pid {(os.getpid)}, since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}\n")
+                     0)
+          (.add _keeping hostname)
+          (try (yield)
+               (finally (.discard _keeping hostname)))
+          (finally (os.close fd))))))
+
+(defn _open-at [dirfd name path flags]
+  ;; NAME in DIRFD (what the safe walk gave for PATH), opened with
+  ;; O_NOFOLLOW: a symlink there is refused, and so is a file that is not
+  ;; ours, or not a regular file.
+  (setv fd (try (os.open name (| flags os.O-NOFOLLOW os.O-CLOEXEC os.O-NONBLOCK) 0o600
+                         :dir-fd dirfd)
+                (except [e OSError]
+                  (raise (if (= e.errno errno.ELOOP) (_refused path "it is a symbolic link") e))))
+        st (os.fstat fd))
+  (when (or (!= st.st-uid (os.geteuid)) (not (stat.S-ISREG st.st-mode)))
+    (os.close fd)
+    (raise (_refused path (if (stat.S-ISREG st.st-mode)
+                              f"it belongs to uid {st.st-uid}, not to us"
+                              "it is not a regular file"))))
+  fd)
+
+(defn _open-private [path flags]
+  (setv #(dirfd name) (walk path))
+  (try (_open-at dirfd name path flags)
+       (finally (os.close dirfd))))
+
+;; No string in an event the agent sends or logs is longer than this
+;; (characters): a drift's diff is bounded where it is made (`consfig.props.file`),
+;; and this holds for whatever else an event may carry.
+(setv FIELD-LIMIT 65536)
+
+(defn bounded [event]
+  "EVENT with every string longer than `FIELD-LIMIT` cut there, saying how
+much was left out."
+  (if (any (gfor v (.values event) (and (isinstance v str) (> (len v) FIELD-LIMIT))))
+      (dfor [k v] (.items event)
+            k (if (and (isinstance v str) (> (len v) FIELD-LIMIT))
+                  (+ (cut v 0 FIELD-LIMIT) f"\n… ({(- (len v) FIELD-LIMIT)} more characters not shown)")
+                  v))
+      event))
+
+(defn _stderr [text]
+  (try (print text :file sys.stderr :flush True)
+       (except [Exception] None)))
+
 (defclass EventLog []
   "Appends each event, as a line of JSON stamped with the time, to PATH
 (mode 0600, in a directory only its owner reads): what `consfig converge
---follow` reads.  Past `LOG-LIMIT` bytes the file becomes PATH.1."
-  (defn __init__ [self path]
-    (setv self.path path
-          self.lock (threading.Lock))
-    (os.makedirs (os.path.dirname path) 0o700 :exist-ok True))
+--follow` reads.  Past `LOG-LIMIT` bytes the file becomes PATH.1.  The
+file is opened by the safe walk with O_NOFOLLOW, and must be ours: a
+symlink a user planted in the log's directory is refused, at the start
+(`ConsfigError`) as at each event.  When a line cannot be written (a full
+disk), the event is lost, not the agent: COMPLAIN (a function of a text)
+is told once, and the log resumes, saying how many events it lost, as soon
+as a line can be written again."
+  (defn __init__ [self path [complain None]]
+    (setv self.path (os.path.abspath path)
+          self.lock (threading.Lock)
+          self.complain (or complain _stderr)
+          ;; While lines are lost: how many, and why.
+          self.lost 0
+          self.why None)
+    (_private-dir (os.path.dirname self.path))
+    (os.close (_open-private self.path (| os.O-WRONLY os.O-APPEND os.O-CREAT))))
+
+  (defn _line [self event]
+    (.encode (+ (json.dumps {"time" (round (time.time) 3) #** (bounded event)}
+                            :ensure-ascii False :default str)
+                "\n")
+             "utf-8" "surrogateescape"))
+
+  (defn _append [self data]
+    ;; DATA appended whole, or not at all: a line cut short by a full disk
+    ;; is taken back, so that every line of the log stays an event.
+    (setv #(dirfd name) (walk self.path))
+    (try
+      (try (when (> (+ (. (os.stat name :dir-fd dirfd :follow-symlinks False) st-size) (len data))
+                    LOG-LIMIT)
+             (os.replace name (+ name ".1") :src-dir-fd dirfd :dst-dir-fd dirfd))
+           (except [FileNotFoundError] None))
+      (setv fd (_open-at dirfd name self.path (| os.O-WRONLY os.O-APPEND os.O-CREAT)))
+      (finally (os.close dirfd)))
+    (try
+      (setv size (. (os.fstat fd) st-size))
+      (try
+        (setv written (os.write fd data))
+        (when (< written (len data))
+          (raise (OSError errno.ENOSPC "the line was cut short")))
+        (except [OSError]
+          (try (os.ftruncate fd size) (except [OSError] None))
+          (raise)))
+      (finally (os.close fd))))
+
   (defn __call__ [self event]
-    (setv line (.encode (+ (json.dumps {"time" (round (time.time) 3) #** event}
-                                       :ensure-ascii False :default str)
-                           "\n")))
+    (setv line (self._line event))
     (with [self.lock]
       (try
-        (when (> (+ (os.path.getsize self.path) (len line)) LOG-LIMIT)
-          (os.replace self.path (+ self.path ".1")))
-        (except [OSError] None))
-      (setv fd (os.open self.path (| os.O-WRONLY os.O-APPEND os.O-CREAT) 0o600))
-      (try (os.write fd line) (finally (os.close fd))))))
+        (when self.why
+          (self._append (self._line (converge-event "log-resumed" :lost self.lost :why self.why)))
+          (self.complain f"consfig converge: its log {self.path} is written again ({self.lost} events lost)")
+          (setv self.lost 0
+                self.why None))
+        (self._append line)
+        (except [e #(OSError ConsfigError)]
+          (when (is self.why None)
+            (self.complain (+ f"consfig converge: its log {self.path} cannot be written ({e}); "
+                              "the agent goes on without it, and writes it again once it can")))
+          (setv self.why (str e))
+          (+= self.lost 1))))))
 
 (defn _digest [path]
   ;; The SHA-256 of the file at PATH; None when it cannot be read.
@@ -239,7 +409,7 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           self.lock-dir lock-dir
           self.noop noop
           self.stopping (threading.Event)
-          self.holder f"the converging agent of {host.hostname} (pid {(os.getpid)})"
+          self.holder (agent-holder host.hostname)
           self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL))
           #(found blocks) (kept host.propspec)
           self.blocks [])
@@ -441,30 +611,36 @@ fate, and the properties inside are kept only while it holds."
     (self._report "failed" leaf.desc :message (str r.cause)))
 
   (defn _after-push [self]
-    ;; Someone else took the lock: wait until they are done, then check
-    ;; everything again.
-    (setv holder (read-holder self.lock-dir))
-    (when (and holder (!= holder self.holder))
-      (try (with [_ (self._locked)] None)
-           (except [ConsfigError] (return #())))
-      ;; The push may have installed a new image: nothing is checked
-      ;; against the old propspec then, lest it undo the push.
-      (when (self._image-replaced?) (return #()))
-      ;; A push of the host's whole propspec that differs from ours: the
-      ;; host is to be what was pushed, and this agent knows only its own
-      ;; propspec.  It stops, rather than undo the push.
-      (setv pushed (holder-digest holder))
-      (when (and pushed (!= pushed self.digest))
-        (setv self.superseded True)
-        (self._report "superseded"
-                      :why (+ f"{holder} deployed another propspec of {self.host.hostname}; "
-                              "the agent stops rather than undo it: start it again "
-                              "(consfig converge, or install the new image) to keep the new one"))
-        (.stop self)
-        (return #()))
-      (self._report "rescan" :why f"after a deployment by {holder}")
-      (return (range (+ (len self.leaves) (len self.blocks)))))
-    #())
+    ;; Someone else took the lock.  A check changes nothing, and another
+    ;; agent's repair (of another host, or of this one beside us) changes
+    ;; one property, whose watches tell us if it is ours: neither is a
+    ;; push, lest two agents rescan each other for ever.  After a push, wait
+    ;; until it is done, then check everything again.
+    (setv holder (read-holder self.lock-dir)
+          says (holder-says holder))
+    (when (or (not holder) (= holder self.holder) (in (get says "what") #("check" "agent")))
+      (return #()))
+    (try (with [_ (self._locked)] None)
+         (except [ConsfigError] (return #())))
+    ;; The push may have installed a new image: nothing is checked
+    ;; against the old propspec then, lest it undo the push.
+    (when (self._image-replaced?) (return #()))
+    ;; A push of this host's whole propspec that differs from ours: the
+    ;; host is to be what was pushed, and this agent knows only its own
+    ;; propspec.  It stops, rather than undo the push.  Another host's
+    ;; push is no reason.
+    (setv pushed (get says "digest"))
+    (when (and pushed (!= pushed self.digest)
+               (in (get says "host") #(None self.host.hostname)))
+      (setv self.superseded True)
+      (self._report "superseded"
+                    :why (+ f"{holder} deployed another propspec of {self.host.hostname}; "
+                            "the agent stops rather than undo it: start it again "
+                            "(consfig converge, or install the new image) to keep the new one"))
+      (.stop self)
+      (return #()))
+    (self._report "rescan" :why f"after a deployment by {holder}")
+    (range (+ (len self.leaves) (len self.blocks))))
 
   (defn step [self [timeout None]]
     "Wait for a change (at most TIMEOUT seconds) and converge what changed."
@@ -528,8 +704,8 @@ repair in progress) rather than the process."
        (finally (for [[s h] (.items old)] (signal.signal s h)))))
 
 (defn tee [#* sinks]
-  "A sink that passes each event to every one of SINKS."
-  (fn [event] (for [s sinks] (s event))))
+  "A sink that passes each event, `bounded`, to every one of SINKS."
+  (fn [event] (setv event (bounded event)) (for [s sinks] (s event))))
 
 (defn converge-after [host connection sink lock-dir settings * [layers #()]]
   "Run the agent for HOST, applied just now through CONNECTION, until it is
@@ -538,7 +714,13 @@ noop, interval, unit-poll, limit, burst, log (a directory for the event log, or 
 consfig's state directory), image (the image it runs from: it stops when that
 is replaced, `Agent.replaced` true).  LAYERS: the directories of the bundle it runs
 from, kept recently used."
-  (setv log (EventLog (log-path host.hostname (.get settings "log")))
+  (setv log (EventLog (log-path host.hostname (.get settings "log"))
+                      (fn [text]
+                        ;; On the agent's standard error (a service's
+                        ;; journal), and to the controller.
+                        (_stderr text)
+                        (sink {"host" host.hostname "depth" 0 "time" (round (time.time) 3)
+                               #** (converge-event "log" :message text)})))
         agent (Agent host connection (tee sink log) lock-dir
                      :noop (.get settings "noop" False)
                      :interval (.get settings "interval" INTERVAL)
@@ -547,9 +729,10 @@ from, kept recently used."
                      :burst (.get settings "burst" BURST)
                      :layers layers
                      :image (.get settings "image")))
-  (with [_ (stopped-by-signals agent)]
+  (with [_ (keeping host.hostname :alongside (.get settings "alongside" False))
+         _ (stopped-by-signals agent)]
     (.run agent))
   agent)
 
-(export :objects [Agent EventLog leaves kept watches-of log-path converge-after stopped-by-signals
+(export :objects [Agent EventLog leaves kept keeping keeper-path bounded FIELD-LIMIT watches-of log-path converge-after stopped-by-signals
                   tee INTERVAL LIMIT BURST])
