@@ -60,6 +60,15 @@ failed attempt a note among the repair's events."
 ;; Repairs of one propapp: BURST in a row, then LIMIT a second.
 (setv LIMIT 1.0
       BURST 5)
+;; Watch events are read at most this often (a second) past a burst of
+;; WAKE-BURST, coalesced in between: files churned in a watched directory
+;; cost the agent a bounded number of wake-ups.
+(setv WAKE-RATE 50
+      WAKE-BURST 20)
+;; A report repeated (the same failure of one propapp) is told once; the
+;; repeats are counted and told, as one event, when it changes, or after
+;; this many seconds.
+(setv REPEAT-WINDOW 60)
 ;; The event log is rotated (one old file kept) past this size.
 (setv LOG-LIMIT (* 1024 1024))
 (setv _PUSH "push")
@@ -149,6 +158,14 @@ nothing (it is polled)."
           self.meta meta
           self.noop (bool (.get meta "noop" False))
           self.limit (RepairLimit (.get meta "limit" limit) (.get meta "burst" burst))
+          ;; Checks too, twice as many: a repair is seen again by its own
+          ;; watch.
+          self.checks (RepairLimit (* 2 self.limit.limit) (* 2 self.limit.burst))
+          ;; The failure last reported, how many times since, and when it
+          ;; was said.
+          self.said None
+          self.repeats 0
+          self.said-at 0
           self.fighting False
           ;; When a repair was last held back by the limit.
           self.held None
@@ -173,6 +190,9 @@ nothing (it is polled)."
           ;; Re-evaluations are limited as repairs are: a fact that flaps
           ;; is evaluated again once a token comes, in its last state.
           self.limit (RepairLimit limit burst)
+          self.said None
+          self.repeats 0
+          self.said-at 0
           self.fighting False
           self.held None
           self.desc (try (propapp-desc self.propapp)
@@ -421,8 +441,9 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
     (setv self.leaves (lfor [i [p unapply meta block]] (enumerate found)
                             (_Leaf i p unapply meta interval limit burst
                                    (if (is block None) None (get self.blocks block))))
-          ;; key -> when a repair held back by its limit may go
+          ;; key -> when a check or repair held back by its limit may go
           self.deferred {}
+          self.wakes (RepairLimit WAKE-RATE WAKE-BURST)
           self.repairs 0
           self.failures 0
           ;; The bundle's layers it runs from, kept recently used: another
@@ -527,10 +548,12 @@ fate, and the properties inside are kept only while it holds."
     (setv block.holds (self._holds block))
     (for [b self.blocks :if (_within? b block)]
       (setv b.holds (when (_kept-now? b.parent) (self._holds b))))
-    (when (or failed (!= result NO-CHANGE) (!= was block.holds))
+    (when (or (and failed (!= #("failed" (str failed.cause)) block.said))
+              (!= result NO-CHANGE) (!= was block.holds))
       (for [e seen] (self.sink e)))
     (cond failed (do (+= self.failures 1)
-                     (self._report "failed" block.desc :message (str failed.cause)))
+                     (when (not (self._repeated? block #("failed" (str failed.cause))))
+                       (self._report "failed" block.desc :message (str failed.cause))))
           (or (!= result NO-CHANGE) (and (is-not was None) (!= was block.holds)))
           (self._report (if block.holds "applied" "retracted") block.desc
                         :noop (or (when self.noop True) None))))
@@ -563,25 +586,48 @@ fate, and the properties inside are kept only while it holds."
     (when (not (self._held-back? leaf))
       (self.repair leaf)))
 
-  (defn _held-back? [self item]
-    ;; Whether ITEM (a leaf, a block) has used up its limit: it is then put
-    ;; off until its next token, and the fight reported once.
+  (defn _held-back? [self item [bucket None]]
+    ;; Whether ITEM (a leaf, a block) has used up its limit (BUCKET, its
+    ;; repair limit by default): it is then put off until its next token.
+    ;; A fight (repairs held back) is reported once.
     (setv now (time.monotonic)
-          wait (if (.allow item.limit) 0 (max 0.001 (- (.next-allowed item.limit) now))))
+          limit (or bucket item.limit)
+          wait (if (.allow limit) 0 (max 0.001 (- (.next-allowed limit) now))))
+    (when (<= wait 0) (return False))
+    (setv (get self.deferred item.key) (+ (time.monotonic) wait))
+    (when (is-not limit item.limit) (return True))
     ;; A fight is over once nothing has been held back for as long as the
     ;; bucket takes to fill up again.
     (when (and item.fighting item.held
                (> (- now item.held) (/ item.limit.burst item.limit.limit)))
       (setv item.fighting False))
-    (when (<= wait 0) (return False))
     (setv item.held now)
     (when (not item.fighting)
       (setv item.fighting True)
       (self._report "fight" item.desc :limit item.limit.limit :burst item.limit.burst
                     :flaps (or (isinstance item _Block) None)
                     #** {"retry-in" (round wait 3)}))
-    (setv (get self.deferred item.key) (+ (time.monotonic) wait))
     True)
+
+  (defn _repeated? [self item said]
+    ;; Whether SAID (what a failure report of ITEM says) repeats the last
+    ;; one, said less than REPEAT-WINDOW ago: then it is counted, not said.
+    ;; Otherwise the repeats of the last one are told first.
+    (setv now (time.monotonic))
+    (when (and (= said item.said) (< (- now item.said-at) REPEAT-WINDOW))
+      (+= item.repeats 1)
+      (return True))
+    (self._flush-repeats item)
+    (setv item.said said
+          item.said-at now)
+    False)
+
+  (defn _flush-repeats [self item]
+    (when item.repeats
+      (self._report "repeated" item.desc :of "failed" :count item.repeats
+                    :message (get item.said 1))
+      (setv item.repeats 0
+            item.said-at (time.monotonic))))
 
   (defn [contextlib.contextmanager] _locked [self]
     (with [_ (target-lock-held self.lock-dir {"wait" (* 10 365 86400) "holder" self.holder}
@@ -604,10 +650,12 @@ fate, and the properties inside are kept only while it holds."
       (self._report "repaired" leaf.desc)))
 
   (defn _failed [self leaf seen r]
-    ;; The failed end event (its message, its traceback) goes on as it is.
+    ;; The failed end event (its message, its traceback) goes on as it is,
+    ;; unless it says what it said last time.
+    (+= self.failures 1)
+    (when (self._repeated? leaf #("failed" (str r.cause))) (return))
     (for [e seen]
       (when (= (.get e "status") "failed") (self.sink e)))
-    (+= self.failures 1)
     (self._report "failed" leaf.desc :message (str r.cause)))
 
   (defn _after-push [self]
@@ -648,11 +696,22 @@ fate, and the properties inside are kept only while it holds."
     (self._touch-layers now)
     (when self.layers
       (setv timeout (if (is timeout None) KEEP-FRESH (min timeout KEEP-FRESH))))
-    (setv due (when self.deferred (max 0 (- (min (.values self.deferred)) now)))
+    ;; Past a burst of wake-ups, the events of a while are read at once.
+    (when (not (.allow self.wakes))
+      (.wait self.stopping (max 0 (- (.next-allowed self.wakes) now)))
+      (setv now (time.monotonic)))
+    (setv pending (+ (list (.values self.deferred))
+                     (lfor i [#* self.leaves #* self.blocks] :if i.repeats
+                           (+ i.said-at REPEAT-WINDOW)))
+          due (when pending (max 0 (- (min pending) now)))
           timeout (if (is due None) timeout (if (is timeout None) due (min due timeout)))
           overflows self.watcher.overflows
           keys (.wait self.watcher timeout))
     (when (.is-set self.stopping) (return))
+    (setv now (time.monotonic))
+    (for [i [#* self.leaves #* self.blocks]]
+      (when (and i.repeats (>= (- now i.said-at) REPEAT-WINDOW))
+        (self._flush-repeats i)))
     (when (> self.watcher.overflows overflows)
       (self._report "rescan" :why "events were lost (the inotify queue overflowed)"))
     (setv now (time.monotonic))
@@ -681,7 +740,8 @@ fate, and the properties inside are kept only while it holds."
       ;; Held back by its limit: its time will come.  Inside a `during`
       ;; that does not hold: retracted, not kept.
       (when (and (< k n) (not-in k self.deferred)
-                 (_kept-now? (. (get self.leaves k) block)))
+                 (_kept-now? (. (get self.leaves k) block))
+                 (not (self._held-back? (get self.leaves k) (. (get self.leaves k) checks))))
         (self.converge-one (get self.leaves k)))))
 
   (defn run [self]
