@@ -375,7 +375,7 @@ as a line can be written again."
       (try
         (setv written (os.write fd data))
         (when (< written (len data))
-          (raise (OSError errno.ENOSPC "the line was cut short")))
+          (raise (OSError errno.ENOSPC f"{(os.strerror errno.ENOSPC)} (a line was cut short)")))
         (except [OSError]
           (try (os.ftruncate fd size) (except [OSError] None))
           (raise)))
