@@ -15,6 +15,7 @@
   consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE [--legacy-key OLDKEY]
                  [--limit PATTERN] [--with-secrets]
   consfig converge [--consfig FILE] HOST [--via CHAIN] [--noop] [--interval S]
+                 [--limit R] [--burst N] [--log-directory DIR] [--alongside]
                  [--follow [--lines N]] [--diff] [-v…] [--json]
   consfig repl [FILE]
   consfig --version
@@ -218,6 +219,14 @@ deploy`'s, and an image's."
                  :help "report drift, with its diff; repair nothing")
   (.add-argument c "--interval" :metavar "SECONDS" :type float
                  :help "how often to check a property that watches nothing (default 300)")
+  (.add-argument c "--limit" :metavar "PER-SECOND" :type float
+                 :help "repairs (and checks) of one property a second, where its :limit does not say (default 1)")
+  (.add-argument c "--burst" :metavar "N" :type int
+                 :help "how many of those in a row, where its :burst does not say (default 5)")
+  (.add-argument c "--log-directory" :metavar "DIR"
+                 :help "where the agent's event log goes on the target (default: consfig's state directory there)")
+  (.add-argument c "--alongside" :action "store_true"
+                 :help "run even while another agent keeps HOST (by default this one refuses to start)")
   (.add-argument c "--follow" :action "store_true"
                  :help "attach to the agent already running on HOST (a service) and show its events")
   (.add-argument c "--lines" :metavar "N" :type int :default 20
@@ -434,7 +443,9 @@ in order (an implicit `eseqprops`)."
     (if args.follow
         (follow-host host sink :chain chain :lines args.lines)
         (setv outcome (converge-host host sink :chain chain :noop args.noop
-                                     :interval args.interval :verbosity args.verbose)))
+                                     :interval args.interval :verbosity args.verbose
+                                     :limit args.limit :burst args.burst
+                                     :log args.log-directory :alongside args.alongside)))
     (.finish sink)
     (finally (.close sink)))
   (if (and (not args.follow) (= outcome.status "failed")) 1 0))
