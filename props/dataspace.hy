@@ -30,8 +30,12 @@ See docs/dataspace.md."
                                  site-dataspaces site-names-dataspace?]
         consfig.model.host [get-hostattr get-hostname push-hostattr]
         consfig.model.propspec [propspec->data]
+        consfig.python_hop.bundle [ship-distributions-with]
         consfig.apply.targetstate [host-state-file read-state-file]
         consfig.types *)
+
+(ship-distributions-with __name__ "etcd3gw" "requests" "urllib3" "idna" "certifi"
+                         "charset-normalizer" "futurist" "debtcollector" "wrapt" "pbr")
 
 (setv _ADD (+ "this site names no dataspace: add (defdataspace {:endpoints [\"http://HOST:2379\"] "
               ":prefix \"/consfig/SITE\"}) to the site file, before its hosts "
@@ -90,7 +94,7 @@ as it runs, renewing a lease of :ttl."
           (ds.put key (encode-record (canonical rec) since) (lease-for ds (get-hostname))))
   (:unapply (setv ds (_dataspace))
             (ds.delete (ds.key-of (get-hostname) rec)))
-  (:watch [["poll" 60]]))
+  (:watch [["dataspace" "self"]]))
 
 (defn snapshot [ds]
   "#(REVISION ENTRIES): the records in DS at one revision, each entry
@@ -119,10 +123,6 @@ for each distinct binding, sorted by KEY."
       (setv (get found (_bindings-key b)) b)))
   (lfor k (sorted found) #(k (get found k))))
 
-(defn _watch []
-  (setv c (get-hostattr "dataspace"))
-  (if c [["dataspace" (+ (.rstrip (get c "prefix") "/") "/hosts/")]] []))
-
 (deffact observed :python [#^ pattern pat]
   "A record in the site's dataspace matches PAT.  As the fact of a `during`,
 it holds once for each distinct match, the properties with PAT's binders
@@ -138,7 +138,7 @@ its properties retracted."
   (:hostattrs (check-pattern pat) (_config-hostattr))
   (:holds (bool (observed-matches pat)))
   (:matches (observed-matches pat))
-  (:watch (_watch)))
+  (:watch [["dataspace" "all"]]))
 
 (setv binder (Type "binder" "a binder, such as ?backends" (fn [v] (isinstance v Binder))))
 
@@ -162,6 +162,6 @@ It always holds, even with no match (the list is empty)."
   (:hostattrs (check-pattern pat) (_config-hostattr))
   (:holds True)
   (:matches (all-matches pat into))
-  (:watch (_watch)))
+  (:watch [["dataspace" "all"]]))
 
 (export :objects [asserted observed collected binder snapshot observed-matches all-matches])

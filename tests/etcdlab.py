@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import urllib.request
 
 from harness import unavailable, wait_until

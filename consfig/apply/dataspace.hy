@@ -82,6 +82,13 @@ from the last that did; `DataspaceUnavailable` when none does."
           (.append errors f"{url}: {(_why e)}"))))
     (raise (DataspaceUnavailable (+ "dataspace unavailable: " (.join "; " errors)))))
 
+  (defn [property] endpoint [self]
+    "The member that answered last."
+    (get (get self.config "endpoints") self._preferred))
+
+  (defn status [self]
+    (self.call (fn [c] (.status c))))
+
   (defn hosts-prefix [self]
     f"{self.prefix}/hosts/")
 
@@ -211,23 +218,28 @@ push's long one), else a new one, recorded."
 
 (defn keep-leases [ds hostname [on-state None]]
   "Keep HOSTNAME's lease alive from now on, every third of its TTL, in a
-thread; return a function that stops.  ON-STATE, if given, is called with
-a message when the dataspace becomes unavailable, and with None when it is
-back."
+thread (a host that holds no lease asks etcd's status instead, so that it
+learns as soon whether the dataspace is there); return a function that
+stops.  From now on this process's records are held under a lease of the
+site's :ttl (`lease-for`).  ON-STATE, if given, is called after each
+round: with None when etcd answered, with why when it did not."
   (setv stop (threading.Event))
   (with [_lock] (setv (get _keeping hostname) stop))
   (setv ttl (int (.get ds.config "ttl" 10)))
   (defn keeper []
-    (setv down False)
     (while (not (.wait stop (/ ttl 3)))
       (try
         (setv lease (.get _current hostname))
-        (when lease (ds.refresh lease))
-        (when (and down on-state) (on-state None))
-        (setv down False)
+        (if lease
+            (when (<= (ds.refresh lease) 0)
+              ;; It ran out while etcd was away: the records went with it,
+              ;; and are put again, under a new one, by those who hold them.
+              (with [_lock] (when (= (.get _current hostname) lease)
+                              (.pop _current hostname None))))
+            (ds.status))
+        (when on-state (on-state None))
         (except [e Exception]
-          (when (and (not down) on-state) (on-state (str e)))
-          (setv down True)))))
+          (when on-state (on-state (str e)))))))
   (.start (threading.Thread :target keeper :daemon True :name "consfig-dataspace-lease"))
   (fn []
     (.set stop)

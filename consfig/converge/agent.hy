@@ -50,7 +50,8 @@ failed attempt a note among the repair's events."
         consfig.apply.meta [RepairLimit]
         consfig.apply.combinators [during-facts during-reevaluated]
         consfig.model.fact [fact-holds?]
-        consfig.model.property [find-property propapp-desc propapps-in propapp-watches]
+        consfig.model.property [find-property propapp-desc propapps-in propapp-watches template?]
+        consfig.apply.dataspace [Dataspace keep-leases]
         consfig.model.propspec [propspec-digest]
         consfig.converge.watch [Watcher UNIT-POLL]
         consfig.util [state-directory])
@@ -110,7 +111,10 @@ is no block: its properties are leaves kept unapplied."
           (do (setv b (get found (id p)))
               (.append blocks #(b block))
               (setv here (- (len blocks) 1))
-              (for [q inner :if (is-not q (get b "fact"))] (walk q unapply here)))
+              ;; A template (a facet of the dataspace, its binders bound
+              ;; by each match) is kept by evaluating its block again.
+              (for [q inner :if (and (is-not q (get b "fact")) (not (template? q)))]
+                (walk q unapply here)))
           (= p.name "consfig.combinators.unapplied") (for [q inner] (walk q (not unapply) block))
           (in p.name _TRIGGERS)
           (.append out #(p unapply (.get metas (id (get p.args 0)) {}) block))
@@ -430,7 +434,10 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           self.noop noop
           self.stopping (threading.Event)
           self.holder (agent-holder host.hostname)
-          self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL))
+          self.dataspace (next (iter (.get host.hostattrs "dataspace" [])) None)
+          self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL)
+                                :dataspace (when self.dataspace
+                                             #(self.dataspace host.hostname)))
           #(found blocks) (kept host.propspec)
           self.blocks [])
     ;; Keys: 0… the leaves, then the blocks.
@@ -744,14 +751,29 @@ fate, and the properties inside are kept only while it holds."
                  (not (self._held-back? (get self.leaves k) (. (get self.leaves k) checks))))
         (self.converge-one (get self.leaves k)))))
 
+  (defn _keep-lease [self]
+    ;; The host's records in the dataspace live as long as this agent: its
+    ;; lease is renewed every third of the site's :ttl, and that renewal
+    ;; tells the dataspace's watch whether etcd is there.
+    (setv said [None])
+    (defn on-state [why]
+      (when self.watcher.dataspace (.state self.watcher.dataspace why))
+      (when (!= why (get said 0))
+        (setv (get said 0) why)
+        (self._report "dataspace" :message (or why "dataspace available"))))
+    (keep-leases (if self.watcher.dataspace self.watcher.dataspace.ds (Dataspace self.dataspace))
+                 self.host.hostname on-state))
+
   (defn run [self]
     "Watch and converge until `stop`."
     (with [_ (applying self.host self.connection)]
+      (setv release (when self.dataspace (self._keep-lease)))
       (try
         (self.register)
         (while (not (.is-set self.stopping))
           (self.step))
         (finally
+          (when release (release))
           (.close self.watcher)
           (self._report "stopped" :repairs self.repairs :failures self.failures))))))
 

@@ -110,8 +110,7 @@ it finds now: a list of `#(KEY BINDINGS)`, KEY a string naming the match
 `[\"path\" ABS-PATH]` (the file or directory at ABS-PATH, which need not
 exist), `[\"unit\" NAME]` (a systemd unit's state), `[\"dpkg\"]` (the
 installed packages), `[\"poll\" SECONDS]` (look again every SECONDS),
-`[\"dataspace\" PREFIX]` (the keys of the site's dataspace under PREFIX,
-consfig.apply.dataspace)."
+`[\"dataspace\" \"all\"]` (the site's dataspace, consfig.apply.dataspace)."
   (setv ok-seconds (fn [v] (and (isinstance v #(int float)) (not (isinstance v bool)) (> v 0))))
   (cond (not (and (isinstance spec list) spec)) "is not a non-empty list"
         (= (get spec 0) "path")
@@ -128,8 +127,8 @@ consfig.apply.dataspace)."
         (when (not (and (= (len spec) 2) (ok-seconds (get spec 1))))
           "must be [\"poll\" SECONDS], with a positive number of seconds")
         (= (get spec 0) "dataspace")
-        (when (not (and (= (len spec) 2) (isinstance (get spec 1) str) (.startswith (get spec 1) "/")))
-          "must be [\"dataspace\" PREFIX], with the key prefix to watch")
+        (when (not (in (cut spec 1 None) [["all"] ["self"]]))
+          "must be [\"dataspace\" \"all\"] or [\"dataspace\" \"self\"]")
         True "is not one of [\"path\" …] [\"unit\" …] [\"dpkg\"] [\"poll\" …] [\"dataspace\" …]"))
 
 (defn fact-watch [propapp]

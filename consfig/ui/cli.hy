@@ -235,6 +235,20 @@ deploy`'s, and an image's."
   (.add-argument c "--diff" :action "store_true" :help "show the diff of each drift")
   (.add-argument c "--json" :action "store_true" :help "write the events as JSON lines")
 
+  (setv ds (.add-parser sub "dataspace"
+                       :help "run the site's etcd, and look into its dataspace (docs/dataspace.md)"))
+  (consfig-option ds)
+  (setv dsub (.add-subparsers ds :dest "action" :metavar "ACTION"))
+  (setv dsub.required True)
+  (setv dss (.add-parser dsub "serve" :help "run a one-member etcd for the site's dataspace"))
+  (.add-argument dss "--data-dir" :metavar "DIR"
+                 :help "where etcd keeps its data (default: under consfig's state directory)")
+  (for [[name help] [["ls" "print the records now, as Hy, with their host and age"]
+                     ["watch" "print the records, then each change as it comes"]]]
+    (setv x (.add-parser dsub name :help help))
+    (.add-argument x "type" :nargs "?" :metavar "TYPE" :help "only the records of this type")
+    (.add-argument x "--json" :action "store_true" :help "one JSON object a line"))
+
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
   p)
@@ -454,7 +468,16 @@ in order (an implicit `eseqprops`)."
   (import consfig.ui.repl [run-repl])  ; start-up: 1 ms
   (run-repl (_consfig-path args.file)))
 
-(setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
+(defn _dataspace [args]
+  (import consfig.ui.dataspace :as d)  ; start-up: 2 ms
+  (setv path (_consfig-path args.consfig))
+  (load-consfig path)
+  (setv config (d.site-config path))
+  (cond (= args.action "serve") (d.serve config args.data-dir)
+        (= args.action "ls") (d.ls config args.type args.json)
+        True (d.watch config args.type args.json)))
+
+(setv COMMANDS {"deploy" _deploy "dataspace" _dataspace "deploy-these" _deploy-these "hosts" _hosts "image" _image
                 "status" _status "keygen" _keygen "publish" _publish "repl" _repl
                 "converge" _converge})
 
