@@ -58,7 +58,7 @@ See docs/dataspace.md."
   (setv c (get-hostattr "dataspace"))
   (when (is c None)
     (raise (FailedChange (+ f"{(get-hostname)} has no :dataspace hostattr: " _ADD))))
-  (Dataspace c))
+  (Dataspace c (get-hostname)))
 
 (defn _held [ds key]
   ;; The entry under KEY, or None.
@@ -69,6 +69,11 @@ See docs/dataspace.md."
   (if (keeping? (get-hostname))
       (int (.get ds.config "ttl" 10))
       (int (.get ds.config "push-ttl" 3600))))
+
+(defn _since [value]
+  ;; When the record stored as VALUE was first asserted, or None.
+  (try (.get (json.loads value) "since")
+       (except [#(ValueError AttributeError)] None)))
 
 (defprop asserted :python [#^ record rec]
   "REC, a record (see `defassertion`), is in the site's dataspace, held by
@@ -88,9 +93,7 @@ as it runs, renewing a lease of :ttl."
   (:apply (setv ds (_dataspace)
                 key (ds.key-of (get-hostname) rec)
                 kv (_held ds key)
-                since (or (when kv (try (.get (json.loads (get kv "value")) "since")
-                                        (except [ValueError] None)))
-                          (time.time)))
+                since (or (when kv (_since (get kv "value"))) (time.time)))
           (ds.put key (encode-record (canonical rec) since) (lease-for ds (get-hostname))))
   (:unapply (setv ds (_dataspace))
             (ds.delete (ds.key-of (get-hostname) rec)))

@@ -71,7 +71,9 @@ class EtcdCluster:
              "--logger", "zap", "--log-level", "error"]
         if self.tls:
             a += ["--cert-file", self.tls["cert"][i], "--key-file", self.tls["key"][i],
-                  "--trusted-ca-file", self.tls["ca"], "--client-cert-auth"]
+                  "--trusted-ca-file", self.tls["ca"]]
+            if self.tls.get("client-cert-auth"):
+                a += ["--client-cert-auth"]
         return a
 
     def start(self, i):

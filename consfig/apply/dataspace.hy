@@ -7,8 +7,9 @@ consfig.props.dataspace): \"endpoints\", a list of URLs of etcd members
 (http://127.0.0.1:2379); \"prefix\", the site's key prefix; \"ttl\", the
 seconds a dead agent's records outlive it; \"push-ttl\", the seconds a
 push's records last when no agent renews them; and, for TLS, \"ca\",
-\"cert\" and \"key\", paths on the host; \"user\" and \"password\" for
-etcd's own authentication.
+\"cert\" and \"key\", paths on the host; \"password-file\" (and
+\"user\", by default the hostname) for etcd's own authentication; in
+every path `{hostname}` stands for the host's name.
 
 Keys are PREFIX/hosts/HOSTNAME/TYPE/DIGEST: a host writes under its own
 prefix only (etcd's roles can hold it to that: docs/dataspace.md); the
@@ -28,6 +29,9 @@ value is the record as JSON with the time it was first asserted."
 (defclass DataspaceUnavailable [ConsfigError]
   "No member of the site's etcd answered, or it has no quorum.")
 
+(defclass EtcdRefused [ConsfigError]
+  "etcd answered a request with a refusal: permission denied, a bad request.")
+
 (defn _etcd3gw []
   ;; Imported where used: a host that does not use the dataspace never
   ;; needs etcd3gw, nor requests under it (some 140 ms).
@@ -36,8 +40,11 @@ value is the record as JSON with the time it was first asserted."
 
 (defclass Dataspace []
   "The site's etcd, as CONFIG (a dict, see the module) names it."
-  (defn __init__ [self config]
+  (defn __init__ [self config [hostname None]]
+    ;; HOSTNAME fills `{hostname}` in the paths of :cert and :key: one
+    ;; client certificate per host.
     (setv self.config config
+          self.hostname hostname
           self.prefix (.rstrip (get config "prefix") "/")
           self._clients {}
           self._preferred 0))
@@ -48,17 +55,37 @@ value is the record as JSON with the time it was first asserted."
             c self.config
             client ((. (_etcd3gw) Etcd3Client)
                     :host u.hostname :port (or u.port 2379) :protocol u.scheme
-                    :ca-cert (.get c "ca") :cert-cert (.get c "cert") :cert-key (.get c "key")
+                    :ca-cert (.get c "ca") :cert-cert (self._path "cert")
+                    :cert-key (self._path "key")
                     :timeout (.get c "timeout" 5) :api-path "/v3/"))
-      (when (.get c "user")
-        (setv token (get (.post client (.get-url client "/auth/authenticate")
-                                :json {"name" (get c "user") "password" (get c "password")})
+      ;; Not the environment's: REQUESTS_CA_BUNDLE would replace the site's
+      ;; CA, and HTTP_PROXY send the dataspace through a proxy.
+      (setv client.session.trust-env False)
+      (setv password (self._password))
+      (when password
+        ;; etcd's gateway ignores a client certificate's CN: a host is an
+        ;; etcd user by its name and password, the token in each request.
+        (setv user (.replace (.get c "user" "{hostname}") "{hostname}" (or self.hostname ""))
+              token (get (.post client (.get-url client "/auth/authenticate")
+                                :json {"name" user "password" password})
                          "token")
               (get client.session.headers "Authorization") token))
       (setv (get self._clients url) client))
     (get self._clients url))
 
-  (defn call [self f]
+  (defn _path [self option]
+    (setv p (.get self.config option))
+    (when p (.replace p "{hostname}" (or self.hostname ""))))
+
+  (defn _password [self]
+    ;; The password given, or read from :password-file (mode 0600 on the
+    ;; host, its `{hostname}` filled in).
+    (setv f (self._path "password-file"))
+    (if f
+        (with [h (open f)] (.strip (.read h)))
+        (.get self.config "password")))
+
+  (defn call [self f * [retried False]]
     "F applied to a client of a member that answers, trying each in turn
 from the last that did; `DataspaceUnavailable` when none does."
     (setv exc (. (_etcd3gw) exceptions)
@@ -75,11 +102,19 @@ from the last that did; `DataspaceUnavailable` when none does."
         (except [e [exc.ConnectionFailedError exc.ConnectionTimeoutError]]
           (.pop self._clients url None)
           (.append errors f"{url}: {(_why e)}"))
-        (except [e exc.Etcd3Exception]
+        (except [e exc.InternalServerError]
           ;; A member without quorum answers "etcdserver: request timed out"
-          ;; or "no leader": another may have it.
+          ;; or "no leader" (503 or 500): another may have it.
           (.pop self._clients url None)
-          (.append errors f"{url}: {(_why e)}"))))
+          (.append errors f"{url}: {(_why e)}"))
+        (except [e exc.Etcd3Exception]
+          (.pop self._clients url None)
+          (when (and (in "invalid auth token" (_why e)) (not retried))
+            ;; The token expired (etcd's --auth-token-ttl): once more, anew.
+            (return (self.call f :retried True)))
+          ;; etcd answered, and said no (permission denied, say): not
+          ;; something another member would say otherwise.
+          (raise (EtcdRefused f"etcd at {url} refused: {(_why e)}")))))
     (raise (DataspaceUnavailable (+ "dataspace unavailable: " (.join "; " errors)))))
 
   (defn [property] endpoint [self]
@@ -245,5 +280,5 @@ round: with None when etcd answered, with why when it did not."
     (.set stop)
     (with [_lock] (.pop _keeping hostname None))))
 
-(export :objects [Dataspace DataspaceUnavailable decode-entry encode-record lease-for keeping?
+(export :objects [Dataspace DataspaceUnavailable EtcdRefused decode-entry encode-record lease-for keeping?
                   keep-leases])

@@ -761,7 +761,7 @@ fate, and the properties inside are kept only while it holds."
       (when (!= why (get said 0))
         (setv (get said 0) why)
         (self._report "dataspace" :message (or why "dataspace available"))))
-    (keep-leases (if self.watcher.dataspace self.watcher.dataspace.ds (Dataspace self.dataspace))
+    (keep-leases (if self.watcher.dataspace self.watcher.dataspace.ds (Dataspace self.dataspace self.host.hostname))
                  self.host.hostname on-state))
 
   (defn run [self]

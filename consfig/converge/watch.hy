@@ -227,7 +227,7 @@ were lost."
   ;; learnt from the agent's lease keep-alive (`state`): an idle agent sends
   ;; nothing else.
   (defn __init__ [self config hostname wake]
-    (setv self.ds (Dataspace config)
+    (setv self.ds (Dataspace config hostname)
           self.hostname hostname
           self.wake wake
           self.scopes {}

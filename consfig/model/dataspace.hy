@@ -207,8 +207,8 @@ type, nested records too.  A `PropspecError` saying what is wrong otherwise."
                                               (<= 3 (get c k) 86400))))))
         ":ttl and :push-ttl are whole numbers of seconds, from 3 to 86400"
         (- (set c) #{"endpoints" "prefix" "ttl" "push-ttl" "ca" "cert" "key" "user" "password"
-                     "timeout"})
-        f"unknown option(s) {(.join " " (gfor k (sorted (- (set c) #{"endpoints" "prefix" "ttl" "push-ttl" "ca" "cert" "key" "user" "password" "timeout"})) f":{k}"))}"))
+                     "password-file" "timeout"})
+        f"unknown option(s) {(.join " " (gfor k (sorted (- (set c) #{"endpoints" "prefix" "ttl" "push-ttl" "ca" "cert" "key" "user" "password" "password-file" "timeout"})) f":{k}"))}"))
 
 (defn dataspace-config [options [where None]]
   "OPTIONS (a dict, keyword or string keys) as a dataspace's configuration,
@@ -239,7 +239,9 @@ None outside a load (at a REPL), where it cannot be told."
 Options: :endpoints (etcd's client URLs), :prefix (the site's keys), :ttl
 (seconds a dead agent's records outlive it, 10), :push-ttl (seconds a
 push's records last with no agent to renew them, 3600), :ca :cert :key
-(TLS, paths on the hosts), :user :password (etcd's authentication)."
+(TLS, paths on the hosts), :password-file (etcd's authentication: the
+host's password, a path on the host; :user, by default the hostname).  In
+the paths, {hostname} is the host's name."
   (setv f _hy_compiler.filename
         site (when (and f (os.path.isfile f)) (os.path.abspath f)))
   `(hy.I.consfig/model/dataspace.name-dataspace

@@ -425,12 +425,19 @@ not (it was built by a library, read from data, or typed at a REPL)."
             (for [a x.args] (_inherit-where a where)))
         (isinstance x list) (for [a x] (_inherit-where a where))))
 
+(defn _applicable? [x]
+  ;; A propapp that is applied: not a record of the dataspace, which is
+  ;; data that happens to be spelt as one (consfig.model.dataspace).
+  (and (isinstance x Propapp)
+       (!= (getattr (.get properties x.name) "kind" None) "assertion")))
+
 (defn propapps-in [args]
-  "The propapps among ARGS, looking one level into lists."
+  "The propapps among ARGS, looking one level into lists (records of the
+dataspace, data spelt as propapps, are not among them)."
   (setv out [])
   (for [a args]
-    (cond (isinstance a Propapp) (.append out a)
-          (isinstance a list) (.extend out (gfor x a :if (isinstance x Propapp) x))))
+    (cond (_applicable? a) (.append out a)
+          (isinstance a list) (.extend out (gfor x a :if (_applicable? x) x))))
   out)
 
 (defn propapp-type [propapp]

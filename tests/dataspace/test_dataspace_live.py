@@ -29,7 +29,7 @@ def site(tmp_path, etcd, out):
 (defassertion web-backend [#^ hostname host #^ ip-address addr #^ port port])
 (defproplist upstream-file [#^ (list-of (dict-of string anything)) backends]
   (file.has-content "{out}/upstream.conf"
-    (+ "upstream app {{\\n" (.join "" (gfor b backends f"  server {{(get b \\"addr\\")}}:{{(get b \\"port\\")}};\\n")) "}}\\n")))
+    (+ "upstream app {{\\n" (.join "" (gfor b backends f"  server {{(get b "addr")}}:{{(get b "port")}};\\n")) "}}\\n")))
 (defproplist backend-file [#^ ip-address addr #^ port port]
   (file.exists-with-content f"{out}/{{addr}}" f"{{port}}\\n"))
 (defhost web1.example.org {{:deploy [:local :python]}}
