@@ -17,6 +17,7 @@
 See docs/dataspace.md."
 
 (eval-when-compile (require consfig.model.property [defprop]
+                            consfig.model.propspec [defproplist]
                             consfig.model.fact [deffact]))
 (import json
         time
@@ -32,7 +33,9 @@ See docs/dataspace.md."
         consfig.model.propspec [propspec->data]
         consfig.python_hop.bundle [ship-distributions-with]
         consfig.apply.targetstate [host-state-file read-state-file]
-        consfig.types *)
+        consfig.types *
+        consfig.props [apt file service]
+        consfig.apply.combinators [on-change])
 
 (ship-distributions-with __name__ "etcd3gw" "requests" "urllib3" "idna" "certifi"
                          "charset-normalizer" "futurist" "debtcollector" "wrapt" "pbr")
@@ -167,4 +170,42 @@ It always holds, even with no match (the list is empty)."
   (:matches (all-matches pat into))
   (:watch [["dataspace" "all"]]))
 
-(export :objects [asserted observed collected binder snapshot observed-matches all-matches])
+(defn member-environment [name client-url peer-url cluster [data-dir "/var/lib/etcd/consfig"]]
+  "What /etc/default/etcd says for the member NAME of the cluster CLUSTER (a
+dict member name -> peer URL), serving clients at CLIENT-URL and its peers
+at PEER-URL: the ETCD_* variables Debian's etcd.service reads."
+  (when (not-in name cluster)
+    (raise (PropspecError f"dataspace.etcd-member: {name} is not among the members {(sorted cluster)}")))
+  (.join "" (gfor [k v] [["ETCD_NAME" name]
+                            ["ETCD_DATA_DIR" data-dir]
+                            ["ETCD_LISTEN_CLIENT_URLS" client-url]
+                            ["ETCD_ADVERTISE_CLIENT_URLS" client-url]
+                            ["ETCD_LISTEN_PEER_URLS" peer-url]
+                            ["ETCD_INITIAL_ADVERTISE_PEER_URLS" peer-url]
+                            ["ETCD_INITIAL_CLUSTER"
+                             (.join "," (gfor m (sorted cluster) f"{m}={(get cluster m)}"))]
+                            ["ETCD_INITIAL_CLUSTER_STATE" "new"]
+                            ["ETCD_INITIAL_CLUSTER_TOKEN" "consfig"]]
+                     f"{k}=\"{v}\"\n")))
+
+(setv member-name (matching "member-name" "an etcd member's name (letters, digits, - and _)"
+                            r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
+      etcd-url (matching "etcd-url" "an http or https URL of host and port, no path"
+                         r"https?://[A-Za-z0-9.:\[\]-]+:[0-9]{1,5}"))
+
+(defproplist etcd-member :posix [#^ member-name name #^ etcd-url client-url #^ etcd-url peer-url
+                                 #^ (dict-of member-name etcd-url) cluster]
+  "This host is the member NAME of the site's etcd cluster CLUSTER (a dict:
+member name -> peer URL, three or five of them), serving clients at
+CLIENT-URL: Debian's etcd-server, configured in /etc/default/etcd and
+running.  consfig configures its own dataspace:
+
+  (dataspace.etcd-member \"m0\" \"http://10.0.0.1:2379\" \"http://10.0.0.1:2380\"
+    {\"m0\" \"http://10.0.0.1:2380\" \"m1\" \"http://10.0.0.2:2380\" \"m2\" \"http://10.0.0.3:2380\"})"
+  (apt.installed "etcd-server")
+  (on-change (file.has-content "/etc/default/etcd"
+                               (member-environment name client-url peer-url cluster))
+    (service.restarted "etcd"))
+  (service.running "etcd"))
+
+(export :objects [asserted observed collected etcd-member member-environment binder snapshot observed-matches all-matches])

@@ -243,6 +243,13 @@ deploy`'s, and an image's."
   (setv dss (.add-parser dsub "serve" :help "run a one-member etcd for the site's dataspace"))
   (.add-argument dss "--data-dir" :metavar "DIR"
                  :help "where etcd keeps its data (default: under consfig's state directory)")
+  (setv dsc (.add-parser dsub "tls"
+                        :help "make the site's CA (if need be) and certificates, in DIR"))
+  (.add-argument dsc "directory" :metavar "DIR" :help "where the CA and certificates are kept")
+  (.add-argument dsc "--member" :action "append" :default [] :metavar "NAME=IP"
+                 :help "an etcd member's certificate, serving on IP")
+  (.add-argument dsc "--host" :action "append" :default [] :metavar "HOSTNAME"
+                 :help "a host's client certificate")
   (for [[name help] [["ls" "print the records now, as Hy, with their host and age"]
                      ["watch" "print the records, then each change as it comes"]]]
     (setv x (.add-parser dsub name :help help))
@@ -470,6 +477,16 @@ in order (an implicit `eseqprops`)."
 
 (defn _dataspace [args]
   (import consfig.ui.dataspace :as d)  ; start-up: 2 ms
+  (when (= args.action "tls")
+    (import consfig.ui.dataspace_tls :as t)  ; start-up: 40 ms
+    (print (t.make-ca args.directory))
+    (for [m args.member]
+      (setv #(name _ ip) (.partition m "="))
+      (when (not (and name ip))
+        (raise (ConsfigError f"--member {m}: give NAME=IP, e.g. m0=10.0.0.1")))
+      (print (t.issue args.directory name :server-ips [ip])))
+    (for [h args.host] (print (t.issue args.directory h)))
+    (return 0))
   (setv path (_consfig-path args.consfig))
   (load-consfig path)
   (setv config (d.site-config path))

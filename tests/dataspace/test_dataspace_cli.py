@@ -101,3 +101,14 @@ def test_a_site_without_a_dataspace_is_told_what_to_add(tmp_path):
     r = consfig("dataspace", "--consfig", site, "ls", check=False)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "names no dataspace: add (defdataspace" in r.stderr, r.stderr
+
+
+def test_tls_makes_the_sites_ca_and_certificates_with_private_keys(tmp_path):
+    pki = tmp_path / "pki"
+    out = consfig("dataspace", "tls", pki, "--member", "m0=127.0.0.1",
+                  "--host", "web1.example.org").stdout.split()
+    assert out == [str(pki / "ca.pem"), str(pki / "m0.pem"), str(pki / "web1.example.org.pem")], out
+    for key in ("ca.key", "m0.key", "web1.example.org.key"):
+        assert (pki / key).stat().st_mode & 0o777 == 0o600, key
+    again = consfig("dataspace", "tls", pki).stdout.split()
+    assert again == [str(pki / "ca.pem")] and (pki / "ca.key").read_bytes(), "the CA is kept"
