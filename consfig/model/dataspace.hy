@@ -41,6 +41,13 @@ applications are records (every field given, no binder) and patterns."
                             f"a {self.short-name} record or pattern"
                             (fn [v] (and (isinstance v Propapp) (= v.name name))))))
 
+  (defn [property] lambda-list [self]
+    ;; Its fields as `defassertion` wrote them: every field may be left
+    ;; out of a pattern, which is not a default worth showing.
+    (+ "[" (.join " " (gfor p (.values self.signature.parameters)
+                            f"#^ {(repr (annotation-type p.annotation))} {(hy.unmangle p.name)}"))
+       "]"))
+
   (defn __repr__ [self]
     f"<assertion {self.short-name} {self.lambda-list}>"))
 

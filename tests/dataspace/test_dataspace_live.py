@@ -20,12 +20,12 @@ from harness import wait_until  # noqa: E402
 TTL = 3
 
 
-def site(tmp_path, etcd, out):
+def site(tmp_path, etcd, out, ttl=TTL):
     path = tmp_path / "site.hy"
     path.write_text(f"""(require consfig *)
 (import consfig *)
 (use-props consfig.props [dataspace file])
-(defdataspace {{:endpoints [{" ".join(f'"{e}"' for e in etcd.endpoints)}] :prefix "/consfig/live" :ttl {TTL}}})
+(defdataspace {{:endpoints [{" ".join(f'"{e}"' for e in etcd.endpoints)}] :prefix "/consfig/live" :ttl {ttl}}})
 (defassertion web-backend [#^ hostname host #^ ip-address addr #^ port port])
 (defproplist upstream-file [#^ (list-of (dict-of string anything)) backends]
   (file.has-content "{out}/upstream.conf"
@@ -111,7 +111,7 @@ def _lease_ttl(etcd, host):
     r = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "lease",
                         "timetolive", lease, "-w", "json"], capture_output=True, text=True,
                        env=env, timeout=30)
-    return json.loads(r.stdout).get("grantedTTL", 10 ** 9)
+    return json.loads(r.stdout).get("granted-ttl", 10 ** 9)
 
 
 def test_an_observer_that_loses_etcd_keeps_its_view_and_resumes(tmp_path, etcd):
@@ -131,3 +131,29 @@ def test_an_observer_that_loses_etcd_keeps_its_view_and_resumes(tmp_path, etcd):
         wait_until(lambda: any(e.get("message") == "dataspace available"
                                for e in lb.of("dataspace")), 15, "the agent to find it again")
         assert (out / "10.0.0.5").exists(), "the push's lease still holds web1's record"
+
+
+def _kv(etcd, host):
+    import json
+    r = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "get", "--prefix",
+                        f"/consfig/live/hosts/{host}/", "-w", "json"], capture_output=True,
+                       text=True, env={**os.environ, "ETCDCTL_API": "3"}, timeout=30)
+    kvs = json.loads(r.stdout).get("kvs", [])
+    return kvs[0] if kvs else None
+
+
+def test_an_agent_that_restarts_within_its_lease_leaves_no_gap(tmp_path, etcd):
+    out = tmp_path / "out"
+    out.mkdir()
+    # A TTL that outlasts an agent's start on a loaded machine.
+    s = site(tmp_path, etcd, out, ttl=60)
+    with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2a"):
+        wait_until(lambda: _lease_ttl(etcd, "web2.example.org") == 60, 30,
+                   "web2's record under its agent's lease")
+        before = _kv(etcd, "web2.example.org")
+    with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2b"):
+        wait_until(lambda: _lease_ttl(etcd, "web2.example.org") == 60, 30,
+                   "web2's record under the new agent's lease")
+        after = _kv(etcd, "web2.example.org")
+    # Deleted and put again, a key gets a new create_revision: it never was.
+    assert after["create_revision"] == before["create_revision"], (before, after)
