@@ -21,7 +21,7 @@ See docs/dataspace.md."
                             consfig.model.fact [deffact]))
 (import json
         time
-        consfig.apply.dataspace [Dataspace DataspaceUnavailable decode-entry encode-record
+        consfig.apply.dataspace [Dataspace decode-entry encode-record
                                  keeping? lease-for]
         consfig.apply.engine [emit]
         consfig.apply.events [output-event]

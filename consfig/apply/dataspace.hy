@@ -18,9 +18,7 @@ value is the record as JSON with the time it was first asserted."
 (import base64
         importlib
         json
-        os
         threading
-        time
         urllib.parse
         consfig.errors [ConsfigError PropspecError]
         consfig.model.dataspace [json->record record->json record-digest]

@@ -19,12 +19,11 @@ through etcd in consfig.apply.dataspace; docs/dataspace.md."
 
 (import json
         os
-        hy.models [Keyword]
         consfig.errors [PropspecError]
         consfig.model.property [Propapp Property find-property note-definition properties
                                 definition-where defining site-where]
         consfig.moved [public-name]
-        consfig.types [Type Binder Wildcard wildcard annotation-type show]
+        consfig.types [Type Binder Wildcard annotation-type show]
         consfig.model.propspec [propspec->data data->propspec]
         consfig.util [keyword-name sha256-hex])
 

@@ -19,7 +19,6 @@ role may read the site's prefix and write PREFIX/hosts/HOSTNAME/ only."
         ipaddress
         os
         secrets
-        consfig.apply.dataspace [Dataspace]
         consfig.errors [ConsfigError]
         consfig.util [write-atomically])
 

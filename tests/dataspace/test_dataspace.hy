@@ -7,15 +7,11 @@
 (import consfig *
         consfig.apply.dataspace [Dataspace]
         consfig.model.dataspace [json->record]
-        consfig.props.dataspace [snapshot]
         consfig.site.load [load-consfig]
         base64
         json
         os
-        pathlib
-        subprocess
-        urllib.request
-        pytest)
+        subprocess)
 (use-props consfig.props [dataspace])
 
 (setv PREFIX "/consfig/test")
