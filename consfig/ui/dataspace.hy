@@ -28,13 +28,23 @@ what to add when it names none."
                             "[\"http://127.0.0.1:2379\"] :prefix \"/consfig/SITE\"}) to it"))))
   c)
 
-(defn serve-argv [config data-dir [name "consfig"]]
+(defn _free-port []
+  ;; A loopback port nobody listens on now: a one-member cluster's peer
+  ;; listener, which nobody dials, need not be the client port plus one
+  ;; (which something else may hold).
+  (import socket)  ; start-up: 1 ms
+  (with [s (socket.socket)]
+    (.bind s #("127.0.0.1" 0))
+    (get (.getsockname s) 1)))
+
+(defn serve-argv [config data-dir [name "consfig"] [peer-port None]]
   "The etcd command line of a one-member cluster serving CONFIG's first
-endpoint, its data in DATA-DIR."
+endpoint, its data in DATA-DIR, its peer listener on PEER-PORT (a free
+one by default)."
   (setv etcd (or (shutil.which "etcd") "/usr/bin/etcd")
         url (get (get config "endpoints") 0)
         u (urllib.parse.urlsplit url)
-        peer f"http://127.0.0.1:{(+ (or u.port 2379) 1)}")
+        peer f"http://127.0.0.1:{(or peer-port (_free-port))}")
   (when (not (os.path.exists etcd))
     (raise (ConsfigError "no etcd here: install Debian's etcd-server (apt-get install etcd-server)")))
   [etcd "--name" name "--data-dir" data-dir

@@ -41,9 +41,11 @@ def test_readme_dataspace_example_deploys_and_lists(tmp_path):
     server = subprocess.Popen([sys.executable, "-m", "consfig", "dataspace", "--consfig",
                                str(site), "serve", "--data-dir", str(tmp_path / "etcd")],
                               cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+                              stderr=open(tmp_path / "serve.log", "wb"))
     try:
-        wait_until(lambda: healthy(f"http://127.0.0.1:{port}"), 120, "the served etcd")
+        wait_until(lambda: healthy(f"http://127.0.0.1:{port}") or server.poll() is not None, 120,
+                   "the served etcd")
+        assert server.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
         consfig("deploy", "web1.example.org", "lb.example.org", "-j", "1")
         assert (tmp_path / "lb" / "upstream.conf").read_text() == "server 10.0.0.5:8080;\n"
         listed = consfig("dataspace", "ls")
