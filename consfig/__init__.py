@@ -12,16 +12,9 @@ import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 # Hy's `require` reads `_hy_macros` from this module's dict, not through
 # getattr: the modules that define the macros are imported at once.
-from consfig import moved as _moved
-
-_moved.install()
-
-# `property`, `propspec`, `host`, `fact` and `deployment` are attributes of
-# the package since before the layout of issue 21, kept:
-# `consfig.propspec.read-propspec` after a bare `import consfig`.
-from consfig.model import fact, host, property, propspec  # noqa: E402
-from consfig.deployer import deployment  # noqa: E402
-import consfig.data.items as _data  # noqa: E402
+from consfig.model import fact, host, property, propspec
+from consfig.deployer import deployment
+import consfig.data.items as _data
 
 _MACRO_MODULES = (property, propspec, host, deployment, _data, fact)
 

@@ -21,7 +21,6 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
                         site-file?]
         consfig.types [Applicable annotation-type show]
         consfig.model.watchspec [check-watch-specs]
-        consfig.moved [public-name]
         consfig.util [keyword-name]
         os)
 
@@ -51,6 +50,29 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
 
 ;; Every property defined so far, by qualified name.
 (setv properties {})
+
+;; The names the properties of consfig's core are printed and stored under
+;; (in propspecs read back from data, a target's state files, an image):
+;; their modules' names before the layer packages of issue 21.  Module ->
+;; the name its properties are qualified with.  Any other module's
+;; properties are qualified with its own name.
+(setv STORED-NAMES {"consfig.apply.combinators" "consfig.combinators"
+                    "consfig.apply.meta" "consfig.meta"
+                    "consfig.apply.handlers" "consfig.handlers"
+                    "consfig.python_hop.payload" "consfig.payload"
+                    "consfig.deployer.deployment" "consfig.deployment"})
+
+(setv _STORED-MODULES (dfor [module stored] (.items STORED-NAMES) stored module))
+
+(defn stored-name [module]
+  "The name the properties defined in MODULE are qualified with: its own,
+but for the core modules of `STORED-NAMES`."
+  (.get STORED-NAMES module module))
+
+(defn module-named [stored]
+  "The module whose properties are qualified with STORED (`stored-name`
+backwards)."
+  (.get _STORED-MODULES stored stored))
 
 ;; While a consfig file is loaded: what it defined so far, name -> file:line.
 ;; Defining a name twice in one file is a mistake; redefining at the REPL,
@@ -364,7 +386,7 @@ need be; `PropspecError` when there is none."
     (return (get properties name)))
   (setv #(module _ attr) (.rpartition name "."))
   (when module
-    (try (importlib.import-module module)
+    (try (importlib.import-module (module-named module))
          (except [ImportError] None)))
   (when (not-in name properties)
     (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))
@@ -570,7 +592,7 @@ is equivalent to binding `has-content` to a `Property` registered as
 `MODULE.has-content`, plus a `has-content*` macro for the dotted form, where
 the last parameter receives the trailing forms as an unevaluated propspec."
   (setv #(doc subs options invariants) (_parse-defprop-body name body)
-        module (public-name _hy_compiler.module.__name__))
+        module (stored-name _hy_compiler.module.__name__))
   `(do
      (setv ~name (hy.I.consfig/model/property.define-property
                    ~(+ module "." (str name))
@@ -646,6 +668,7 @@ as a propspec.  `(help {name})` shows its parameters and their types."
   #(doc subs options invariants))
 
 (export :objects [Propapp Property properties define-property find-property forget-properties-of
+                  STORED-NAMES stored-name module-named
                   install-dotted-macro dotted-macro-form
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps

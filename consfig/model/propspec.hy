@@ -20,8 +20,8 @@ property or a wrong argument is reported with the file and line of the form."
         inspect
         hy.models [Expression Keyword List Symbol String]
         consfig.errors [PropspecError]
-        consfig.moved [public-name]
-        consfig.model.property [Property Propapp find-property did-you-mean definition-where])
+        consfig.model.property [Property Propapp find-property did-you-mean definition-where
+                                module-named stored-name])
 
 ;; Forms whose arguments may hold propapps and are otherwise ordinary code.
 (setv _WALK-INTO #{"if" "when" "unless" "cond" "do"})
@@ -145,7 +145,7 @@ VALUE an integer model spanning just its decimal digits."
   "The expansion of a `NAME*` macro defined by defprop & co. in MODULE."
   (setv this (or compiler.this (Expression [])))
   `(hy.I.consfig/model/propspec.apply-form
-     (fn [] (hy.I ~module)) ~(+ module "." name) ~(_where compiler this) True
+     (fn [] (hy.I ~(module-named module))) ~(+ module "." name) ~(_where compiler this) True
      [~@(_walk-args args compiler)]
      ~name))
 
@@ -416,7 +416,7 @@ tagged so that `data->propspec` restores them exactly."
     (raise (PropspecError f"{kind} {name}: expected [parameters] after the name{(if type " and type" "")}")))
   (setv params (.pop args 0)
         #(doc desc invariants forms) (_parse-list-body kind name args)
-        module (public-name compiler.module.__name__))
+        module (stored-name compiler.module.__name__))
   `(do
      (setv ~name (hy.I.consfig/model/property.define-property
                    ~(+ module "." (str name)) "posix" (fn ~params None)
