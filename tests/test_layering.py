@@ -13,7 +13,7 @@ import os
 import re
 
 import hy
-from hy.models import Expression, Sequence, Symbol
+from hy.models import Expression, Sequence, String, Symbol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = {"consfig": "consfig", "props": "consfig.props",
@@ -210,3 +210,82 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert not bad, ("imports from a higher layer (see the layers in tests/test_layering.py "
                      "and each package's docstring):\n" +
                      "\n".join(f"  {a} -> {b}" for a, b in bad))
+
+
+# Behaviour lives on the property, never on its name: the engine, the agent
+# and the combinators ask a propapp's property what it is (its children,
+# whether it is a sequence, a trigger, a `during`: consfig.model.property's
+# DECLARATIONS).  Only the registry itself (REGISTRY) reads names.  A
+# stored name may still be looked up, to build a propapp of a core property
+# (`(find-property "consfig.combinators.eseqprops")`), and compared nowhere.
+REGISTRY = "consfig.model.property"
+_COMPARISONS = {Symbol(s) for s in ("=", "!=", "in", "not-in", "is", "is-not")}
+
+
+def _stored_property_name(text):
+    from consfig.model.property import STORED_NAMES
+    return any(text.startswith(stored + ".") and len(text) > len(stored) + 1
+               for stored in STORED_NAMES.values())
+
+
+def _a_name(model):
+    # Hy reads `p.name` as `(. p name)`.
+    return (isinstance(model, Expression) and len(model) >= 3 and model[0] == Symbol(".")
+            and model[-1] == Symbol("name"))
+
+
+def _names_a_string(model):
+    if isinstance(model, String):
+        return True
+    return isinstance(model, Sequence) and any(isinstance(m, String) for m in model)
+
+
+def name_checks(path):
+    """The lines of the Hy module at PATH that compare a `.name` with a
+    string literal, or write a core property's stored name anywhere but as
+    the argument of `find-property`."""
+    found = set()
+
+    def walk(model, parent):
+        if isinstance(model, String) and _stored_property_name(str(model)):
+            if not (isinstance(parent, Expression) and len(parent) == 2
+                    and parent[0] == Symbol("find-property")):
+                found.add(getattr(model, "start_line", None) or parent.start_line)
+        if isinstance(model, Expression) and model and model[0] in _COMPARISONS:
+            operands = model[1:]
+            if (any(_a_name(m) for m in operands)
+                    and any(_names_a_string(m) for m in operands)):
+                found.add(model.start_line)
+        if isinstance(model, Sequence):
+            for m in model:
+                walk(m, model)
+
+    for form in hy.read_many(open(path).read(), filename=path):
+        walk(form, form)
+    return sorted(found)
+
+
+def _py_name_checks(path):
+    return sorted(node.lineno for node in ast.walk(ast.parse(open(path).read(), path))
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and _stored_property_name(node.value))
+
+
+def test_a_planted_name_check_is_found(tmp_path):
+    module = tmp_path / "m.hy"
+    module.write_text('(defn f [p]\n  (when (= p.name "consfig.combinators.during") 1))\n'
+                      '(setv _GROUPS #{"consfig.combinators.seqprops"})\n'
+                      '(defn g [p] (in p.name #("x.y.z")))\n'
+                      '(defn h [] (find-property "consfig.combinators.desc"))\n')
+    assert name_checks(str(module)) == [2, 3, 4]
+    plain = tmp_path / "p.py"
+    plain.write_text('x = 1\nSEQ = "consfig.meta.with-meta"\n')
+    assert _py_name_checks(str(plain)) == [2]
+
+
+def test_no_module_outside_the_registry_branches_on_a_property_name():
+    bad = [f"{os.path.relpath(path, ROOT)}:{line}"
+           for mod, path in modules().items() if mod != REGISTRY
+           for line in (name_checks(path) if path.endswith(".hy") else _py_name_checks(path))]
+    assert not bad, ("a propapp's name compared with a string (ask its property instead: "
+                     "DECLARATIONS in consfig/model/property.hy):\n  " + "\n  ".join(bad))

@@ -48,6 +48,25 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
 
 (setv SUBROUTINES #("desc" "preprocess" "hostattrs" "check" "apply" "unapply" "watch"))
 
+;; What a combinator declares about itself, so that the engine and the agent
+;; ask the property rather than its name (Consfigurator keeps a
+;; combinator's behaviour on the property in the same way).  Each is a
+;; function of the parameters, as a subroutine is:
+;;   :children     the propapps applying it applies, in order (by default
+;;                 the propapps among its arguments);
+;;   :meta         the meta-parameters it puts in force over them (a dict by
+;;                 name: `with-meta`);
+;;   :trigger      the propapp whose change sets off the others (`on-change`);
+;;   :fact         the fact it holds its propapps during (`during`);
+;;   :retractable  whether unapplying it undoes all it did, whatever it holds
+;;                 (`unapplied`, `during`);
+;;   :handler      the name of the handler it defines (`handler`).
+(setv DECLARATIONS #("children" "meta" "trigger" "fact" "retractable" "handler"))
+;; And flags, plain values: `:sequence True`, a group that unapplying
+;; unapplies member by member, so that it can be opened up (`eseqprops`);
+;; `:inverts True`, applying it unapplies what it holds (`unapplied`).
+(setv _OPTIONS #("announce" "opaque-type" "simulates" "sequence" "inverts"))
+
 ;; Every property defined so far, by qualified name.
 (setv properties {})
 
@@ -101,7 +120,8 @@ both places."
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [watch None] [propspec None] [announce True]
                   [opaque-type False] [simulates False] [invariants #()] [where None]
-                  [declared-type None]]
+                  [declared-type None] [sequence False] [inverts False] [children None]
+                  [meta None] [trigger None] [fact None] [retractable None] [handler None]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -127,6 +147,15 @@ both places."
           ;; Pairs of functions of the parameters: a condition across them,
           ;; and the message when it does not hold.
           self.invariants (tuple invariants)
+          ;; What it declares as a combinator (see DECLARATIONS).
+          self.sequence sequence
+          self.inverts inverts
+          self.children children
+          self.meta meta
+          self.trigger trigger
+          self.fact fact
+          self.retractable retractable
+          self.handler handler
           self.where where
           ;; defproplist/defpropspec with a TYPE: checked against the expansion.
           self.declared-type (when declared-type (_type-name declared-type))
@@ -450,6 +479,54 @@ not (it was built by a library, read from data, or typed at a REPL)."
           (isinstance a list) (.extend out (gfor x a :if (isinstance x Propapp) x))))
   out)
 
+(defn _declared [propapp which]
+  ;; What PROPAPP's property declares as WHICH (one of DECLARATIONS) for
+  ;; PROPAPP's arguments; None when it declares nothing.
+  (setv prop (find-property propapp.name))
+  (when (getattr prop which)
+    (call-subroutine prop which propapp)))
+
+(defn children [propapp]
+  "The propapps that applying PROPAPP applies, in order: what its property
+declares as `:children`, by default the propapps among its arguments."
+  (setv prop (find-property propapp.name))
+  (if prop.children
+      (list (call-subroutine prop "children" propapp))
+      (propapps-in propapp.args)))
+
+(defn meta-of [propapp]
+  "The meta-parameters (a dict by name) PROPAPP puts in force over the
+propapps it holds (`with-meta`), or None."
+  (_declared propapp "meta"))
+
+(defn trigger-of [propapp]
+  "The propapp whose change sets off the rest of PROPAPP (`on-change`), or
+None when PROPAPP is no trigger."
+  (_declared propapp "trigger"))
+
+(defn fact-of [propapp]
+  "The fact application PROPAPP holds its propapps during (`during`), or
+None."
+  (_declared propapp "fact"))
+
+(defn handler-of [propapp]
+  "The name of the handler PROPAPP defines (`handler`), or None."
+  (_declared propapp "handler"))
+
+(defn retractable? [propapp]
+  "Whether PROPAPP's property declares that unapplying it undoes all it did,
+whatever it holds (`unapplied`, `during`)."
+  (bool (_declared propapp "retractable")))
+
+(defn sequence? [propapp]
+  "Whether PROPAPP is a sequence of the propapps it holds, which unapplying
+unapplies one by one: one that can be opened up (`eseqprops`, `desc`)."
+  (. (find-property propapp.name) sequence))
+
+(defn inverts? [propapp]
+  "Whether applying PROPAPP unapplies what it holds (`unapplied`)."
+  (. (find-property propapp.name) inverts))
+
 (defn propapp-type [propapp]
   "\"python\" if PROPAPP or any propapp inside it needs a Python on the target."
   (setv prop (find-property propapp.name))
@@ -660,9 +737,9 @@ as a propspec.  `(help {name})` shows its parameters and their types."
                     (isinstance (get form 0) Keyword)))
       (raise (PropspecError f"defprop {name}: expected (:subroutine …) forms, got {(hy.repr form)}")))
     (setv k (. (get form 0) name))
-    (cond (in k SUBROUTINES) (.append subs #(k form))
+    (cond (in k #(#* SUBROUTINES #* DECLARATIONS)) (.append subs #(k form))
           (= k "invariant") (.append invariants form)
-          (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
+          (in k _OPTIONS) (.append options #(k (get form 1)))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
                                         "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant")))))
   #(doc subs options invariants))
@@ -672,6 +749,7 @@ as a propspec.  `(help {name})` shows its parameters and their types."
                   install-dotted-macro dotted-macro-form
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
+                  children meta-of trigger-of fact-of handler-of retractable? sequence? inverts?
                   propapp-desc default-desc propapp-watches preprocess-propapp propapp-hostattrs hostattrs-of
                   site-where]
         :macros [defprop])

@@ -204,18 +204,18 @@ VALUE an integer model spanning just its decimal digits."
   (f #* pos #** kw))
 
 (defn _combined-of [combinator propapps]
-  ((find-property combinator) #* (gfor p propapps :if (is-not p None) p)))
+  (combinator #* (gfor p propapps :if (is-not p None) p)))
 
 (defn eseqprops-of [propapps]
   "An `eseqprops` of PROPAPPS, leaving out None (from a false `when`)."
-  (_combined-of "consfig.combinators.eseqprops" propapps))
+  (_combined-of (find-property "consfig.combinators.eseqprops") propapps))
 
 (defn seqprops-of [propapps]
   "A `seqprops` of PROPAPPS, leaving out None: a defhost's body.  A call,
 not an expansion of its own: Hy walks every macro's expansion again at each
 enclosing form, and a site's compile time is the author's wait after each
 edit."
-  (_combined-of "consfig.combinators.seqprops" propapps))
+  (_combined-of (find-property "consfig.combinators.seqprops") propapps))
 
 (defn dotted-propapp [prop args]
   "Apply PROP dotted: its last positional parameter receives an `eseqprops`
