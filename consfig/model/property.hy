@@ -79,7 +79,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
                     "consfig.apply.meta" "consfig.meta"
                     "consfig.apply.handlers" "consfig.handlers"
                     "consfig.python_hop.payload" "consfig.payload"
-                    "consfig.deployer.deployment" "consfig.deployment"})
+                    "consfig.nested.deploys" "consfig.deployment"})
 
 (setv _STORED-MODULES (dfor [module stored] (.items STORED-NAMES) stored module))
 
@@ -706,23 +706,7 @@ dotted form, whose last parameter takes the trailing forms."
   ;; compiles and evaluates a macro's definition as it compiles the module,
   ;; some 40 ms a property, paid again after every edit of a site.
   `(eval-and-compile
-     (hy.I.consfig/model/property.install-dotted-macro (globals) ~module ~(str name) ~doc)))
-
-(defn install-dotted-macro [namespace module name [doc None]]
-  "Register in NAMESPACE (a module's globals) the macro `NAME*`, the dotted
-form of the property NAME of MODULE: its last parameter takes the trailing
-forms as a propspec."
-  (defn dotted [_hy_compiler #* args]
-    (hy.I.consfig/model/propspec.dotted-expansion _hy_compiler module name args))
-  (setv star (hy.mangle (+ name "*"))
-        dotted.__name__ star
-        dotted.__qualname__ star
-        dotted.__module__ module
-        dotted.__doc__ (+ f"The dotted form of {name}: its last parameter takes the trailing forms
-as a propspec.  `(help {name})` shows its parameters and their types."
-                          (if doc f"\n\n{doc}" "")))
-  (setv (get (.setdefault namespace "_hy_macros" {}) star) dotted)
-  None)
+     (hy.I.consfig/model/propspec.install-dotted-macro (globals) ~module ~(str name) ~doc)))
 
 (defn _parse-defprop-body [name body]
   (setv body (list body)
@@ -746,7 +730,7 @@ as a propspec.  `(help {name})` shows its parameters and their types."
 
 (export :objects [Propapp Property properties define-property find-property forget-properties-of
                   STORED-NAMES stored-name module-named
-                  install-dotted-macro dotted-macro-form
+                  dotted-macro-form
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
                   children meta-of trigger-of fact-of handler-of retractable? sequence? inverts?

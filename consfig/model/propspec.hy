@@ -149,6 +149,22 @@ VALUE an integer model spanning just its decimal digits."
      [~@(_walk-args args compiler)]
      ~name))
 
+(defn install-dotted-macro [namespace module name [doc None]]
+  "Register in NAMESPACE (a module's globals) the macro `NAME*`, the dotted
+form of the property NAME of MODULE: its last parameter takes the trailing
+forms as a propspec."
+  (defn dotted [_hy_compiler #* args]
+    (dotted-expansion _hy_compiler module name args))
+  (setv star (hy.mangle (+ name "*"))
+        dotted.__name__ star
+        dotted.__qualname__ star
+        dotted.__module__ module
+        dotted.__doc__ (+ f"The dotted form of {name}: its last parameter takes the trailing forms
+as a propspec.  `(help {name})` shows its parameters and their types."
+                          (if doc f"\n\n{doc}" "")))
+  (setv (get (.setdefault namespace "_hy_macros" {}) star) dotted)
+  None)
+
 (defn _unknown-message [name e head]
   (setv first-part (get (.split name ".") 0)
         near (_near-name name head))
@@ -473,7 +489,8 @@ macro `file.has-content*` available."
                `(do (import ~(hy.read (+ package "." (str n))) :as ~n)
                     (require ~(hy.read (+ package "." (str n))) :as ~n)))))
 
-(export :objects [propspec-digest seqprops-of dotted->name walk-form walk-body apply-form dotted-expansion dotted-propapp
+(export :objects [propspec-digest seqprops-of dotted->name walk-form walk-body apply-form dotted-expansion
+                  install-dotted-macro dotted-propapp
                   eseqprops-of propspec->string propspec->tree read-propspec
                   read-propspec-forms form->propspec
                   ->propspec propspec->data data->propspec]
