@@ -21,8 +21,7 @@ through etcd in consfig.apply.dataspace; docs/dataspace.md."
         os
         consfig.errors [PropspecError]
         consfig.model.property [Propapp Property find-property note-definition properties
-                                definition-where defining site-where]
-        consfig.moved [public-name]
+                                definition-where defining site-where stored-name]
         consfig.types [Type Binder Wildcard annotation-type show]
         consfig.model.propspec [propspec->data data->propspec]
         consfig.util [keyword-name sha256-hex])
@@ -282,7 +281,7 @@ record type."
   (when (> (len body) (if doc 1 0))
     (raise (PropspecError f"defassertion {name}: only a docstring may follow the fields")))
   `(setv ~name (hy.I.consfig/model/dataspace.define-assertion
-                 ~(+ (public-name _hy_compiler.module.__name__) "." (str name))
+                 ~(+ (stored-name _hy_compiler.module.__name__) "." (str name))
                  (fn [~@(sum (gfor [t f] fields
                                    [`(annotate [~f hy.I.consfig/types.wildcard]
                                                (hy.I.consfig/model/dataspace.field-type ~t))])
