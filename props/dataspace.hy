@@ -30,6 +30,7 @@ See docs/dataspace.md."
         consfig.model.dataspace [pattern record canonical check-pattern match-record
                                  site-dataspaces site-names-dataspace?]
         consfig.model.host [get-hostattr get-hostname push-hostattr]
+        consfig.model.property [Propapp find-property]
         consfig.model.propspec [propspec->data]
         consfig.python_hop.bundle [ship-distributions-with]
         consfig.apply.targetstate [host-state-file read-state-file]
@@ -73,6 +74,18 @@ See docs/dataspace.md."
       (int (.get ds.config "ttl" 10))
       (int (.get ds.config "push-ttl" 3600))))
 
+(defn _shown [x]
+  ;; X, a record or pattern, as Hy, by the short names a site writes.
+  (setv text (hy.repr x))
+  (for [n (sorted (_record-names x) :key len :reverse True)]
+    (setv text (.replace text (+ "(" n " ") (+ "(" (. (find-property n) short-name) " "))))
+  text)
+
+(defn _record-names [x]
+  (if (isinstance x Propapp)
+      (+ [x.name] (sum (gfor a x.args (_record-names a)) []))
+      []))
+
 (defn _since [value]
   ;; When the record stored as VALUE was first asserted, or None.
   (try (.get (json.loads value) "since")
@@ -84,7 +97,7 @@ this host's lease: gone when it is unapplied, and when the host stops
 renewing its lease (its agent is killed, it is powered off, cut off).  A
 push holds it for the site's :push-ttl; the converging agent for as long
 as it runs, renewing a lease of :ttl."
-  (:desc f"the dataspace has {(hy.repr (canonical rec))}")
+  (:desc f"the dataspace has {(_shown (canonical rec))}")
   (:invariant (_refuse-without-dataspace) _ADD)
   (:hostattrs (_config-hostattr))
   (:check (setv ds (_dataspace)
@@ -139,7 +152,7 @@ bound:
 
 A match that goes (its record withdrawn, or its host's lease run out) has
 its properties retracted."
-  (:desc f"the dataspace has {(hy.repr pat)}")
+  (:desc f"the dataspace has {(_shown pat)}")
   (:invariant (_refuse-without-dataspace) _ADD)
   (:hostattrs (check-pattern pat) (_config-hostattr))
   (:holds (bool (observed-matches pat)))
@@ -163,7 +176,7 @@ holds its properties once, applied again whenever the set changes:
     (upstream-file ?backends))
 
 It always holds, even with no match (the list is empty)."
-  (:desc f"every {(hy.repr pat)} in the dataspace")
+  (:desc f"every {(_shown pat)} in the dataspace")
   (:invariant (_refuse-without-dataspace) _ADD)
   (:hostattrs (check-pattern pat) (_config-hostattr))
   (:holds True)
