@@ -16,6 +16,7 @@ and a bare hostname symbol."
         consfig.python_hop.keep [chain-alive? chain-key idle-limit keepable? keep-chain take-kept]
         consfig.apply.rebooting [RebootWatch await-return await-return-reported back-after back-line
                                  probe-chain reboot-note]
+        consfig.deployer.fetch [FetchWatch]
         consfig.apply.lock [holding-target-lock lock-held? lock-request]
         consfig.model.propspec [dotted->name propspec-digest walk-body]
         consfig.apply.combinators [seqprops])
@@ -68,16 +69,18 @@ scheduled a reboot at the end of its deployment (`reboot.at-end`) is waited
 for, when the chain leaves this machine, before the deployment's summary is
 sent (`consfig.apply.rebooting`)."
   (setv watch (RebootWatch sink deployment.hostname)
+        fetch (FetchWatch watch deployment.hostname)
         kept (and keep (keepable? deployment.chain)))
   (try
     (setv outcome (if kept
-                      (_run-kept deployment watch keep :unapply unapply :check check
+                      (_run-kept deployment fetch keep :unapply unapply :check check
                                  :verbosity verbosity :secrets secrets)
-                      (_run-fresh deployment watch :unapply unapply :check check
+                      (_run-fresh deployment fetch :unapply unapply :check check
                                   :verbosity verbosity :secrets secrets)))
     (except [BaseException]
       (.release watch)
       (raise)))
+  (+= outcome.failures fetch.failures)
   (when (not watch.note)
     (return outcome))
   (when kept
