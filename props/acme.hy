@@ -40,6 +40,7 @@ own certbot.timer renews too, without them: mask it (`systemd.masked
                        r"(?=.{1,253}$)(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
       email (matching "email" "an email address (user@domain, no whitespace)"
                       r"[A-Za-z0-9_.+=-]+@[A-Za-z0-9][A-Za-z0-9.-]*")
+      key-kind (enum "ecdsa" "rsa")
       server-url (matching "server-url" "an https:// URL of an ACME directory"
                            r"https://[A-Za-z0-9._~:/?#@!$&'()*+,;=%-]+"))
 
@@ -100,7 +101,7 @@ own certbot.timer renews too, without them: mask it (`systemd.masked
                              #^ (optional email) [email None] #^ (optional abs-path) [ca-bundle None]
                              #^ abs-path [config-dir "/etc/letsencrypt"]
                              #^ (int-range 1 3650) [renew-before 30]
-                             #^ (enum "ecdsa" "rsa") [key-type :ecdsa]]
+                             #^ key-kind [key-type :ecdsa]]
   "The certificate NAME, for DOMAINS, from the ACME CA at SERVER (Let's
 Encrypt's unless told), is in CONFIG-DIR/live/NAME and good for more than
 RENEW-BEFORE days; else certbot gets one, answering HTTP-01 by writing in
