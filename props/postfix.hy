@@ -51,6 +51,14 @@ command line, a log or the output."
                       r"\[[A-Za-z0-9.:-]+\](?::[0-9]{1,5})?|[A-Za-z0-9][A-Za-z0-9.-]*(?::[0-9]{1,5})?")
       sender (matching "sender" "a sender address (user@domain) or @domain"
                        r"[A-Za-z0-9_.+=-]*@[A-Za-z0-9][A-Za-z0-9.-]*")
+      address (matching "address" "a mail address (user@domain) or @domain"
+                        r"[A-Za-z0-9_.+=-]*@[A-Za-z0-9][A-Za-z0-9.-]*")
+      destination (matching "destination" "an address or local user, one word without commas"
+                            r"[A-Za-z0-9_.+=-]+(@[A-Za-z0-9][A-Za-z0-9.-]*)?")
+      mail-domain (matching "mail-domain" "a domain (example.org), or .example.org for its subdomains"
+                            r"\.?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+      nexthop (matching "nexthop" "a transport and next hop as transport(5) writes them: smtp:[host]:25, relay:host, error:text without spaces"
+                        r"[a-z][a-z0-9-]*:[^\s\x00]*")
       sasl-user (matching "sasl-user" "a user name for the relay (one word: no whitespace or :)"
                           r"[^\s:\x00]+"))
 
@@ -253,13 +261,18 @@ command line.  Unapplying removes RELAY's line."
   (:apply (_relay-password-set relay user iden1 iden2))
   (:unapply (_map-line SASL-PASSWD relay "" :secret True :remove True)))
 
-(defn _sender-relay [from-sender relay remove]
-  (setv table (_map-line SENDER-RELAY from-sender f"{from-sender} {relay}" :mode 0o644 :remove remove))
+(defn _table-entry [path parameter key value remove]
+  ;; KEY's line "KEY VALUE" in the lookup table PATH (or, REMOVE, none),
+  ;; made a table with postmap, and main.cf's PARAMETER naming it.
+  (setv table (_map-line path key f"{key} {value}" :mode 0o644 :remove remove))
   (when remove (return table))
-  (setv settings (_has-settings {"sender_dependent_relayhost_maps" f"hash:{SENDER-RELAY}"}))
+  (setv settings (_has-settings {parameter f"hash:{path}"}))
   (cond (= table settings NO-CHANGE) NO-CHANGE
         (checking?) WOULD-CHANGE
         True None))
+
+(defn _sender-relay [from-sender relay remove]
+  (_table-entry SENDER-RELAY "sender_dependent_relayhost_maps" from-sender relay remove))
 
 (defprop sender-relay :posix [#^ sender from-sender #^ relay relay]
   "Mail from FROM-SENDER (an address, or @domain for a whole domain) is
@@ -273,6 +286,44 @@ Unapplying removes the line."
   (:apply (_sender-relay from-sender relay False))
   (:unapply (_sender-relay from-sender relay True)))
 
+(setv VIRTUAL "/etc/postfix/virtual"
+      TRANSPORT "/etc/postfix/transport"
+      SENDER-CANONICAL "/etc/postfix/sender_canonical")
+
+(defprop virtual-alias :posix [#^ address addr #^ destination #* destinations]
+  "Mail for ADDR (or a whole @domain) goes to DESTINATIONS: its line in
+/etc/postfix/virtual, made a table with postmap, which main.cf's
+virtual_alias_maps names.  A domain whose mail is all aliased goes in
+virtual_alias_domains (`has-settings`).  Unapplying removes the line."
+  (:invariant destinations "needs at least one destination")
+  (:desc f"Postfix virtual alias {addr} → {(.join ", " destinations)}")
+  (:watch [(watch-path VIRTUAL)])
+  (:simulates True)
+  (:apply (_table-entry VIRTUAL "virtual_alias_maps" addr (.join ", " destinations) False))
+  (:unapply (_table-entry VIRTUAL "virtual_alias_maps" addr "" True)))
+
+(defprop transport :posix [#^ mail-domain domain #^ nexthop via]
+  "Mail for DOMAIN (.example.org: its subdomains) is delivered by VIA
+(`smtp:[mx.example.org]:25`, `relay:host`, `error:no_mail_here`): its line
+in /etc/postfix/transport, made a table with postmap, which main.cf's
+transport_maps names.  Unapplying removes the line."
+  (:desc f"Postfix sends mail for {domain} by {via}")
+  (:watch [(watch-path TRANSPORT)])
+  (:simulates True)
+  (:apply (_table-entry TRANSPORT "transport_maps" domain via False))
+  (:unapply (_table-entry TRANSPORT "transport_maps" domain "" True)))
+
+(defprop sender-canonical :posix [#^ address from-address #^ address to-address]
+  "Mail sent from FROM-ADDRESS (or @domain) leaves as from TO-ADDRESS: its
+line in /etc/postfix/sender_canonical, made a table with postmap, which
+main.cf's sender_canonical_maps names.  Unapplying removes the line."
+  (:desc f"Postfix rewrites sender {from-address} to {to-address}")
+  (:watch [(watch-path SENDER-CANONICAL)])
+  (:simulates True)
+  (:apply (_table-entry SENDER-CANONICAL "sender_canonical_maps" from-address to-address False))
+  (:unapply (_table-entry SENDER-CANONICAL "sender_canonical_maps" from-address "" True)))
+
 (export :objects [installed has-settings satellite has-alias relay-password sender-relay
+                  virtual-alias transport sender-canonical
                   checked-change reload-if-running password-iden1 MAIN-CF ALIASES SASL-PASSWD
                   SENDER-RELAY])

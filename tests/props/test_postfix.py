@@ -94,6 +94,23 @@ def test_unapplying_removes_settings_aliases_and_lines(chroot_chain, root):
     assert "bob@example.net" not in (root / "etc/postfix/sender_relay").read_text()
 
 
+def test_virtual_aliases_transports_and_sender_rewriting_are_tables_then_removed(chroot_chain, root):
+    props = [postfix.virtual_alias("@example.org", "root", "bob@example.net"),
+             postfix.transport(".example.org", "smtp:[mx.example.org]:25"),
+             postfix.sender_canonical("www-data@example.org", "noreply@example.org")]
+    apply_twice(chroot_chain, props)
+    assert (root / "etc/postfix/virtual").read_text() == "@example.org root, bob@example.net\n"
+    assert (root / "etc/postfix/transport").read_text() == ".example.org smtp:[mx.example.org]:25\n"
+    assert postconf(root, "virtual_alias_maps") == "hash:/etc/postfix/virtual"
+    assert postconf(root, "transport_maps") == "hash:/etc/postfix/transport"
+    assert postconf(root, "sender_canonical_maps") == "hash:/etc/postfix/sender_canonical"
+    looked = in_chroot(root, "postmap -q www-data@example.org hash:/etc/postfix/sender_canonical")
+    assert looked.stdout == "noreply@example.org\n", "postmap made the table"
+    unapply(chroot_chain, props)
+    assert (root / "etc/postfix/virtual").read_text() == ""
+    assert in_chroot(root, "postfix check").returncode == 0
+
+
 @pytest.mark.parametrize("bad", [
     lambda: postfix.has_settings("relayhost"),
     lambda: postfix.has_settings("-e", "x"),
@@ -107,6 +124,11 @@ def test_unapplying_removes_settings_aliases_and_lines(chroot_chain, root):
     lambda: postfix.relay_password(RELAY, "al ice"),
     lambda: postfix.sender_relay("nobody", RELAY),
     lambda: postfix.satellite("$(reboot)"),
+    lambda: postfix.virtual_alias("@example.org"),
+    lambda: postfix.virtual_alias("@example.org", "a,b"),
+    lambda: postfix.transport("example.org", "smtp:[x] 25"),
+    lambda: postfix.transport("-example.org", "smtp:x"),
+    lambda: postfix.sender_canonical("a@b", "c@d\nx"),
 ])
 def test_hostile_arguments_are_refused_where_written(bad):
     with pytest.raises(PropspecError):
