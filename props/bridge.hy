@@ -185,5 +185,25 @@ ends go)."
   (:apply (_veth name peer False))
   (:unapply (_veth name peer True)))
 
-(export :objects [exists has-port has-address veth-exists link ip-json not-here link-name
+(defn _up [name down]
+  (when (_skip? f"{name} {(if down "down" "up")}") (return NO-CHANGE))
+  (setv l (link name))
+  (when (not l) (raise (FailedChange f"there is no link {name}")))
+  (setv up (in "UP" (.get l "flags" [])))
+  (cond (!= up down) NO-CHANGE
+        (checking?) (do (inform f"{name} would be brought {(if down "down" "up")}") WOULD-CHANGE)
+        True (do (when down (_refuse-ssh-link name False f"bringing {name} down"))
+                 (_ip "link" "set" "dev" name (if down "down" "up"))
+                 None)))
+
+(defprop link-up :posix [#^ link-name name]
+  "The link NAME (any kind, made by whatever made it) is up.  Unapplying
+brings it down: refused for the interface the deploying SSH connection
+comes in by."
+  (:desc f"{name} is up")
+  (:simulates True)
+  (:apply (_up name False))
+  (:unapply (_up name True)))
+
+(export :objects [exists has-port has-address veth-exists link-up link ip-json not-here link-name
                   interface-address])

@@ -120,4 +120,41 @@ a destination NAT rule in the consfig_nat table.  Unapplying deletes it."
   (:apply (_forward port to to-port proto.name on False))
   (:unapply (_forward port to to-port proto.name on True)))
 
-(export :objects [forwarding masquerades port-forwarded TABLE])
+(defn _snat [source to out remove]
+  (setv net (str (ipaddress.ip-network source :strict False))
+        family (_family net))
+  (when (!= (. (ipaddress.ip-address to) version) (. (ipaddress.ip-network net :strict False) version))
+    (raise (FailedChange f"{source} and {to} are of different address families")))
+  (_ensure-rule family "postrouting"
+                (+ f"{family} saddr {net}" (if out f" oifname \"{out}\"" "") f" snat to {to}")
+                (+ f"consfig: snat {net}" (if out f" out {out}" "") f" to {to}")
+                remove))
+
+(defprop snat :posix [#^ network source #^ address to * #^ (optional link-name) [out None]]
+  "Connections from SOURCE leaving by the interface OUT (any when None)
+take the fixed address TO (source NAT, where `masquerades` takes the
+interface's address as it is): a rule in the consfig_nat table.
+Unapplying deletes it."
+  (:desc (+ f"NAT: {source} leaves as {to}" (if out f" out of {out}" "")))
+  (:simulates True)
+  (:apply (_snat source to out False))
+  (:unapply (_snat source to out True)))
+
+(defn _redirect [port to-port proto on remove]
+  (_ensure-rule "ip" "prerouting"
+                (+ (if on f"iifname \"{on}\" " "") f"{proto} dport {port} redirect to :{to-port}")
+                (+ f"consfig: redirect {proto} port {port}" (if on f" in {on}" "") f" to {to-port}")
+                remove))
+
+(defprop redirected :posix [#^ port port #^ port to-port * #^ protocol [proto :tcp]
+                            #^ (optional link-name) [on None]]
+  "Connections to PORT (IPv4, of PROTO) coming in by ON (any when None) go
+to this host's own TO-PORT instead (`redirect`: a service on an unprivileged
+port answering on 80, say): a rule in the consfig_nat table.  Unapplying
+deletes it."
+  (:desc f"NAT: {proto.name} port {port}{(if on f" in {on}" "")} redirected to port {to-port}")
+  (:simulates True)
+  (:apply (_redirect port to-port proto.name on False))
+  (:unapply (_redirect port to-port proto.name on True)))
+
+(export :objects [forwarding masquerades port-forwarded snat redirected TABLE])

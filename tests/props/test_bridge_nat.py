@@ -109,6 +109,30 @@ def test_check_mode_says_what_it_would_make_and_makes_nothing(site):
     assert "consfig:" not in nat_rules(site)
 
 
+def test_snat_and_a_redirect_are_rules_of_their_own(site):
+    body = """(nat.snat "10.0.5.0/24" "10.77.0.2" :out "eth0")
+      (nat.redirected 80 8080 :on "eth0")"""
+    events = site.deploy(body)
+    assert status(events) == "changed", messages(events)
+    rules = nat_rules(site)
+    assert 'ip saddr 10.0.5.0/24 oifname "eth0" snat to 10.77.0.2' in rules, rules
+    assert 'iifname "eth0" tcp dport 80 redirect to :8080' in rules, rules
+    assert status(site.deploy(body)) == "no-change"
+    site.deploy('(unapplied (nat.redirected 80 8080 :on "eth0"))')
+    assert "redirect" not in nat_rules(site) and "snat" in nat_rules(site)
+
+
+def test_a_link_is_brought_up_and_down_but_not_that_of_the_ssh_connection(site):
+    site.deploy('(bridge.veth-exists "va" "vb")')
+    in_netns(site.netns, "ip", "link", "set", "va", "down")
+    assert status(site.deploy('(bridge.link-up "va")')) == "changed"
+    assert "UP" in link(site, "va")["flags"]
+    assert status(site.deploy('(unapplied (bridge.link-up "va"))')) == "changed"
+    assert "UP" not in link(site, "va")["flags"]
+    events = site.deploy('(unapplied (bridge.link-up "eth0"))', ssh_connection=CONTROLLER)
+    assert "bringing eth0 down: eth0 is the interface the deploying SSH connection" in messages(events)
+
+
 @pytest.mark.parametrize("bad", [
     lambda: bridge.exists("br0; reboot"),
     lambda: bridge.exists("-br0"),
@@ -120,6 +144,9 @@ def test_check_mode_says_what_it_would_make_and_makes_nothing(site):
     lambda: nat.port_forwarded(0, "10.0.3.10"),
     lambda: nat.port_forwarded(80, "10.0.3.10 tcp"),
     lambda: nat.port_forwarded(80, "10.0.3.10", proto=hy.models.Keyword("icmp")),
+    lambda: nat.snat("10.0.5.0/24", "10.77.0.2; flush ruleset"),
+    lambda: nat.redirected(80, 70000),
+    lambda: bridge.link_up("eth0\n"),
 ])
 def test_hostile_arguments_are_refused_where_written(bad):
     with pytest.raises(PropspecError):
