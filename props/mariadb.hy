@@ -31,7 +31,10 @@ the converging agent polls them (their :apply says whether they hold)."
         consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.data.items [get-data-string require-data]
         consfig.errors [FailedChange]
+        consfig.model.context [connection]
         consfig.model.host [get-hostname]
+        consfig.model.watchspec [watch-path]
+        consfig.props.file [read-text remove-files update-file]
         consfig.props.apt :as apt
         consfig.types *)
 
@@ -220,5 +223,51 @@ Privileges it has besides are left alone.  The user must exist
   (:apply (_has-grant db user host privileges))
   (:unapply (_no-grant db user host privileges)))
 
-(export :objects [installed has-database has-user has-grant sql native-password-hash
+(setv SERVER-CNF "/etc/mysql/mariadb.conf.d/90-consfig.cnf"
+      option-name (matching "option-name" "a server option name (lower-case letters, digits, _ and -)"
+                            r"[a-z][a-z0-9_-]{0,63}")
+      option-value (matching "option-value" "an option value on one line, no leading or trailing whitespace"
+                             r"[^\s\x00](?:[^\n\r\x00]*[^\s\x00])?"))
+
+(defn server-cnf-text [settings]
+  "The option file consfig writes for SETTINGS (a dict, name → value)."
+  (+ "# Written by consfig.\n[mysqld]\n"
+     (.join "" (gfor [k v] (sorted (.items settings)) f"{k} = {v}\n"))))
+
+(defn _server-settings [settings]
+  (setv text (server-cnf-text settings))
+  (when (= (read-text SERVER-CNF) text) (return NO-CHANGE))
+  ;; The server reads the new file beside the others before it is put in
+  ;; place: an option it does not know is refused now, not at its restart.
+  (setv tmp (.strip (. (run "mktemp" :timeout 30) stdout)))
+  (try
+    (.write-file (connection) tmp (.encode text "utf-8") :mode 0o644)
+    (setv r (run "mariadbd" f"--defaults-extra-file={tmp}" "--help" "--verbose"
+                 :check False :timeout 120))
+    (when (not r.ok?)
+      (raise (FailedChange (+ "mariadbd refuses these settings; nothing was written:\n"
+                              (.replace (or (.strip r.stderr) (cut (.strip r.stdout) -2000 None))
+                                        tmp SERVER-CNF)))))
+    (finally (run "rm" "-f" "--" tmp :check False :timeout 30)))
+  (setv result (update-file SERVER-CNF text :mode 0o644))
+  (when (and (= result None) (not (checking?)))
+    (inform "the server reads them when it next starts: restart it (systemd.restarted \"mariadb\")"))
+  result)
+
+(defprop has-server-settings :posix [#^ (dict-of option-name option-value) settings]
+  "The server's options are SETTINGS (a dict: `{\"bind-address\" \"127.0.0.1\"
+\"max_connections\" \"200\"}`), in the [mysqld] section of
+/etc/mysql/mariadb.conf.d/90-consfig.cnf, which holds nothing else.  The
+server checks them first (`mariadbd --help --verbose` with the new file):
+an option it does not know is refused and nothing written.  They take
+effect when it restarts (put a restart in an `on-change`).  Unapplying
+removes the file."
+  (:invariant settings "needs at least one setting")
+  (:desc f"MariaDB server: {(.join ", " (gfor [k v] (.items settings) f"{k} = {v}"))}")
+  (:watch [(watch-path SERVER-CNF)])
+  (:simulates True)
+  (:apply (_server-settings settings))
+  (:unapply (remove-files SERVER-CNF)))
+
+(export :objects [installed has-database has-user has-grant has-server-settings sql native-password-hash
                   password-iden1])

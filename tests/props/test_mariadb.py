@@ -156,6 +156,24 @@ def test_unapplying_revokes_drops_the_user_and_the_test_database(chroot_chain, r
     assert query(root, "SHOW DATABASES LIKE 'app';") == "", "the test database is removed"
 
 
+def test_server_settings_are_checked_by_the_server_before_they_are_written(chroot_chain, root):
+    good = mariadb.has_server_settings({"max_connections": "200", "bind-address": "127.0.0.1"})
+    events = apply_twice(chroot_chain, good)
+    cnf = root / "etc/mysql/mariadb.conf.d/90-consfig.cnf"
+    assert cnf.read_text() == ("# Written by consfig.\n[mysqld]\nbind-address = 127.0.0.1\n"
+                               "max_connections = 200\n")
+    assert "--max_connections=200" in in_chroot(root, "my_print_defaults --mysqld").stdout
+    assert "restart it" in said(events)
+    outcome, events = deploy_propspec(chroot_chain, mariadb.has_server_settings({"no-such-option": "1"}),
+                                      check=False)
+    assert outcome.status == "failed"
+    assert "mariadbd refuses these settings; nothing was written" in failure_text(events)
+    assert "no-such-option" in failure_text(events)
+    assert "max_connections = 200" in cnf.read_text()
+    unapply(chroot_chain, good)
+    assert not cnf.exists()
+
+
 @pytest.mark.parametrize("bad", [
     lambda: mariadb.has_database("app`; DROP DATABASE x; --"),
     lambda: mariadb.has_database("a-b"),
@@ -167,6 +185,9 @@ def test_unapplying_revokes_drops_the_user_and_the_test_database(chroot_chain, r
     lambda: mariadb.has_grant("app", "app"),
     lambda: mariadb.has_grant("app", "app", K("grant-option")),
     lambda: mariadb.has_grant("app", "app", "SELECT"),
+    lambda: mariadb.has_server_settings({}),
+    lambda: mariadb.has_server_settings({"port": "3306\n[client]"}),
+    lambda: mariadb.has_server_settings({"Port": "3306"}),
 ])
 def test_hostile_arguments_are_refused_where_written(bad):
     with pytest.raises(PropspecError):
