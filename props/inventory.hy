@@ -113,6 +113,8 @@ given; see `consfig.props.inventory`) and whether each fact application of
 FACTS holds, and send them back as data (a `facts` event).  Changes
 nothing; an action by nature (it reports, and holds nothing to keep)."
   (:desc (+ "Facts: " (.join ", " [#* names #* (map repr facts)] ) (if (or names facts) "" "all")))
+  ;; FACTS are read, never applied.
+  (:children [])
   (:opaque-type True)
   (:simulates True)
   (:hostattrs (for [f facts] (fact-hostattrs f)))

@@ -219,7 +219,7 @@ appended."
   ;; ufw's full syntax, each value a word of its own.
   [[act.name dir.name #* (if on ["on" on] []) "from" from_ "to" to
     #* (if port ["port" (str port)] [])
-    #* (if (= proto.name "any") [] ["proto" proto.name])]])
+    #* (if (= proto :any) [] ["proto" proto.name])]])
 
 (defprop has-rule :posix [#^ action act * #^ (optional port) [port None] #^ protocol [proto :any]
                           #^ network [from_ "any"] #^ network [to "any"] #^ direction [dir :in]
@@ -236,9 +236,9 @@ limits, or the removal of one that allows, is refused if it would cut the
 deploying SSH connection, unless FORCE.  Unapplying deletes the rule."
   (:invariant (not (and (!= from_ "any") (!= to "any") (!= (_family from_) (_family to))))
               "FROM_ and TO are of different address families")
-  (:invariant (or port (!= act.name "limit")) "a :limit rule needs a :port")
+  (:invariant (or port (!= act :limit)) "a :limit rule needs a :port")
   (:desc (+ f"ufw {act.name} {dir.name}" (if on f" on {on}" "")
-            (if (= proto.name "any") "" f" {proto.name}")
+            (if (= proto :any) "" f" {proto.name}")
             f" from {from_} to {to}" (if port f" port {port}" "")))
   (:watch (lfor p RULES (watch-path p)))
   (:simulates True)

@@ -98,6 +98,9 @@ fact reads the target over the chain, so this works over any chain.  A
 wait: see `consfig.props.wait`."
   (:invariant (<= interval timeout) f"the interval ({interval} s) is longer than the timeout ({timeout} s)")
   (:desc (+ "Until: " (propapp-desc fact)))
+  ;; FACT is read, never applied.
+  (:children [])
+  (:opaque-type True)
   (:hostattrs (fact-hostattrs fact))
   (:check (fact-holds? fact))
   (:apply (_until fact timeout interval)))
