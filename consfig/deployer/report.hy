@@ -511,5 +511,11 @@ are written one whole line at a time."
   (.print console (.assemble (_text-class console)
                              #("consfig: error: " "bold red") (printable (str message)))))
 
-(export :objects [Reporter JsonSink error collapse-carriage-returns PlainConsole PlainText
+(defn json-error [message [stream None]]
+  "Write a user-facing error MESSAGE as one JSON line, an `error` event, to
+STREAM (stdout): what a `--json` run prints in place of `error`, so that
+everything it prints is JSON."
+  ((JsonSink stream) {"event" "error" "message" (str message)}))
+
+(export :objects [Reporter JsonSink error json-error collapse-carriage-returns PlainConsole PlainText
                   default-console])

@@ -36,13 +36,13 @@ error.  A usage error exits 64."
         consfig.transport.chain [chain->data parse-chain]
         consfig.data.items [resolve-data]
         consfig.apply.engine [SinkFailed describe-meta effective-meta]
-        consfig.apply.events [drift-summary-event]
+        consfig.apply.events [converge-event drift-summary-event]
         consfig.errors [ConsfigError]
         consfig.deployer.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
         consfig.model.host [hosts preprocess-host Host]
         consfig.model.property [propapp-desc]
         consfig.model.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
-        consfig.deployer.report [JsonSink Reporter error]
+        consfig.deployer.report [JsonSink Reporter error json-error]
         consfig.site.load [demo-consfig find-default-consfig load-consfig]
         consfig.converge.controller [converge-host follow-host])
 
@@ -429,15 +429,39 @@ in order (an implicit `eseqprops`)."
   (when more
     (raise (ConsfigError f"consfig converge: {args.host} names {(+ 1 (len more))} hosts; name one")))
   (setv args.check args.noop
-        sink (output-sink args))
+        sink (output-sink args)
+        tally (_AgentTally sink))
   (try
     (if args.follow
         (follow-host host sink :chain chain :lines args.lines)
-        (setv outcome (converge-host host sink :chain chain :noop args.noop
-                                     :interval args.interval :verbosity args.verbose)))
+        (try
+          (setv outcome (converge-host host tally :chain chain :noop args.noop
+                                       :interval args.interval :verbosity args.verbose))
+          (except [KeyboardInterrupt]
+            ;; Interrupted, the controller stops reading: the agent's own
+            ;; `stopped` may never come, so say it for it, once.
+            (when (not tally.stopped)
+              (sink {#** (converge-event "stopped" :repairs tally.repairs :failures tally.failures
+                                         :why "interrupted")
+                     "host" host.hostname "depth" 0}))
+            (.finish sink)
+            (raise))))
     (.finish sink)
     (finally (.close sink)))
   (if (and (not args.follow) (= outcome.status "failed")) 1 0))
+
+(defclass _AgentTally []
+  ;; A sink passing events on to SINK, counting the agent's repairs and
+  ;; failures as its `stopped` event does, and noting whether that came.
+  (defn __init__ [self sink]
+    (setv self.sink sink self.repairs 0 self.failures 0 self.stopped False))
+  (defn __call__ [self event]
+    (when (= (.get event "event") "converge")
+      (setv what (.get event "what"))
+      (cond (= what "repaired") (+= self.repairs 1)
+            (= what "failed") (+= self.failures 1)
+            (= what "stopped") (setv self.stopped True)))
+    (self.sink event)))
 
 (defn _repl [args]
   (import consfig.ui.repl [run-repl])  ; start-up: 1 ms
@@ -460,10 +484,12 @@ error (with its traceback at -v) is status 1, an interrupt 130."
     (except [e ConsfigError]
       (when (>= (getattr args "verbose" 0) 1)
         (traceback.print-exc))
-      (error e)
+      ((if (getattr args "json" False) json-error error) e)
       1)
     (except [KeyboardInterrupt]
-      (error "interrupted")
+      ;; A converging agent's interrupted run has said it with `stopped`.
+      (cond (not (getattr args "json" False)) (error "interrupted")
+            (!= args.command "converge") (json-error "interrupted"))
       130)))
 
 (defn _image-parser [hostname archive]
