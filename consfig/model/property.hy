@@ -400,9 +400,13 @@ raise is a mistake in the consfig: a `PropspecError` naming the property."
       (when (isinstance e ConsfigError)
         ;; A veto (`inapplicable`) or a mistake a property found: named
         ;; by the innermost property and the site's line that applied it.
-        (when (is (getattr e "property" None) None)
-          (setv e.property prop.short-name
-                e.message (_naming e.message prop.short-name)))
+        (setv inner (or (getattr e "property" None)
+                        ;; Re-raised with more said (a chroot's veto).
+                        (getattr e.__cause__ "property" None)))
+        (if inner
+            (setv e.property inner)
+            (setv e.property prop.short-name
+                  e.message (_naming e.message prop.short-name)))
         (when (is e.where None)
           (setv e.where (site-where propapp)))
         (raise))
