@@ -17,6 +17,8 @@
   consfig converge [--consfig FILE] HOST [--via CHAIN] [--noop] [--interval S]
                  [--follow [--lines N]] [--diff] [-v…] [--json]
   consfig repl [FILE]
+  consfig doc [--consfig FILE] PROPERTY
+  consfig doc [--consfig FILE] --list [PATTERN]
   consfig --version
 
 A PATTERN chooses hosts: a hostname or its first label, a glob ('web*'), a
@@ -228,6 +230,17 @@ deploy`'s, and an image's."
 
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
+
+  (setv d (.add-parser sub "doc" :help "show a property's documentation, or list properties"
+                       :description (+ "Show PROPERTY (file.has-content): its parameters with their "
+                                       "types and defaults, its docstring, whether it can be "
+                                       "unapplied, what the converging agent watches, and an example. "
+                                       "With --list, each property whose name matches PATTERN (a "
+                                       "glob, or any part of a name), with its first sentence. "
+                                       "--consfig adds the site's own properties.")))
+  (.add-argument d "--consfig" :metavar "FILE" :help "also the properties this consfig defines")
+  (.add-argument d "--list" :action "store_true" :help "list properties (matching PATTERN)")
+  (.add-argument d "name" :nargs "?" :metavar "PROPERTY|PATTERN")
   p)
 
 (defn _consfig-path [given]
@@ -467,9 +480,17 @@ in order (an implicit `eseqprops`)."
   (import consfig.ui.repl [run-repl])  ; start-up: 1 ms
   (run-repl (_consfig-path args.file)))
 
+(defn _doc [args]
+  (import consfig.ui.doc [describe find-documented listing])  ; controller-only
+  (when args.consfig (load-consfig args.consfig))
+  (cond args.list (print (listing args.name))
+        args.name (print (describe (find-documented args.name)))
+        True (.error (_parser) "doc: name a property (consfig doc file.has-content), or --list"))
+  0)
+
 (setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
                 "status" _status "keygen" _keygen "publish" _publish "repl" _repl
-                "converge" _converge})
+                "converge" _converge "doc" _doc})
 
 (defn main [[argv None]]
   "Run the consfig command with ARGV; return the exit status."
