@@ -481,7 +481,7 @@ in order (an implicit `eseqprops`)."
   (run-repl (_consfig-path args.file)))
 
 (defn _doc [args]
-  (import consfig.ui.doc [describe find-documented listing])  ; controller-only
+  (import consfig.ui.doc [describe find-documented listing])  ; start-up: 0.4 ms
   (when args.consfig (load-consfig args.consfig))
   (cond args.list (print (listing args.name))
         args.name (print (describe (find-documented args.name)))

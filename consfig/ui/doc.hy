@@ -11,13 +11,14 @@ usage with the parameters' names."
         importlib
         inspect
         pkgutil
+        types
         hy
+        consfig.props
         consfig.errors [ConsfigError]
         consfig.model.property [properties did-you-mean propapp-watches])
 
 (defn load-library []
   "Import every module of consfig.props, so that each property is registered."
-  (import consfig.props)
   (for [m (pkgutil.iter-modules consfig.props.__path__)]
     (importlib.import-module f"consfig.props.{m.name}")))
 
@@ -97,7 +98,6 @@ site's `web-base`) or qualified (`consfig.props.file.has-content`); a
 (defn _example-propapp [source]
   ;; The propapp SOURCE builds, in a module with the library's properties
   ;; in reach.  Building one checks its arguments and touches nothing.
-  (import types)
   (setv module (types.ModuleType "consfig_doc_example"))
   (hy.eval '(do (require consfig *) (import consfig *)) :module module)
   (setv head (written-name (get (hy.read source) 0)))
