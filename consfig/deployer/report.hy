@@ -19,7 +19,7 @@ verbosity:
   -vvv the frames of the :python hop's conversation with the target
 
 `JsonSink` writes every event as one JSON object per line (see
-`consfig.apply.events` and the README for the fields).
+`consfig.apply.events` and docs/guide/json-events.md for the fields).
 
 Output that is not a terminal (a pipe, a file, a CI log) has no colour and
 no live line, and is written without rich, which a controller then never
