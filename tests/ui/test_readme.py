@@ -210,3 +210,21 @@ def test_the_documentation_builds_as_a_site_without_a_warning(tmp_path):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "html" / "guide" / "tour.html").exists()
+
+
+def test_every_whole_site_example_loads_with_its_hosts(tmp_path):
+    # A block that starts a site — `(require consfig *)` — loads as a
+    # consfig, as written.  The tour's site of files and templates needs its
+    # tree beside it: test_readme_data_site_checks_and_names_a_template_mistake
+    # deploys that one.
+    sites = [(path, block) for path in [REPO / "README.md", *WRITTEN]
+             for block in hy_blocks(path.read_text())
+             if "(require consfig *)" in block and "templates/" not in block]
+    assert len(sites) >= 4, sites
+    for i, (path, block) in enumerate(sites):
+        site = tmp_path / f"site{i}.hy"
+        site.write_text(block)
+        result = subprocess.run([sys.executable, "-m", "consfig", "hosts", "--consfig", str(site)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and result.stdout.strip(), \
+            f"{path.relative_to(REPO)}: {result.stdout}{result.stderr}\n{block}"
