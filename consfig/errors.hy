@@ -8,6 +8,7 @@ property, and the combinators decide what happens to the rest."
 (import importlib.util
         os
         signal
+        sys
         traceback
         consfig.util [bounded])
 
@@ -144,6 +145,18 @@ traceback, or None when it arose in consfig or a library."
       (setv found f"{(os.path.basename frame.filename)}:{frame.lineno}")))
   found)
 
+(defn controller-where [where]
+  "WHERE, a site location (`file.hy:LINE`) a target's Python reported, as
+the controller names it: a consfig travels to the target as its module
+(`consfig_site_web.hy`), which here is loaded from the site's own file
+(`web.hy`)."
+  (setv #(file _ line) (.rpartition (str where) ":")
+        module (when (and (.startswith file "consfig_site_") (.endswith file ".hy"))
+                 (.get sys.modules (cut file 0 -3))))
+  (if (and line (getattr module "__file__" None))
+      f"{(os.path.basename module.__file__)}:{line}"
+      where))
+
 (defn site-file? [filename]
   "Whether FILENAME is site code: Hy that is neither consfig's own (its
 core, its property library, its connections) nor Hy's or hyrule's; the
@@ -167,4 +180,4 @@ quoted in a message."
 (export :objects [ConsfigError PropspecError ChainError ConnectionFailed CannotStartProcess
                   InapplicableProperty FailedChange AbortedChange ConnectionLost
                   CommandFailed CommandTimedOut UnsafePath SymlinkNotFollowed
-                  site-location site-file?])
+                  site-location controller-where site-file?])

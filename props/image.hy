@@ -138,12 +138,14 @@ random delay of up to RANDOM-DELAY seconds."
         (< minutes 10080) "0 0 * * *"
         True "0 0 * * 0"))
 
-(defn cron-command [argv random-delay]
-  "The shell command of the cron job running ARGV after a random delay of
-up to RANDOM-DELAY seconds; exit status 75 (another application was
-running) counts as success, so that cron mails nothing."
+(defn cron-command [argv random-delay [timeout 7200]]
+  "The shell command of the cron job running ARGV, after a random delay of
+up to RANDOM-DELAY seconds when one is given, for at most TIMEOUT seconds
+(then it is terminated, and killed 30 s later if it has not ended); exit
+status 75 (another application was running) counts as success, so that cron
+mails nothing.  The job's script keeps two runs from overlapping."
   (+ (if random-delay f"sleep $(shuf -i 0-{random-delay} -n 1); " "")
-     (shlex.join argv) f" || test $? -eq {EX-BUSY}"))
+     f"timeout -k 30 {(int timeout)} " (shlex.join argv) f" || test $? -eq {EX-BUSY}"))
 
 (defprop systemd-or-cron :posix [#^ scheduler via #^ propspec with-systemd #^ propspec with-cron]
   "Apply WITH-SYSTEMD where a systemd service manager runs (or VIA is
@@ -180,15 +182,18 @@ the timer is stopped and disabled first, where systemd allows."
 (defpropspec scheduled :posix [#^ systemd.unit-name name #^ non-empty-line desc
                                #^ (non-empty-list-of line) argv #^ interval every
                                * #^ scheduler [via :auto] #^ (optional (int-range 0 86400)) [random-delay None]
-                               #^ boolean [network False]]
-  "ARGV runs as root every EVERY (see `interval-seconds`), after a random
-delay of up to RANDOM-DELAY seconds (by default a quarter of EVERY, at most
-an hour), one run at a time: from the systemd timer NAME.timer and the
-oneshot service NAME.service (output in the journal; NETWORK: after the
-network is up) where systemd runs, else from the cron job NAME (at the
-nearest time cron can say; output mailed when it fails).  VIA `:systemd` or
-`:cron` chooses instead of looking (`:systemd` in an image built to boot
-later).  Unapplying removes both."
+                               #^ boolean [network False] #^ (int-range 1 604800) [timeout 7200]]
+  "ARGV runs as root every EVERY (see `interval-seconds`), one run at a
+time, each for at most TIMEOUT seconds: from the systemd timer NAME.timer
+and the oneshot service NAME.service (output in the journal; NETWORK: after
+the network is up) where systemd runs, else from the cron job NAME (at the
+nearest time cron can say; output mailed when it fails).  The timer starts
+each run after a random delay of up to RANDOM-DELAY seconds (by default a
+quarter of EVERY, at most an hour), so that a fleet does not run all at
+once; the cron job sleeps first only when RANDOM-DELAY is given, since its
+script is also what an admin runs by hand.  VIA `:systemd` or `:cron`
+chooses instead of looking (`:systemd` in an image built to boot later).
+Unapplying removes both."
   (:desc f"{desc}, every {(span (interval-seconds every))}")
   (setv seconds (interval-seconds every)
         delay (_random-delay seconds random-delay)
@@ -196,7 +201,7 @@ later).  Unapplying removes both."
   (systemd-or-cron
     via
     (with-unapply
-      (on-change (eseqprops (file.exists-with-content service (service-text desc argv network)
+      (on-change (eseqprops (file.exists-with-content service (service-text desc argv network timeout)
                                                       :mode 0o644)
                             (file.exists-with-content timer (timer-text desc seconds delay)
                                                       :mode 0o644))
@@ -205,7 +210,8 @@ later).  Unapplying removes both."
       (systemd.started f"{name}.timer")
       :unapply
       (timer-absent name))
-    (cron.system-job name (crontab-time seconds) "root" (cron-command argv delay))))
+    (cron.system-job name (crontab-time seconds) "root"
+                     (cron-command argv random-delay timeout))))
 
 (defn _image-arguments [noop arguments]
   ;; `--noop` first: ARGUMENTS may end in words that are not options.

@@ -19,7 +19,7 @@ verbosity:
   -vvv the frames of the :python hop's conversation with the target
 
 `JsonSink` writes every event as one JSON object per line (see
-`consfig.apply.events` and the README for the fields).
+`consfig.apply.events` and docs/guide/json-events.md for the fields).
 
 Output that is not a terminal (a pipe, a file, a CI log) has no colour and
 no live line, and is written without rich, which a controller then never
@@ -146,6 +146,7 @@ with STDERR, `sys.stderr` is when a line is printed)."
   (defn __rich__ [self]
     (import rich.table [Table])  ; start-up: 18 ms
     (setv records (list (.items self.reporter.hosts))
+          records (lfor [h r] records :if (is (get r "parent") None) #(h r))
           running (lfor [h r] records :if (is (get r "status") None) #(h r))
           table (Table :title f"{(- (len records) (len running))}/{(len records)} hosts finished"
                        :title-justify "left" :box None :pad-edge False))
@@ -191,6 +192,8 @@ still running."
           self.hosts {}
           self.failures []
           self.durations []
+          ;; thread id -> the host it reported last, to find a nested host's parent.
+          self.threads {}
           self.current-host ""))
 
   (defn grouping [self on]
@@ -209,8 +212,31 @@ as they come."
                                    "done" 0
                                    "current" None
                                    "since" (time.monotonic)
-                                   "lines" []}))
+                                   "lines" []
+                                   "parent" None}))
     (get self.hosts host))
+
+  (defn _nested [self host depth]
+    ;; A host first seen inside a property (DEPTH > 0) is deployed by
+    ;; another (`deploys`, a chroot, a container): it has no summary of its
+    ;; own.  Its parent is the host with a property open just above it; of
+    ;; several (hosts side by side), the one this thread reported last.
+    (when (and (> depth 0) (not-in host self.hosts))
+      (setv candidates (lfor [h r] (.items self.hosts)
+                             :if (and (get r "open") (= (get (get (get r "open") -1) 0) (- depth 1)))
+                             h)
+            mine (.get self.threads (threading.get-ident)))
+      (when candidates
+        (setv (get (self._record host) "parent")
+              (if (in mine candidates) mine (get candidates 0))))))
+
+  (defn _top [self host]
+    ;; The host whose deployment HOST's lines are part of.
+    (setv seen #{})
+    (while (and (in host self.hosts) (get (get self.hosts host) "parent") (not-in host seen))
+      (.add seen host)
+      (setv host (get (get self.hosts host) "parent")))
+    host)
 
   (defn expect [self host total]
     "HOST is about to be applied, with TOTAL announced properties."
@@ -229,7 +255,10 @@ as they come."
     (with [self.lock]
       (setv event (printable-event event)
             kind (get event "event"))
+      (self._nested (.get event "host" "") (.get event "depth" 0))
       (self._record (.get event "host" ""))
+      (when (is (get (self._record (.get event "host" "")) "parent") None)
+        (setv (get self.threads (threading.get-ident)) (.get event "host" "")))
       (cond (= kind "start") (self._start event)
             (= kind "end") (self._end event)
             (= kind "output") (self._output event)
@@ -259,7 +288,7 @@ as they come."
 
   (defn _print [self text [host None]]
     (if (and self.grouped (is-not host None))
-        (.append (get (self._record host) "lines") text)
+        (.append (get (self._record (self._top host)) "lines") text)
         (.print self.console text)))
 
   (defn _show-open [self event]
@@ -360,12 +389,25 @@ as they come."
           (get record "current") None
           #(text style) (get (if self.check CHECK-SUMMARIES SUMMARIES) status))
     (when (not self.grouped) (self._stop-spinner))
+    (self._nested-ended host)
     (self._print (+ (self._prefix event 0) (self.Text text :style style)
                     (if (= status "not-started")
                         ""
                         (+ (self.Text "  ") (self.Text (self._counts host) :style "dim"))))
                  host)
     (self._flush host))
+
+  (defn _nested-ended [self host]
+    ;; HOST's deployment ended, and with it those it deployed: each is
+    ;; done as its own properties went.
+    (for [[h r] (list (.items self.hosts))]
+      (when (and (= (get r "parent") host) (is (get r "status") None))
+        (setv counts (get r "counts")
+              (get r "status") (cond (get counts "failed") "failed"
+                                     (or (get counts "changed") (get counts "would-change")) "changed"
+                                     True "no-change")
+              (get r "current") None)
+        (self._nested-ended h))))
 
   (defn _flush [self host]
     ;; A host's kept lines, printed together now that it has ended.
@@ -390,10 +432,14 @@ every failure again, and a recap of the hosts when there were several."
       (when self.failures
         (.print self.console (self.Text "Failures:" :style "bold red"))
         (for [e self.failures]
-          (setv first-line (get (+ (.splitlines (get e "message")) [""]) 0))
+          ;; The whole reason: a failing command's own words are on the
+          ;; lines after the first.
+          (setv #(first-line #* rest) (+ (.split (.rstrip (self._reason e) "\n") "\n") [""]))
           (.print self.console (.assemble self.Text "  " #((.get e "host" "") "bold") " :: "
                                           (.get e "property" (get e "desc")) ": "
-                                          first-line))))
+                                          (collapse-carriage-returns first-line)))
+          (for [line (cut rest 0 -1)]
+            (.print self.console (self.Text (+ "      " (collapse-carriage-returns line)))))))
       (when (> (len self.hosts) 1)
         (import rich.table [Table]
                 rich.text [Text])  ; start-up: 17 ms
@@ -468,5 +514,11 @@ are written one whole line at a time."
   (.print console (.assemble (_text-class console)
                              #("consfig: error: " "bold red") (printable (str message)))))
 
-(export :objects [Reporter JsonSink error collapse-carriage-returns PlainConsole PlainText
+(defn json-error [message [stream None]]
+  "Write a user-facing error MESSAGE as one JSON line, an `error` event, to
+STREAM (stdout): what a `--json` run prints in place of `error`, so that
+everything it prints is JSON."
+  ((JsonSink stream) {"event" "error" "message" (str message)}))
+
+(export :objects [Reporter JsonSink error json-error collapse-carriage-returns PlainConsole PlainText
                   default-console])

@@ -33,13 +33,16 @@ import base64
 import datetime
 import fcntl
 import hashlib
+import http.client
 import json
 import re
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unicodedata
 import urllib.error
@@ -319,33 +322,122 @@ def _write_atomically(path, data, mode=0o600):
         raise
 
 
+class _Deadline:
+    """The end of one whole fetch, from connecting to the last byte: the
+    connections it opened are shut down when it passes, whatever they are
+    waiting for (the status line, a header trickling a byte at a time, the
+    body), since a socket timeout bounds only each wait."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+        self.passed = False
+        self._lock = threading.Lock()
+        self._sockets = []
+        self._timer = threading.Timer(seconds, self._pass)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self):
+        return max(0.001, self.end - time.monotonic())
+
+    def _shut(self, sock):
+        try:
+            # socket.socket's own shutdown, also on an SSLSocket: it wakes
+            # the read blocked in another thread without touching the TLS
+            # state that read is using.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _pass(self):
+        with self._lock:
+            self.passed = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            self._shut(sock)
+
+    def watch(self, sock):
+        with self._lock:
+            self._sockets.append(sock)
+            passed = self.passed
+        if passed:
+            self._shut(sock)
+
+    def cancel(self):
+        self._timer.cancel()
+
+    def connection(self, base):
+        """BASE (an http.client connection class) connecting within the
+        deadline, and shut down when it passes."""
+        deadline = self
+
+        class Connection(base):
+            def connect(self):
+                self.timeout = min(self.timeout, deadline.remaining())
+                super().connect()
+                deadline.watch(self.sock)
+
+        return Connection
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline):
+        super().__init__()
+        self.deadline = deadline
+
+    def do_open(self, http_class, req, **kwargs):
+        return super().do_open(self.deadline.connection(http_class), req, **kwargs)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline):
+        super().__init__()
+        self.deadline = deadline
+
+    def do_open(self, http_class, req, **kwargs):
+        return super().do_open(self.deadline.connection(http_class), req, **kwargs)
+
+
 def _get(url, cache, limit, timeout, deadline=300, min_rate=1024):
     """`(status, body, validators)` of a GET of URL.  CACHE holds the
     validators of the copy we have (or is None): then a 304 means it is
     still current and the body is None.  More than LIMIT bytes is Refused.
     TIMEOUT bounds each wait for the server; DEADLINE (seconds) the whole
-    body, and past the first 10 s, a body coming slower than MIN_RATE
-    bytes a second is given up: a server that trickles a byte at a time
-    would otherwise hold every pull, and the host would never update."""
+    fetch, from connecting to the last byte of the body; and past the first
+    10 s, a body coming slower than MIN_RATE bytes a second is given up: a
+    server that trickles a byte at a time would otherwise hold every pull,
+    and the host would never update."""
     request = urllib.request.Request(url, headers={"User-Agent": "consfig-pull"})
     if cache:
         if cache.get("etag"):
             request.add_header("If-None-Match", cache["etag"])
         if cache.get("last-modified"):
             request.add_header("If-Modified-Since", cache["last-modified"])
+    bound = _Deadline(deadline)
+    opener = urllib.request.build_opener(_HTTPHandler(bound), _HTTPSHandler(bound))
+    started = time.monotonic()
     try:
-        started = time.monotonic()
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with opener.open(request, timeout=min(timeout, bound.remaining())) as response:
             body = _read_bounded(response, url, limit + 1, started, deadline, min_rate)
             headers = response.headers
+        if bound.passed:
+            # The shutdown ended the body early, as if it were complete.
+            raise OSError("cut at the deadline")
     except urllib.error.HTTPError as e:
         if e.code == 304 and cache:
             return 304, None, cache
         if e.code in (404, 410):
             return e.code, None, None
         raise Unreachable(f"{url}: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        if bound.passed:
+            raise Unreachable(f"{url}: no answer within {time.monotonic() - started:.0f} s, "
+                              f"past the deadline of {deadline} s (\"deadline\" in the "
+                              "configuration)") from None
         raise Unreachable(f"{url}: {getattr(e, 'reason', e)}") from None
+    finally:
+        bound.cancel()
     if len(body) > limit:
         raise Refused(f"larger than the {limit} bytes expected")
     return 200, body, {"etag": headers.get("ETag"), "last-modified": headers.get("Last-Modified")}

@@ -448,14 +448,32 @@ raise is a mistake in the consfig: a `PropspecError` naming the property."
   (try
     ((getattr prop which) #* args #** kwargs)
     (except [e Exception]
-      (when (or (not-in which #("preprocess" "hostattrs" "propspec"))
-                (isinstance e ConsfigError))
+      (when (not-in which #("preprocess" "hostattrs" "propspec"))
+        (raise))
+      (when (isinstance e ConsfigError)
+        ;; A veto (`inapplicable`) or a mistake a property found: named
+        ;; by the innermost property and the site's line that applied it.
+        (setv inner (or (getattr e "property" None)
+                        ;; Re-raised with more said (a chroot's veto).
+                        (getattr e.__cause__ "property" None)))
+        (if inner
+            (setv e.property inner)
+            (setv e.property prop.short-name
+                  e.message (_naming e.message prop.short-name)))
+        (when (is e.where None)
+          (setv e.where (site-where propapp)))
         (raise))
       (raise (PropspecError (+ f"{prop.short-name}: its :{which} failed: "
                                (if (isinstance e FailedChange) "" f"{(. (type e) __name__)}: ")
                                (str e))
                             (or (site-location e) (site-where propapp)))
              :from e))))
+
+(defn _naming [message name]
+  ;; MESSAGE, about the property NAME, saying which it is.
+  (cond (in name message) message
+        (in "this property" message) (.replace message "this property" name 1)
+        True f"{name}: {message}"))
 
 (defn site-where [propapp]
   "Where in site code PROPAPP was written (file:line), or None when it was

@@ -34,7 +34,7 @@ bundle is made by `consfig.python_hop.bundle`; what data travels, `consfig.data.
         consfig.python_hop.bundle [bundle-for bytecode-matches? compiled-archive]
         consfig.data.transit [data-frame items-to-carry kept? sent-events]
         consfig.apply.engine [Outcome]
-        consfig.errors [ConnectionFailed ConsfigError indented]
+        consfig.errors [ConnectionFailed ConsfigError controller-where indented]
         consfig.apply.events [output-event]
         consfig.transport.frames [HEARTBEAT frame read-frame]
         consfig.apply.noservices [no-services-reason]
@@ -345,7 +345,10 @@ has exited or WAIT seconds have passed."
       (= op "need-data")
       (do (setv wanted (sfor [i1 i2] (get m "items") #(i1 i2)))
           (_send-data session (lfor i items :if (in #(i.iden1 i.iden2) wanted) i) sink name))
-      (= op "events") (for [e (get m "events")] (sink e))
+      (= op "events") (for [e (get m "events")]
+                        (when (.get e "where")
+                          (setv (get e "where") (controller-where (get e "where"))))
+                        (sink e))
       (= op "done") (return (Outcome name (get m "changes") (get m "failures")
                                      :drift (.get m "drift" 0)))
       (= op "error")

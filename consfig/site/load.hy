@@ -166,6 +166,10 @@ the same source compiled by the same consfig."
 
 (defn _consfig-error [e path]
   (cond
+    ;; A consfig's mistake found while a macro (defhost, deploy) expanded:
+    ;; Hy wraps it, traceback text and all; its own message names the line.
+    (and (isinstance e HyLanguageError) (isinstance e.__context__ ConsfigError))
+    (_consfig-error e.__context__ path)
     (and (isinstance e HyLanguageError) (.startswith (str e.msg) "Premature end of input"))
     (do (setv opened (with [f (open path :encoding "utf-8" :errors "replace")]
                        (_unclosed-line (.read f))))

@@ -22,6 +22,8 @@
   consfig facts [--consfig FILE] PATTERN [FACT…] [--limit PATTERN] [--via CHAIN] [-j N] [-v…]
   consfig dataspace [--consfig FILE] serve|ls|watch|tls …
   consfig repl [FILE]
+  consfig doc [--consfig FILE] PROPERTY
+  consfig doc [--consfig FILE] --list [PATTERN]
   consfig --version
 
 A PATTERN chooses hosts: a hostname or its first label, a glob ('web*'), a
@@ -41,13 +43,13 @@ error.  A usage error exits 64."
         consfig.transport.chain [chain->data parse-chain]
         consfig.data.items [resolve-data]
         consfig.apply.engine [SinkFailed describe-meta effective-meta]
-        consfig.apply.events [drift-summary-event]
+        consfig.apply.events [converge-event drift-summary-event]
         consfig.errors [ConsfigError]
         consfig.deployer.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
         consfig.model.host [hosts preprocess-host Host]
         consfig.model.property [propapp-desc]
         consfig.model.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
-        consfig.deployer.report [JsonSink Reporter error]
+        consfig.deployer.report [JsonSink Reporter error json-error]
         consfig.site.load [demo-consfig find-default-consfig load-consfig]
         consfig.converge.controller [converge-host follow-host])
 
@@ -296,6 +298,17 @@ deploy`'s, and an image's."
 
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
+
+  (setv d (.add-parser sub "doc" :help "show a property's documentation, or list properties"
+                       :description (+ "Show PROPERTY (file.has-content): its parameters with their "
+                                       "types and defaults, its docstring, whether it can be "
+                                       "unapplied, what the converging agent watches, and an example. "
+                                       "With --list, each property whose name matches PATTERN (a "
+                                       "glob, or any part of a name), with its first sentence. "
+                                       "--consfig adds the site's own properties.")))
+  (.add-argument d "--consfig" :metavar "FILE" :help "also the properties this consfig defines")
+  (.add-argument d "--list" :action "store_true" :help "list properties (matching PATTERN)")
+  (.add-argument d "name" :nargs "?" :metavar "PROPERTY|PATTERN")
   p)
 
 (defn _consfig-path [given]
@@ -497,17 +510,41 @@ in order (an implicit `eseqprops`)."
   (when more
     (raise (ConsfigError f"consfig converge: {args.host} names {(+ 1 (len more))} hosts; name one")))
   (setv args.check args.noop
-        sink (output-sink args))
+        sink (output-sink args)
+        tally (_AgentTally sink))
   (try
     (if args.follow
         (follow-host host sink :chain chain :lines args.lines)
-        (setv outcome (converge-host host sink :chain chain :noop args.noop
-                                     :interval args.interval :verbosity args.verbose
-                                     :limit args.limit :burst args.burst
-                                     :log args.log-directory :alongside args.alongside)))
+        (try
+          (setv outcome (converge-host host tally :chain chain :noop args.noop
+                                       :interval args.interval :verbosity args.verbose
+                                       :limit args.limit :burst args.burst
+                                       :log args.log-directory :alongside args.alongside))
+          (except [KeyboardInterrupt]
+            ;; Interrupted, the controller stops reading: the agent's own
+            ;; `stopped` may never come, so say it for it, once.
+            (when (not tally.stopped)
+              (sink {#** (converge-event "stopped" :repairs tally.repairs :failures tally.failures
+                                         :why "interrupted")
+                     "host" host.hostname "depth" 0}))
+            (.finish sink)
+            (raise))))
     (.finish sink)
     (finally (.close sink)))
   (if (and (not args.follow) (= outcome.status "failed")) 1 0))
+
+(defclass _AgentTally []
+  ;; A sink passing events on to SINK, counting the agent's repairs and
+  ;; failures as its `stopped` event does, and noting whether that came.
+  (defn __init__ [self sink]
+    (setv self.sink sink self.repairs 0 self.failures 0 self.stopped False))
+  (defn __call__ [self event]
+    (when (= (.get event "event") "converge")
+      (setv what (.get event "what"))
+      (cond (= what "repaired") (+= self.repairs 1)
+            (= what "failed") (+= self.failures 1)
+            (= what "stopped") (setv self.stopped True)))
+    (self.sink event)))
 
 (defn _run [args]
   (import consfig.ui.adhoc [run-command])  ; start-up: 1 ms past the deployer's
@@ -552,9 +589,17 @@ in order (an implicit `eseqprops`)."
         (= args.action "ls") (d.ls config args.type args.json)
         True (d.watch config args.type args.json)))
 
+(defn _doc [args]
+  (import consfig.ui.doc [describe find-documented listing])  ; start-up: 0.4 ms
+  (when args.consfig (load-consfig args.consfig))
+  (cond args.list (print (listing args.name))
+        args.name (print (describe (find-documented args.name)))
+        True (.error (_parser) "doc: name a property (consfig doc file.has-content), or --list"))
+  0)
+
 (setv COMMANDS {"deploy" _deploy "dataspace" _dataspace "deploy-these" _deploy-these "hosts" _hosts "image" _image
                 "status" _status "keygen" _keygen "publish" _publish "repl" _repl
-                "converge" _converge "run" _run "facts" _facts})
+                "converge" _converge "run" _run "facts" _facts "doc" _doc})
 
 (defn main [[argv None]]
   "Run the consfig command with ARGV; return the exit status."
@@ -575,10 +620,12 @@ error (with its traceback at -v) is status 1, an interrupt 130."
     (except [e ConsfigError]
       (when (>= (getattr args "verbose" 0) 1)
         (traceback.print-exc))
-      (error e)
+      ((if (getattr args "json" False) json-error error) e)
       1)
     (except [KeyboardInterrupt]
-      (error "interrupted")
+      ;; A converging agent's interrupted run has said it with `stopped`.
+      (cond (not (getattr args "json" False)) (error "interrupted")
+            (!= args.command "converge") (json-error "interrupted"))
       130)))
 
 (defn _image-parser [hostname archive]

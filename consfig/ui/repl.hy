@@ -1,5 +1,6 @@
 "`consfig repl`: a Hy REPL with consfig's macros required, its functions
-imported, and optionally a site consfig loaded, so that `(athena)` deploys."
+imported, and optionally a site consfig loaded, so that `(athena)` deploys;
+`(doc file.has-content)` shows a property's documentation."
 
 (import os
         sys
@@ -39,6 +40,14 @@ It has `(reload-consfig)`, which loads FILE again and rebinds its names."
                    (setx m (types.ModuleType "consfig_repl"))))
   (setv (get sys.modules module.__name__) module)
   (hy.eval '(do (require consfig *) (import consfig *)) :module module)
+  ;; `(doc file.has-content)`: a macro, so that the name is not evaluated
+  ;; (`file` is bound only where a consfig used `use-props`).
+  (hy.eval '(defmacro doc [name]
+              "Show the documentation of the property NAME (`consfig doc NAME`)."
+              `(print (hy.I.consfig/ui/doc.describe
+                        (hy.I.consfig/ui/doc.find-documented
+                          ~(hy.I.consfig/ui/doc.written-name name)))))
+           :module module)
   (setv (get module.__dict__ (hy.mangle "reload-consfig"))
         (fn [] (reload-consfig module file)))
   module)

@@ -110,12 +110,12 @@ def test_a_connection_to_no_consfig_host_fails_the_fab_command_naming_it(sshlab,
 
 
 def readme_fabfile():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
-    section = readme.split("## Deploying from Fabric\n", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    guide = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "guide",
+                              "fabric.md")).read()
+    return re.search(r"```python\n(.*?)```", guide, re.S).group(1)
 
 
-def test_the_readmes_fabfile_checks_and_deploys_a_host(sshlab, tmp_path):
+def test_the_guides_fabfile_checks_and_deploys_a_host(sshlab, tmp_path):
     (tmp_path / "fabfile.py").write_text(readme_fabfile())
     motd = tmp_path / "motd"
     (tmp_path / "consfig.hy").write_text(f"""(require consfig *)

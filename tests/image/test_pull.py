@@ -261,6 +261,45 @@ def test_a_trickling_server_is_given_up_within_the_deadline(tmp_path, key):
     assert host.applied() == [] and not (host.state / "image.pyz").exists()
 
 
+class _TrickleHeaders(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with a status line, then one byte of a header every
+    2 s: no read ever waits long enough for a socket timeout, and no body
+    ever starts."""
+
+    def do_GET(self):
+        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        self.wfile.flush()
+        try:
+            for _ in range(1000):
+                self.wfile.write(b"X")
+                self.wfile.flush()
+                time.sleep(2)
+        except OSError:
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_trickling_headers_is_given_up_at_the_deadline(tmp_path, key):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TrickleHeaders)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host = Host(tmp_path / "host", f"http://127.0.0.1:{server.server_port}", [key.line],
+                    deadline=3, timeout=60)
+        started = time.monotonic()
+        r = host.pull()
+        took = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == puller.EX_UNREACHABLE, (r.returncode, r.stderr)
+    assert took < 8, f"gave up after {took:.1f} s, for a deadline of 3 s"
+    assert "past the deadline of 3 s" in r.stderr, r.stderr
+    assert host.applied() == [] and not (host.state / "image.pyz").exists()
+
+
 def test_a_server_slower_than_the_minimum_rate_is_given_up(tmp_path, key):
     # Within the deadline, but a byte every 0.3 s: below "min-rate" once
     # the first 10 s are past.

@@ -50,7 +50,7 @@ def test_a_chroot_without_an_os_is_refused_before_connecting():
 def test_a_property_that_does_not_fit_the_chroot_names_it():
     p = chroot.os_bootstrapped({}, "/srv/chroot/x", eseqprops(
         os_.linux(Keyword("amd64")), apt.installed("less")))
-    with pytest.raises(ConsfigError, match="in the chroot /srv/chroot/x: this property needs an OS of type debian"):
+    with pytest.raises(ConsfigError, match="in the chroot /srv/chroot/x: apt.installed needs an OS of type debian"):
         preprocess_host(make_host("parent.example", None, None, p))
 
 

@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 import zipfile
 
 import pytest
@@ -24,7 +25,7 @@ from consfig.image import build as consfig_image, publish, puller
 from consfig.props import apt, file, image, service
 from consfig.errors import PropspecError
 
-from harness import in_ci
+from harness import in_ci, wait_until
 from imageserver import ImageServer, stand_in_image
 from sshsigning import new_key, old_key
 from consfig.apply.combinators import eseqprops
@@ -255,10 +256,11 @@ def test_pulled_from_uses_cron_where_systemd_does_not_run(chroot_chain, root, ke
     job = (root / "etc/cron.d/consfig-pull").read_text()
     assert "*/15 * * * *\troot\t/usr/local/bin/consfig-pull_cronjob\n" in job, job
     publish_stand_in(server, keys["good"][0], "v1")
-    # The job's own script, without its random delay.
-    script = (root / "usr/local/bin/consfig-pull_cronjob").read_text()
-    (root / "usr/local/bin/consfig-pull_cronjob").write_text(re.sub(r"sleep \$\([^)]*\); ", "", script))
+    # The job's own script, as an admin runs it by hand: no :random-delay
+    # was given, so it does not sleep first.
+    started = time.monotonic()
     r = in_chroot(root, "/usr/local/bin/consfig-pull_cronjob", check=False)
+    assert time.monotonic() - started < 60, "the job slept before pulling"
     assert r.returncode == 0 and r.stdout == "", f"{r.returncode}: {r.stdout}{r.stderr}"
     assert applied(root) == ["v1"]
     unapply(chroot_chain, p)
@@ -329,6 +331,51 @@ def test_applied_periodically_uses_cron_where_systemd_does_not_run(chroot_chain,
     unapply(chroot_chain, p)
     assert not (root / "etc/cron.d/consfig-apply").exists()
     assert not (root / "usr/local/bin/consfig-apply_cronjob").exists()
+
+
+def scheduled_by_cron(argv, **kw):
+    return service.without_starting_services(
+        image.scheduled("consfig-test", "a test job", argv, "15min", via=CRON, **kw))
+
+
+def test_a_cron_job_given_a_random_delay_sleeps_up_to_it(chroot_chain, root):
+    reset(root)
+    deploy_propspec(chroot_chain, [this_os(), scheduled_by_cron(["/bin/true"], random_delay=30)])
+    script = (root / "usr/local/bin/consfig-test_cronjob").read_text()
+    assert "sleep $(shuf -i 0-30 -n 1)" in script, script
+
+
+def test_a_hung_cron_job_is_ended_at_its_bound(chroot_chain, root):
+    reset(root)
+    deploy_propspec(chroot_chain, [this_os(), scheduled_by_cron(
+        ["/bin/sh", "-c", "echo started >> /var/tmp/runs; exec sleep 613"], timeout=3)])
+    (root / "var/tmp/runs").unlink(missing_ok=True)
+    started = time.monotonic()
+    r = in_chroot(root, "/usr/local/bin/consfig-test_cronjob", check=False)
+    took = time.monotonic() - started
+    assert (root / "var/tmp/runs").read_text() == "started\n", "the job did not run"
+    assert r.returncode != 0, "a job ended at its bound is a failure cron mails"
+    assert took < 30, f"the job ran {took:.0f} s, for a bound of 3 s"
+    left = subprocess.run(["pgrep", "-f", "-x", "sleep 613"], capture_output=True, text=True)
+    assert left.stdout == "", f"the hung command is left running: {left.stdout}"
+
+
+def test_a_cron_job_does_not_start_while_its_last_run_hangs(chroot_chain, root):
+    reset(root)
+    deploy_propspec(chroot_chain, [this_os(), scheduled_by_cron(
+        ["/bin/sh", "-c", "echo started >> /var/tmp/runs; exec sleep 600"], timeout=10)])
+    runs = root / "var/tmp/runs"
+    runs.unlink(missing_ok=True)
+    first = subprocess.Popen(["chroot", str(root), "/usr/local/bin/consfig-test_cronjob"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: runs.exists(), 30, "the first run to start")
+        r = in_chroot(root, "/usr/local/bin/consfig-test_cronjob", check=False)
+        assert runs.read_text() == "started\n", "a second run started beside the hung one"
+        assert r.stdout == "", f"cron would mail a skipped run: {r.stdout}"
+    finally:
+        # Its bound ends the first run.
+        first.wait(timeout=60)
 
 
 def deploy_host(chain, props, **kw):

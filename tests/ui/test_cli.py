@@ -376,3 +376,39 @@ def test_with_bytecode_writing_off_a_site_is_compiled_once_into_consfigs_cache(t
     assert deploy("FFF1") == "FFF1\n", "the cached compile of the old site was run"
     os.utime(site, ns=(stamp, stamp))
     assert deploy("GGG1") == "GGG1\n", "an edit within the same second was not deployed"
+
+
+def test_a_host_vetoed_by_a_property_names_the_property_and_its_line(tmp_path):
+    text = SITE.replace('(web-site "a.example")',
+                        '(web-site "a.example")\n  (apt.installed "nginx")').replace(
+                        "[file cmd]", "[file cmd apt]")
+    path, root = write_site(tmp_path, text)
+    result = consfig("deploy", "--consfig", path, "site")
+    line = line_of(path.read_text(), "(apt.installed")
+    assert_clean_error(result, f"site.hy:{line}: ", "apt.installed",
+                       "needs an OS of type debian")
+    assert list(root.iterdir()) == []
+
+
+def test_a_decimal_mode_in_a_defhost_is_one_line_naming_its_line(tmp_path):
+    text = SITE.replace('(web-site "a.example")',
+                        '(web-site "a.example")\n  (file.has-content "@ROOT@/m" "m\\n" :mode 644)')
+    path, root = write_site(tmp_path, text)
+    result = consfig("deploy", "--consfig", path, "site")
+    line = line_of(path.read_text(), '(file.has-content "')
+    assert_clean_error(result, f"site.hy:{line}: ", ":mode 644 is the decimal number 644")
+    assert "expanding macro" not in result.stderr and "PropspecError" not in result.stderr, \
+        result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_bug_in_a_site_property_over_python_is_located_at_the_site_file(tmp_path):
+    text = SITE.replace("(defhost site.example {:deploy :local}",
+                        '(defprop buggy :posix []\n  "A bug."\n  (:apply (get {} "nope")))\n\n'
+                        "(defhost site.example {:deploy [:local :python]}\n  (buggy)")
+    path, root = write_site(tmp_path, text)
+    result = consfig("deploy", "--consfig", path, "site")
+    line = line_of(path.read_text(), "(:apply (get {}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"(at site.hy:{line})" in result.stdout, result.stdout
+    assert "consfig_site_" not in result.stdout, result.stdout
