@@ -108,3 +108,27 @@ def test_a_flapping_fact_ends_in_its_last_state_without_a_storm(tmp_path, chain)
         # under 10 s between them.
         assert len(evaluations) <= 20, f"{len(evaluations)} evaluations: a storm"
         assert len(agent.of("fight", "during")) >= 1, "the flapping is reported"
+
+
+def test_a_during_inside_another_is_kept_only_while_the_outer_one_holds(tmp_path):
+    outer, inner, page = tmp_path / "outer", tmp_path / "inner", tmp_path / "page"
+    site = write_site(tmp_path / "site.hy", "nested.example", "[:local :python]", f"""
+  (file.has-content "{tmp_path / 'kept'}" "kept\\n")
+  (during (fact.file-exists "{outer}")
+    (during (fact.file-exists "{inner}")
+      (file.exists-with-content "{page}" "down\\n")))""")
+    with Converging(tmp_path, "--consfig", site, "nested") as agent:
+        inner.touch()
+        outer.touch()
+        wait_until(page.exists, 5, "both hold: the inner branch applied")
+        inner.unlink()
+        wait_until(lambda: not page.exists(), 5, "the inner fact stops: retracted")
+        inner.touch()
+        wait_until(page.exists, 5, "and applied again")
+        outer.unlink()
+        wait_until(lambda: not page.exists(), 5, "the outer fact stops: all retracted")
+        inner.unlink()
+        inner.touch()
+        (tmp_path / "kept").write_text("edited\n")
+        wait_until(lambda: agent.of("repaired", "kept"), 10, "events after those seen")
+        assert not page.exists(), "the inner during is not kept while the outer does not hold"

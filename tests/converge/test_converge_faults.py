@@ -202,3 +202,22 @@ def test_files_churned_in_a_watched_directory_cost_a_bounded_number_of_wakeups(t
         g.write_text("edited\n")
         wait_until(lambda: agent.of("repaired"), 10, "a repair after the churn")
         assert used < 1.0, f"the agent used {used:.2f} s of CPU for 20000 junk files"
+
+
+def test_over_a_shell_chain_a_huge_file_is_read_no_further_than_needed(tmp_path, sshlab):
+    # The POSIX side of the same bound: `head -c`, not `cat`, through the
+    # chain: the drift says sizes, and the check reads 64 KiB, not 20 MB.
+    from agentcli import lab_chain
+    from clirun import consfig
+    g = tmp_path / "g"
+    with open(g, "wb") as f:
+        f.truncate(20 * 1024 * 1024)
+    site = write_site(tmp_path / "site.hy", "faults.example", lab_chain(sshlab, ":sudo"),
+                      f'(file.has-content "{g}" "on\\n")', "file")
+    r = consfig("deploy", "--consfig", site, "faults", "--check", "--diff", "-v")
+    assert r.returncode == 0, r.stderr
+    assert "too large to show: was more than 65537 bytes (not read further)" in r.stdout, r.stdout
+    assert len(r.stdout) < 64 * 1024, f"{len(r.stdout)} bytes of output"
+    r = consfig("deploy", "--consfig", site, "faults")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert g.read_text() == "on\n"
