@@ -18,6 +18,15 @@ appended to a log that `consfig converge HOST --follow` reads.
   progress, if any, is done: a write is never cut short.
 - A push deployment takes the same lock: the agent waits for it, then checks
   every propapp again (it learns of the push from the lock's holder file).
+- Each `during` block's fact is watched too (`kept`): when it fires, the
+  block is evaluated again (`consfig.apply.combinators.during-reevaluated`),
+  and the properties inside are kept only while every `during` around them
+  holds.
+- One agent keeps a host (`keeping`): a second one refuses to start.  An
+  agent's repair, or a check, is no push to another agent.
+- Checks and failures are limited, repeats counted, wake-ups coalesced;
+  events are bounded (`bounded`), and the log (`EventLog`) is opened
+  safely and survives a full disk.
 - An agent run from an image (`IMAGE`) watches it: when the file is
   replaced by another image (a push of a changed propspec installs it), the
   agent reports it and stops, without checking anything against the old
