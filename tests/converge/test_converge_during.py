@@ -107,7 +107,23 @@ def test_a_flapping_fact_ends_in_its_last_state_without_a_storm(tmp_path, chain)
         # A burst of 5 and one a second after: the two flaps take well
         # under 10 s between them.
         assert len(evaluations) <= 20, f"{len(evaluations)} evaluations: a storm"
-        assert len(agent.of("fight", "during")) >= 1, "the flapping is reported"
+
+
+def test_a_fact_that_keeps_changing_is_evaluated_under_a_limit_and_said_once(tmp_path):
+    site, flag, g, page = during_site(tmp_path, "[:local :python]")
+    with Converging(tmp_path, "--consfig", site, "during") as agent:
+        # Each change seen before the next: past 5 in a row, the next waits.
+        for i in range(8):
+            if i % 2:
+                flag.unlink()
+            else:
+                flag.touch()
+            wait_until(lambda: agent.of("fight", "during") or page.exists() == (i % 2 == 0), 10,
+                       f"change {i} seen")
+        [fight] = wait_until(lambda: agent.of("fight", "during"), 10, "the flapping reported")
+        assert fight["flaps"] and fight["burst"] == 5, fight
+        wait_until(lambda: not page.exists(), 10, "the last state, not holding, in the end")
+        assert len(agent.of("fight", "during")) == 1, "said once"
 
 
 def test_a_during_inside_another_is_kept_only_while_the_outer_one_holds(tmp_path):

@@ -99,10 +99,15 @@ def test_a_file_whose_directory_is_deleted_and_recreated_is_put_back(tmp_path):
   (file.directory-exists "{tmp_path / 'd'}")
   (file.directory-exists "{d}")
   (file.has-content "{f}" "f\\n")""")
+    def removed(path):
+        # The agent may put a directory back while rm empties it: rm then
+        # fails, and is run again.
+        return subprocess.run(["rm", "-rf", str(path)], capture_output=True).returncode == 0
+
     with Converging(tmp_path, "--consfig", site, "dirs"):
-        subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
+        wait_until(lambda: removed(tmp_path / "d"), 10, "the tree removed")
         wait_until(lambda: f.exists() and f.read_text() == "f\n", 10, "the tree put back")
-        subprocess.run(["rm", "-rf", str(d)], check=True)
+        wait_until(lambda: removed(d), 10, "the inner directory removed")
         wait_until(lambda: f.exists() and f.read_text() == "f\n", 10, "put back again")
 
 
