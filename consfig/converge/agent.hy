@@ -59,7 +59,8 @@ failed attempt a note among the repair's events."
         consfig.apply.meta [RepairLimit]
         consfig.apply.combinators [during-facts during-reevaluated]
         consfig.model.fact [fact-holds?]
-        consfig.model.property [find-property propapp-desc propapps-in propapp-watches]
+        consfig.model.property [children fact-of find-property inverts? propapp-desc propapps-in
+                                propapp-watches trigger-of]
         consfig.model.propspec [propspec-digest]
         consfig.converge.watch [Watcher UNIT-POLL]
         consfig.util [state-directory])
@@ -89,8 +90,6 @@ failed attempt a note among the repair's events."
   ;; The meta-parameters of each leaf propapp (`with-meta`), by identity.
   (dfor [p meta] (effective-meta propspec) (id p) meta))
 
-(setv _TRIGGERS #("consfig.combinators.on-change" "consfig.combinators.on-apply-change"))
-
 (defn _kept? [propapp]
   ;; Whether the agent can tell that PROPAPP drifted: it has a :check, or
   ;; simulates its :apply in check mode.  A command with neither
@@ -108,26 +107,20 @@ A `during` inside an `unapplied` is kept unapplied whatever its fact, so it
 is no block: its properties are leaves kept unapplied."
   (setv metas (_metas propspec)
         found (dfor b (during-facts propspec) (id (get b "during")) b)
-        marker (hy.models.Keyword "unapply")
         out []
         blocks [])
   (defn walk [p unapply block]
-    (setv prop (find-property p.name)
-          inner (propapps-in p.args))
-    (cond prop.opaque-type None
-          (and (in (id p) found) (not unapply))
-          (do (setv b (get found (id p)))
-              (.append blocks #(b block))
+    (setv prop (find-property p.name))
+    (when prop.opaque-type (return))
+    (setv trigger (trigger-of p)
+          fact (fact-of p))
+    (cond (and fact (not unapply) (in (id p) found))
+          (do (.append blocks #((get found (id p)) block))
               (setv here (- (len blocks) 1))
-              (for [q inner :if (is-not q (get b "fact"))] (walk q unapply here)))
-          (= p.name "consfig.combinators.unapplied") (for [q inner] (walk q (not unapply) block))
-          (in p.name _TRIGGERS)
-          (.append out #(p unapply (.get metas (id (get p.args 0)) {}) block))
-          (= p.name "consfig.combinators.with-unapply")
-          (for [q (propapps-in (if (in marker p.args) (cut p.args 0 (.index p.args marker))
-                p.args))]
-            (walk q unapply block))
-          inner (for [q inner] (walk q unapply block))
+              (for [q (children p) :if (is-not q fact)] (walk q unapply here)))
+          (inverts? p) (for [q (children p)] (walk q (not unapply) block))
+          trigger (.append out #(p unapply (.get metas (id trigger) {}) block))
+          (propapps-in p.args) (for [q (children p) :if (is-not q fact)] (walk q unapply block))
           (_kept? p) (.append out #(p unapply (.get metas (id p) {}) block))))
   (walk propspec False None)
   #(out blocks))
@@ -147,9 +140,10 @@ The properties of a `during` are among them: see `kept`."
   "What to watch for PROPAPP: its property's `:watch`; for an `on-change`,
 what its first propapp's leaves watch; None when something in it watches
 nothing (it is polled)."
-  (if (in propapp.name _TRIGGERS)
+  (setv trigger (trigger-of propapp))
+  (if trigger
       (do (setv specs [])
-          (for [[p _ _] (leaves (get propapp.args 0))]
+          (for [[p _ _] (leaves trigger)]
             (setv more (watches-of p))
             (when (is more None) (return None))
             (.extend specs more))
