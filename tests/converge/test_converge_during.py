@@ -53,7 +53,7 @@ def test_during_branch_is_applied_within_a_second_of_the_fact_holding(tmp_path, 
         flag.touch()
         reaction(lambda: g.exists() and g.read_text() == "on\n" and page.exists(),
                  "the branch applied after the fact began to hold")
-        wait_until(lambda: agent.of("applied", "during"), 5, "the agent to say so")
+        wait_until(lambda: agent.of("applied", "during"), 10, "the agent to say so")
 
 
 def test_during_branch_is_retracted_when_the_fact_stops_holding(tmp_path, chain):
@@ -63,7 +63,7 @@ def test_during_branch_is_retracted_when_the_fact_stops_holding(tmp_path, chain)
         assert g.read_text() == "on\n" and page.exists(), "applied by the first pass"
         flag.unlink()
         reaction(lambda: not page.exists(), "the branch retracted")
-        wait_until(lambda: agent.of("retracted", "during"), 5, "the agent to say so")
+        wait_until(lambda: agent.of("retracted", "during"), 10, "the agent to say so")
         dropped = [e for e in agent.events() if e.get("dropped")]
         assert dropped and "has content" in dropped[0]["dropped"], \
             f"has-content cannot be unapplied: dropped, with a note: {agent.events()}"
@@ -136,13 +136,13 @@ def test_a_during_inside_another_is_kept_only_while_the_outer_one_holds(tmp_path
     with Converging(tmp_path, "--consfig", site, "nested") as agent:
         inner.touch()
         outer.touch()
-        wait_until(page.exists, 5, "both hold: the inner branch applied")
+        wait_until(page.exists, 10, "both hold: the inner branch applied")
         inner.unlink()
-        wait_until(lambda: not page.exists(), 5, "the inner fact stops: retracted")
+        wait_until(lambda: not page.exists(), 10, "the inner fact stops: retracted")
         inner.touch()
-        wait_until(page.exists, 5, "and applied again")
+        wait_until(page.exists, 10, "and applied again")
         outer.unlink()
-        wait_until(lambda: not page.exists(), 5, "the outer fact stops: all retracted")
+        wait_until(lambda: not page.exists(), 10, "the outer fact stops: all retracted")
         inner.unlink()
         inner.touch()
         (tmp_path / "kept").write_text("edited\n")

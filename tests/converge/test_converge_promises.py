@@ -187,10 +187,10 @@ def test_a_polled_fact_is_kept_live_like_a_watched_one(tmp_path):
     (file.exists-with-content "{page}" "down\\n"))""")
     with Converging(tmp_path, "--consfig", site, "polled") as agent:
         flag.touch()
-        wait_until(page.exists, 5, "the branch applied at the next poll")
+        wait_until(page.exists, 10, "the branch applied at the next poll")
         flag.unlink()
-        wait_until(lambda: not page.exists(), 5, "retracted at the next poll")
-        wait_until(lambda: agent.of("applied") and agent.of("retracted"), 5, "the agent to say so")
+        wait_until(lambda: not page.exists(), 10, "retracted at the next poll")
+        wait_until(lambda: agent.of("applied") and agent.of("retracted"), 10, "the agent to say so")
 
 
 def test_the_agents_lines_say_when_what_and_which_property(tmp_path):
