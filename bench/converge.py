@@ -1,6 +1,7 @@
 """Benchmark: the converging agent (`consfig converge`, issue 22's figures).
 
     sudo python3 bench/converge.py [--drifts 60] [--files 1000] [--idle 60] [--fight 10]
+                                   [--during 20] [--only drifts,idle,fight,during]
                                    [--local | --as-user]
     sudo python3 bench/converge.py --machine NAME [--services 20]
 
@@ -19,6 +20,10 @@ or with --local through [:local :python].  Measures:
                      its RSS at the end (target <= 60 MB).  Rescans meanwhile
                      (another deployment took the lock) are counted: they are
                      work, not idling.
+  during             a `during` whose fact is a file's existence: the file
+                     created, then removed, --during times each: from the
+                     change to the agent's `applied` (the branch applied) and
+                     `retracted` events: median and max (target: <= 1 s)
   fight              two agents, each wanting its own content in one file,
                      with :limit 2 :burst 5, for --fight seconds: repairs a
                      second of each (target: <= the limit), and whether the
@@ -58,10 +63,15 @@ from hy.models import Keyword as K  # noqa: E402
 from consfig.converge.controller import converge_host  # noqa: E402
 from consfig.model.host import Host  # noqa: E402
 from consfig.model.property import find_property  # noqa: E402
+import consfig.props.fact  # noqa: E402,F401  -- registers the facts
+import consfig.props.file  # noqa: E402,F401
 
 has_content = find_property("consfig.props.file.has-content")
 has_mode = find_property("consfig.props.file.has-mode")
 seqprops = find_property("consfig.combinators.seqprops")
+during = find_property("consfig.combinators.during")
+file_exists = find_property("consfig.props.fact.file-exists")
+exists_with_content = find_property("consfig.props.file.exists-with-content")
 TARGET = "/var/tmp/consfig-bench-converge"
 
 
@@ -155,6 +165,27 @@ def drifts(chain, n, log):
     return statistics.median(took), took[min(len(took) - 1, int(len(took) * 0.99))]
 
 
+def during_reaction(chain, n, log):
+    d = os.path.join(TARGET, "during")
+    mkdir(d)
+    flag, page = os.path.join(d, "flag"), os.path.join(d, "page")
+    agent = Agent(chain, Host("during.example",
+                              during(file_exists(flag), exists_with_content(page, "down\n"))),
+                  log=log, limit=1000, burst=1000)
+    took = {"applied": [], "retracted": []}
+    for _ in range(n):
+        for what, change in (("applied", lambda: open(flag, "w").close()),
+                             ("retracted", lambda: os.unlink(flag))):
+            seen = len(agent.of(what))
+            t = time.time()
+            change()
+            wait_for(lambda: len(agent.of(what)) > seen, 30)
+            took[what].append((agent.of(what)[seen]["time"] - t) * 1000)
+            time.sleep(0.2)  # let the agent's own writes' events pass
+    agent.stop()
+    return {k: (statistics.median(v), max(v)) for k, v in took.items()}
+
+
 def idle(chain, files, seconds, log):
     d = os.path.join(TARGET, "idle")
     mkdir(d)
@@ -237,6 +268,9 @@ def main():
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--idle", type=float, default=60)
     ap.add_argument("--fight", type=float, default=10)
+    ap.add_argument("--during", type=int, default=20)
+    ap.add_argument("--only", default="drifts,idle,fight,during",
+                    help="which measures, comma-separated (default: all)")
     ap.add_argument("--local", action="store_true", help="over [:local :python], no lab")
     ap.add_argument("--as-user", action="store_true",
                     help="over [[:ssh …] :python], as the lab's user: a deployment lock of its own, "
@@ -273,14 +307,22 @@ def main():
                 chain = [ssh, K("sudo"), K("python")]
                 where = "[[:ssh] :sudo :python] (loopback lab)"
         print(f"over {where}")
-        med, p99 = drifts(chain, args.drifts, log)
-        print(f"drift -> repaired ({args.drifts} drifts): median {med:.1f} ms, p99 {p99:.1f} ms")
-        cpu, rss, rescans, watches = idle(chain, args.files, args.idle, log)
-        print(f"idle, {args.files} files ({watches} watch specs), {args.idle:.0f} s: "
-              f"CPU {cpu:.2f} % of one core, RSS {rss:.1f} MB, rescans meanwhile {rescans}")
-        rates, fights = fight(chain, args.fight, log)
-        print(f"fight, :limit 2 :burst 5, {args.fight:.0f} s: repairs/s "
-              f"{rates[0]:.2f} and {rates[1]:.2f}; fight reported {fights[0]} and {fights[1]} times")
+        only = set(args.only.split(","))
+        if "drifts" in only:
+            med, p99 = drifts(chain, args.drifts, log)
+            print(f"drift -> repaired ({args.drifts} drifts): median {med:.1f} ms, p99 {p99:.1f} ms")
+        if "during" in only:
+            for what, (med, worst) in during_reaction(chain, args.during, log).items():
+                print(f"during, fact {'holds' if what == 'applied' else 'stops'} -> {what} "
+                      f"({args.during} times): median {med:.1f} ms, max {worst:.1f} ms")
+        if "idle" in only:
+            cpu, rss, rescans, watches = idle(chain, args.files, args.idle, log)
+            print(f"idle, {args.files} files ({watches} watch specs), {args.idle:.0f} s: "
+                  f"CPU {cpu:.2f} % of one core, RSS {rss:.1f} MB, rescans meanwhile {rescans}")
+        if "fight" in only:
+            rates, fights = fight(chain, args.fight, log)
+            print(f"fight, :limit 2 :burst 5, {args.fight:.0f} s: repairs/s "
+                  f"{rates[0]:.2f} and {rates[1]:.2f}; fight reported {fights[0]} and {fights[1]} times")
     finally:
         shutil.rmtree(TARGET, ignore_errors=True)
         if lab:

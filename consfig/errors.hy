@@ -13,7 +13,9 @@ property, and the combinators decide what happens to the rest."
         consfig.util [bounded])
 
 (defclass ConsfigError [Exception]
-  "A mistake in a consfig, a chain or a command line, reported without a traceback."
+  "A mistake in a consfig, a chain or a command line, reported without a
+traceback (but at -v, unless `expected`: the traceback would say nothing)."
+  (setv expected False)
   (defn __init__ [self message [where None]]
     (.__init__ (super) message)
     (setv self.message message
@@ -29,6 +31,12 @@ property, and the combinators decide what happens to the rest."
 
 (defclass ConnectionFailed [ConsfigError]
   "A hop could not be established, or an established one broke.")
+
+(defclass LockBusy [ConnectionFailed]
+  "Another deployment held the target's deployment lock for longer than this
+one would wait: nothing is wrong with consfig, so even at -v no traceback
+is shown (`expected`)."
+  (setv expected True))
 
 (defclass CannotStartProcess [ConnectionFailed]
   "A hop that only runs scripts was asked to start a process while it runs
@@ -177,7 +185,7 @@ example sites shipped in consfig/hosts are site code too."
 quoted in a message."
   (.join "\n" (gfor line (.splitlines text) (+ prefix line))))
 
-(export :objects [ConsfigError PropspecError ChainError ConnectionFailed CannotStartProcess
+(export :objects [LockBusy ConsfigError PropspecError ChainError ConnectionFailed CannotStartProcess
                   InapplicableProperty FailedChange AbortedChange ConnectionLost
                   CommandFailed CommandTimedOut UnsafePath SymlinkNotFollowed
                   site-location controller-where site-file?])

@@ -49,8 +49,13 @@ The converging agent (`consfig converge`, docs/converge.md) adds a sixth:
            \"limit\", \"burst\", \"retry-in\"), \"rescan\" (every property is
            checked again: after a push, or when events were lost), \"replaced\"
            (its image was), \"superseded\" (a push deployed another
-           propspec: it stops rather than undo it) and \"stopped\".  With noop, a drift is reported and not repaired
-           (\"noop\": true).
+           propspec of its host: it stops rather than undo it), \"applied\"
+           and \"retracted\" (a `during`'s fact began or stopped holding:
+           \"desc\" is the during's), \"repeated\" (a failure said
+           again: \"of\", \"count\", \"message\"), \"log\" (its log
+           cannot be written: \"message\"), \"log-resumed\" (in its log:
+           \"lost\") and \"stopped\".  With noop, a drift is reported and
+           not repaired (\"noop\": true).
 
 `consfig deploy --check --json` ends with a \"drift-summary\" line: for each
 host, under \"hosts\", its \"drifted\" and \"failures\" counts and its

@@ -28,7 +28,7 @@ process, is deployed without a lock."
         re
         time
         consfig.model.context [deployment-cache]
-        consfig.errors [CannotStartProcess ConnectionFailed ConsfigError]
+        consfig.errors [CannotStartProcess ConnectionFailed ConsfigError LockBusy]
         fcntl)
 
 ;; `consfig.boot.cache_directory` in the shell: the two must agree, or a
@@ -56,8 +56,12 @@ consfig_cache() {
 }
 ")
 
-;; How long a deployment waits for another one on the same target to end.
-(setv LOCK-WAIT 60)
+;; How long a deployment waits for another one on the same target to end:
+;; $CONSFIG_LOCK_WAIT seconds when it is set (on the controller), else 60.
+(defn _lock-wait []
+  (try (max 0 (int (os.environ.get "CONSFIG_LOCK_WAIT" "60")))
+       (except [ValueError] 60)))
+(setv LOCK-WAIT (_lock-wait))
 
 ;; $1: seconds to wait; $2: who we are, for whoever waits on us; $3: the
 ;; token the deployment's commands carry.  The reaper runs once the input
@@ -80,9 +84,13 @@ reap() {
 command -v flock >/dev/null 2>&1 || { echo unlocked; cat >/dev/null; reap \"$3\"; exit 0; }
 d=$(consfig_cache make) || { echo 'no cache directory of this user is safe to use'; exit 1; }
 exec 9>>\"$d/deploy.lock\"
-if ! flock -w \"$1\" 9; then
-  printf 'busy %s\\n' \"$(cat \"$d/deploy.holder\" 2>/dev/null)\"
-  exit 75
+if ! flock -n 9; then
+  now=$(date +%s); since=$(stat -c %Y \"$d/deploy.holder\" 2>/dev/null || echo \"$now\")
+  printf 'waiting %s %s\\n' \"$((now - since))\" \"$(cat \"$d/deploy.holder\" 2>/dev/null)\"
+  if ! flock -w \"$1\" 9; then
+    printf 'busy %s\\n' \"$(cat \"$d/deploy.holder\" 2>/dev/null)\"
+    exit 75
+  fi
 fi
 printf '%s\\n' \"$2\" >\"$d/deploy.holder\"
 echo locked
@@ -134,7 +142,15 @@ nothing and names no digest): how long to wait, and who holds it, for
 whoever waits."
   {"wait" LOCK-WAIT "holder" (_holder hostname digest check)})
 
-(defn _acquire [connection hostname wait [digest None] [check False]]
+(defn waiting-text [holder held wait]
+  "What a deployment says when it starts to wait for the lock: who holds it
+(HOLDER, as it said), for how long already (HELD seconds, None when not
+known), and for how long it will wait (WAIT seconds)."
+  (+ "waiting for the deployment lock: another deployment holds this target"
+     (if (is-not held None) f" (for {held} s)" "")
+     f": {(or holder "(it does not say who)")}; waiting up to {wait} s for it to end"))
+
+(defn _acquire [connection hostname wait [digest None] [check False] [say None]]
   (import secrets)  ; start-up: 4 ms
   (setv token (secrets.token-hex 16))
   (try
@@ -144,13 +160,17 @@ whoever waits."
     ;; implements only run-script) cannot hold a lock either.
     (except [CannotStartProcess] (return None)))
   (setv answer (.decode (.readline process.stdout) "utf-8" "replace"))
+  (when (.startswith answer "waiting ")
+    (setv #(held _ holder) (.partition (.strip (cut answer 8 None)) " "))
+    (when say (say (waiting-text holder (if (.isdigit held) (int held) None) wait)))
+    (setv answer (.decode (.readline process.stdout) "utf-8" "replace")))
   (cond
     (in (.strip answer) #("locked" "unlocked"))
     (do (setv connection.deployment-token token)
         process)
     (.startswith answer "busy")
     (do (.kill process)
-        (raise (ConnectionFailed
+        (raise (LockBusy
                  (+ f"another deployment holds this target: {(.strip (cut answer 5 None))}; "
                     f"waited {wait} s for it to end")
                  connection.where)))
@@ -184,10 +204,11 @@ controller, out of this process's sight."
       (is connection within)))
 
 (defn [contextlib.contextmanager] holding-target-lock [connection hostname * [within None]
-                                                       [digest None] [check False]]
+                                                       [digest None] [check False] [say None]]
   "Hold the deployment lock on the target of CONNECTION while the body runs,
 waiting up to `LOCK-WAIT` seconds for another deployment to release it
-(DIGEST, as in `lock-request`).  A
+(DIGEST, as in `lock-request`), telling SAY (a function of a text) when it
+starts to wait, and for whom.  A
 deployment nested in the one applied through WITHIN whose target is that
 same connection (`[:local :python]` from it) is under its lock already —
 which may be held by the controller, out of this process's sight."
@@ -195,7 +216,7 @@ which may be held by the controller, out of this process's sight."
         held (.setdefault (deployment-cache) "target-locks" (set))
         key connection.where)
   (setv process (when (not (lock-held? connection :within within))
-                  (_acquire connection hostname LOCK-WAIT digest check)))
+                  (_acquire connection hostname LOCK-WAIT digest check say)))
   (if (is process None)
       (yield)
       (do (.add held key)
@@ -206,20 +227,26 @@ which may be held by the controller, out of this process's sight."
               (setv connection.deployment-token None)
               (_release process))))))
 
+(defn _held-for [cache]
+  ;; Seconds since the holder said who it is; None when nobody has.
+  (try (max 0 (round (- (time.time) (. (os.stat (os.path.join cache "deploy.holder")) st-mtime))))
+       (except [OSError] None)))
+
 (defn read-holder [cache]
   "Who holds (or last held) the deployment lock in the cache directory CACHE,
 as they said; None when nobody has said."
   (try (with [f (open (os.path.join cache "deploy.holder"))] (.strip (.read f)))
        (except [OSError] None)))
 
-(defn [contextlib.contextmanager] target-lock-held [cache request * [stopping None]]
+(defn [contextlib.contextmanager] target-lock-held [cache request * [stopping None] [say None]]
   "Hold the deployment lock in the cache directory CACHE while the body runs:
 the same flock(2) on the same file as the holder started over a POSIX chain,
 taken by the target's Python itself (a `:python` hop's, for each apply of a
 kept session too; the converging agent's, for each repair), without the
 round trip of starting one.  REQUEST: None (someone else holds the lock for
 us) or {wait holder} (`lock-request`).  STOPPING, a function: when it says
-True while we wait, give up (the agent is told to end)."
+True while we wait, give up (the agent is told to end).  SAY, a function of
+a text: told once when the wait begins, who holds the lock and since when."
   (if (not request)
       (yield)
       (do
@@ -232,8 +259,11 @@ True while we wait, give up (the agent is told to end)."
               (try (fcntl.flock fd (| fcntl.LOCK-EX fcntl.LOCK-NB))
                    (break)
                    (except [BlockingIOError]
+                     (when say
+                       (say (waiting-text (read-holder cache) (_held-for cache) wait))
+                       (setv say None))
                      (when (or (> (time.monotonic) deadline) (and stopping (stopping)))
-                       (raise (ConsfigError
+                       (raise ((if (and stopping (stopping)) ConsfigError LockBusy)
                                 (+ "another deployment holds this target: "
                                    (or (read-holder cache) "(unknown)")
                                    f"; waited {wait} s for it to end"))))
@@ -244,5 +274,5 @@ True while we wait, give up (the agent is told to end)."
             (finally (os.close fd))))))
 
 (export :objects [holding-target-lock lock-held? lock-request holder-digest holder-says
-                  agent-holder LOCK-WAIT CACHE-DIRECTORY-SCRIPT
+                  agent-holder waiting-text LOCK-WAIT CACHE-DIRECTORY-SCRIPT
                   target-lock-held read-holder])

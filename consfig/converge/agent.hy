@@ -18,6 +18,15 @@ appended to a log that `consfig converge HOST --follow` reads.
   progress, if any, is done: a write is never cut short.
 - A push deployment takes the same lock: the agent waits for it, then checks
   every propapp again (it learns of the push from the lock's holder file).
+- Each `during` block's fact is watched too (`kept`): when it fires, the
+  block is evaluated again (`consfig.apply.combinators.during-reevaluated`),
+  and the properties inside are kept only while every `during` around them
+  holds.
+- One agent keeps a host (`keeping`): a second one refuses to start.  An
+  agent's repair, or a check, is no push to another agent.
+- Checks and failures are limited, repeats counted, wake-ups coalesced;
+  events are bounded (`bounded`), and the log (`EventLog`) is opened
+  safely and survives a full disk.
 - An agent run from an image (`IMAGE`) watches it: when the file is
   replaced by another image (a push of a changed propspec installs it), the
   agent reports it and stops, without checking anything against the old
@@ -50,7 +59,7 @@ failed attempt a note among the repair's events."
         consfig.apply.meta [RepairLimit]
         consfig.apply.combinators [during-facts during-reevaluated]
         consfig.model.fact [fact-holds?]
-        consfig.model.property [children find-property inverts? propapp-desc propapps-in
+        consfig.model.property [children fact-of find-property inverts? propapp-desc propapps-in
                                 propapp-watches template? trigger-of]
         consfig.apply.dataspace [Dataspace keep-leases]
         consfig.model.propspec [propspec-digest]
@@ -104,18 +113,18 @@ is no block: its properties are leaves kept unapplied."
   (defn walk [p unapply block]
     (setv prop (find-property p.name))
     (when prop.opaque-type (return))
-    (setv trigger (trigger-of p))
-    (cond (and (in (id p) found) (not unapply))
-          (do (setv b (get found (id p)))
-              (.append blocks #(b block))
+    (setv trigger (trigger-of p)
+          fact (fact-of p))
+    (cond (and fact (not unapply) (in (id p) found))
+          (do (.append blocks #((get found (id p)) block))
               (setv here (- (len blocks) 1))
               ;; A template (a facet of the dataspace, its binders bound
               ;; by each match) is kept by evaluating its block again.
-              (for [q (children p) :if (and (is-not q (get b "fact")) (not (template? q)))]
+              (for [q (children p) :if (and (is-not q fact) (not (template? q)))]
                 (walk q unapply here)))
           (inverts? p) (for [q (children p)] (walk q (not unapply) block))
           trigger (.append out #(p unapply (.get metas (id trigger) {}) block))
-          (propapps-in p.args) (for [q (children p)] (walk q unapply block))
+          (propapps-in p.args) (for [q (children p) :if (is-not q fact)] (walk q unapply block))
           (_kept? p) (.append out #(p unapply (.get metas (id p) {}) block))))
   (walk propspec False None)
   #(out blocks))

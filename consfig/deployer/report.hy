@@ -89,6 +89,7 @@ with STDERR, `sys.stderr` is when a line is printed)."
                     "cannot-check" #("cannot check" "magenta")})
 
 (setv CONVERGE-STYLES {"drift" "bold yellow" "repaired" "green" "failed" "bold red"
+                       "applied" "green" "retracted" "green" "repeated" "bold red" "log" "bold red"
                        "fight" "bold red" "rescan" "cyan" "watching" "cyan" "stopped" "dim"
                        "replaced" "cyan" "superseded" "bold yellow"})
 
@@ -104,6 +105,8 @@ with STDERR, `sys.stderr` is when a line is printed)."
         (+ f": {(.get event "desc" "")}: repaired {(.get event "burst")} times in a row, "
            f"something keeps undoing it; next repair in {(.get event "retry-in")} s")
         (in what #("rescan" "replaced" "superseded")) f": {(.get event "why" "")}"
+        (= what "repeated")
+        f": {(.get event "desc" "")}: {(.get event "of")} {(.get event "count")} more times, as said"
         (= what "stopped")
         f": {(.get event "repairs" 0)} repairs, {(.get event "failures" 0)} failures"
         (.get event "desc") (+ f": {(get event "desc")}"

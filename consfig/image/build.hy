@@ -32,7 +32,8 @@ anything changed.
 Each run records its outcome on the machine it ran on (`state-file`);
 `host-status` reads that back over the host's chain."
 
-(import io
+(import contextlib
+        io
         json
         os
         sys
@@ -232,6 +233,13 @@ its events going to SINK; return the exit status."
   (when (hasattr sink "expect")
     (.expect sink hostname (announced-count host.propspec)))
   (when args.noop (setv args.check True))
+  (setv keeper (if args.converge
+                   ;; A second agent for this host is refused before it
+                   ;; applies anything (docs/converge.md).
+                   (do (import consfig.converge.agent [keeping])  ; start-up: 4 ms
+                       (keeping hostname))
+                   (contextlib.nullcontext)))
+  (.__enter__ keeper)
   (try
     (setv outcome (run-prepared (Prepared host (parse-chain (Keyword "local"))) tally
                                 :check args.check :verbosity args.verbose))
@@ -244,6 +252,7 @@ its events going to SINK; return the exit status."
       (_record run tally "error" (str e))
       (raise))
     (finally
+      (.__exit__ keeper None None None)
       (.close sink)
       (tidy-cache directories new)))
   (_record run tally outcome.status None)

@@ -50,7 +50,10 @@ from, whose lock may cover TARGET already (`consfig.apply.lock.lock-held?`)."
                                  (lock-request prepared.hostname (_pushed-digest prepared unapply)
                                                :check check))))
       (with [_ (holding-target-lock target prepared.hostname :within within
-                                    :digest (_pushed-digest prepared unapply) :check check)]
+                                    :digest (_pushed-digest prepared unapply) :check check
+                                    :say (fn [text]
+                                           (sink {"event" "output" "stream" "note" "text" text
+                                                  "host" prepared.hostname "depth" 0})))]
         (apply-here))))
 
 (defn _pushed-digest [prepared unapply]

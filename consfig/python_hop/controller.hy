@@ -34,7 +34,7 @@ bundle is made by `consfig.python_hop.bundle`; what data travels, `consfig.data.
         consfig.python_hop.bundle [bundle-for bytecode-matches? compiled-archive]
         consfig.data.transit [data-frame items-to-carry kept? sent-events]
         consfig.apply.engine [Outcome]
-        consfig.errors [ConnectionFailed ConsfigError controller-where indented]
+        consfig.errors [ConnectionFailed ConsfigError LockBusy controller-where indented]
         consfig.apply.events [output-event]
         consfig.transport.frames [HEARTBEAT frame read-frame]
         consfig.apply.noservices [no-services-reason]
@@ -352,7 +352,7 @@ has exited or WAIT seconds have passed."
       (= op "done") (return (Outcome name (get m "changes") (get m "failures")
                                      :drift (.get m "drift" 0)))
       (= op "error")
-      (raise (ConsfigError
+      (raise ((if (.get m "expected") LockBusy ConsfigError)
                (+ f"{name}: on the target ({where}): {(get m "message")}"
                   (if (and verbosity (get m "traceback"))
                       (+ "\n" (indented (get m "traceback")))

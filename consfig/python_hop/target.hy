@@ -186,7 +186,8 @@ they give no timeout of their own."
   {"op" "error"
    "type" (. (type e) __name__)
    "message" (if (isinstance e ConsfigError) (str e) f"{(. (type e) __name__)}: {e}")
-   "traceback" (traceback.format-exc)})
+   "traceback" (when (not (getattr e "expected" False)) (traceback.format-exc))
+   "expected" (getattr e "expected" False)})
 
 (defn tidy-cache [layer-dirs new]
   "After a run from the layers in LAYER-DIRS (NEW: those unpacked for this
@@ -227,7 +228,11 @@ older ones candidates for pruning."
     (with [_ (if agent
                  (agent.keeping host.hostname :alongside (.get (get msg "converge") "alongside" False))
                  (contextlib.nullcontext))]
-      (setv outcome (with [_ (target-lock-held (_cache-root layer-dirs) (.get msg "lock"))]
+      (setv outcome (with [_ (target-lock-held (_cache-root layer-dirs) (.get msg "lock")
+                                               :say (fn [text]
+                                                      (writer.event {"event" "output" "stream" "note"
+                                                                     "text" text "host" host.hostname
+                                                                     "depth" 0})))]
                       (_apply-here host msg writer.event)))
       (when agent
         ;; `consfig converge`: keep the host converged until told to stop.

@@ -618,7 +618,7 @@ error (with its traceback at -v) is status 1, an interrupt 130."
   (try
     (command args)
     (except [e ConsfigError]
-      (when (>= (getattr args "verbose" 0) 1)
+      (when (and (>= (getattr args "verbose" 0) 1) (not e.expected))
         (traceback.print-exc))
       ((if (getattr args "json" False) json-error error) e)
       1)

@@ -53,7 +53,7 @@ def test_during_branch_is_applied_within_a_second_of_the_fact_holding(tmp_path, 
         flag.touch()
         reaction(lambda: g.exists() and g.read_text() == "on\n" and page.exists(),
                  "the branch applied after the fact began to hold")
-        wait_until(lambda: agent.of("applied", "during"), 5, "the agent to say so")
+        wait_until(lambda: agent.of("applied", "during"), 10, "the agent to say so")
 
 
 def test_during_branch_is_retracted_when_the_fact_stops_holding(tmp_path, chain):
@@ -63,7 +63,7 @@ def test_during_branch_is_retracted_when_the_fact_stops_holding(tmp_path, chain)
         assert g.read_text() == "on\n" and page.exists(), "applied by the first pass"
         flag.unlink()
         reaction(lambda: not page.exists(), "the branch retracted")
-        wait_until(lambda: agent.of("retracted", "during"), 5, "the agent to say so")
+        wait_until(lambda: agent.of("retracted", "during"), 10, "the agent to say so")
         dropped = [e for e in agent.events() if e.get("dropped")]
         assert dropped and "has content" in dropped[0]["dropped"], \
             f"has-content cannot be unapplied: dropped, with a note: {agent.events()}"
@@ -107,4 +107,44 @@ def test_a_flapping_fact_ends_in_its_last_state_without_a_storm(tmp_path, chain)
         # A burst of 5 and one a second after: the two flaps take well
         # under 10 s between them.
         assert len(evaluations) <= 20, f"{len(evaluations)} evaluations: a storm"
-        assert len(agent.of("fight", "during")) >= 1, "the flapping is reported"
+
+
+def test_a_fact_that_keeps_changing_is_evaluated_under_a_limit_and_said_once(tmp_path):
+    site, flag, g, page = during_site(tmp_path, "[:local :python]")
+    with Converging(tmp_path, "--consfig", site, "during") as agent:
+        # Each change seen before the next: past 5 in a row, the next waits.
+        for i in range(8):
+            if i % 2:
+                flag.unlink()
+            else:
+                flag.touch()
+            wait_until(lambda: agent.of("fight", "during") or page.exists() == (i % 2 == 0), 10,
+                       f"change {i} seen")
+        [fight] = wait_until(lambda: agent.of("fight", "during"), 10, "the flapping reported")
+        assert fight["flaps"] and fight["burst"] == 5, fight
+        wait_until(lambda: not page.exists(), 10, "the last state, not holding, in the end")
+        assert len(agent.of("fight", "during")) == 1, "said once"
+
+
+def test_a_during_inside_another_is_kept_only_while_the_outer_one_holds(tmp_path):
+    outer, inner, page = tmp_path / "outer", tmp_path / "inner", tmp_path / "page"
+    site = write_site(tmp_path / "site.hy", "nested.example", "[:local :python]", f"""
+  (file.has-content "{tmp_path / 'kept'}" "kept\\n")
+  (during (fact.file-exists "{outer}")
+    (during (fact.file-exists "{inner}")
+      (file.exists-with-content "{page}" "down\\n")))""")
+    with Converging(tmp_path, "--consfig", site, "nested") as agent:
+        inner.touch()
+        outer.touch()
+        wait_until(page.exists, 10, "both hold: the inner branch applied")
+        inner.unlink()
+        wait_until(lambda: not page.exists(), 10, "the inner fact stops: retracted")
+        inner.touch()
+        wait_until(page.exists, 10, "and applied again")
+        outer.unlink()
+        wait_until(lambda: not page.exists(), 10, "the outer fact stops: all retracted")
+        inner.unlink()
+        inner.touch()
+        (tmp_path / "kept").write_text("edited\n")
+        wait_until(lambda: agent.of("repaired", "kept"), 10, "events after those seen")
+        assert not page.exists(), "the inner during is not kept while the outer does not hold"

@@ -86,6 +86,8 @@ def converges_then_stops_mid_repair(chain, d, log):
     (d / "motd.new").write_text("edited\n")
     os.replace(d / "motd.new", motd)
     wait_until(lambda: motd.read_text() == "hello\n", 10, "the edit repaired")
+    # The file is written before the events that say so reach us.
+    wait_until(lambda: agent.of("repaired"), 10, "the repair reported")
     assert [e["desc"] for e in agent.of("drift")] == [f"{motd} has content"], agent.events
 
     marker.unlink()

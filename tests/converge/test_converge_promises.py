@@ -1,0 +1,230 @@
+"""What docs/converge.md promises of the agent, each through a real
+`consfig converge HOST` process over [:local :python]: --noop and its
+diffs, `unapplied` kept unapplied, an `on-change` kept whole, a property
+that raises, a directory deleted and recreated, a fight reported once, a
+push of the host's own propspec rescanned after, :retry in a repair, a
+polled fact of a `during`, the lines it prints, and --follow."""
+
+import os
+import subprocess
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agentcli import Converging, write_site  # noqa: E402
+from clirun import REPO, consfig  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+LOCAL = "[:local :python]"
+
+
+def test_noop_reports_each_drift_with_its_diff_and_repairs_nothing(tmp_path):
+    f = tmp_path / "motd"
+    f.write_text("hello\n")
+    site = write_site(tmp_path / "site.hy", "noop.example", LOCAL,
+                      f'(file.has-content "{f}" "hello\\n")')
+    with Converging(tmp_path, "--consfig", site, "noop", "--noop", "--diff") as agent:
+        f.write_text("edited\n")
+        drift = wait_until(lambda: [d for d in agent.of("drift") if "-edited" in d.get("diff", "")],
+                           10, "the drift reported")[0]
+        assert drift["noop"] and "+hello" in drift["diff"], drift
+        (tmp_path / "other").write_text("x")   # a second event in the same directory
+        f.write_text("edited again\n")
+        wait_until(lambda: [d for d in agent.of("drift") if "-edited again" in d.get("diff", "")],
+                   10, "the changed drift reported again")
+    assert f.read_text() == "edited again\n", "nothing repaired"
+    assert not agent.of("repaired")
+
+
+def test_a_property_inside_unapplied_is_kept_unapplied(tmp_path):
+    f = tmp_path / "gone"
+    site = write_site(tmp_path / "site.hy", "unapplied.example", LOCAL,
+                      f'(unapplied (file.exists-with-content "{f}" "no\\n"))')
+    with Converging(tmp_path, "--consfig", site, "unapplied") as agent:
+        f.write_text("no\n")
+        wait_until(lambda: not f.exists(), 10, "the file removed again")
+        wait_until(lambda: agent.of("repaired"), 10, "the agent to say so")
+
+
+def test_an_on_change_is_kept_whole_and_its_handler_runs_after_a_repair(tmp_path):
+    conf, reloads = tmp_path / "conf", tmp_path / "reloads"
+    site = write_site(tmp_path / "site.hy", "onchange.example", LOCAL, f"""
+  (on-change (file.has-content "{conf}" "conf\\n")
+    (cmd.single "sh" "-c" "echo reloaded >> \\"$0\\"" "{reloads}"))""", uses="file cmd")
+    with Converging(tmp_path, "--consfig", site, "onchange") as agent:
+        assert reloads.read_text() == "reloaded\n", "applied once, with its handler"
+        conf.write_text("broken\n")
+        wait_until(lambda: reloads.read_text() == "reloaded\nreloaded\n", 10,
+                   "the handler run after the repair")
+        assert conf.read_text() == "conf\n"
+        wait_until(lambda: agent.of("repaired"), 10, "the agent to say so")
+
+
+RAISES = """(defprop raises-when-flagged :posix [flag path]
+  "PATH holds ok; the check raises while FLAG exists."
+  (:desc f"{path} is ok")
+  (:watch [(watch-path flag) (watch-path path)])
+  (:check (do (when (os.path.exists flag) (raise (RuntimeError "flagged")))
+              (and (os.path.exists path) (= (.read-text (pathlib.Path path)) "ok\\n"))))
+  (:apply (.write-text (pathlib.Path path) "ok\\n")))
+"""
+
+
+def test_a_property_that_raises_is_reported_and_the_agent_goes_on(tmp_path):
+    flag, p, other = tmp_path / "flag", tmp_path / "p", tmp_path / "other"
+    site = tmp_path / "site.hy"
+    site.write_text(f"""(require consfig *)
+(import consfig * os pathlib)
+(use-props consfig.props [file])
+{RAISES}
+(defhost raises.example {{:deploy {LOCAL}}}
+  (raises-when-flagged "{flag}" "{p}")
+  (file.has-content "{other}" "other\\n"))
+""")
+    with Converging(tmp_path, "--consfig", site, "raises") as agent:
+        flag.touch()
+        [failed] = wait_until(lambda: agent.of("failed"), 10, "the failure reported")
+        assert "flagged" in failed["message"], failed
+        other.write_text("edited\n")
+        wait_until(lambda: agent.of("repaired", "other"), 10, "the others still kept")
+        flag.unlink()
+        p.write_text("bad\n")
+        wait_until(lambda: p.read_text() == "ok\n", 10, "checked again at its next event")
+
+
+def test_a_file_whose_directory_is_deleted_and_recreated_is_put_back(tmp_path):
+    d = tmp_path / "d" / "e"
+    f = d / "f"
+    site = write_site(tmp_path / "site.hy", "dirs.example", LOCAL, f"""
+  (file.directory-exists "{tmp_path / 'd'}")
+  (file.directory-exists "{d}")
+  (file.has-content "{f}" "f\\n")""")
+    def removed(path):
+        # The agent may put a directory back while rm empties it: rm then
+        # fails, and is run again.
+        return subprocess.run(["rm", "-rf", str(path)], capture_output=True).returncode == 0
+
+    with Converging(tmp_path, "--consfig", site, "dirs"):
+        wait_until(lambda: removed(tmp_path / "d"), 10, "the tree removed")
+        wait_until(lambda: f.exists() and f.read_text() == "f\n", 10, "the tree put back")
+        wait_until(lambda: removed(d), 10, "the inner directory removed")
+        wait_until(lambda: f.exists() and f.read_text() == "f\n", 10, "put back again")
+
+
+def test_two_agents_fighting_over_a_file_report_the_fight_once_and_keep_to_the_limit(tmp_path):
+    f = tmp_path / "fought"
+    site = tmp_path / "site.hy"
+    site.write_text(f"""(require consfig *)
+(import consfig *)
+(use-props consfig.props [file])
+(defhost one.example {{:deploy {LOCAL}}} (file.has-content "{f}" "one\\n"))
+(defhost two.example {{:deploy {LOCAL}}} (file.has-content "{f}" "two\\n"))
+""")
+    with Converging(tmp_path, "--consfig", site, "one", "--limit", "2", "--burst", "3",
+                    name="one") as one, \
+         Converging(tmp_path, "--consfig", site, "two", "--limit", "2", "--burst", "3",
+                    name="two") as two:
+        wait_until(lambda: one.of("fight") and two.of("fight"), 20, "the fight reported")
+        start = [len(a.of("repaired")) for a in (one, two)]
+        first = [a.of("repaired")[-1]["time"] if a.of("repaired") else 0 for a in (one, two)]
+        wait_until(lambda: min(len(a.of("repaired")) for a in (one, two)) >= max(start) + 6, 30,
+                   "the fight going on")
+        for a, n, t in zip((one, two), start, first):
+            last = a.of("repaired")[-1]["time"]
+            rate = (len(a.of("repaired")) - n) / (last - t)
+            assert rate <= 2 * 1.5, f"{rate:.1f} repairs a second, above the limit of 2"
+            assert len(a.of("fight")) <= 2, f"the fight reported once (or once more): {a.of('fight')}"
+
+
+def test_a_push_of_the_hosts_own_propspec_is_waited_for_then_everything_checked(tmp_path):
+    f = tmp_path / "motd"
+    site = write_site(tmp_path / "site.hy", "pushed.example", LOCAL,
+                      f'(file.has-content "{f}" "hello\\n")')
+    with Converging(tmp_path, "--consfig", site, "pushed") as agent:
+        r = consfig("deploy", "--consfig", site, "pushed")
+        assert r.returncode == 0, r.stderr
+        [rescan] = wait_until(lambda: agent.of("rescan"), 10, "a rescan after the push")
+        assert "deploying pushed.example" in rescan["why"], rescan
+        f.write_text("edited\n")
+        wait_until(lambda: f.read_text() == "hello\n", 10, "still kept")
+        assert not agent.of("superseded")
+
+
+RETRIED = """(defprop fails-first-attempt :posix [attempts path]
+  "PATH holds ok; the first of every two attempts to apply it fails."
+  (:desc f"{path} is ok")
+  (:watch [(watch-path path)])
+  (:check (and (os.path.exists path) (= (.read-text (pathlib.Path path)) "ok\\n")))
+  (:apply (with [f (open attempts "a")] (.write f "attempt\\n"))
+          (when (% (len (.splitlines (.read-text (pathlib.Path attempts)))) 2)
+            (raise (RuntimeError "the first attempt fails")))
+          (.write-text (pathlib.Path path) "ok\\n")))
+"""
+
+
+def test_a_repair_is_retried_under_its_retry_meta_parameter(tmp_path):
+    attempts, p = tmp_path / "attempts", tmp_path / "p"
+    attempts.write_text("attempt\n")      # the first pass succeeds at once
+    site = tmp_path / "site.hy"
+    site.write_text(f"""(require consfig *)
+(import consfig * os pathlib)
+{RETRIED}
+(defhost retried.example {{:deploy {LOCAL}}}
+  (with-meta {{:retry 2}} (fails-first-attempt "{attempts}" "{p}")))
+""")
+    with Converging(tmp_path, "--consfig", site, "retried") as agent:
+        p.write_text("bad\n")
+        wait_until(lambda: agent.of("repaired"), 10, "repaired at the second attempt")
+        notes = [e for e in agent.events() if e.get("event") == "output" and e.get("attempt")]
+        assert notes and notes[0]["attempt"] == 1, agent.events()
+        assert not agent.of("failed"), agent.events()
+
+
+def test_a_polled_fact_is_kept_live_like_a_watched_one(tmp_path):
+    flag, page = tmp_path / "flag", tmp_path / "page"
+    site = write_site(tmp_path / "site.hy", "polled.example", LOCAL, f"""
+  (during (fact.command-succeeds ["test" "-e" "{flag}"] :poll 0.2)
+    (file.exists-with-content "{page}" "down\\n"))""")
+    with Converging(tmp_path, "--consfig", site, "polled") as agent:
+        flag.touch()
+        wait_until(page.exists, 10, "the branch applied at the next poll")
+        flag.unlink()
+        wait_until(lambda: not page.exists(), 10, "retracted at the next poll")
+        wait_until(lambda: agent.of("applied") and agent.of("retracted"), 10, "the agent to say so")
+
+
+def test_the_agents_lines_say_when_what_and_which_property(tmp_path):
+    f = tmp_path / "motd"
+    site = write_site(tmp_path / "site.hy", "lines.example", LOCAL,
+                      f'(file.has-content "{f}" "hello\\n")')
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    p = subprocess.Popen([sys.executable, "-m", "consfig", "converge", "--consfig", str(site),
+                          "lines"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=REPO, env=env)
+    out = []
+    reader = threading.Thread(target=lambda: out.extend(p.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any("watching: 1 properties, 1 watches" in line for line in out), 120,
+                   "the agent to watch")
+        f.write_text("edited\n")
+        wait_until(lambda: any(" repaired: " in line for line in out), 10, "the repair")
+    finally:
+        p.send_signal(2)
+        p.wait(60)
+        reader.join(10)
+    text = "".join(out)
+    assert f"drift: {f} has content ({f} would change)" in text, text
+    assert f"lines.example :: {f} has content ... done" in text, text
+
+
+def test_follow_shows_the_events_of_an_agent_running_on_the_host(tmp_path):
+    f = tmp_path / "motd"
+    site = write_site(tmp_path / "site.hy", "followed.example", LOCAL,
+                      f'(file.has-content "{f}" "hello\\n")')
+    with Converging(tmp_path, "--consfig", site, "followed"):
+        with Converging(tmp_path, "--consfig", site, "followed", "--follow", "--lines", "50",
+                        name="follower") as follower:
+            f.write_text("edited\n")
+            wait_until(lambda: follower.of("repaired"), 10, "the follower to see the repair")
+            assert follower.watching["host"] == "followed.example"
