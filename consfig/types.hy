@@ -18,6 +18,7 @@ propspec is read back from data.  Types compose (`(list-of package-name)`,
 Calling a type on a value returns the value or raises `ParameterTypeError`."
 
 (import re
+        urllib.parse
         hy.models [Keyword]
         consfig.errors [PropspecError])
 
@@ -129,8 +130,6 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
                          r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
       url (predicate "url" "a URL (scheme://… with no whitespace)"
                      (fn [v]
-                       ;; urllib.parse brings ipaddress, which no other type needs.
-                       (import urllib.parse)  ; start-up: 2 ms of a :python target's
                        (and (isinstance v str)
                             (not (re.search r"\s" v))
                             (. (urllib.parse.urlsplit v) scheme)

@@ -24,6 +24,9 @@ lock.  A target without flock(1), or reached by a hop that cannot start a
 process, is deployed without a lock."
 
 (import contextlib
+        secrets
+        getpass
+        socket
         os
         re
         time
@@ -90,9 +93,6 @@ cat >/dev/null
 reap \"$3\""))
 
 (defn _holder [hostname [digest None]]
-  ;; getpass, socket and secrets (below) are imported where they are used:
-  ;; a :python target imports this module and takes the lock without them.
-  (import getpass socket)  ; start-up: 2 ms
   (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), deploying {hostname}, "
      f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"
      (if digest f", propspec {digest}" "")))
@@ -112,7 +112,6 @@ for whoever waits."
   {"wait" LOCK-WAIT "holder" (_holder hostname digest)})
 
 (defn _acquire [connection hostname wait [digest None]]
-  (import secrets)  ; start-up: 4 ms
   (setv token (secrets.token-hex 16))
   (try
     (setv process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"

@@ -9,7 +9,7 @@ An image is a zip file that Python runs, after a `#!/usr/bin/env python3`
 line:
 
   __main__.py          consfig/ui/image_main.py: unpacks the layers the user's
-                       cache lacks, imports them, calls `consfig.ui.cli.run-image`
+                       cache lacks, imports them, calls `consfig.ui.image_cli.run-image`
   consfig-image.json   {format hostname layers secrets}
   host.json            the preprocessed host and its prerequisite data, as
                        the `:python` hop sends them, the data's content
@@ -35,15 +35,22 @@ Each run records its outcome on the machine it ran on (`state-file`);
 (import io
         json
         os
+        socket
         sys
+        tarfile
         time
         hy.models [Keyword]
-        consfig.python_hop.bundle [bundle-for compiled-archive running-from]
+        consfig.python_hop.bundle [bundle-for cache-directory compiled-archive running-from]
         consfig.errors [ConsfigError]
         consfig.util [STATE-DIRECTORY-SCRIPT sha256-hex state-directory write-atomically]
         consfig.python_hop.payload [host-payload host-on-target payload-secrets secret-values]
+        consfig.python_hop.target [tidy-cache]
         consfig.transport.chain [parse-chain establish-chain close-chain]
-        consfig.deployer.deployment [prepare-deployment]
+        consfig.transport.local [LocalConnection]
+        consfig.apply.engine [announced-count]
+        consfig.deployer.deployment [Prepared prepare-deployment run-prepared]
+        consfig.deployer.fleet [fleet-exit-code]
+        consfig.converge.agent [converge-after]
         consfig.model.context [establishing-for]
         consfig.transport.hop [Script]
         consfig.model.host [find-host Host])
@@ -75,7 +82,7 @@ them) and `sha256`, the hex digest of its bytes."
   ;; zipfile (with pathlib) and socket, below, are imported where they are
   ;; used: a site's `(import consfig *)` imports this module on every
   ;; target of a :python hop, which makes no image and runs none.
-  (import zipfile)  ; start-up: 5 ms
+  (import zipfile)  ; lazy: 5 ms or more, for building an image alone
   (with [z (zipfile.ZipFile buf "w")]
     (for [name (sorted entries)]
       (setv info (zipfile.ZipInfo name :date-time _DATE))
@@ -119,7 +126,6 @@ them) and `sha256`, the hex digest of its bytes."
 (defn _layer-entries [layer]
   ;; A layer's files under layers/HASH/, with the bytecode of this Python
   ;; where it can be had (`compiled-archive`).
-  (import tarfile)  ; start-up: 1 ms
   (setv prefix f"layers/{layer.hash}/"
         entries (dfor [rel path] (.items layer.files)
                       (+ prefix (.replace rel os.sep "/")) (_read path))
@@ -177,7 +183,6 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
 (defn _this-host? [hostname]
   ;; Hostnames are compared whole, or by their first label when one of
   ;; them has no other (`athena` is athena.example.com).
-  (import socket)  ; start-up: 2 ms
   (setv here (socket.gethostname))
   (or (= here hostname)
       (and (or (not-in "." here) (not-in "." hostname))
@@ -206,14 +211,8 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
 (defn apply-image [args archive image meta directories new sink]
   "Apply the host of the image ARCHIVE (the open zip IMAGE, its META, its
 layers unpacked in DIRECTORIES, NEW those unpacked just now) to this
-machine, as ARGS (the image's command line, `consfig.ui.cli.run-image`) ask,
+machine, as ARGS (the image's command line, `consfig.ui.image_cli.run-image`) ask,
 its events going to SINK; return the exit status."
-  (import socket
-          consfig.transport.chain [parse-chain]
-          consfig.deployer.deployment [Prepared run-prepared]
-          consfig.apply.engine [announced-count]
-          consfig.deployer.fleet [fleet-exit-code]
-          consfig.python_hop.target [tidy-cache])  ; start-up: 4 ms
   (setv hostname (get meta "hostname"))
   (when (and (not args.as-host) (not (_this-host? hostname)))
     (raise (ConsfigError (+ f"this is the image of {hostname}, and this machine is "
@@ -256,9 +255,6 @@ its events going to SINK; return the exit status."
 (defn _converge [host sink args directories archive]
   ;; The agent, here: its lock is the one a deployment over :local takes.
   ;; It watches ARCHIVE, the image, and stops when it is replaced.
-  (import consfig.python_hop.bundle [cache-directory]
-          consfig.transport.local [LocalConnection]
-          consfig.converge.agent [converge-after])  ; start-up: 4 ms
   (setv lock-dir (os.path.dirname (cache-directory)))
   (os.makedirs lock-dir 0o700 :exist-ok True)
   (converge-after host (LocalConnection) sink lock-dir

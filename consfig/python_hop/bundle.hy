@@ -14,6 +14,9 @@ as the target's sends each layer compiled, from a cache of its own
 (`prune-bundles`)."
 
 (import importlib
+        tempfile
+        gzip
+        tarfile
         importlib.util
         io
         os
@@ -123,7 +126,6 @@ new layer needs another Python."
   (or (.endswith name ".py") (.endswith name ".hy")))
 
 (defn _tar [files]
-  (import tarfile)  ; start-up: 1 ms
   (setv buf (io.BytesIO))
   (with [tar (tarfile.open :fileobj buf :mode "w:gz" :compresslevel 6)]
     (for [rel (sorted files)]
@@ -273,7 +275,6 @@ this Python."
 (defn _intact? [archive]
   ;; gzip's trailer holds the length and a CRC of the whole: a truncated or
   ;; damaged archive fails here, before it is sent.
-  (import gzip)  ; start-up: 0.4 ms
   (try (gzip.decompress archive) True
        (except [#(OSError EOFError ValueError)] False)))
 
@@ -289,10 +290,10 @@ this Python."
 
 ;; What a target imports besides the modules of the properties it applies
 ;; (which the controller imported too): they are compiled with them.
-(setv _TARGET-MODULES #("consfig.python_hop.target" "consfig.image.build" "consfig.ui.cli"))
+(setv _TARGET-MODULES #("consfig.python_hop.target" "consfig.image.build"
+                        "consfig.ui.image_cli"))
 
 (defn _compile [layer path note]
-  (import tarfile tempfile)  ; start-up: 2 ms
   (setv scratch (tempfile.mkdtemp :prefix "consfig-compile-")
         tag sys.implementation.cache-tag)
   (try

@@ -8,6 +8,7 @@ that a mistake in a chain is reported before anything connects, in one
 line.  `establish-chain` then makes the hops one inside the other."
 
 (import importlib
+        difflib
         keyword
         pkgutil
         hy.models [Keyword]
@@ -36,8 +37,6 @@ line.  `establish-chain` then makes the hops one inside the other."
 suggests the nearest known name."
   (setv mod (_hop-module name))
   (when (or (is mod None) (not (hasattr mod "HOP")))
-    ;; difflib only for a mistake: a target establishing hops needs none.
-    (import difflib)  ; start-up: 1 ms
     (setv known (known-hops)
           near (difflib.get-close-matches name known 1))
     (raise (ChainError (+ f"unknown hop type :{name}"
@@ -106,7 +105,6 @@ type, argument and argument type before anything connects.  A mistake is a
   #(name kwargs))
 
 (defn _unknown-argument [name k spec]
-  (import difflib)  ; start-up: 1 ms
   (setv near (when (isinstance k Keyword)
                (difflib.get-close-matches k.name (list spec.arguments) 1)))
   (+ f"hop :{name} has no argument {(hy.repr k)}"

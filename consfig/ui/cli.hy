@@ -30,33 +30,27 @@ with --check, changes that would be made) and no failures, 1 failures or an
 error.  A usage error exits 64."
 
 (import argparse
+        consfig.ui.repl [run-repl]
+        json
+        consfig.image.build [format-status host-status make-image write-image]
         os
         sys
-        traceback
         consfig.transport.chain [chain->data parse-chain]
         consfig.data.items [resolve-data]
-        consfig.apply.engine [SinkFailed describe-meta effective-meta]
+        consfig.apply.engine [SinkFailed describe-meta]
+        consfig.apply.meta [effective-meta]
         consfig.apply.events [drift-summary-event]
         consfig.errors [ConsfigError]
         consfig.deployer.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
-        consfig.model.host [hosts preprocess-host Host]
+        consfig.model.host [find-host hosts preprocess-host Host]
         consfig.model.property [propapp-desc]
         consfig.model.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
-        consfig.deployer.report [JsonSink Reporter error]
         consfig.site.load [demo-consfig find-default-consfig load-consfig]
-        consfig.converge.controller [converge-host follow-host])
-
-(setv EX-USAGE 64)
-
-(defclass Parser [argparse.ArgumentParser]
-  "An argument parser whose usage errors exit 64 (sysexits' EX_USAGE):
-argparse's 2 is what --detailed-exitcode means by \"changes made\"."
-  (defn error [self message]
-    (.print-usage self sys.stderr)
-    (.exit self EX-USAGE f"{self.prog}: error: {message}\n")))
+        consfig.converge.controller [converge-host follow-host]
+        consfig.ui.command [EXIT-STATUS Parser guarded output-options output-sink])
 
 (defn _version []
-  (import importlib.metadata)  ; start-up: 18 ms
+  (import importlib.metadata)  ; lazy: 5 ms or more, for --version alone
   (try (importlib.metadata.version "consfig")
        (except [importlib.metadata.PackageNotFoundError] "unknown")))
 
@@ -77,76 +71,54 @@ argument parser SP."
   (.add-argument sp "--via" :metavar "CHAIN"
                  :help "connection chain as Hy data, e.g. ':local' or '[[:ssh :user \"root\"] :python]' (default: the host's :deploy)"))
 
-(defn output-options [sp]
-  "Add the options of a deployment's report and exit status (-v, --check,
---diff, --json, --detailed-exitcode) to the argument parser SP: `consfig
-deploy`'s, and an image's."
-  (.add-argument sp "-v" "--verbose" :action "count" :default 0
-                 :help "-v: commands' output, diffs, tracebacks, durations; -vv, -vvv: more")
-  (.add-argument sp "--check" :action "store_true"
-                 :help "report what holds and what would change; change nothing")
-  (.add-argument sp "--diff" :action "store_true"
-                 :help "show the diffs of files that change (or would, with --check)")
-  (.add-argument sp "--json" :action "store_true"
-                 :help "write the events as JSON lines instead of a report")
-  (.add-argument sp "--detailed-exitcode" :action "store_true"
-                 :help "exit 0 for no changes, 2 for changes, 1 for failures"))
+(defn _consfig-option [sp]
+  (.add-argument sp "--consfig" :metavar "FILE"
+                 :help "the site consfig (default: $CONSFIG, ./consfig.hy, or the demo)"))
 
-(defn _parser []
-  (setv p (Parser
-            :prog "consfig"
-            :description "Declarative configuration management and deployment in Hy."
-            :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
-                       "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
-                       "64 a usage error.")))
-  (.add-argument p "--version" :action _VersionAction)
-  (setv sub (.add-subparsers p :dest "command" :metavar "COMMAND"))
-  (setv sub.required True)
+(defn _limit-option [sp]
+  (.add-argument sp "--limit" :metavar "PATTERN"
+                 :help "narrow the selection to the hosts PATTERN also matches"))
 
-  (defn consfig-option [sp]
-    (.add-argument sp "--consfig" :metavar "FILE"
-                   :help "the site consfig (default: $CONSFIG, ./consfig.hy, or the demo)"))
+(defn _deploy-options [sp]
+  (_limit-option sp)
+  (.add-argument sp "-j" "--jobs" :metavar "N" :type int
+                 :help f"deploy N hosts at once (default: all of them, at most {DEFAULT-JOBS}; 1: one after another)")
+  (.add-argument sp "--max-fail" :metavar "N|N%"
+                 :help "start no more hosts once N (or N%% of them) have failed")
+  (.add-argument sp "--serial" :metavar "N|N%"
+                 :help "deploy in batches of N hosts (or N%% of them), each finishing before the next starts")
+  (via-option sp)
+  (output-options sp))
 
-  (defn limit-option [sp]
-    (.add-argument sp "--limit" :metavar "PATTERN"
-                   :help "narrow the selection to the hosts PATTERN also matches"))
-
-  (defn deploy-options [sp]
-    (limit-option sp)
-    (.add-argument sp "-j" "--jobs" :metavar "N" :type int
-                   :help f"deploy N hosts at once (default: all of them, at most {DEFAULT-JOBS}; 1: one after another)")
-    (.add-argument sp "--max-fail" :metavar "N|N%"
-                   :help "start no more hosts once N (or N%% of them) have failed")
-    (.add-argument sp "--serial" :metavar "N|N%"
-                   :help "deploy in batches of N hosts (or N%% of them), each finishing before the next starts")
-    (via-option sp)
-    (output-options sp))
-
+(defn _deploy-command [sub]
   (setv d (.add-parser sub "deploy" :help "deploy hosts"))
-  (consfig-option d)
+  (_consfig-option d)
   (.add-argument d "hosts" :nargs "+" :metavar "PATTERN"
                  :help "hosts to deploy: a name, a glob ('web*'), a group (@web), @web:!@eu")
-  (deploy-options d)
+  (_deploy-options d)
   (.add-argument d "--dry-run" :action "store_true"
-                 :help "compute hostattrs and print what would be applied; connect to nothing")
+                 :help "compute hostattrs and print what would be applied; connect to nothing"))
 
+(defn _deploy-these-command [sub]
   (setv t (.add-parser sub "deploy-these" :help "apply just the given properties to a host"))
-  (consfig-option t)
+  (_consfig-option t)
   (.add-argument t "host" :metavar "PATTERN" :help "the host (or hosts: a glob, @group…)")
   (.add-argument t "propspec" :metavar "PROPSPEC" :nargs "+"
                  :help (+ "propapps as Hy, e.g. '(file.has-content \"/etc/motd\" \"hi\\n\")'; "
                           "several (in one argument or several) apply in order"))
-  (deploy-options t)
+  (_deploy-options t))
 
+(defn _hosts-command [sub]
   (setv h (.add-parser sub "hosts" :help "list the hosts a consfig defines, or those chosen"))
-  (consfig-option h)
+  (_consfig-option h)
   (.add-argument h "patterns" :nargs "*" :metavar "PATTERN")
-  (limit-option h)
+  (_limit-option h))
 
+(defn _image-command [sub]
   (setv i (.add-parser sub "image" :help "write a host's self-applying image"
                       :description (+ "Write the image of HOST: one file that applies HOST's configuration "
                                       "to the machine it runs on, with `python3 FILE` (see docs/images.md).")))
-  (consfig-option i)
+  (_consfig-option i)
   (.add-argument i "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
   (.add-argument i "-o" "--output" :metavar "FILE" :help "where to write the image")
   (.add-argument i "--no-secrets" :action "store_true"
@@ -161,17 +133,19 @@ deploy`'s, and an image's."
   (.add-argument i "--bootloader" :choices ["grub-bios" "none"] :default "grub-bios"
                  :help "with --disk: the bootloader to install (default: grub-bios)")
   (via-option i)
-  (output-options i)
+  (output-options i))
 
+(defn _status-command [sub]
   (setv s (.add-parser sub "status" :help "what the last run of a host's image recorded there"
                        :description (+ "Read back, over the host's chain, what the last run of its image "
                                        "recorded on it.  Exit status: 0 the last run succeeded, 1 it "
                                        "failed (or reading failed), 3 the image never ran there.")))
-  (consfig-option s)
+  (_consfig-option s)
   (.add-argument s "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
   (via-option s)
-  (.add-argument s "--json" :action "store_true" :help "print the recorded state as JSON")
+  (.add-argument s "--json" :action "store_true" :help "print the recorded state as JSON"))
 
+(defn _keygen-command [sub]
   (setv k (.add-parser sub "keygen" :help "make an OpenSSH key pair to sign published images"
                        :description (+ "Make an OpenSSH Ed25519 key pair with ssh-keygen: the private key "
                                        "KEYFILE (mode 0600, no passphrase) and KEYFILE.pub, the line hosts "
@@ -181,8 +155,9 @@ deploy`'s, and an image's."
   (.add-argument k "-o" "--output" :metavar "KEYFILE" :required True :help "where to write the private key")
   (.add-argument k "--comment" :metavar "TEXT" :help "a name for the key in KEYFILE.pub (default: KEYFILE's name)")
   (.add-argument k "--from" :metavar "OLDKEY" :dest "old"
-                 :help "write the key of consfig's old format in OLDKEY as an OpenSSH pair: the same key")
+                 :help "write the key of consfig's old format in OLDKEY as an OpenSSH pair: the same key"))
 
+(defn _publish-command [sub]
   (setv u (.add-parser sub "publish" :help "write hosts' signed images where they pull them from"
                        :description (+ "Build the image of each chosen host and write it, signed, to DIR "
                                        "(DIR/HOST, DIR/HOST.sig, DIR/index.json), for any static file "
@@ -190,9 +165,9 @@ deploy`'s, and an image's."
                                        "replaced whole (written aside, then renamed); an unchanged image "
                                        "is left untouched.  Images are built without secrets unless "
                                        "--with-secrets (see docs/images.md).")))
-  (consfig-option u)
+  (_consfig-option u)
   (.add-argument u "hosts" :nargs "+" :metavar "PATTERN" :help "hosts to publish: a name, a glob, @group…")
-  (limit-option u)
+  (_limit-option u)
   (.add-argument u "--to" :metavar "DIR" :required True :help "the directory a server serves")
   (.add-argument u "--signing-key" :metavar "KEYFILE" :required True
                  :help (+ "an OpenSSH private key (yours, or from consfig keygen), or a public key "
@@ -204,14 +179,15 @@ deploy`'s, and an image's."
                  :help (+ "how long hosts accept each signed statement (default 7 days); "
                           "publish at least twice as often, or hosts refuse it as stale"))
   (.add-argument u "--with-secrets" :action "store_true"
-                 :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone")
+                 :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone"))
 
+(defn _converge-command [sub]
   (setv c (.add-parser sub "converge"
                       :help "apply a host, then keep it converged: watch, repair drift"
                       :description (+ "Apply HOST over its chain (ending in a :python hop), then "
                                       "stay on it, re-checking and re-applying just the properties "
                                       "whose resources change, until interrupted (docs/converge.md).")))
-  (consfig-option c)
+  (_consfig-option c)
   (.add-argument c "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
   (via-option c)
   (.add-argument c "--noop" :action "store_true"
@@ -224,10 +200,27 @@ deploy`'s, and an image's."
                  :help "with --follow: how many past events to show first (default 20)")
   (.add-argument c "-v" "--verbose" :action "count" :default 0 :help "more detail")
   (.add-argument c "--diff" :action "store_true" :help "show the diff of each drift")
-  (.add-argument c "--json" :action "store_true" :help "write the events as JSON lines")
+  (.add-argument c "--json" :action "store_true" :help "write the events as JSON lines"))
 
+(defn _repl-command [sub]
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
-  (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
+  (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load"))
+
+;; Each subcommand of `consfig`, in the order --help lists them.
+(setv _COMMAND-PARSERS [_deploy-command _deploy-these-command _hosts-command _image-command
+                        _status-command _keygen-command _publish-command
+                        _converge-command _repl-command])
+
+(defn _parser []
+  ;; The `consfig` command's parser: one subcommand each of _COMMAND-PARSERS.
+  (setv p (Parser
+            :prog "consfig"
+            :description "Declarative configuration management and deployment in Hy."
+            :epilog EXIT-STATUS))
+  (.add-argument p "--version" :action _VersionAction)
+  (setv sub (.add-subparsers p :dest "command" :metavar "COMMAND"))
+  (setv sub.required True)
+  (for [add _COMMAND-PARSERS] (add sub))
   p)
 
 (defn _consfig-path [given]
@@ -252,13 +245,6 @@ deploy`'s, and an image's."
       (raise (ConsfigError f"--via: cannot read {text !r} as a chain: {e}"))))
   (parse-chain chain "--via")
   chain)
-
-(defn output-sink [args]
-  "The sink the parsed options ARGS (`output-options`) ask for: JSON lines
-or a report."
-  (if args.json
-      (JsonSink)
-      (Reporter :verbosity args.verbose :check args.check :diff args.diff)))
 
 (defn _deploy-all [args targets [propspec None]]
   ;; One sink for all hosts, so that the end of the run can recap them.
@@ -344,7 +330,7 @@ in order (an implicit `eseqprops`)."
 
 (defn _disk-image [args]
   ;; A deployment to the machine that builds (this one, or --via's end).
-  (import consfig.props [disk])  ; start-up: 12 ms
+  (import consfig.props [disk])  ; lazy: 5 ms or more, for --disk alone
   (when (or args.output (not (os.path.isabs args.disk))
             (and args.qcow2 (not (os.path.isabs args.qcow2)))
             (and args.tarball (not (os.path.isabs args.tarball))))
@@ -360,7 +346,6 @@ in order (an implicit `eseqprops`)."
                (disk.raw-image-built-for options host.hostname args.disk)))
 
 (defn _image [args]
-  (import consfig.image.build [write-image])  ; start-up: 0.9 ms
   (when args.disk (return (_disk-image args)))
   (when (or (not args.output) args.qcow2 args.tarball)
     (.error (_parser) "the image command needs -o FILE (or --disk FILE, which --qcow2 and --tarball go with)"))
@@ -377,9 +362,6 @@ in order (an implicit `eseqprops`)."
   0)
 
 (defn _status [args]
-  (import json
-          consfig.model.host [find-host]
-          consfig.image.build [format-status host-status])  ; start-up: 0.9 ms
   (_load args)
   (setv host (find-host args.host)
         state (host-status host :via (when (is-not args.via None) (read-chain args.via))))
@@ -391,7 +373,7 @@ in order (an implicit `eseqprops`)."
         True 0))
 
 (defn _keygen [args]
-  (import consfig.image.publish [keygen keygen-from])  ; start-up: 33 ms
+  (import consfig.image.publish [keygen keygen-from])  ; lazy: 5 ms or more, for keygen alone
   (setv line (if args.old
                  (keygen-from args.old args.output args.comment)
                  (keygen args.output args.comment)))
@@ -401,8 +383,7 @@ in order (an implicit `eseqprops`)."
   0)
 
 (defn _publish [args]
-  (import consfig.image.build [make-image]
-          consfig.image.publish [load-legacy-key publish-images signing-key])  ; start-up: 52 ms
+  (import consfig.image.publish [load-legacy-key publish-images signing-key])  ; lazy: 5 ms or more, for publish alone
   (_load args)
   (setv signer (signing-key args.signing-key)
         legacy (when args.legacy-key (load-legacy-key args.legacy-key))
@@ -440,7 +421,6 @@ in order (an implicit `eseqprops`)."
   (if (and (not args.follow) (= outcome.status "failed")) 1 0))
 
 (defn _repl [args]
-  (import consfig.ui.repl [run-repl])  ; start-up: 1 ms
   (run-repl (_consfig-path args.file)))
 
 (setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
@@ -451,50 +431,6 @@ in order (an implicit `eseqprops`)."
   "Run the consfig command with ARGV; return the exit status."
   (setv args (.parse-args (_parser) argv))
   (guarded args (get COMMANDS args.command)))
-
-(defn guarded [args command]
-  "(COMMAND ARGS), its value the exit status; a `ConsfigError` printed as an
-error (with its traceback at -v) is status 1, an interrupt 130."
-  (try
-    (command args)
-    (except [e ConsfigError]
-      (when (>= (getattr args "verbose" 0) 1)
-        (traceback.print-exc))
-      (error e)
-      1)
-    (except [KeyboardInterrupt]
-      (error "interrupted")
-      130)))
-
-(defn _image-parser [hostname archive]
-  (setv p (Parser :prog f"python3 {(os.path.basename archive)}"
-                  :description f"Apply the configuration of {hostname} to this machine."
-                  :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
-                             "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
-                             "64 a usage error.")))
-  (output-options p)
-  (.add-argument p "--as-host" :action "store_true"
-                 :help f"apply {hostname}'s configuration even though this machine's hostname is not {hostname}")
-  (.add-argument p "--converge" :action "store_true"
-                 :help "after applying, stay and keep this machine converged (docs/converge.md)")
-  (.add-argument p "--noop" :action "store_true"
-                 :help "report drift, repair nothing (implies --check for the first pass)")
-  (.add-argument p "--interval" :metavar "SECONDS" :type float
-                 :help "with --converge: how often to check a property that watches nothing")
-  (.add-argument p "--log-directory" :metavar "DIR"
-                 :help "with --converge: where the agent's event log goes (default: consfig's state directory)")
-  p)
-
-(defn run-image [archive image meta directories new argv]
-  "The command line of an image: apply the host of the image ARCHIVE (the
-open zip IMAGE, its META, its layers unpacked in DIRECTORIES, NEW those
-unpacked just now) to this machine, as the arguments ARGV ask
-(`consfig.image.build.apply-image`); return the exit status.  Called by the
-image's `__main__.py`."
-  (import consfig.image.build [apply-image])  ; start-up: 1 ms
-  (setv args (.parse-args (_image-parser (get meta "hostname") archive) argv))
-  (guarded args (fn [args] (apply-image args archive image meta directories new
-                                        (output-sink args)))))
 
 (defn run []
   "The console script: exit with `main`'s status."
@@ -510,5 +446,4 @@ image's `__main__.py`."
       (setv status 141)))
   (sys.exit status))
 
-(export :objects [main run run-image read-chain read-propspecs guarded output-options output-sink via-option
-                  Parser EX-USAGE])
+(export :objects [main run read-chain read-propspecs via-option])
