@@ -5,7 +5,7 @@
 and a bare hostname symbol, are `consfig.model.deploying`'s.  A deployment
 made from a host as part of its own is `consfig.nested.deploys`'s."
 
-(import consfig.transport.chain [establish-chain close-chain chain->data]
+(import consfig.transport.chain [establish-chain close-chain chain->data with-chain]
         consfig.deployer.report [Reporter]
         consfig.python_hop.controller [Keeper KeptSessionLost]
         consfig.model.context [establishing-for]
@@ -83,17 +83,13 @@ sent (`consfig.apply.rebooting`)."
   outcome)
 
 (defn _run-fresh [deployment sink * unapply check verbosity secrets]
-  (setv prepared deployment.host
-        conns [])
-  (with [_ (establishing-for prepared :seed secrets)]
-    (try
-      (setv conns (establish-chain deployment.chain)
-            target (get conns -1))
-      (apply-on-target target prepared sink
-                       (fn [] (apply-host prepared target sink :unapply unapply :check check))
-                       :unapply unapply :check check :verbosity verbosity)
-      (finally
-        (close-chain conns)))))
+  (setv prepared deployment.host)
+  (with [_ (establishing-for prepared :seed secrets)
+         conns (with-chain deployment.chain)]
+    (setv target (get conns -1))
+    (apply-on-target target prepared sink
+                     (fn [] (apply-host prepared target sink :unapply unapply :check check))
+                     :unapply unapply :check check :verbosity verbosity)))
 
 (defn _run-kept [deployment sink idle * unapply check verbosity secrets]
   ;; Over the chain kept from the last deployment of this host, if it is

@@ -45,7 +45,7 @@ Each run records its outcome on the machine it ran on (`state-file`);
         consfig.util [STATE-DIRECTORY-SCRIPT sha256-hex state-directory write-atomically]
         consfig.python_hop.payload [host-payload host-on-target payload-secrets secret-values]
         consfig.python_hop.target [tidy-cache]
-        consfig.transport.chain [parse-chain establish-chain close-chain]
+        consfig.transport.chain [parse-chain with-chain]
         consfig.transport.local [LocalConnection]
         consfig.apply.engine [announced-count]
         consfig.deployer.deployment [Prepared prepare-deployment run-prepared]
@@ -310,14 +310,11 @@ image never ran there."
         chain (or via host.deploy))
   (when (is chain None)
     (raise (ConsfigError f"host {host.hostname} has no default chain (:deploy in its defhost options); give one with --via")))
-  (setv posix (lfor hop (parse-chain chain) :if (!= (get hop 0) "python") hop)
-        conns [])
-  (with [_ (establishing-for (Host host.hostname None :hostattrs {"hostname" [host.hostname]}))]
-    (try
-      (setv conns (establish-chain posix)
-            out (. (.run (get conns -1) (Script _READ-STATE (_checked-hostname host.hostname)))
-                   stdout))
-      (finally (close-chain conns))))
+  (setv posix (lfor hop (parse-chain chain) :if (!= (get hop 0) "python") hop))
+  (with [_ (establishing-for (Host host.hostname None :hostattrs {"hostname" [host.hostname]}))
+         conns (with-chain posix)]
+    (setv out (. (.run (get conns -1) (Script _READ-STATE (_checked-hostname host.hostname)))
+                 stdout)))
   (setv #(head _ body) (.partition out "\n")
         #(kind _ path) (.partition head " "))
   (cond (= kind "none") {"path" path}
