@@ -373,7 +373,7 @@ in order (an implicit `eseqprops`)."
         True 0))
 
 (defn _keygen [args]
-  (import consfig.image.publish [keygen keygen-from])  ; lazy: 5 ms or more, for keygen alone
+  (import consfig.image.publish [keygen keygen-from])  ; lazy: the controller's (cryptography)
   (setv line (if args.old
                  (keygen-from args.old args.output args.comment)
                  (keygen args.output args.comment)))
@@ -383,7 +383,7 @@ in order (an implicit `eseqprops`)."
   0)
 
 (defn _publish [args]
-  (import consfig.image.publish [load-legacy-key publish-images signing-key])  ; lazy: 5 ms or more, for publish alone
+  (import consfig.image.publish [load-legacy-key publish-images signing-key])  ; lazy: the controller's (cryptography)
   (_load args)
   (setv signer (signing-key args.signing-key)
         legacy (when args.legacy-key (load-legacy-key args.legacy-key))
