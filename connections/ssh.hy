@@ -52,7 +52,7 @@ An `:ssh` hop after another one connects through it (Fabric's gateway, a
   (global fabric paramiko _UnknownHostKey _HostKeyPolicy)
   (when (is fabric None)
     (import fabric :as fab
-            paramiko :as pm)  ; start-up: 139 ms
+            paramiko :as pm)  ; lazy: the controller's
     (setv #(_UnknownHostKey _HostKeyPolicy) (_host-key-classes pm)
           paramiko pm
           fabric fab)

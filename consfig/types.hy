@@ -18,6 +18,8 @@ propspec is read back from data.  Types compose (`(list-of package-name)`,
 Calling a type on a value returns the value or raises `ParameterTypeError`."
 
 (import re
+        ipaddress
+        urllib.parse
         hy.models [Keyword]
         consfig.errors [PropspecError])
 
@@ -129,8 +131,6 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
                          r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
       url (predicate "url" "a URL (scheme://… with no whitespace)"
                      (fn [v]
-                       ;; urllib.parse brings ipaddress, which no other type needs.
-                       (import urllib.parse)  ; start-up: 2 ms of a :python target's
                        (and (isinstance v str)
                             (not (re.search r"\s" v))
                             (. (urllib.parse.urlsplit v) scheme)
@@ -172,8 +172,6 @@ to it is checked when the match substitutes it."
 (setv wildcard (Wildcard))
 
 (defn _ip-address? [v]
-  ;; ipaddress is imported by the types that need it, not by every target.
-  (import ipaddress)  ; start-up: 2 ms
   (and (isinstance v str)
        (try (do (ipaddress.ip-address v) True)
             (except [ValueError] False))))

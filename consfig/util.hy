@@ -4,6 +4,7 @@ text bounded in length, digests, and writing a local file atomically.
 Nothing here imports anything of consfig's, so any module may import it."
 
 (import os
+        hashlib
         hy.models [Keyword]
         errno
         stat)
@@ -40,8 +41,6 @@ a line in between saying how many bytes were left out."
 
 (defn sha256-hex [b]
   "The hex SHA-256 digest of the bytes B."
-  ;; Every module imports this one, and a :python target often needs no digest.
-  (import hashlib)  ; start-up: 3 ms
   (.hexdigest (hashlib.sha256 b)))
 
 (defn write-atomically [path data [mode 0o644] * [dir-fd None] [prepare None]]

@@ -13,7 +13,9 @@ back as lone surrogates (Python's \"surrogateescape\") and are written back
 unchanged, as is every line the property has no business with."
 
 (eval-when-compile (require consfig.model.property [defprop]))
-(import consfig.model.watchspec [watch-path])
+(import consfig.model.watchspec [watch-path]
+        hashlib
+        difflib)
 (import consfig.types *)
 (import json
         os
@@ -127,7 +129,6 @@ the file back exactly."
 (setv DIFF-LIMIT 65536)
 
 (defn _side [b whole]
-  (import hashlib)  ; start-up: 0.3 ms
   (cond (is b None) "none"
         whole f"{(len b)} bytes, sha256 {(.hexdigest (hashlib.sha256 b))}"
         True f"more than {(len b)} bytes (not read further)"))
@@ -137,7 +138,6 @@ the file back exactly."
   (when (or (not whole) (> (len (or old b"")) DIFF-LIMIT) (> (len new) DIFF-LIMIT))
     (return (+ f"--- a{path}\n+++ b{path}\n(too large to show: was {(_side old whole)}; "
                f"will be {(_side new True)})\n")))
-  (import difflib)  ; start-up: 1 ms
   (setv text (.join "" (difflib.unified-diff (.splitlines (_shown old) True)
                                              (.splitlines (_shown new) True)
                                              (+ "a" path) (+ "b" path))))
@@ -1148,7 +1148,7 @@ trap - EXIT"))
 (defn _download-here [url dest want seconds mode]
   ;; A Python of ours on the target: urllib, into a temporary file beside
   ;; DEST, hashed as it comes, renamed over DEST only once its digest is right.
-  (import hashlib stat tempfile urllib.request)  ; start-up: 36 ms
+  (import stat tempfile urllib.request)  ; lazy: 5 ms or more, for a download alone
   (run-walked [dest] "true")
   (setv directory (or (os.path.dirname dest) "/")
         #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-")
@@ -1284,7 +1284,6 @@ name or link leads out of it, or it is a device — or None."
         (tar-members r.stdout))))
 
 (defn _marker [archive directory]
-  (import hashlib)  ; start-up: 4 ms
   (posixpath.join directory f".consfig-extracted-{(cut (.hexdigest (hashlib.sha256 (.encode archive "utf-8" "surrogateescape"))) 16)}"))
 
 (defn _extracted? [archive directory strip]

@@ -320,7 +320,7 @@ schedule and its state (the last good image)."
 (defn own-image [hostname * [no-secrets False]]
   "The `consfig.image.build.Image` of HOSTNAME as `installed` puts it on the host:
 built while the host is preprocessed, and without the image itself."
-  (import consfig.image.build [make-image])  ; start-up: 2 ms
+  (import consfig.image.build [make-image])  ; lazy: the deployer's, for building an image alone
   (setv token (.set _imaging (| (.get _imaging) #{hostname})))
   (try (make-image (_unprepared hostname) :no-secrets no-secrets)
        (finally (.reset _imaging token))))

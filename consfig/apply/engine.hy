@@ -14,7 +14,7 @@ catches it: see `apply-and-announce` and `Reported`."
         consfig.apply.events [start-event end-event output-event diff-event summary-event
                               retry-event first-report?]
         consfig.model.host [get-hostname]
-        consfig.model.property [call-subroutine children default-desc find-property meta-of propapp-desc
+        consfig.model.property [call-subroutine default-desc find-property propapp-desc
                                 propapps-in propapp-type python-propapps]
         hy.models [Keyword])
 
@@ -169,33 +169,6 @@ when there is none."
                          (in k #("noop" "reverse")) (if v k f"{k} false")
                          True f"{k} {v}")))
   (.join ", " parts))
-
-(defn meta-name [key]
-  "The name of a meta-parameter written as KEY: `:retry` or \"retry\"."
-  (cond (isinstance key hy.models.Keyword) key.name
-        (isinstance key str) key
-        True None))
-
-(defn meta-dict [options]
-  "The meta-parameters OPTIONS of a `with-meta` (keywords or names as
-keys) as a dict by name."
-  (dfor [k v] (.items options) (meta-name k) v))
-
-(defn effective-meta [propspec]
-  "Every leaf propapp of PROPSPEC (one holding no other propapp), in order,
-as `[propapp meta]`: META the meta-parameters that hold for it (a dict by
-name), those of the innermost `with-meta` (`consfig.apply.meta`) winning.  A
-deployment of another host inside (`deploys`) is not looked into."
-  (setv out [])
-  (defn walk [p meta]
-    (setv own (meta-of p))
-    (cond (is-not own None)
-          (do (setv inner {#** meta #** own})
-              (for [q (children p)] (walk q inner)))
-          (or (. (find-property p.name) opaque-type) (leaf? p)) (.append out [p meta])
-          True (for [q (propapps-in p.args)] (walk q meta))))
-  (walk propspec {})
-  out)
 
 (defn leaf? [propapp]
   "Whether PROPAPP holds no other propapp: what meta-parameters apply to."
@@ -577,4 +550,4 @@ and what would change."
                   Outcome Run Reported SinkFailed current-run unapplicable?
                   Ending at-end current-ending failed-so-far? apply-deployment
                   watching-events announce-action current-meta meta-in-force
-                  describe-meta leaf? noop? meta-name meta-dict effective-meta])
+                  describe-meta leaf? noop?])

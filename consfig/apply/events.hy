@@ -65,6 +65,8 @@ host, under \"hosts\", its \"drifted\" and \"failures\" counts and its
 `consfig deploy --json` writes these events, one JSON object per line, each
 stamped with \"time\" (seconds since the epoch)."
 
+(import base64)
+
 (defn start-event [desc]
   "An announced property with description DESC begins."
   {"event" "start" "desc" desc})
@@ -123,7 +125,6 @@ monitoring to read."
 MODE, where the deployment runs from (`consfig.deployer.fetch`).  The
 content travels as base64; the controller writes it and passes on a note
 in its place."
-  (import base64)  ; start-up: only where a file is fetched
   {"event" "fetched" "path" path "dest" dest "mode" mode
    "content" (.decode (base64.b64encode content) "ascii")})
 

@@ -24,6 +24,9 @@ lock.  A target without flock(1), or reached by a hop that cannot start a
 process, is deployed without a lock."
 
 (import contextlib
+        secrets
+        getpass
+        socket
         os
         re
         time
@@ -101,9 +104,6 @@ reap \"$3\""))
   (time.strftime "%Y-%m-%d %H:%M:%S %Z"))
 
 (defn _holder [hostname [digest None] [check False]]
-  ;; getpass, socket and secrets (below) are imported where they are used:
-  ;; a :python target imports this module and takes the lock without them.
-  (import getpass socket)  ; start-up: 2 ms
   (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), "
      f"{(if check "checking" "deploying")} {hostname}, since {(_since)}"
      (if (and digest (not check)) f", propspec {digest}" "")))
@@ -151,7 +151,6 @@ known), and for how long it will wait (WAIT seconds)."
      f": {(or holder "(it does not say who)")}; waiting up to {wait} s for it to end"))
 
 (defn _acquire [connection hostname wait [digest None] [check False] [say None]]
-  (import secrets)  ; start-up: 4 ms
   (setv token (secrets.token-hex 16))
   (try
     (setv process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"

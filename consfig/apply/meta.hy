@@ -41,14 +41,40 @@ One still in the propspec but no longer under `:reverse` is forgotten."
         hy.models [Keyword]
         consfig.model.context [current-host]
         consfig.apply.engine [NO-CHANGE Reported apply-and-announce apply-sequence checking? current-ending
-                              current-meta describe-meta effective-meta inform meta-dict meta-in-force
-                              meta-name unapplicable?]
+                              current-meta describe-meta inform leaf? meta-in-force unapplicable?]
         consfig.errors [FailedChange PropspecError]
         consfig.model.property [Propapp children did-you-mean find-property meta-of propapp-desc
                                 propapp-hostattrs propapps-in sequence? site-where]
         consfig.model.propspec [data->propspec propspec->data]
         consfig.apply.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [Type propspec show])
+
+(defn meta-name [key]
+  "The name of a meta-parameter written as KEY: `:retry` or \"retry\"."
+  (cond (isinstance key hy.models.Keyword) key.name
+        (isinstance key str) key
+        True None))
+
+(defn meta-dict [options]
+  "The meta-parameters OPTIONS of a `with-meta` (keywords or names as
+keys) as a dict by name."
+  (dfor [k v] (.items options) (meta-name k) v))
+
+(defn effective-meta [propspec]
+  "Every leaf propapp of PROPSPEC (one holding no other propapp), in order,
+as `[propapp meta]`: META the meta-parameters that hold for it (a dict by
+name), those of the innermost `with-meta` (`consfig.apply.meta`) winning.  A
+deployment of another host inside (`deploys`) is not looked into."
+  (setv out [])
+  (defn walk [p meta]
+    (setv own (meta-of p))
+    (cond (is-not own None)
+          (do (setv inner {#** meta #** own})
+              (for [q (children p)] (walk q inner)))
+          (or (. (find-property p.name) opaque-type) (leaf? p)) (.append out [p meta])
+          True (for [q (propapps-in p.args)] (walk q meta))))
+  (walk propspec {})
+  out)
 
 ;; The meta-parameters: name -> #(accepts? phrase).
 (defn _number? [v] (and (isinstance v #(int float)) (not (isinstance v bool))))
@@ -341,5 +367,5 @@ host's whole propspec.  See `consfig.apply.meta`."
     (when failure (raise failure))
     result))
 
-(export :objects [with-meta effective-meta RepairLimit meta-parameters meta-dict
+(export :objects [with-meta effective-meta RepairLimit meta-parameters meta-dict meta-name
                   describe-meta removed-unapplied PARAMETERS])

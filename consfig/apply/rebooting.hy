@@ -13,7 +13,7 @@ the wait is over (`await-return`).  A host that does not come back in time
 is a failure of the deployment."
 
 (import time
-        consfig.transport.chain [close-chain establish-chain]
+        consfig.transport.chain [with-chain]
         consfig.errors [FailedChange]
         consfig.apply.events [end-event output-event start-event]
         consfig.transport.hop [Script])
@@ -58,12 +58,8 @@ machine."
                    kwargs))))
 
 (defn _boot-id [chain upstream probe seconds]
-  (setv conns [])
-  (try
-    (setv conns (establish-chain (_bounded chain seconds) upstream))
-    (.strip (. (.run (get conns -1) (Script probe) :timeout seconds) stdout))
-    (finally
-      (close-chain (if upstream (cut conns 1 None) conns)))))
+  (with [conns (with-chain (_bounded chain seconds) upstream)]
+    (.strip (. (.run (get conns -1) (Script probe) :timeout seconds) stdout))))
 
 (defn await-return [chain note * [upstream None] [probe BOOT-ID-SCRIPT]
                     [interval PROBE-INTERVAL]]

@@ -50,8 +50,8 @@ failed attempt a note among the repair's events."
         threading
         time
         consfig.model.context [applying]
-        consfig.apply.engine [CANNOT-CHECK NO-CHANGE Reported Run apply-deployment current-run
-                              effective-meta]
+        consfig.apply.engine [CANNOT-CHECK NO-CHANGE Reported Run apply-deployment current-run]
+        consfig.apply.meta [effective-meta]
         consfig.errors [ConsfigError]
         consfig.apply.events [converge-event]
         consfig.apply.lock [agent-holder holder-says read-holder target-lock-held]

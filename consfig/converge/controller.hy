@@ -16,7 +16,7 @@ that can run a command can read it; the agent also prints its lines to its
 standard output, which systemd sends to the journal."
 
 (import json
-        consfig.transport.chain [close-chain establish-chain parse-chain]
+        consfig.transport.chain [parse-chain with-chain]
         consfig.model.context [establishing-for]
         consfig.deployer.deployment [prepare-deployment]
         consfig.errors [ConsfigError]
@@ -57,13 +57,10 @@ the host (`consfig.converge.agent.keeping`).  Return the first pass's `Outcome`.
   (when limit (setv (get settings "limit") limit))
   (when burst (setv (get settings "burst") burst))
   (when alongside (setv (get settings "alongside") True))
-  (with [_ (establishing-for prepared.host)]
-    (setv conns [])
-    (try
-      (setv conns (establish-chain prepared.chain))
-      (.apply-remotely (get conns -1) prepared.host sink :check noop :verbosity verbosity
-                       :lock (lock-request prepared.hostname) :converge settings)
-      (finally (close-chain conns)))))
+  (with [_ (establishing-for prepared.host)
+         conns (with-chain prepared.chain)]
+    (.apply-remotely (get conns -1) prepared.host sink :check noop :verbosity verbosity
+                     :lock (lock-request prepared.hostname) :converge settings)))
 
 (defn follow-host [host sink * [chain None] [lines 20] [until None]]
   "Send SINK the events of the agent that runs on HOST (installed as a
@@ -75,22 +72,19 @@ interrupted (or, given UNTIL, a function, until it says True of an event)."
   (when (!= (get (get parsed -1) 0) "python")
     (raise (ConsfigError f"consfig converge --follow {host.hostname}: the chain must end in a :python hop")))
   (setv posix (cut parsed 0 -1))
-  (with [_ (establishing-for host)]
-    (setv conns [])
+  (with [_ (establishing-for host)
+         conns (with-chain (or posix [#("local" {})]))]
+    (setv process (.start-process (get conns -1) ["/bin/sh" "-c" _FOLLOW "sh" host.hostname
+                                                  (str lines)]))
     (try
-      (setv conns (if posix (establish-chain posix) (establish-chain [#("local" {})]))
-            process (.start-process (get conns -1) ["/bin/sh" "-c" _FOLLOW "sh" host.hostname
-                                                    (str lines)]))
-      (try
-        (for [line (iter process.stdout.readline b"")]
-          (try (setv event (json.loads line))
-               (except [ValueError] (continue)))
-          (when (isinstance event dict)
-            (.setdefault event "host" host.hostname)
-            (.setdefault event "depth" 0)
-            (sink event)
-            (when (and until (until event)) (break))))
-        (finally (.kill process)))
-      (finally (close-chain conns)))))
+      (for [line (iter process.stdout.readline b"")]
+        (try (setv event (json.loads line))
+             (except [ValueError] (continue)))
+        (when (isinstance event dict)
+          (.setdefault event "host" host.hostname)
+          (.setdefault event "depth" 0)
+          (sink event)
+          (when (and until (until event)) (break))))
+      (finally (.kill process)))))
 
 (export :objects [converge-host follow-host])

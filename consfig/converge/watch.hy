@@ -28,6 +28,7 @@ This module, inotify_simple and jeepney are imported by the agent alone: a
 deployment never imports them."
 
 (import os
+        inotify_simple [flags INotify]
         select
         subprocess
         threading
@@ -42,15 +43,11 @@ deployment never imports them."
 (defn preload []
   "Import now what watching may import later: a long-running agent must not
 depend on its bundle's files staying in the cache."
-  (for [m ["inotify_simple" "jeepney" "jeepney.io.blocking" "jeepney.bus_messages"]]
+  (for [m ["jeepney" "jeepney.io.blocking" "jeepney.bus_messages"]]
     (importlib.import-module m)))
 
-(defn _flags []
-  (import inotify_simple [flags])  ; start-up: 4 ms
-  flags)
-
 (defn _mask []
-  (setv f (_flags))
+  (setv f flags)
   (| f.CREATE f.DELETE f.MOVED_FROM f.MOVED_TO f.MODIFY f.ATTRIB f.CLOSE_WRITE
      f.DELETE_SELF f.MOVE_SELF f.ONLYDIR))
 
@@ -67,7 +64,6 @@ digits as `_xx`."
   "The inotify side: each watched path, armed through the watch descriptor
 of the directory nearest to it that exists."
   (defn __init__ [self]
-    (import inotify_simple [INotify])  ; start-up: 4 ms
     (setv self.inotify (INotify)
           ;; path -> keys
           self.keys {}
@@ -133,7 +129,7 @@ of the directory nearest to it that exists."
 
   (defn read [self]
     "The keys whose paths had events, re-arming those paths."
-    (setv f (_flags)
+    (setv f flags
           touched (set)
           gone (set))
     (for [e (.read self.inotify :timeout 0)]
@@ -173,7 +169,7 @@ were lost."
   "systemd's unit signals over the system bus."
   (defn __init__ [self]
     (import jeepney [DBusAddress MatchRule new-method-call]
-            jeepney.io.blocking [open-dbus-connection])  ; start-up: 6 ms
+            jeepney.io.blocking [open-dbus-connection])  ; lazy: 5 ms or more, for unit watches alone
     (setv self.conn (open-dbus-connection :bus "SYSTEM")
           ;; object path -> unit
           self.paths {})
@@ -187,7 +183,7 @@ were lost."
   (defn fileno [self] (.fileno self.conn.sock))
 
   (defn add [self unit]
-    (import jeepney.bus-messages [message-bus])  ; start-up: 5 ms
+    (import jeepney.bus-messages [message-bus])  ; lazy: 5 ms or more, for unit watches alone
     (setv path (unit-object-path unit))
     (when (not-in path self.paths)
       (setv rule (self._MatchRule :type "signal" :sender "org.freedesktop.systemd1"

@@ -13,6 +13,8 @@ Every program runs with an argument list (no shell), its output read into
 memory: a secret is never in a command line, an environment or a file."
 
 (import json
+        getpass
+        tempfile
         os
         subprocess
         threading
@@ -176,7 +178,6 @@ its standard input; it is never written to a file."
                (sum (gfor r recipients ["--recipient" r]) [])
                ["--default-recipient-self"])
         directory (or (os.path.dirname (os.path.abspath path)) "."))
-  (import tempfile)  ; start-up: 1 ms of a :python target's, which reads no data source
   (setv #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-pgp-"))
   (os.close fd)
   (try
@@ -223,7 +224,6 @@ hash.  The controller keeps each snapshot it made in its data cache."
             (get (.split out) 0)))))
 
   (defn fetch [self iden1 iden2]
-    (import tempfile)  ; start-up: 1 ms of a :python target's
     (setv commit (.version self iden1 iden2))
     (if self.local
         (_run ["git" "-C" self.repo "archive" "--format=tar.gz" commit]
@@ -252,7 +252,6 @@ terminal (a deployment from cron) is a `ConsfigError`, not a read of
 standard input."
   (when (not (terminal?))
     (raise (ConsfigError f"{question}: there is no terminal to ask on")))
-  (import getpass)  ; start-up: 0.4 ms
   (with [_asking]
     (try
       (Secret (getpass.getpass f"[consfig] {question}: "))

@@ -5,7 +5,9 @@
 and a bare hostname symbol, are `consfig.model.deploying`'s.  A deployment
 made from a host as part of its own is `consfig.nested.deploys`'s."
 
-(import consfig.transport.chain [establish-chain close-chain chain->data]
+(import consfig.transport.chain [establish-chain close-chain chain->data with-chain]
+        consfig.deployer.report [Reporter]
+        consfig.python_hop.controller [Keeper KeptSessionLost]
         consfig.model.context [establishing-for]
         consfig.data.items [resolve-data]
         consfig.apply.engine [announced-count apply-host check-propspec-fits]
@@ -84,23 +86,18 @@ sent (`consfig.apply.rebooting`)."
   outcome)
 
 (defn _run-fresh [deployment sink * unapply check verbosity secrets]
-  (setv prepared deployment.host
-        conns [])
-  (with [_ (establishing-for prepared :seed secrets)]
-    (try
-      (setv conns (establish-chain deployment.chain)
-            target (get conns -1))
-      (apply-on-target target prepared sink
-                       (fn [] (apply-host prepared target sink :unapply unapply :check check))
-                       :unapply unapply :check check :verbosity verbosity)
-      (finally
-        (close-chain conns)))))
+  (setv prepared deployment.host)
+  (with [_ (establishing-for prepared :seed secrets)
+         conns (with-chain deployment.chain)]
+    (setv target (get conns -1))
+    (apply-on-target target prepared sink
+                     (fn [] (apply-host prepared target sink :unapply unapply :check check))
+                     :unapply unapply :check check :verbosity verbosity)))
 
 (defn _run-kept [deployment sink idle * unapply check verbosity secrets]
   ;; Over the chain kept from the last deployment of this host, if it is
   ;; still there; else over a fresh one, kept afterwards.  A kept one that
   ;; turns out to have ended before the host reached it is replaced, once.
-  (import consfig.python_hop.controller [Keeper KeptSessionLost])  ; start-up: 2 ms, for :python hops alone
   (setv prepared deployment.host
         key (chain-key deployment.chain prepared.hostname))
   (with [_ (establishing-for prepared :seed secrets)]
@@ -128,7 +125,6 @@ sent (`consfig.apply.rebooting`)."
   ;; As over a fresh chain.  Taking the lock is the first thing sent over a
   ;; POSIX chain: when that fails because a REUSED chain has died
   ;; meanwhile, nothing was applied and a fresh chain may be tried.
-  (import consfig.python_hop.controller [KeptSessionLost])  ; start-up: 2 ms, for :python hops alone
   (setv target (get conns -1)
         locked False)
   (defn apply-here []
@@ -164,9 +160,6 @@ many, False never; None (the default) does what the REPL says, keep (in
 `consfig repl`) or not (elsewhere).  `(disconnect)` closes them."
   (setv deployment (prepare-deployment chain host :propspec propspec :additional additional)
         reporter (when (is sink None)
-                   ;; Imported here, not at the top: a target applying a host
-                   ;; after a :python hop has no rich, and needs none.
-                   (import consfig.deployer.report [Reporter])  ; start-up: 1 ms
                    (Reporter :verbosity verbosity :check check :diff diff))
         sink (or sink reporter))
   (when (hasattr sink "expect")

@@ -22,6 +22,7 @@ cannot be reached does not stop the others; `max-fail` stops starting hosts
 once that many failed; `serial` deploys in batches (a rolling deploy)."
 
 (import fnmatch
+        consfig.deployer.report [Reporter]
         math
         threading
         consfig.transport.chain [chain->data hop-spec python-kwargs]
@@ -294,7 +295,6 @@ established fails on its own; the others carry on."
         serial (parse-count serial n "--serial")
         secrets (if (> n 1) (ask-beforehand deployments) {})
         reporter (when (is sink None)
-                   (import consfig.deployer.report [Reporter])  ; start-up: 1 ms
                    (Reporter :verbosity verbosity :check check :diff diff))
         sink (or sink reporter)
         options {"unapply" unapply "check" check "verbosity" verbosity}

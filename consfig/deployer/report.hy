@@ -72,14 +72,14 @@ with STDERR, `sys.stderr` is when a line is printed)."
 (defn default-console [[stderr False]]
   "A rich `Console` on a terminal (stdout, or STDERR), else a `PlainConsole`."
   (if (_terminal? (if stderr sys.stderr sys.stdout))
-      (do (import rich.console [Console])  ; start-up: 20 ms
+      (do (import rich.console [Console])  ; lazy: the controller's
           (Console :stderr stderr :highlight False :soft-wrap True))
       (PlainConsole :stderr stderr)))
 
 (defn _text-class [console]
   (if (isinstance console PlainConsole)
       PlainText
-      (do (import rich.text [Text]) Text)))  ; start-up: 13 ms
+      (do (import rich.text [Text]) Text)))  ; lazy: the controller's
 
 (setv STATUS-WORDS {"ok" #("ok" "green")
                     "changed" #("done" "bold yellow")
@@ -136,7 +136,7 @@ with STDERR, `sys.stderr` is when a line is printed)."
   (defn __init__ [self reporter]
     (setv self.reporter reporter))
   (defn __rich__ [self]
-    (import rich.text [Text])  ; start-up: 13 ms
+    (import rich.text [Text])  ; lazy: the controller's
     (setv record (.get self.reporter.hosts self.reporter.current-host))
     (if (or (not record) (not (get record "current")))
         (Text "")
@@ -147,7 +147,7 @@ with STDERR, `sys.stderr` is when a line is printed)."
   (defn __init__ [self reporter]
     (setv self.reporter reporter))
   (defn __rich__ [self]
-    (import rich.table [Table])  ; start-up: 18 ms
+    (import rich.table [Table])  ; lazy: the controller's
     (setv records (list (.items self.reporter.hosts))
           records (lfor [h r] records :if (is (get r "parent") None) #(h r))
           running (lfor [h r] records :if (is (get r "status") None) #(h r))
@@ -445,7 +445,7 @@ every failure again, and a recap of the hosts when there were several."
             (.print self.console (self.Text (+ "      " (collapse-carriage-returns line)))))))
       (when (> (len self.hosts) 1)
         (import rich.table [Table]
-                rich.text [Text])  ; start-up: 17 ms
+                rich.text [Text])  ; lazy: the controller's
         (setv table (Table :title "Recap" :title-justify "left"))
         ;; Hostnames and statuses whole, on a narrow console too: the
         ;; count columns give way first.
@@ -468,13 +468,13 @@ every failure again, and a recap of the hosts when there were several."
     ;; terminal, rich writes it without colour on the same stream.
     (if (isinstance self.console PlainConsole)
         ;; No terminal, so no width to fit: wide enough for every header.
-        (do (import rich.console [Console])  ; start-up: 20 ms
+        (do (import rich.console [Console])  ; lazy: the controller's
             (Console :file self.console.file :highlight False :soft-wrap True :width 160))
         self.console))
 
   (defn _spin [self]
     (when (and self.live? (not self.status))
-      (import rich.live [Live])  ; start-up: 22 ms
+      (import rich.live [Live])  ; lazy: the controller's
       (setv self.status (if self.grouped
                             (Live (_FleetTable self) :console self.console
                                   :refresh-per-second 4 :transient True)

@@ -9,7 +9,7 @@ An image is a zip file that Python runs, after a `#!/usr/bin/env python3`
 line:
 
   __main__.py          consfig/ui/image_main.py: unpacks the layers the user's
-                       cache lacks, imports them, calls `consfig.ui.cli.run-image`
+                       cache lacks, imports them, calls `consfig.ui.image_cli.run-image`
   consfig-image.json   {format hostname layers secrets}
   host.json            the preprocessed host and its prerequisite data, as
                        the `:python` hop sends them, the data's content
@@ -36,15 +36,22 @@ Each run records its outcome on the machine it ran on (`state-file`);
         io
         json
         os
+        socket
         sys
+        tarfile
         time
         hy.models [Keyword]
-        consfig.python_hop.bundle [bundle-for compiled-archive running-from]
+        consfig.python_hop.bundle [bundle-for cache-directory compiled-archive running-from]
         consfig.errors [ConsfigError]
         consfig.util [STATE-DIRECTORY-SCRIPT sha256-hex state-directory write-atomically]
         consfig.python_hop.payload [host-payload host-on-target payload-secrets secret-values]
-        consfig.transport.chain [parse-chain establish-chain close-chain]
-        consfig.deployer.deployment [prepare-deployment]
+        consfig.python_hop.target [tidy-cache]
+        consfig.transport.chain [parse-chain with-chain]
+        consfig.transport.local [LocalConnection]
+        consfig.apply.engine [announced-count]
+        consfig.deployer.deployment [Prepared prepare-deployment run-prepared]
+        consfig.deployer.fleet [fleet-exit-code]
+        consfig.converge.agent [converge-after keeping]
         consfig.model.context [establishing-for]
         consfig.transport.hop [Script]
         consfig.model.host [find-host Host])
@@ -76,7 +83,7 @@ them) and `sha256`, the hex digest of its bytes."
   ;; zipfile (with pathlib) and socket, below, are imported where they are
   ;; used: a site's `(import consfig *)` imports this module on every
   ;; target of a :python hop, which makes no image and runs none.
-  (import zipfile)  ; start-up: 5 ms
+  (import zipfile)  ; lazy: 5 ms or more, for building an image alone
   (with [z (zipfile.ZipFile buf "w")]
     (for [name (sorted entries)]
       (setv info (zipfile.ZipInfo name :date-time _DATE))
@@ -120,7 +127,6 @@ them) and `sha256`, the hex digest of its bytes."
 (defn _layer-entries [layer]
   ;; A layer's files under layers/HASH/, with the bytecode of this Python
   ;; where it can be had (`compiled-archive`).
-  (import tarfile)  ; start-up: 1 ms
   (setv prefix f"layers/{layer.hash}/"
         entries (dfor [rel path] (.items layer.files)
                       (+ prefix (.replace rel os.sep "/")) (_read path))
@@ -178,7 +184,6 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
 (defn _this-host? [hostname]
   ;; Hostnames are compared whole, or by their first label when one of
   ;; them has no other (`athena` is athena.example.com).
-  (import socket)  ; start-up: 2 ms
   (setv here (socket.gethostname))
   (or (= here hostname)
       (and (or (not-in "." here) (not-in "." hostname))
@@ -207,14 +212,8 @@ image holding secrets is mode 0600; one without, 0755 (it runs as
 (defn apply-image [args archive image meta directories new sink]
   "Apply the host of the image ARCHIVE (the open zip IMAGE, its META, its
 layers unpacked in DIRECTORIES, NEW those unpacked just now) to this
-machine, as ARGS (the image's command line, `consfig.ui.cli.run-image`) ask,
+machine, as ARGS (the image's command line, `consfig.ui.image_cli.run-image`) ask,
 its events going to SINK; return the exit status."
-  (import socket
-          consfig.transport.chain [parse-chain]
-          consfig.deployer.deployment [Prepared run-prepared]
-          consfig.apply.engine [announced-count]
-          consfig.deployer.fleet [fleet-exit-code]
-          consfig.python_hop.target [tidy-cache])  ; start-up: 4 ms
   (setv hostname (get meta "hostname"))
   (when (and (not args.as-host) (not (_this-host? hostname)))
     (raise (ConsfigError (+ f"this is the image of {hostname}, and this machine is "
@@ -236,8 +235,7 @@ its events going to SINK; return the exit status."
   (setv keeper (if args.converge
                    ;; A second agent for this host is refused before it
                    ;; applies anything (docs/converge.md).
-                   (do (import consfig.converge.agent [keeping])  ; start-up: 4 ms
-                       (keeping hostname))
+                   (keeping hostname)
                    (contextlib.nullcontext)))
   (.__enter__ keeper)
   (try
@@ -265,9 +263,6 @@ its events going to SINK; return the exit status."
 (defn _converge [host sink args directories archive]
   ;; The agent, here: its lock is the one a deployment over :local takes.
   ;; It watches ARCHIVE, the image, and stops when it is replaced.
-  (import consfig.python_hop.bundle [cache-directory]
-          consfig.transport.local [LocalConnection]
-          consfig.converge.agent [converge-after])  ; start-up: 4 ms
   (setv lock-dir (os.path.dirname (cache-directory)))
   (os.makedirs lock-dir 0o700 :exist-ok True)
   (converge-after host (LocalConnection) sink lock-dir
@@ -323,14 +318,11 @@ image never ran there."
         chain (or via host.deploy))
   (when (is chain None)
     (raise (ConsfigError f"host {host.hostname} has no default chain (:deploy in its defhost options); give one with --via")))
-  (setv posix (lfor hop (parse-chain chain) :if (!= (get hop 0) "python") hop)
-        conns [])
-  (with [_ (establishing-for (Host host.hostname None :hostattrs {"hostname" [host.hostname]}))]
-    (try
-      (setv conns (establish-chain posix)
-            out (. (.run (get conns -1) (Script _READ-STATE (_checked-hostname host.hostname)))
-                   stdout))
-      (finally (close-chain conns))))
+  (setv posix (lfor hop (parse-chain chain) :if (!= (get hop 0) "python") hop))
+  (with [_ (establishing-for (Host host.hostname None :hostattrs {"hostname" [host.hostname]}))
+         conns (with-chain posix)]
+    (setv out (. (.run (get conns -1) (Script _READ-STATE (_checked-hostname host.hostname)))
+                 stdout)))
   (setv #(head _ body) (.partition out "\n")
         #(kind _ path) (.partition head " "))
   (cond (= kind "none") {"path" path}

@@ -11,6 +11,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
 :cwd \"/tmp\")` `:cwd` names a parameter and so passes a keyword argument."
 
 (import contextlib
+        difflib
         contextvars
         importlib
         inspect
@@ -267,10 +268,7 @@ invariants; `PropspecError` naming the parameter, its type and the value."
           (raise (PropspecError f"{self.short-name}: {(message #* bound.args #** bound.kwargs)}"))))))
 
   (defn _near-keyword [self stray]
-    ;; ":mdoe" taken as a value, close to the parameter `mode`.  (difflib
-    ;; is imported by what suggests a name, as by `_diff` in props/file: a
-    ;; target that applies without a mistake or a change never needs it.)
-    (import difflib)  ; start-up: 1 ms
+    ;; ":mdoe" taken as a value, close to the parameter `mode`.
     (setv names (lfor n self._names (_keyword-for n)))
     (for [k stray]
       (setv close (difflib.get-close-matches k.name names 1 0.6))
@@ -436,7 +434,6 @@ Python taking an edited site (`consfig.python_hop.target`)."
 CANDIDATES (by default every property defined), or \"\" when none is near."
   (when (is candidates None)
     (setv candidates (set (+ (lfor p (.values properties) p.short-name) (list properties)))))
-  (import difflib)  ; start-up: 0.9 ms
   (setv close (difflib.get-close-matches name (sorted candidates) 1 0.75))
   (if close f"; did you mean {(get close 0)}?" ""))
 

@@ -15,6 +15,8 @@ need not `require` a property module to use its dotted forms, and an unknown
 property or a wrong argument is reported with the file and line of the form."
 
 (import base64
+        hashlib
+        json
         hy.errors
         builtins
         inspect
@@ -379,7 +381,6 @@ resolved as qualified names, or through NAMESPACE (a module's globals)."
 (defn propspec-digest [propspec]
   "A SHA-256 (hex) of PROPSPEC as data: the same for equal propspecs, on the
 controller and on a target that read it back."
-  (import hashlib json)  ; start-up: 3 ms
   (.hexdigest (hashlib.sha256 (.encode (json.dumps (propspec->data propspec) :sort-keys True
                                                    :separators #("," ":"))
                                        "utf-8"))))

@@ -8,7 +8,7 @@ from the controller (`consfig.deployer.deployment`) uses too.
 May import: the ground, transport, model, apply and data."
 
 (eval-when-compile (require consfig.model.property [defprop]))
-(import consfig.transport.chain [parse-chain establish-chain close-chain hop-spec]
+(import consfig.transport.chain [parse-chain hop-spec with-chain]
         consfig.model.context [applying connection current-host establishing-for]
         consfig.data.items [resolve-data]
         consfig.apply.engine [NO-CHANGE Reported announce-action apply-deployment
@@ -131,31 +131,27 @@ connection, as part of the current deployment; return its result."
   (setv #(parsed prepared) (_prepare-nested chain data additional)
         parent (.get current-host None)
         upstream (connection)
-        conns []
         notes [])
   (defn noted [event]
     (when (= (.get event "host") prepared.hostname)
       (setv r (reboot-note event))
       (when r (.append notes r))))
   (with [_ (establishing-for prepared)]
-    (try
-      (with [_ (watching-events noted)]
-        (setv conns (establish-chain parsed upstream)
-              target (get conns -1))
-        (defn apply-here []
-          (check-propspec-fits prepared.propspec target.python? target.where)
-          (with [(applying prepared target :parent parent)]
-            (apply-deployment prepared.propspec unapply)))
-        (defn remote-outcome [outcome]
-          ;; Its failures were reported as they happened, nested here.
-          (when outcome.failures
-            (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
-          (if outcome.changes :changed NO-CHANGE))
-        (setv result (apply-on-target target prepared (_forwarding-sink) apply-here
-                                      :unapply unapply :check (checking?) :within upstream
-                                      :remote-outcome remote-outcome)))
-      (finally
-        (close-chain (cut conns 1 None))))
+    (with [_ (watching-events noted)
+           conns (with-chain parsed upstream)]
+      (setv target (get conns -1))
+      (defn apply-here []
+        (check-propspec-fits prepared.propspec target.python? target.where)
+        (with [(applying prepared target :parent parent)]
+          (apply-deployment prepared.propspec unapply)))
+      (defn remote-outcome [outcome]
+        ;; Its failures were reported as they happened, nested here.
+        (when outcome.failures
+          (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
+        (if outcome.changes :changed NO-CHANGE))
+      (setv result (apply-on-target target prepared (_forwarding-sink) apply-here
+                                    :unapply unapply :check (checking?) :within upstream
+                                    :remote-outcome remote-outcome)))
     ;; It rebooted at the end of its deployment: carry on once it is back.
     (when (and notes (probe-chain parsed))
       (announce-action (back-line prepared.hostname)

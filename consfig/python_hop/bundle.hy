@@ -14,6 +14,9 @@ as the target's sends each layer compiled, from a cache of its own
 (`prune-bundles`)."
 
 (import importlib
+        tempfile
+        gzip
+        tarfile
         importlib.util
         io
         os
@@ -58,7 +61,7 @@ hosts need (etcd3gw for the dataspace)."
   (setv (get _distributions module) (tuple names)))
 
 (defn _add-distribution [files name]
-  (import importlib.metadata)  ; start-up: 6 ms
+  (import importlib.metadata)  ; lazy: 5 ms or more
   (setv dist (try (importlib.metadata.distribution name)
                   (except [importlib.metadata.PackageNotFoundError]
                     (raise (ConsfigError (+ f"cannot ship {name} to the target: it is not "
@@ -152,7 +155,6 @@ new layer needs another Python."
   (or (.endswith name ".py") (.endswith name ".hy")))
 
 (defn _tar [files]
-  (import tarfile)  ; start-up: 1 ms
   (setv buf (io.BytesIO))
   (with [tar (tarfile.open :fileobj buf :mode "w:gz" :compresslevel 6)]
     (for [rel (sorted files)]
@@ -308,7 +310,6 @@ this Python."
 (defn _intact? [archive]
   ;; gzip's trailer holds the length and a CRC of the whole: a truncated or
   ;; damaged archive fails here, before it is sent.
-  (import gzip)  ; start-up: 0.4 ms
   (try (gzip.decompress archive) True
        (except [#(OSError EOFError ValueError)] False)))
 
@@ -324,10 +325,10 @@ this Python."
 
 ;; What a target imports besides the modules of the properties it applies
 ;; (which the controller imported too): they are compiled with them.
-(setv _TARGET-MODULES #("consfig.python_hop.target" "consfig.image.build" "consfig.ui.cli"))
+(setv _TARGET-MODULES #("consfig.python_hop.target" "consfig.image.build"
+                        "consfig.ui.image_cli"))
 
 (defn _compile [layer path note]
-  (import tarfile tempfile)  ; start-up: 2 ms
   (setv scratch (tempfile.mkdtemp :prefix "consfig-compile-")
         tag sys.implementation.cache-tag)
   (try

@@ -26,6 +26,10 @@ The target runs `consfig/boot.py` (see there), then `consfig.python_hop.target`;
 bundle is made by `consfig.python_hop.bundle`; what data travels, `consfig.data.transit`."
 
 (import ast
+        hashlib
+        os
+        sys
+        consfig.python_hop.bundle [cache-directory]
         queue
         threading
         time
@@ -77,7 +81,6 @@ bootstrap, told which module serves once the bundle is in place."
   ;; Minifying costs 20 ms of every controller's start-up: the result is
   ;; kept in the controller's cache, named by the hash of the source and of
   ;; the Python whose ast.unparse wrote it.
-  (import hashlib os sys consfig.python_hop.bundle [cache-directory])  ; start-up: 3 ms
   (setv digest (.hexdigest (hashlib.sha256 (.encode (+ sys.version "\0" source)))))
   (try (setv directory (os.path.join (os.path.dirname (cache-directory)) "boot"))
        (except [ConsfigError] (return (_minify source))))

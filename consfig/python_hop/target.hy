@@ -25,7 +25,7 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         consfig.errors [ConsfigError]
         consfig.apply.lock [target-lock-held]
         consfig.transport.frames [HEARTBEAT OUTPUT-LIMIT bounded frame read-frame]
-        consfig.transport.chain [establish-chain close-chain]
+        consfig.transport.chain [with-chain]
         consfig.apply.engine [apply-host]
         consfig.model.propspec [data->propspec]
         json
@@ -176,11 +176,9 @@ they give no timeout of their own."
   ;; from this bundle as the hop's user sees it.
   (when (!= (get (get chain -1) 0) "python")
     (.append chain #("python" {"interpreter" sys.executable})))
-  (setv conns (establish-chain chain here))
-  (try
+  (with [conns (with-chain chain here)]
     (.apply-remotely (get conns -1) host sink :unapply unapply :check check
-                     :verbosity (.get msg "verbosity" 0))
-    (finally (close-chain conns))))
+                     :verbosity (.get msg "verbosity" 0))))
 
 (defn _error-message [e]
   {"op" "error"

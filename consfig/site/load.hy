@@ -10,6 +10,9 @@ an exception at top level — become one `ConsfigError` naming the file and
 line, not a traceback."
 
 (import hy
+        hashlib
+        pwd
+        consfig.boot [cache-directory]
         importlib.util
         os
         re
@@ -104,8 +107,7 @@ that the site's modules travel to a target compiled, at no cost."
   ;; there is no safe place.
   (if (not sys.dont-write-bytecode)
       (importlib.util.cache-from-source path)
-      (do (import hashlib pwd consfig.boot [cache-directory])  ; start-up: 3 ms
-          (setv uid (os.geteuid)
+      (do (setv uid (os.geteuid)
                 #(root _) (cache-directory os.environ uid (. (pwd.getpwuid uid) pw-dir)))
           (when root
             (os.path.join root "sites"
@@ -122,7 +124,6 @@ expand in the site's code).  A site's cached bytecode is valid only for
 the same source compiled by the same consfig."
   (global _compiler-identity)
   (when (is _compiler-identity None)
-    (import hashlib)  ; start-up: 3 ms
     (setv h (hashlib.sha256 (.encode f"hy {hy.__version__}\0")))
     ;; hyrule's files, not its version: found without importing it (its
     ;; macros cost a controller 0.6 s) nor importlib.metadata (20 ms).

@@ -7,7 +7,9 @@ argument name and argument type against the hop's `Hop` description, so
 that a mistake in a chain is reported before anything connects, in one
 line.  `establish-chain` then makes the hops one inside the other."
 
-(import importlib
+(import contextlib
+        importlib
+        difflib
         keyword
         pkgutil
         hy.models [Keyword]
@@ -36,8 +38,6 @@ line.  `establish-chain` then makes the hops one inside the other."
 suggests the nearest known name."
   (setv mod (_hop-module name))
   (when (or (is mod None) (not (hasattr mod "HOP")))
-    ;; difflib only for a mistake: a target establishing hops needs none.
-    (import difflib)  ; start-up: 1 ms
     (setv known (known-hops)
           near (difflib.get-close-matches name known 1))
     (raise (ChainError (+ f"unknown hop type :{name}"
@@ -106,7 +106,6 @@ type, argument and argument type before anything connects.  A mistake is a
   #(name kwargs))
 
 (defn _unknown-argument [name k spec]
-  (import difflib)  ; start-up: 1 ms
   (setv near (when (isinstance k Keyword)
                (difflib.get-close-matches k.name (list spec.arguments) 1)))
   (+ f"hop :{name} has no argument {(hy.repr k)}"
@@ -159,6 +158,19 @@ takes the rest of the chain (`:python`) receives it and ends the walk."
         (if (keyword.iskeyword (hy.mangle k)) (+ (hy.mangle k) "_") (hy.mangle k))
         v))
 
+(defn [contextlib.contextmanager] with-chain [chain [start None]]
+  "The context in which the parsed CHAIN is established (from the connection
+START, as `establish-chain` does), giving its connections, innermost last;
+those it made are closed however the context ends (START is not).
+
+  (with [conns (with-chain chain)]
+    (.run (get conns -1) (Script \"uname -a\")))"
+  (setv conns (establish-chain chain start))
+  (try
+    (yield conns)
+    (finally
+      (close-chain (if start (cut conns 1 None) conns)))))
+
 (defn close-chain [conns]
   "Close the connections of an established chain, innermost first."
   (for [c (reversed conns)]
@@ -172,5 +184,5 @@ takes the rest of the chain (`:python`) receives it and ends the walk."
             [(Keyword name) #* (sum (gfor [k v] (.items kwargs) [(Keyword k) v]) [])]
             (Keyword name))))
 
-(export :objects [parse-chain hop-spec known-hops chain->data establish-chain close-chain
+(export :objects [parse-chain hop-spec known-hops chain->data establish-chain close-chain with-chain
                   python-kwargs])

@@ -427,11 +427,13 @@ through `run` and the file operations."
     False)
 
   (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]
-                        [lock None]]
+                        [lock None] [converge None]]
     "Apply the preprocessed HOST on the target, feeding its events to SINK,
 and return the `Outcome`: for a connection that is `apply-remotely?`.
 LOCK: None, or a `consfig.apply.lock.lock-request` for the target to take the
-deployment lock itself."
+deployment lock itself.  CONVERGE: None, or the settings of
+`consfig.converge.agent.converge-after`, for the target's Python to stay and
+keep the host converged (`consfig converge`)."
     (raise (NotImplementedError f"{(. (type self) __name__)} does not apply remotely")))
 
   (defn alive? [self]

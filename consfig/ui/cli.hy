@@ -37,33 +37,28 @@ with --check, changes that would be made) and no failures, 1 failures or an
 error.  A usage error exits 64."
 
 (import argparse
+        consfig.ui.adhoc [facts-command run-command]
+        consfig.ui.repl [run-repl]
+        json
+        consfig.image.build [format-status host-status make-image write-image]
         os
         sys
-        traceback
         consfig.transport.chain [chain->data parse-chain]
         consfig.data.items [resolve-data]
-        consfig.apply.engine [SinkFailed describe-meta effective-meta]
+        consfig.apply.engine [SinkFailed describe-meta]
+        consfig.apply.meta [effective-meta]
         consfig.apply.events [converge-event drift-summary-event]
         consfig.errors [ConsfigError]
         consfig.deployer.fleet [DEFAULT-JOBS deploy-hosts* fleet-exit-code host-groups select-hosts]
-        consfig.model.host [hosts preprocess-host Host]
+        consfig.model.host [find-host hosts preprocess-host Host]
         consfig.model.property [propapp-desc]
         consfig.model.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
-        consfig.deployer.report [JsonSink Reporter error json-error]
         consfig.site.load [demo-consfig find-default-consfig load-consfig]
-        consfig.converge.controller [converge-host follow-host])
-
-(setv EX-USAGE 64)
-
-(defclass Parser [argparse.ArgumentParser]
-  "An argument parser whose usage errors exit 64 (sysexits' EX_USAGE):
-argparse's 2 is what --detailed-exitcode means by \"changes made\"."
-  (defn error [self message]
-    (.print-usage self sys.stderr)
-    (.exit self EX-USAGE f"{self.prog}: error: {message}\n")))
+        consfig.converge.controller [converge-host follow-host]
+        consfig.ui.command [EXIT-STATUS Parser guarded output-options output-sink])
 
 (defn _version []
-  (import importlib.metadata)  ; start-up: 18 ms
+  (import importlib.metadata)  ; lazy: 5 ms or more, for --version alone
   (try (importlib.metadata.version "consfig")
        (except [importlib.metadata.PackageNotFoundError] "unknown")))
 
@@ -84,76 +79,54 @@ argument parser SP."
   (.add-argument sp "--via" :metavar "CHAIN"
                  :help "connection chain as Hy data, e.g. ':local' or '[[:ssh :user \"root\"] :python]' (default: the host's :deploy)"))
 
-(defn output-options [sp]
-  "Add the options of a deployment's report and exit status (-v, --check,
---diff, --json, --detailed-exitcode) to the argument parser SP: `consfig
-deploy`'s, and an image's."
-  (.add-argument sp "-v" "--verbose" :action "count" :default 0
-                 :help "-v: commands' output, diffs, tracebacks, durations; -vv, -vvv: more")
-  (.add-argument sp "--check" :action "store_true"
-                 :help "report what holds and what would change; change nothing")
-  (.add-argument sp "--diff" :action "store_true"
-                 :help "show the diffs of files that change (or would, with --check)")
-  (.add-argument sp "--json" :action "store_true"
-                 :help "write the events as JSON lines instead of a report")
-  (.add-argument sp "--detailed-exitcode" :action "store_true"
-                 :help "exit 0 for no changes, 2 for changes, 1 for failures"))
+(defn _consfig-option [sp]
+  (.add-argument sp "--consfig" :metavar "FILE"
+                 :help "the site consfig (default: $CONSFIG, ./consfig.hy, or the demo)"))
 
-(defn _parser []
-  (setv p (Parser
-            :prog "consfig"
-            :description "Declarative configuration management and deployment in Hy."
-            :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
-                       "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
-                       "64 a usage error.")))
-  (.add-argument p "--version" :action _VersionAction)
-  (setv sub (.add-subparsers p :dest "command" :metavar "COMMAND"))
-  (setv sub.required True)
+(defn _limit-option [sp]
+  (.add-argument sp "--limit" :metavar "PATTERN"
+                 :help "narrow the selection to the hosts PATTERN also matches"))
 
-  (defn consfig-option [sp]
-    (.add-argument sp "--consfig" :metavar "FILE"
-                   :help "the site consfig (default: $CONSFIG, ./consfig.hy, or the demo)"))
+(defn _deploy-options [sp]
+  (_limit-option sp)
+  (.add-argument sp "-j" "--jobs" :metavar "N" :type int
+                 :help f"deploy N hosts at once (default: all of them, at most {DEFAULT-JOBS}; 1: one after another)")
+  (.add-argument sp "--max-fail" :metavar "N|N%"
+                 :help "start no more hosts once N (or N%% of them) have failed")
+  (.add-argument sp "--serial" :metavar "N|N%"
+                 :help "deploy in batches of N hosts (or N%% of them), each finishing before the next starts")
+  (via-option sp)
+  (output-options sp))
 
-  (defn limit-option [sp]
-    (.add-argument sp "--limit" :metavar "PATTERN"
-                   :help "narrow the selection to the hosts PATTERN also matches"))
-
-  (defn deploy-options [sp]
-    (limit-option sp)
-    (.add-argument sp "-j" "--jobs" :metavar "N" :type int
-                   :help f"deploy N hosts at once (default: all of them, at most {DEFAULT-JOBS}; 1: one after another)")
-    (.add-argument sp "--max-fail" :metavar "N|N%"
-                   :help "start no more hosts once N (or N%% of them) have failed")
-    (.add-argument sp "--serial" :metavar "N|N%"
-                   :help "deploy in batches of N hosts (or N%% of them), each finishing before the next starts")
-    (via-option sp)
-    (output-options sp))
-
+(defn _deploy-command [sub]
   (setv d (.add-parser sub "deploy" :help "deploy hosts"))
-  (consfig-option d)
+  (_consfig-option d)
   (.add-argument d "hosts" :nargs "+" :metavar "PATTERN"
                  :help "hosts to deploy: a name, a glob ('web*'), a group (@web), @web:!@eu")
-  (deploy-options d)
+  (_deploy-options d)
   (.add-argument d "--dry-run" :action "store_true"
-                 :help "compute hostattrs and print what would be applied; connect to nothing")
+                 :help "compute hostattrs and print what would be applied; connect to nothing"))
 
+(defn _deploy-these-command [sub]
   (setv t (.add-parser sub "deploy-these" :help "apply just the given properties to a host"))
-  (consfig-option t)
+  (_consfig-option t)
   (.add-argument t "host" :metavar "PATTERN" :help "the host (or hosts: a glob, @group…)")
   (.add-argument t "propspec" :metavar "PROPSPEC" :nargs "+"
                  :help (+ "propapps as Hy, e.g. '(file.has-content \"/etc/motd\" \"hi\\n\")'; "
                           "several (in one argument or several) apply in order"))
-  (deploy-options t)
+  (_deploy-options t))
 
+(defn _hosts-command [sub]
   (setv h (.add-parser sub "hosts" :help "list the hosts a consfig defines, or those chosen"))
-  (consfig-option h)
+  (_consfig-option h)
   (.add-argument h "patterns" :nargs "*" :metavar "PATTERN")
-  (limit-option h)
+  (_limit-option h))
 
+(defn _image-command [sub]
   (setv i (.add-parser sub "image" :help "write a host's self-applying image"
                       :description (+ "Write the image of HOST: one file that applies HOST's configuration "
                                       "to the machine it runs on, with `python3 FILE` (see docs/images.md).")))
-  (consfig-option i)
+  (_consfig-option i)
   (.add-argument i "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
   (.add-argument i "-o" "--output" :metavar "FILE" :help "where to write the image")
   (.add-argument i "--no-secrets" :action "store_true"
@@ -168,17 +141,19 @@ deploy`'s, and an image's."
   (.add-argument i "--bootloader" :choices ["grub-bios" "none"] :default "grub-bios"
                  :help "with --disk: the bootloader to install (default: grub-bios)")
   (via-option i)
-  (output-options i)
+  (output-options i))
 
+(defn _status-command [sub]
   (setv s (.add-parser sub "status" :help "what the last run of a host's image recorded there"
                        :description (+ "Read back, over the host's chain, what the last run of its image "
                                        "recorded on it.  Exit status: 0 the last run succeeded, 1 it "
                                        "failed (or reading failed), 3 the image never ran there.")))
-  (consfig-option s)
+  (_consfig-option s)
   (.add-argument s "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
   (via-option s)
-  (.add-argument s "--json" :action "store_true" :help "print the recorded state as JSON")
+  (.add-argument s "--json" :action "store_true" :help "print the recorded state as JSON"))
 
+(defn _keygen-command [sub]
   (setv k (.add-parser sub "keygen" :help "make an OpenSSH key pair to sign published images"
                        :description (+ "Make an OpenSSH Ed25519 key pair with ssh-keygen: the private key "
                                        "KEYFILE (mode 0600, no passphrase) and KEYFILE.pub, the line hosts "
@@ -188,8 +163,9 @@ deploy`'s, and an image's."
   (.add-argument k "-o" "--output" :metavar "KEYFILE" :required True :help "where to write the private key")
   (.add-argument k "--comment" :metavar "TEXT" :help "a name for the key in KEYFILE.pub (default: KEYFILE's name)")
   (.add-argument k "--from" :metavar "OLDKEY" :dest "old"
-                 :help "write the key of consfig's old format in OLDKEY as an OpenSSH pair: the same key")
+                 :help "write the key of consfig's old format in OLDKEY as an OpenSSH pair: the same key"))
 
+(defn _publish-command [sub]
   (setv u (.add-parser sub "publish" :help "write hosts' signed images where they pull them from"
                        :description (+ "Build the image of each chosen host and write it, signed, to DIR "
                                        "(DIR/HOST, DIR/HOST.sig, DIR/index.json), for any static file "
@@ -197,9 +173,9 @@ deploy`'s, and an image's."
                                        "replaced whole (written aside, then renamed); an unchanged image "
                                        "is left untouched.  Images are built without secrets unless "
                                        "--with-secrets (see docs/images.md).")))
-  (consfig-option u)
+  (_consfig-option u)
   (.add-argument u "hosts" :nargs "+" :metavar "PATTERN" :help "hosts to publish: a name, a glob, @group…")
-  (limit-option u)
+  (_limit-option u)
   (.add-argument u "--to" :metavar "DIR" :required True :help "the directory a server serves")
   (.add-argument u "--signing-key" :metavar "KEYFILE" :required True
                  :help (+ "an OpenSSH private key (yours, or from consfig keygen), or a public key "
@@ -211,14 +187,15 @@ deploy`'s, and an image's."
                  :help (+ "how long hosts accept each signed statement (default 7 days); "
                           "publish at least twice as often, or hosts refuse it as stale"))
   (.add-argument u "--with-secrets" :action "store_true"
-                 :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone")
+                 :help "keep secret values in the images (then mode 0600): only for a server that gives each host its own image alone"))
 
+(defn _converge-command [sub]
   (setv c (.add-parser sub "converge"
                       :help "apply a host, then keep it converged: watch, repair drift"
                       :description (+ "Apply HOST over its chain (ending in a :python hop), then "
                                       "stay on it, re-checking and re-applying just the properties "
                                       "whose resources change, until interrupted (docs/converge.md).")))
-  (consfig-option c)
+  (_consfig-option c)
   (.add-argument c "host" :metavar "HOST" :help "the host (a hostname, or its first label)")
   (via-option c)
   (.add-argument c "--noop" :action "store_true"
@@ -239,17 +216,18 @@ deploy`'s, and an image's."
                  :help "with --follow: how many past events to show first (default 20)")
   (.add-argument c "-v" "--verbose" :action "count" :default 0 :help "more detail")
   (.add-argument c "--diff" :action "store_true" :help "show the diff of each drift")
-  (.add-argument c "--json" :action "store_true" :help "write the events as JSON lines")
+  (.add-argument c "--json" :action "store_true" :help "write the events as JSON lines"))
 
+(defn _run-command [sub]
   (setv x (.add-parser sub "run" :help "run one command on hosts, over their chains"
                       :usage "consfig run [options] PATTERN… -- CMD…"
                       :description (+ "Run the command CMD (an argv: for shell code, `sh -c CODE`) on each "
                                       "chosen host over its chain, several at once, showing each host's "
                                       "output and a recap of their exit statuses.  Exit status: 0 when it "
                                       "exited 0 everywhere, else 1.")))
-  (consfig-option x)
+  (_consfig-option x)
   (.add-argument x "hosts" :nargs "+" :metavar "PATTERN" :help "hosts: a name, a glob ('web*'), a group (@web)")
-  (limit-option x)
+  (_limit-option x)
   (.add-argument x "-j" "--jobs" :metavar "N" :type int
                  :help f"run on N hosts at once (default: all of them, at most {DEFAULT-JOBS})")
   (.add-argument x "--max-fail" :metavar "N|N%" :help "start no more hosts once N (or N%%) have failed")
@@ -257,8 +235,9 @@ deploy`'s, and an image's."
                  :help "stop the command after SECONDS on a host, and count it failed there")
   (via-option x)
   (.add-argument x "-v" "--verbose" :action "count" :default 0 :help "more detail")
-  (.add-argument x "--json" :action "store_true" :help "write the events as JSON lines, no recap")
+  (.add-argument x "--json" :action "store_true" :help "write the events as JSON lines, no recap"))
 
+(defn _facts-command [sub]
   (setv f (.add-parser sub "facts" :help "print facts about hosts as JSON"
                        :description (+ "Gather facts on the chosen hosts over their chains and print them "
                                        "as one JSON object, each host's under its name.  A FACT is one of "
@@ -266,18 +245,19 @@ deploy`'s, and an image's."
                                        "units (all of them when none is given), or a fact application in "
                                        "parentheses, e.g. '(fact.file-exists \"/etc/motd\")', printed as "
                                        "true or false.")))
-  (consfig-option f)
+  (_consfig-option f)
   (.add-argument f "host" :metavar "PATTERN" :help "the host (or hosts: a glob, @group…)")
   (.add-argument f "facts" :nargs "*" :metavar "FACT")
-  (limit-option f)
+  (_limit-option f)
   (.add-argument f "-j" "--jobs" :metavar "N" :type int :help "gather on N hosts at once")
   (via-option f)
   (.add-argument f "-v" "--verbose" :action "count" :default 0
-                 :help "also report the deployment that gathers them, on standard error")
+                 :help "also report the deployment that gathers them, on standard error"))
 
+(defn _dataspace-command [sub]
   (setv ds (.add-parser sub "dataspace"
                        :help "run the site's etcd, and look into its dataspace (docs/dataspace.md)"))
-  (consfig-option ds)
+  (_consfig-option ds)
   (setv dsub (.add-subparsers ds :dest "action" :metavar "ACTION"))
   (setv dsub.required True)
   (setv dss (.add-parser dsub "serve" :help "run a one-member etcd for the site's dataspace"))
@@ -294,11 +274,9 @@ deploy`'s, and an image's."
                      ["watch" "print the records, then each change as it comes"]]]
     (setv x (.add-parser dsub name :help help))
     (.add-argument x "type" :nargs "?" :metavar "TYPE" :help "only the records of this type")
-    (.add-argument x "--json" :action "store_true" :help "one JSON object a line"))
+    (.add-argument x "--json" :action "store_true" :help "one JSON object a line")))
 
-  (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
-  (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
-
+(defn _doc-command [sub]
   (setv d (.add-parser sub "doc" :help "show a property's documentation, or list properties"
                        :description (+ "Show PROPERTY (file.has-content): its parameters with their "
                                        "types and defaults, its docstring, whether it can be "
@@ -308,7 +286,28 @@ deploy`'s, and an image's."
                                        "--consfig adds the site's own properties.")))
   (.add-argument d "--consfig" :metavar "FILE" :help "also the properties this consfig defines")
   (.add-argument d "--list" :action "store_true" :help "list properties (matching PATTERN)")
-  (.add-argument d "name" :nargs "?" :metavar "PROPERTY|PATTERN")
+  (.add-argument d "name" :nargs "?" :metavar "PROPERTY|PATTERN"))
+
+(defn _repl-command [sub]
+  (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
+  (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load"))
+
+;; Each subcommand of `consfig`, in the order --help lists them.
+(setv _COMMAND-PARSERS [_deploy-command _deploy-these-command _hosts-command _image-command
+                        _status-command _keygen-command _publish-command
+                        _converge-command _run-command _facts-command _dataspace-command
+                        _repl-command _doc-command])
+
+(defn _parser []
+  ;; The `consfig` command's parser: one subcommand each of _COMMAND-PARSERS.
+  (setv p (Parser
+            :prog "consfig"
+            :description "Declarative configuration management and deployment in Hy."
+            :epilog EXIT-STATUS))
+  (.add-argument p "--version" :action _VersionAction)
+  (setv sub (.add-subparsers p :dest "command" :metavar "COMMAND"))
+  (setv sub.required True)
+  (for [add _COMMAND-PARSERS] (add sub))
   p)
 
 (defn _consfig-path [given]
@@ -333,13 +332,6 @@ deploy`'s, and an image's."
       (raise (ConsfigError f"--via: cannot read {text !r} as a chain: {e}"))))
   (parse-chain chain "--via")
   chain)
-
-(defn output-sink [args]
-  "The sink the parsed options ARGS (`output-options`) ask for: JSON lines
-or a report."
-  (if args.json
-      (JsonSink)
-      (Reporter :verbosity args.verbose :check args.check :diff args.diff)))
 
 (defn _deploy-all [args targets [propspec None]]
   ;; One sink for all hosts, so that the end of the run can recap them.
@@ -425,7 +417,7 @@ in order (an implicit `eseqprops`)."
 
 (defn _disk-image [args]
   ;; A deployment to the machine that builds (this one, or --via's end).
-  (import consfig.props [disk])  ; start-up: 12 ms
+  (import consfig.props [disk])  ; lazy: 5 ms or more, for --disk alone
   (when (or args.output (not (os.path.isabs args.disk))
             (and args.qcow2 (not (os.path.isabs args.qcow2)))
             (and args.tarball (not (os.path.isabs args.tarball))))
@@ -441,7 +433,6 @@ in order (an implicit `eseqprops`)."
                (disk.raw-image-built-for options host.hostname args.disk)))
 
 (defn _image [args]
-  (import consfig.image.build [write-image])  ; start-up: 0.9 ms
   (when args.disk (return (_disk-image args)))
   (when (or (not args.output) args.qcow2 args.tarball)
     (.error (_parser) "the image command needs -o FILE (or --disk FILE, which --qcow2 and --tarball go with)"))
@@ -458,9 +449,6 @@ in order (an implicit `eseqprops`)."
   0)
 
 (defn _status [args]
-  (import json
-          consfig.model.host [find-host]
-          consfig.image.build [format-status host-status])  ; start-up: 0.9 ms
   (_load args)
   (setv host (find-host args.host)
         state (host-status host :via (when (is-not args.via None) (read-chain args.via))))
@@ -472,7 +460,7 @@ in order (an implicit `eseqprops`)."
         True 0))
 
 (defn _keygen [args]
-  (import consfig.image.publish [keygen keygen-from])  ; start-up: 33 ms
+  (import consfig.image.publish [keygen keygen-from])  ; lazy: the controller's (cryptography)
   (setv line (if args.old
                  (keygen-from args.old args.output args.comment)
                  (keygen args.output args.comment)))
@@ -482,8 +470,7 @@ in order (an implicit `eseqprops`)."
   0)
 
 (defn _publish [args]
-  (import consfig.image.build [make-image]
-          consfig.image.publish [load-legacy-key publish-images signing-key])  ; start-up: 52 ms
+  (import consfig.image.publish [load-legacy-key publish-images signing-key])  ; lazy: the controller's (cryptography)
   (_load args)
   (setv signer (signing-key args.signing-key)
         legacy (when args.legacy-key (load-legacy-key args.legacy-key))
@@ -547,12 +534,10 @@ in order (an implicit `eseqprops`)."
     (self.sink event)))
 
 (defn _run [args]
-  (import consfig.ui.adhoc [run-command])  ; start-up: 1 ms past the deployer's
   (_load args)
   (run-command args (when (is-not args.via None) (read-chain args.via))))
 
 (defn _facts [args]
-  (import consfig.ui.adhoc [facts-command])  ; start-up: 1 ms past the deployer's
   (setv module (_load args))
   (facts-command args module (when (is-not args.via None) (read-chain args.via))))
 
@@ -567,13 +552,12 @@ in order (an implicit `eseqprops`)."
       #(argv None)))
 
 (defn _repl [args]
-  (import consfig.ui.repl [run-repl])  ; start-up: 1 ms
   (run-repl (_consfig-path args.file)))
 
 (defn _dataspace [args]
-  (import consfig.ui.dataspace :as d)  ; start-up: 2 ms
+  (import consfig.ui.dataspace :as d)  ; lazy: the controller's
   (when (= args.action "tls")
-    (import consfig.ui.dataspace_tls :as t)  ; start-up: 40 ms
+    (import consfig.ui.dataspace_tls :as t)  ; lazy: the controller's
     (print (t.make-ca args.directory))
     (for [m args.member]
       (setv #(name _ ip) (.partition m "="))
@@ -590,7 +574,7 @@ in order (an implicit `eseqprops`)."
         True (d.watch config args.type args.json)))
 
 (defn _doc [args]
-  (import consfig.ui.doc [describe find-documented listing])  ; start-up: 0.4 ms
+  (import consfig.ui.doc [describe find-documented listing])  ; lazy: the controller's
   (when args.consfig (load-consfig args.consfig))
   (cond args.list (print (listing args.name))
         args.name (print (describe (find-documented args.name)))
@@ -612,52 +596,6 @@ in order (an implicit `eseqprops`)."
     (setv args.command-argv command))
   (guarded args (get COMMANDS args.command)))
 
-(defn guarded [args command]
-  "(COMMAND ARGS), its value the exit status; a `ConsfigError` printed as an
-error (with its traceback at -v) is status 1, an interrupt 130."
-  (try
-    (command args)
-    (except [e ConsfigError]
-      (when (and (>= (getattr args "verbose" 0) 1) (not e.expected))
-        (traceback.print-exc))
-      ((if (getattr args "json" False) json-error error) e)
-      1)
-    (except [KeyboardInterrupt]
-      ;; A converging agent's interrupted run has said it with `stopped`.
-      (cond (not (getattr args "json" False)) (error "interrupted")
-            (!= args.command "converge") (json-error "interrupted"))
-      130)))
-
-(defn _image-parser [hostname archive]
-  (setv p (Parser :prog f"python3 {(os.path.basename archive)}"
-                  :description f"Apply the configuration of {hostname} to this machine."
-                  :epilog (+ "Exit status: 0 success, 1 failures or an error; with "
-                             "--detailed-exitcode: 0 no changes, 2 changes made, 1 failures; "
-                             "64 a usage error.")))
-  (output-options p)
-  (.add-argument p "--as-host" :action "store_true"
-                 :help f"apply {hostname}'s configuration even though this machine's hostname is not {hostname}")
-  (.add-argument p "--converge" :action "store_true"
-                 :help "after applying, stay and keep this machine converged (docs/converge.md)")
-  (.add-argument p "--noop" :action "store_true"
-                 :help "report drift, repair nothing (implies --check for the first pass)")
-  (.add-argument p "--interval" :metavar "SECONDS" :type float
-                 :help "with --converge: how often to check a property that watches nothing")
-  (.add-argument p "--log-directory" :metavar "DIR"
-                 :help "with --converge: where the agent's event log goes (default: consfig's state directory)")
-  p)
-
-(defn run-image [archive image meta directories new argv]
-  "The command line of an image: apply the host of the image ARCHIVE (the
-open zip IMAGE, its META, its layers unpacked in DIRECTORIES, NEW those
-unpacked just now) to this machine, as the arguments ARGV ask
-(`consfig.image.build.apply-image`); return the exit status.  Called by the
-image's `__main__.py`."
-  (import consfig.image.build [apply-image])  ; start-up: 1 ms
-  (setv args (.parse-args (_image-parser (get meta "hostname") archive) argv))
-  (guarded args (fn [args] (apply-image args archive image meta directories new
-                                        (output-sink args)))))
-
 (defn run []
   "The console script: exit with `main`'s status."
   (try
@@ -672,5 +610,4 @@ image's `__main__.py`."
       (setv status 141)))
   (sys.exit status))
 
-(export :objects [main run run-image read-chain read-propspecs guarded output-options output-sink via-option
-                  Parser EX-USAGE])
+(export :objects [main run read-chain read-propspecs via-option])

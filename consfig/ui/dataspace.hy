@@ -32,7 +32,7 @@ what to add when it names none."
   ;; A loopback port nobody listens on now: a one-member cluster's peer
   ;; listener, which nobody dials, need not be the client port plus one
   ;; (which something else may hold).
-  (import socket)  ; start-up: 1 ms
+  (import socket)  ; lazy: the controller's
   (with [s (socket.socket)]
     (.bind s #("127.0.0.1" 0))
     (get (.getsockname s) 1)))
@@ -111,7 +111,7 @@ one by default)."
   "Print the records of CONFIG's dataspace, then each change as it comes,
 from the revision of that snapshot, until interrupted (or STOP, an Event,
 is set)."
-  (import queue threading)  ; start-up: 1 ms
+  (import queue threading)  ; lazy: the controller's
   (setv ds (Dataspace config)
         warn (fn [m] (print f"consfig: {m}" :file sys.stderr :flush True))
         #(revision entries) (_entries ds warn)

@@ -27,7 +27,7 @@ role may read the site's prefix and write PREFIX/hosts/HOSTNAME/ only."
           cryptography.hazmat.primitives.hashes :as hashes
           cryptography.hazmat.primitives.serialization :as ser
           cryptography.hazmat.primitives.asymmetric.ec :as ec
-          cryptography.x509.oid :as oid)  ; start-up: 40 ms, for a command run once
+          cryptography.x509.oid :as oid)  ; lazy: the controller's, for a command run once
   #(x509 hashes ser ec oid))
 
 (defn _write [path data [mode 0o644]]

@@ -10,7 +10,7 @@ there each of the image's layers the cache lacks, as `bundles/HASH` (mode
 puts them, so that both share them), and imports consfig from there: the
 image carries the bytecode of the Python that built it, and Python writes
 any other beside the sources, so a later run neither unpacks nor compiles.
-Then `consfig.ui.cli.run_image` applies the host.
+Then `consfig.ui.image_cli.run_image` applies the host.
 """
 
 import os
@@ -88,7 +88,7 @@ def main():
     sys.path[0:0] = directories
     try:
         import hy  # noqa: F401 -- registers the importer of Hy modules
-        import consfig.ui.cli
+        import consfig.ui.image_cli
     except Exception as e:
         if len(missing) == len(layers):
             raise
@@ -103,10 +103,10 @@ def main():
                 boot["place"](extractor(image, name), directory)
         missing = layers
         import hy  # noqa: F401,F811
-        import consfig.ui.cli
-    sys.exit(consfig.ui.cli.run_image(archive, image, meta, directories,
-                                     [d for n, d in zip(layers, directories) if n in missing],
-                                     sys.argv[1:]))
+        import consfig.ui.image_cli
+    sys.exit(consfig.ui.image_cli.run_image(archive, image, meta, directories,
+                                           [d for n, d in zip(layers, directories) if n in missing],
+                                           sys.argv[1:]))
 
 
 if __name__ == "__main__":

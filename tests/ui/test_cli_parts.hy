@@ -1,12 +1,12 @@
-;; consfig.ui.cli's parts, called in this process: the parser's exit codes,
+;; consfig.ui.cli's and consfig.ui.command's parts, called in this process: the parser's exit codes,
 ;; reading a chain and a propspec from the command line, and `guarded`.
 ;; (tests/ui/ runs the installed command end to end.)
 
 (import argparse
         pytest
         hy.models [Keyword]
-        consfig.ui.cli [EX-USAGE Parser guarded main output-options output-sink read-chain
-                        read-propspecs]
+        consfig.ui.cli [main read-chain read-propspecs]
+        consfig.ui.command [EX-USAGE Parser guarded output-options output-sink]
         consfig.errors [ConsfigError]
         consfig.deployer.report [JsonSink Reporter])
 
