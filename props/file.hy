@@ -192,6 +192,11 @@ PATH does not exist, unless CREATE."
         (checking?) (do (inform (_mode-change path have mode)) WOULD-CHANGE)
         True (set-remote-mode path mode :follow follow)))
 
+(defn ensure-mode [path mode]
+  "PATH, which exists, has MODE (an integer): `:no-change` when it has,
+`:would-change` in check mode (said), None once set."
+  (_ensure-mode path mode))
+
 (defn _mode-change [path have want]
   f"{path}: mode {(format have "o")} → {(format want "o")}")
 
@@ -1458,7 +1463,7 @@ point to) is owned by USER and/or GROUP, names or numeric ids."
               (Drift f"{directory} is not a directory")))
   (:apply (run "chown" "-R" "-h" (_owner-spec user group) "--" directory)))
 
-(export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
+(export :objects [ensure-mode templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
                   dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
                   does-not-exist directory-exists directory-does-not-exist

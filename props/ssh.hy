@@ -4,13 +4,15 @@
   (require consfig.model.property [defprop]
            consfig.model.propspec [defpropspec]))
 (import posixpath
+        consfig.model.watchspec [watch-path]
         consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.data.items [get-data-bytes require-data]
-        consfig.apply.engine [Drift]
+        consfig.apply.engine [Drift checking?]
         consfig.errors [FailedChange]
         consfig.model.host [get-hostname get-hostattrs hosts-with-hostattr]
         consfig.props.file :as file
-        consfig.props.file [add-lines remove-lines content->bytes read-bytes update-file]
+        consfig.props.file [add-lines combined-results remove-lines content->bytes read-bytes
+                            update-file]
         consfig.props.user [home-directory]
         consfig.types *)
 
@@ -39,19 +41,31 @@
   (run "chown" f"{username}:" "--" path)
   (run "chmod" "go-w" "--" path))
 
-(defn _user-file-lines [username name lines remove]
+(defn _user-file-lines [username name lines remove [mode None]]
+  ;; MODE: what the file must have, whether or not its lines changed.
   (setv path (posixpath.join (_ssh-dir username) name)
         r (if remove (remove-lines path lines) (add-lines path lines)))
-  (when (and (!= r NO-CHANGE) (remote-exists? path))
+  (when (and (!= r NO-CHANGE) (remote-exists? path) (not (checking?)))
     (_owned-private path username))
-  r)
+  (if (and mode (remote-exists? path))
+      (combined-results [r (file.ensure-mode path mode)])
+      r))
+
+(defn authorized-keys-path [username]
+  "Where USERNAME's authorized_keys is: in ~/.ssh, by the target's passwd
+when this runs on it, else under /home (root's under /root)."
+  (import pwd)
+  (try (posixpath.join (. (pwd.getpwnam username) pw-dir) ".ssh" "authorized_keys")
+       (except [KeyError]
+         (posixpath.join (if (= username "root") "/root" f"/home/{username}") ".ssh" "authorized_keys"))))
 
 (defprop authorized-keys :posix [#^ user-name username #^ ssh-public-key #* keys]
   "USERNAME's ~/.ssh/authorized_keys contains each of KEYS (whole lines:
-`ssh-ed25519 AAAA… comment`); other keys in it are left alone.  Unapplying
-removes KEYS from it."
+`ssh-ed25519 AAAA… comment`); other keys in it are left alone.  The file is
+USERNAME's, mode 0600.  Unapplying removes KEYS from it."
   (:desc f"{username} has {(len keys)} authorized SSH key(s)")
-  (:apply (_user-file-lines username "authorized_keys" keys False))
+  (:watch [(watch-path (authorized-keys-path username))])
+  (:apply (_user-file-lines username "authorized_keys" keys False 0o600))
   (:unapply (_user-file-lines username "authorized_keys" keys True)))
 
 (defn user-key-iden2 [username type]
@@ -141,6 +155,6 @@ asked to trust a key."
                      (.join "" (gfor l [#* (site-known-hosts-lines) #* extra] (+ l "\n")))
                      :mode 0o644)])
 
-(export :objects [authorized-keys has-user-key known-host system-known-host
+(export :objects [authorized-keys authorized-keys-path has-user-key known-host system-known-host
                   user-key-iden2 ssh-public-key ssh-key-type known-hosts-of-site
                   site-known-hosts-lines])

@@ -16,10 +16,17 @@
   (apply-twice chroot-chain [(user.has-account "alice") (ssh.authorized-keys "alice" KEY1 KEY2)])
   (assert (= (sh debian-chroot "cat /home/alice/.ssh/authorized_keys") (+ KEY1 "\n" KEY2 "\n")) "keys")
   (assert (= (sh debian-chroot "stat -c '%U %a' /home/alice/.ssh /home/alice/.ssh/authorized_keys")
-             "alice 700\nalice 644\n")
-          "owned by alice, not writable by others")
+             "alice 700\nalice 600\n")
+          "owned by alice, readable by her alone")
   (unapply chroot-chain (ssh.authorized-keys "alice" KEY1))
   (assert (= (sh debian-chroot "cat /home/alice/.ssh/authorized_keys") (+ KEY2 "\n")) "KEY1 gone"))
+
+(defn test-authorized-keys-left-0644-are-made-0600 [debian-chroot chroot-chain]
+  (deploy-propspec chroot-chain [(user.has-account "dave") (ssh.authorized-keys "dave" KEY1)])
+  (sh debian-chroot "chmod 644 /home/dave/.ssh/authorized_keys")
+  (apply-twice chroot-chain (ssh.authorized-keys "dave" KEY1))
+  (assert (= (sh debian-chroot "stat -c '%U %a' /home/dave/.ssh/authorized_keys") "dave 600\n")
+          "the keys were there already: the mode is still put right"))
 
 (defn test-known-hosts [debian-chroot chroot-chain]
   (apply-twice chroot-chain [(user.has-account "bob")
