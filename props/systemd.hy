@@ -230,23 +230,50 @@ failure too: systemd would ignore that setting."
     (finally (run "rm" "-rf" "--" tmp :timeout 60))))
 
 (defn _reload-manager []
-  (_runtime-action False "reloading systemd" "daemon-reload"))
+  ;; Where no manager runs, the next one to start reads the files as they
+  ;; are: nothing is lost, so that is said, not failed.
+  (cond (no-services?) (skip-for-no-services "reloading systemd")
+        (manager-running?) (do (systemctl False "daemon-reload") None)
+        True (do (inform (+ "not reloading systemd: no systemd service manager runs here "
+                            "(/run/systemd/system is absent); one started later reads the file"))
+                 NO-CHANGE)))
+
+(defn _reload-pending? [unit]
+  ;; Whether the running manager has not reread UNIT's files since they
+  ;; changed on disk: a reload that failed, or that never ran, is tried
+  ;; again by the next run.  A template has no state of its own.
+  (and (not (in "@." unit))
+       (not (no-services?))
+       (manager-running?)
+       (= (.strip (. (systemctl False "show" "--property=NeedDaemonReload" "--value" "--" unit
+                                :check False)
+                     stdout))
+          "yes")))
+
+(defn _pending-reload [unit]
+  ;; NO-CHANGE, or the reload that was missed (WOULD-CHANGE in check mode).
+  (cond (not (_reload-pending? unit)) NO-CHANGE
+        (checking?) (do (inform f"systemd would reread {unit}, changed since it last did")
+                        WOULD-CHANGE)
+        True (_reload-manager)))
 
 (defn _write-verified [path unit relative text]
   ;; NO-CHANGE, WOULD-CHANGE (check mode: a diff, nothing verified, nothing
   ;; written) or None once the verified text is in place and the manager
-  ;; has reread it.  Only a new text is verified, and reread.
+  ;; has reread it.  Only a new text is verified; the manager rereads a new
+  ;; text, and one it has not reread yet.
   (setv new (content->bytes text))
   (when (or (= (read-bytes path) new) (checking?))
-    (return (update-file path new :mode 0o644 :owner "root" :group "root")))
+    (setv r (update-file path new :mode 0o644 :owner "root" :group "root"))
+    (return (if (= r NO-CHANGE) (_pending-reload unit) r)))
   (verify-unit-text unit relative text)
   (run-walked [path] "mkdir" "-p" "--" (posixpath.dirname path) :timeout 60)
   (update-file path new :mode 0o644 :owner "root" :group "root")
   (_reload-manager)
   None)
 
-(defn _remove-unit-file [path [directory None]]
-  (cond (not (remote-exists? path)) NO-CHANGE
+(defn _remove-unit-file [unit path [directory None]]
+  (cond (not (remote-exists? path)) (_pending-reload unit)
         (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
         True (do (run "rm" "-f" "--" path :timeout 60)
                  (when directory
@@ -272,7 +299,7 @@ the unit if it is enabled and removes the file."
     (when (and (remote-exists? (unit-path name)) (not (checking?))
                (= (unit-file-state name) "enabled"))
       (systemctl False "disable" "--" name))
-    (_remove-unit-file (unit-path name))))
+    (_remove-unit-file name (unit-path name))))
 
 (defprop drop-in :posix [#^ unit-file-name unit #^ drop-in-name name #^ text text]
   "/etc/systemd/system/UNIT.d/NAME.conf holds TEXT, a drop-in that changes
@@ -289,7 +316,7 @@ drop-in (and UNIT.d, once empty)."
   (:apply (setv path (drop-in-path unit name))
           (_write-verified path unit (posixpath.relpath path UNIT-DIRECTORY) text))
   (:unapply (setv path (drop-in-path unit name))
-            (_remove-unit-file path (posixpath.dirname path))))
+            (_remove-unit-file unit path (posixpath.dirname path))))
 
 (setv LINGER-DIRECTORY "/var/lib/systemd/linger")
 
