@@ -3,7 +3,8 @@ and blacklisted (modprobe.d(5)).
 
 Loading a module changes the running kernel, which is done only where it is
 the system's own — not in a chroot, not where services are not started (see
-`sysctl`) — and where it loads modules at all (a kernel built without them
+`sysctl`), not in a container, whose kernel is the machine's — and where it
+loads modules at all (a kernel built without them
 has no /proc/modules).  Elsewhere the files are written and the property
 says the running kernel was left alone.  A module the initramfs loads reads
 its options from the copy of modprobe.d made when the initramfs was built:
@@ -15,7 +16,7 @@ run `update-initramfs -u` after changing those."
         consfig.errors [FailedChange]
         consfig.props.file [add-lines combined-results conf-pairs describe-pairs pairs-problem
                             remove-files remove-lines update-file]
-        consfig.props.service [no-services-where]
+        consfig.props.service [kernel-left-alone-where no-services-where]
         consfig.types *)
 
 (setv module-name (matching "module-name"
@@ -38,7 +39,7 @@ run `update-initramfs -u` after changing those."
 
 (defn _kernel-left-alone []
   ;; Why the running kernel is not to be touched, or None.
-  (or (no-services-where)
+  (or (kernel-left-alone-where)
       (when (not (remote-exists? "/proc/modules")) "this kernel loads no modules")))
 
 (defn loaded? [module]
@@ -49,6 +50,8 @@ run `update-initramfs -u` after changing those."
          stdout (startswith "builtin "))))
 
 (defn _load [module]
+  ;; A container runs on the machine's kernel: what is loaded there is
+  ;; loaded for it.  A chroot's kernel is not the system's at all.
   (setv elsewhere (no-services-where))
   (cond (and (not elsewhere) (loaded? module)) NO-CHANGE
         (setx why (_kernel-left-alone))

@@ -43,6 +43,33 @@ own either: properties that act on it (sysctl, kernel modules, swap) say so
 and leave it alone."
   (_no-services-where))
 
+(setv _CONTAINER "
+if command -v systemd-detect-virt >/dev/null 2>&1 &&
+   v=$(systemd-detect-virt --container 2>/dev/null) && [ -n \"$v\" ] && [ \"$v\" != none ]; then
+  echo \"$v\"; exit 0
+fi
+if [ -s /run/systemd/container ]; then head -n 1 /run/systemd/container; exit 0; fi
+if [ -r /proc/1/environ ]; then tr '\\000' '\\n' </proc/1/environ | sed -n 's/^container=//p' | head -n 1; fi
+exit 0")
+
+(defn container-kind []
+  "The kind of container the target runs in (\"systemd-nspawn\", \"docker\",
+\"lxc\", …), as systemd-detect-virt --container, /run/systemd/container or
+the `container=` of PID 1's environment tell; None on a system with a kernel
+of its own."
+  (setv kind (.strip (or (. (run "sh" "-c" _CONTAINER :check False :timeout 60) stdout) "")))
+  (or (get (+ (.splitlines kind) [""]) 0) None))
+
+(defn kernel-left-alone-where []
+  "Where the running kernel is not the target system's own, for messages:
+as `no-services-where` says (a chroot), or \"in a container (KIND)\", whose
+kernel is the machine's; None when it is the system's own.  Properties that
+act on the whole kernel (swap, kernel-wide sysctls, kernel modules, the
+clock) say so there and leave it alone."
+  (or (no-services-where)
+      (let [kind (container-kind)]
+        (when kind f"in a container ({kind}): its kernel is the machine's"))))
+
 (defn no-services? []
   "Whether services must not be started, stopped or reloaded now: inside
 `without-starting-services`, on a host with the `no-services` property, or
@@ -152,7 +179,7 @@ configuration back as it was, and fail with what the test said about WHAT."
                             (if undo "; put back as it was" "; nothing reloaded")
                             ":\n" (.strip (+ r.stdout r.stderr)))))))
 
-(export :objects [POLICY-RC-D no-services? no-services-where skip-for-no-services services-prevented
+(export :objects [POLICY-RC-D no-services? no-services-where container-kind kernel-left-alone-where skip-for-no-services services-prevented
                   reload-if-running tested-or-undone
                   without-starting-services no-services running restarted
                   reloaded])

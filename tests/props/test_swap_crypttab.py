@@ -93,7 +93,17 @@ def scratch_fs(tmp_path):
         subprocess.run(["umount", str(mnt)], check=True, timeout=120)
 
 
+def machine_container():
+    """What kind of container this machine is ("docker"…), or None."""
+    r = subprocess.run(["systemd-detect-virt", "--container"], capture_output=True, text=True,
+                       timeout=60)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
 def test_a_swap_file_is_swapped_on_by_the_running_kernel(scratch_fs):
+    if machine_container():
+        pytest.skip(f"this machine is a container ({machine_container()}): its kernel is not its "
+                    "own, test_in_a_container_the_kernel_is_left_alone is the test here")
     path = f"{scratch_fs}/swap file"
     p = swap.file_exists(path, "32M")
     first, second, proc, fstab, off = in_namespaces(
@@ -108,6 +118,23 @@ def test_a_swap_file_is_swapped_on_by_the_running_kernel(scratch_fs):
     assert swap.fstab_escaped(path) not in open("/proc/swaps").read(), "swapped off on unapply"
     assert list(scratch_fs.iterdir()) == [scratch_fs / "lost+found"]
     assert swap.fstab_escaped(path) not in open("/etc/fstab").read(), "this machine's fstab untouched"
+
+
+def test_in_a_container_the_kernel_is_left_alone(scratch_fs):
+    kind = machine_container()
+    if not kind:
+        pytest.skip("this machine has a kernel of its own; the booted container's test covers it")
+    path = f"{scratch_fs}/swap file"
+    p = swap.file_exists(path, "32M")
+    first, second, off = in_namespaces([["apply", p], ["apply", p], ["unapply", p]],
+                                       overlay=["/etc"])
+    assert first["status"] == "changed", first
+    assert second["status"] == "no-change", second
+    assert (f"{path} not used now: the running kernel is left alone (in a container ({kind}): "
+            "its kernel is the machine's)") in first["notes"], first["notes"]
+    assert swap.fstab_escaped(path) not in open("/proc/swaps").read(), "the machine's swap untouched"
+    assert off["status"] == "changed", off
+    assert list(scratch_fs.iterdir()) == [scratch_fs / "lost+found"]
 
 
 def test_hostile_swap_values_are_refused_where_they_are_written():
