@@ -3,6 +3,7 @@ kernel is left alone), and a swap file the running kernel swaps on, over
 :local, on a loop-mounted ext4 file system of the test's own, with a
 private overlay on /etc (livens.py)."""
 
+import os
 import subprocess
 
 import pytest
@@ -12,7 +13,7 @@ from consfig.errors import PropspecError
 from consfig.props import crypttab, swap
 
 from livens import in_namespaces
-from proptest import apply_twice, deploy_propspec, failure_text, in_chroot, statuses, unapply
+from proptest import apply_twice, deploy_propspec, failure_text, in_chroot, said, statuses, unapply
 
 MIB = 1024 * 1024
 
@@ -135,6 +136,34 @@ def test_in_a_container_the_kernel_is_left_alone(scratch_fs):
     assert swap.fstab_escaped(path) not in open("/proc/swaps").read(), "the machine's swap untouched"
     assert off["status"] == "changed", off
     assert list(scratch_fs.iterdir()) == [scratch_fs / "lost+found"]
+
+
+def test_removing_a_container_swaps_off_what_the_machine_swaps_on_in_it(scratch_fs):
+    # What an older consfig left: the container's /swapfile in the
+    # machine's /proc/swaps, which rm cannot remove.
+    from hy.models import Keyword
+    from consfig.props import container
+    name = f"cfswap{os.getpid()}"
+    root = scratch_fs / "machine"
+    for d in ["etc", "usr"]:
+        (root / d).mkdir(parents=True)
+    swapfile = root / "swapfile"
+    subprocess.run(f"fallocate -l 32M {swapfile} && chmod 600 {swapfile} && mkswap -q {swapfile} "
+                   f"&& swapon {swapfile}", shell=True, check=True, timeout=120)
+    link = f"/var/lib/machines/{name}"
+    os.makedirs("/var/lib/machines", exist_ok=True)
+    os.symlink(root, link)
+    try:
+        outcome, events = deploy_propspec([Keyword("local")], container.nspawn_removed(name),
+                                          check=False)
+        assert outcome.status == "changed", failure_text(events)
+        assert f"{swapfile} was swapped on by the machine's kernel: swapped off" in said(events)
+        assert str(swapfile) not in open("/proc/swaps").read()
+        assert not root.exists() and not os.path.lexists(link)
+    finally:
+        subprocess.run(["swapoff", str(swapfile)], capture_output=True, timeout=600)
+        if os.path.islink(link):
+            os.unlink(link)
 
 
 def test_hostile_swap_values_are_refused_where_they_are_written():
