@@ -1,6 +1,7 @@
 "The host's name: the hostattr, /etc/hostname, /etc/hosts and /etc/mailname."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import re
         consfig.apply.actions [NO-CHANGE Script run run-ok? output]
         consfig.model.host [push-hostattr get-hostattr]
@@ -13,6 +14,9 @@ chroots and containers, whose deployment names them after their parent."
   (:desc f"Hostname is {hostname}")
   (:hostattrs (push-hostattr "hostname" hostname))
   (:unapply NO-CHANGE))
+
+;; How often the agent compares the running hostname with the files'.
+(setv POLL 10)
 
 (defn _short [fqdn] (get (.split fqdn ".") 0))
 
@@ -39,6 +43,7 @@ chroots and containers, whose deployment names them after their parent."
 hostname), and /etc/hosts maps 127.0.1.1 to it and its short name.  The
 running system's hostname is set too, except in a chroot."
   (:desc f"Hostname {(or hostname (get-hostattr "hostname"))} configured")
+  (:watch [(watch-path "/etc/hostname") (watch-path "/etc/hosts") (watch-poll POLL)])
   (:apply
     (setv fqdn (or hostname (get-hostattr "hostname"))
           results [(update-file "/etc/hostname" (+ (_short fqdn) "\n"))
@@ -53,6 +58,7 @@ running system's hostname is set too, except in a chroot."
   "/etc/mailname, the domain mail from this host appears to come from, is
 MAILNAME (by default the host's hostname)."
   (:desc f"Mailname {(or mailname (get-hostattr "hostname"))} configured")
+  (:watch [(watch-path "/etc/mailname")])
   (:apply (update-file "/etc/mailname" (+ (or mailname (get-hostattr "hostname")) "\n"))))
 
 (export :objects [is configured mailname-configured])

@@ -135,7 +135,7 @@ with what to do when the server is not running."
 
 ;; How often the agent re-checks what lives in a server (roles, databases,
 ;; a cluster's state): nothing outside it says when they change.
-(setv POLL 30)
+(setv POLL 2)
 
 (defn _stopped? [c]
   ;; A cluster that is down, where services may be started: it is to run.

@@ -11,6 +11,7 @@ namespace (net.*) are set, where it may write them; the kernel-wide ones are
 the machine's, and left alone with a note."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import re
         consfig.apply.actions [NO-CHANGE Script output run run-ok?]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
@@ -48,6 +49,14 @@ the machine's, and left alone with a note."
 
 (defn _proc-path [key]
   (+ "/proc/sys/" (if (in "/" key) key (.replace key "." "/"))))
+
+;; How often the agent reads the running values back: /proc/sys tells
+;; nobody when one is written.
+(setv LIVE-POLL 1)
+
+(defn _watches [keys file]
+  ;; The file, and a poll of the running values.
+  [(watch-path (_path file)) (watch-poll LIVE-POLL)])
 
 (defn _pairs-problem [pairs]
   (or (pairs-problem pairs sysctl-key)
@@ -172,6 +181,7 @@ its values until the next boot."
   (:simulates True)
   (:invariant (not (_pairs-problem pairs)) (_pairs-problem pairs))
   (:desc f"sysctl {(describe-pairs pairs " = ")}")
+  (:watch (_watches (gfor [[_ k] _] (.items (conf-pairs pairs)) k) file))
   (:apply (_has-values pairs file))
   (:unapply (_lacks-keys (gfor [[_ k] _] (.items (conf-pairs pairs)) k) file)))
 
@@ -180,6 +190,7 @@ its values until the next boot."
 `(sysctl.has-value \"net.ipv4.ip_forward\" 1)`."
   (:simulates True)
   (:desc f"sysctl {key} = {value}")
+  (:watch (_watches [key] file))
   (:apply (_has-values [key value] file))
   (:unapply (_lacks-keys [key] file)))
 
