@@ -27,7 +27,7 @@ boots it again."
 (import posixpath
         hy.models [Keyword]
         consfig.apply.combinators [eseqprops]
-        consfig.props [hostname]
+        consfig.props.hostname :as props-hostname
         consfig.props.swap [fstab-escaped]
         consfig.apply.actions [NO-CHANGE Script run run-ok? read-remote-file write-remote-file
                                remote-exists?]
@@ -321,7 +321,7 @@ longer than `STOP-TIMEOUT`."
   "DATA (`container-data`) whose propspec first gives the container the
 hostname of its host definition (`hostname.configured`): the tree was made
 from, or copied out of, a system of another name."
-  {#** data "propspec" (eseqprops (hostname.configured) (get data "propspec"))})
+  {#** data "propspec" (eseqprops (props-hostname.configured) (get data "propspec"))})
 
 (defn apply-inside [name data * [python False] [unapply False]]
   "Apply the propspec of DATA (`container-data`) inside the running

@@ -49,6 +49,9 @@ def test_a_reload_that_did_not_happen_is_done_by_the_next_run(booted_container):
     first = systemd.unit_file(unit, UNIT)
     outcome, events = deploy_propspec(booted_container.chain, eseqprops(this_os(), first))
     assert outcome.status == "changed", statuses(events)
+    # Loaded (a unit nothing holds is forgotten, and read afresh when asked).
+    subprocess.run(enter_argv(booted_container.name, ["systemctl", "start", unit]), check=True,
+                   capture_output=True, timeout=60)
     assert _need_reload(booted_container.name, unit) == "no"
     # The new text is on disk, the manager has not reread it: as after a
     # run whose reload failed.
@@ -64,4 +67,6 @@ def test_a_reload_that_did_not_happen_is_done_by_the_next_run(booted_container):
     assert _need_reload(booted_container.name, unit) == "no"
     outcome, events = deploy_propspec(booted_container.chain, eseqprops(this_os(), second))
     assert outcome.status == "no-change", statuses(events)
+    subprocess.run(enter_argv(booted_container.name, ["systemctl", "stop", unit]),
+                   capture_output=True, timeout=60)
     deploy_propspec(booted_container.chain, eseqprops(this_os(), second), unapply=True)
