@@ -13,7 +13,7 @@ is running.  Switching the MPM needs a restart: `service.restarted`."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
-(import consfig.model.watchspec [watch-path watch-poll])
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         consfig.apply.actions [NO-CHANGE run run-ok? output remote-exists?]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
@@ -185,6 +185,7 @@ enabled module depends on it)."
 configtest` has passed (a failure otherwise, and Apache keeps the
 configuration it has); always a change.  For `on-change`, after a
 certificate is renewed (`tls.certificate-installed`)."
+  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc "Apache reloaded")
   (:apply (tested-or-undone TEST None "Apache's configuration")
           (reload-if-running "apache2")

@@ -24,6 +24,7 @@ NAME.log there; every deployment checks it, and one that finds it gone
 boots it again."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         hy.models [Keyword]
         consfig.apply.combinators [eseqprops]
@@ -419,6 +420,7 @@ Unapplying removes the container (`nspawn-removed`)."
   "The container NAME boots when the host does: systemd-nspawn@NAME.service
 is enabled, as `machinectl enable` does.  systemctl writes the links even
 where no systemd runs; only a host that boots systemd acts on them."
+  (:watch [(watch-path "/etc/systemd/system/machines.target.wants") (watch-path "/etc/systemd/system/multi-user.target.wants")])
   (:desc f"Container {name} enabled at boot")
   (:check (all (gfor l (_enable-links name) (remote-exists? l))))
   (:apply
@@ -435,6 +437,7 @@ where no systemd runs; only a host that boots systemd acts on them."
 (defprop nspawn-stopped :posix [#^ machine-name name]
   "The container NAME is not running: its systemd was asked to power off
 (and it was killed if it took longer than a minute)."
+  (:unwatched "a container consfig booted itself has no unit to watch: re-checked at the host's interval")
   (:desc f"Container {name} stopped")
   (:check (not (running? name)))
   (:apply (stop name) :changed))
@@ -494,6 +497,7 @@ swapped off first; when it cannot be, nothing is removed."
   "The container NAME does not exist: stopped, then its tree (at
 /var/lib/machines/NAME, or where the link there leads), its .nspawn file and
 its enabling at boot are removed."
+  (:watch [(watch-path (default-root name)) (watch-path (settings-file name))])
   (:desc f"Container {name} removed")
   (:apply (remove name)))
 

@@ -550,6 +550,7 @@ is applied to, as `secret-uploaded`."
   "The prerequisite data the target's user keeps after `:python` deployments
 (`~/.cache/consfig/data`, or under $XDG_CACHE_HOME) is removed: what this
 deployment needs it already holds in memory; the next one sends it again."
+  (:unwatched "it empties consfig's own data cache, which only deployments fill")
   (:simulates True)
   (:desc "data cache purged")
   (:apply
@@ -1317,6 +1318,7 @@ only).  An archive whose members would escape DIRECTORY — absolute names,
 holds while a marker in DIRECTORY holds the archive's SHA-256: a new
 archive is unpacked over the old files.  Files belong to whoever deploys
 (never the archive's owners)."
+  (:watch [(watch-path directory)])
   (:desc f"{archive} unpacked into {directory}")
   (:check (_extracted? archive directory strip-components))
   (:apply (unpack archive directory :kind format :strip strip-components)))
@@ -1325,6 +1327,7 @@ archive is unpacked over the old files.  Files belong to whoever deploys
   "PATH exists as a regular file: where there is none, an empty one is made
 (with MODE, when given); the content of one that is there is left alone.
 Anything else at PATH (a directory, a device) is a failure."
+  (:watch [(watch-path path)])
   (:desc f"{path} exists")
   (:check (or (run-ok? "test" "-f" path) (Drift f"{path} would be created")))
   (:apply
@@ -1336,6 +1339,7 @@ Anything else at PATH (a directory, a device) is a failure."
   "Like `contains-conf-space`, for a config file of `key<TAB>value` lines:
 a new or changed line has a tab between key and value (a changed line keeps
 the whitespace it had)."
+  (:watch [(watch-path path)])
   (:simulates True)
   (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
   (:desc f"{path} has {(describe-pairs pairs " ")}")
@@ -1372,6 +1376,7 @@ Creates PATH.  Unapplying removes the block with its markers, as Ansible's
 blockinfile does.
 
   (file.has-block \"/etc/ssh/ssh_config\" \"backup\" \"Host backup\" \"  User borg\")"
+  (:watch [(watch-path path)])
   (:simulates True)
   (:desc f"{path} has block {name}")
   (:apply (map-file-lines path (fn [have] (block-lines have name (_lines lines) comment))
@@ -1397,6 +1402,7 @@ is removed; when none matches, LINE is appended, unless PATH has it already.
 Creates PATH.  Ansible's lineinfile, with `regexp`.
 
   (file.has-line-matching \"/etc/ssh/sshd_config\" r\"^#?\\s*PermitRootLogin\\b\" \"PermitRootLogin no\")"
+  (:watch [(watch-path path)])
   (:simulates True)
   (:desc f"{path} has {line} for /{regex}/")
   (:apply (map-file-lines path (fn [have] (line-matching-lines have regex line)) :create True)))
@@ -1405,6 +1411,7 @@ Creates PATH.  Ansible's lineinfile, with `regexp`.
   "None of DIRECTORIES exists; each that does must be empty, and is removed
 with rmdir.  A directory with anything in it is a failure, and stays: for
 directories that must go only when nothing is left in them."
+  (:watch (lfor d directories (watch-path d)))
   (:desc (_plural directories))
   (:check (_none-exist directories "removed"))
   (:apply (for [d directories :if (remote-exists? d)]
@@ -1431,6 +1438,7 @@ directories that must go only when nothing is left in them."
   "Every regular file below DIRECTORY has mode FILES, and every directory
 (DIRECTORY too) mode DIRECTORIES; either may be left out.  Symlinks are not
 followed.  Ansible's `file … recurse: yes`, with a mode for each kind."
+  (:unwatched "a whole tree: inotify watches one directory at a time, so the tree is re-checked at the host's interval")
   (:desc (+ f"{directory} has modes"
             (if (is files None) "" f" {(format files "o")} for files")
             (if (is directories None) "" f" {(format directories "o")} for directories")))
@@ -1453,6 +1461,7 @@ followed.  Ansible's `file … recurse: yes`, with a mode for each kind."
                                     #^ (one-of group-name id-number) [group None]]
   "DIRECTORY and everything below it (symlinks themselves, not what they
 point to) is owned by USER and/or GROUP, names or numeric ids."
+  (:unwatched "a whole tree: inotify watches one directory at a time, so the tree is re-checked at the host's interval")
   (:desc (+ f"{directory} and below have"
             (if (is user None) "" f" owner {user}")
             (if (is group None) "" f" group {group}")))

@@ -11,6 +11,7 @@
 (defprop is :posix [#^ hostname hostname]
   "The host's hostname is HOSTNAME, whatever it is called in the consfig: for
 chroots and containers, whose deployment names them after their parent."
+  (:unwatched "a declaration for the controller (a hostattr): nothing on the target to keep")
   (:desc f"Hostname is {hostname}")
   (:hostattrs (push-hostattr "hostname" hostname))
   (:unapply NO-CHANGE))

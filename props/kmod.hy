@@ -11,6 +11,7 @@ its options from the copy of modprobe.d made when the initramfs was built:
 run `update-initramfs -u` after changing those."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [NO-CHANGE remote-exists? run run-ok?]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
@@ -74,6 +75,7 @@ run `update-initramfs -u` after changing those."
 /etc/modules-load.d/consfig.conf) and, where the running kernel is the
 system's own, loaded now (with modprobe, from the kmod package).
 Unapplying takes it off the list; it stays loaded until the next boot."
+  (:watch [(watch-path LOAD-FILE)])
   (:simulates True)
   (:desc f"kernel module {module} loaded at boot")
   (:apply
@@ -96,6 +98,7 @@ module loaded already keeps the options it was loaded with until it is
 loaded again.  Unapplying removes the file.
 
   (kmod.has-options \"zfs\" \"zfs_arc_max\" 4294967296)"
+  (:watch [(watch-path (_options-file module))])
   (:simulates True)
   (:invariant options "needs at least one option")
   (:invariant (not (_options-problem options)) (_options-problem options))
@@ -119,6 +122,7 @@ may still be loaded by name or as another module's dependency; with
 NEVER-LOADED, not even so (`install MODULE /bin/false` too).  A module
 loaded already stays loaded until it is unloaded (`modprobe -r`) or the
 system reboots.  Unapplying removes those lines."
+  (:watch [(watch-path BLACKLIST-FILE)])
   (:simulates True)
   (:desc f"kernel module {module} blacklisted")
   (:apply

@@ -4,7 +4,7 @@
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
-(import consfig.model.watchspec [watch-path watch-poll])
+(import consfig.model.watchspec [watch-path])
 (import re
         shlex
         consfig.apply.combinators [with-unapply unapplied]

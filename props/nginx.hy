@@ -11,7 +11,7 @@ and only when it is running."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
-(import consfig.model.watchspec [watch-path watch-poll])
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
@@ -136,6 +136,7 @@ reloads when it was there.  The site's file stays in sites-available."
   "nginx rereads its configuration, once `nginx -t` has passed (a failure
 otherwise, and nginx keeps the configuration it has); always a change.
 Use it after `on-change`, for a certificate renewed (`tls.certificate-installed`)."
+  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc "nginx reloaded")
   (:apply (tested-or-undone TEST None "nginx's configuration")
           (reload-if-running "nginx")

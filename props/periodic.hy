@@ -59,6 +59,7 @@ A flag file named after DESC, in the cache of the user applying it on the
 target, records the last successful application; DESC must be unique among
 the host's uses of `at-most`.  A failed application is tried again next time.
 Unapplying unapplies PROPAPPS and removes the flag."
+  (:unwatched "time, not a resource, says when its propspec is applied again")
   (:desc desc)
   ;; No :check: a stale flag must not keep PROPAPPS from being unapplied.
   (:apply

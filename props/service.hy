@@ -8,7 +8,7 @@ nothing, and /usr/sbin/policy-rc.d answers 101 (\"action forbidden\") so that
 packages installed meanwhile do not start theirs either."
 
 (eval-when-compile (require consfig.model.property [defprop]))
-(import consfig.model.watchspec [watch-unit])
+(import consfig.model.watchspec [watch-path watch-unit])
 (import contextlib
         contextvars
         consfig.apply.actions [NO-CHANGE run run-ok? run-script read-remote-file
@@ -112,6 +112,7 @@ failed — unless something inside replaced ours with a file of its own."
 any service: for chroots and images.  Service properties do nothing inside,
 and /usr/sbin/policy-rc.d forbids package scripts to start daemons for the
 duration.  Debian and derivatives."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:announce False)
   (:apply (with [(services-prevented)] (apply-sequence propapps)))
   (:unapply (with [(services-prevented)] (apply-sequence propapps :unapply True))))
@@ -120,6 +121,7 @@ duration.  Debian and derivatives."
   "The host never starts services: its service properties do nothing, and
 /usr/sbin/policy-rc.d forbids package scripts to start daemons.  For a chroot
 or an image that is never booted as it is.  This owns policy-rc.d outright."
+  (:watch [(watch-path POLICY-RC-D)])
   (:desc "Starting services disabled")
   (:hostattrs (push-hostattr "no-services" True))
   (:check (= (read-remote-file POLICY-RC-D) POLICY-RC-D-CONTENT))
@@ -143,6 +145,7 @@ says it is running already."
 
 (defprop restarted :posix [#^ service-name service]
   "Restart SERVICE with service(8); always a change (use it after `on-change`)."
+  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc f"Service {service} restarted")
   (:apply
     (if (no-services?)
@@ -151,6 +154,7 @@ says it is running already."
 
 (defprop reloaded :posix [#^ service-name service]
   "Reload SERVICE's configuration with service(8); always a change."
+  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc f"Service {service} reloaded")
   (:apply
     (if (no-services?)

@@ -85,6 +85,7 @@ private key never leaves it (this needs ssh-keygen, from openssh-client).
 With PUBLIC-KEY, the private key is prerequisite data of the host
 (HOSTNAME, `~USERNAME/.ssh/id_TYPE`), a secret, installed with mode 0600, and
 the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
+  (:watch [(watch-path (posixpath.join (posixpath.dirname (authorized-keys-path username)) f"id_{type}"))])
   (:desc f"{username} has an {type} SSH key")
   (:hostattrs
     (when public-key
@@ -115,6 +116,7 @@ the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
   "USERNAME's ~/.ssh/known_hosts says that HOSTS (a name, or a list of names
 and addresses) have the public KEY (`ssh-ed25519 AAAA…`).  Unapplying
 removes that line."
+  (:watch [(watch-path (posixpath.join (posixpath.dirname (authorized-keys-path username)) "known_hosts"))])
   (:desc f"{username} knows the SSH host key of {hosts}")
   (:apply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] False))
   (:unapply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] True)))
@@ -124,6 +126,7 @@ removes that line."
 (defprop system-known-host :posix [#^ known-hosts hosts #^ ssh-public-key key]
   "/etc/ssh/ssh_known_hosts, read by every user's ssh, says that HOSTS have
 the public KEY.  Unapplying removes that line."
+  (:watch [(watch-path SYSTEM-KNOWN-HOSTS)])
   (:desc f"The system knows the SSH host key of {hosts}")
   (:apply
     (run "mkdir" "-p" "/etc/ssh")

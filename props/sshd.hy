@@ -133,6 +133,7 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
 Applying it checks that one of /etc/ssh/ssh_host_*_key.pub is KEY, and
 fails, changing nothing, when none is: the key recorded is wrong, or the
 host has a new one."
+  (:watch [(watch-path "/etc/ssh")])
   (:desc f"SSH host key {(get (.split key) 0)} recorded")
   (:hostattrs (push-hostattr "ssh-host-key" (_key-of key)))
   (:check (in (_key-of key) (_host-public-keys)))

@@ -9,7 +9,7 @@ that was there before stays."
 (eval-when-compile (require consfig.model.property [defprop]
                            consfig.model.propspec [defproplist]))
 (import posixpath
-        consfig.model.watchspec [watch-path watch-poll])
+        consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [output run run-ok? write-remote-file]
         consfig.apply.engine [checking? inform]
         consfig.errors [FailedChange]

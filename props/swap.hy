@@ -6,6 +6,7 @@ container, whose kernel is the machine's; there the file and its fstab line
 are made, and it is used where the system boots a kernel of its own."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import posixpath
         re
         consfig.apply.actions [NO-CHANGE Script output run]
@@ -122,6 +123,7 @@ prepared with mkswap; /etc/fstab swaps on it at boot, and the running kernel
 swaps on it now (see the module's documentation for where it is left
 alone).  A file of another size is made anew, swapped off first if in use.
 Unapplying swaps off it, removes its fstab line and the file."
+  (:watch [(watch-path path) (watch-path FSTAB) (watch-poll 60)])
   (:simulates True)
   (:desc f"swap file {path} of {size}")
   (:apply

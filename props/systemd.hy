@@ -107,6 +107,7 @@ awk '$5 == \"/\" { found = 1 } END { exit found }' /proc/self/mountinfo")))
 (defprop daemon-reloaded :posix [* #^ boolean [user-instance False]]
   "The service manager has reread its unit files (always attempted, where
 one runs)."
+  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc "systemd configuration reloaded")
   (:apply (_runtime-action user-instance "reloading systemd" "daemon-reload")))
 
@@ -132,11 +133,13 @@ elsewhere, a host where no systemd service manager runs fails it."
 
 (defprop restarted :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "Restart the unit SERVICE; always a change (use it after `on-change`)."
+  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc f"systemd service {service} restarted")
   (:apply (_runtime-action user-instance f"restarting {service}" "restart" "--" service)))
 
 (defprop reloaded :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "Make the unit SERVICE reload its configuration; always a change."
+  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc f"systemd service {service} reloaded")
   (:apply (_runtime-action user-instance f"reloading {service}" "reload" "--" service)))
 
@@ -336,6 +339,7 @@ unattended.  Where a systemd manager runs, through `loginctl
 enable-linger`, which starts it at once; elsewhere (a chroot, an image) by
 the file /var/lib/systemd/linger/USER that logind reads when it starts.
 USER must exist.  Unapplying disables lingering."
+  (:watch [(watch-path (posixpath.join LINGER-DIRECTORY user))])
   (:desc f"{user} lingers")
   (:check (or (_lingers? user) (Drift f"{user} would linger")))
   (:apply
@@ -357,6 +361,7 @@ USER must exist.  Unapplying disables lingering."
   "The system boots into TARGET (\"multi-user.target\" for a server,
 \"graphical.target\" for a desktop): `systemctl set-default`.  Works without
 a running systemd."
+  (:watch [(watch-path (unit-path "default.target"))])
   (:desc f"systemd boots into {target}")
   (:invariant (.endswith target ".target") "a default target is a .target unit")
   (:check (setv have (_default-target))
@@ -367,6 +372,7 @@ a running systemd."
   "The user unit UNIT is enabled for every user (`systemctl --global
 enable`): each user's own manager starts it.  Works without a running
 systemd.  Unapplying disables it globally."
+  (:watch [(watch-path "/etc/systemd/user")])
   (:desc f"user unit {unit} enabled for all users")
   (:check (or (run-ok? "systemctl" "--global" "is-enabled" "--quiet" "--" unit)
               (Drift f"user unit {unit} would be enabled for all users")))
@@ -411,6 +417,7 @@ starts; restart it with `on-change` for it to take effect now.  Unapplying
 removes the drop-in.
 
   (systemd.configured \"logind\" \"Login\" \"HandleLidSwitch\" \"ignore\")"
+  (:watch [(watch-path (conf-path component name))])
   (:simulates True)
   (:invariant (not (_settings-problem pairs)) (_settings-problem pairs))
   (:desc (+ f"systemd {component} has "

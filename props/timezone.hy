@@ -1,7 +1,7 @@
 "The system timezone."
 
 (eval-when-compile (require consfig.model.property [defprop]))
-(import consfig.model.watchspec [watch-path watch-poll])
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         re
         consfig.apply.actions [run run-ok? read-remote-file write-remote-file

@@ -13,7 +13,7 @@ however the site obtains it."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
-(import consfig.model.watchspec [watch-path watch-poll])
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         consfig.apply.actions [NO-CHANGE run run-ok?]
         consfig.data.items [get-data-bytes require-data]

@@ -79,7 +79,7 @@ both places."
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [watch None] [propspec None] [announce True]
                   [opaque-type False] [simulates False] [invariants #()] [where None]
-                  [declared-type None]]
+                  [declared-type None] [unwatched None]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -92,6 +92,8 @@ both places."
           self.unapply unapply
           ;; Parameters -> the watch specs of what it manages (consfig.model.watchspec).
           self.watch watch
+          ;; Why it has no :watch, for the people reading the agent's report.
+          self.unwatched unwatched
           ;; defproplist and defpropspec: args -> propspec, expanded at preprocess.
           self.propspec propspec
           ;; Combinators such as eseqprops are not announced themselves.
@@ -141,6 +143,20 @@ default rendered as Hy (or None when it has none)."
                      (_keyword-for p.name))
            "type" (annotation-type p.annotation)
            "default" (if (is p.default P.empty) None (_render p p.default))}))
+
+  (defn watch-reason [self]
+    "Why the converging agent has nothing to watch for this property (it
+re-checks it at the host's interval), or None when it watches something: its
+`(:unwatched REASON)`; or, for a property that stands for a propspec
+(defproplist, defpropspec), or applies one to another host, what that
+means.  A property with neither a :watch nor a reason is a gap in the
+library (tests/model/test_watch_reasons.py)."
+    (cond self.watch None
+          self.unwatched self.unwatched
+          self.propspec "it stands for its propspec, whose properties are watched"
+          self.opaque-type (+ "it applies a propspec to another host (a chroot, a container, "
+                              "an image), which that host's own agent keeps")
+          True None))
 
   (defn [property] short-name [self]
     "The name a user writes: `file.has-content` for the library's
@@ -641,8 +657,14 @@ as a propspec.  `(help {name})` shows its parameters and their types."
     (cond (in k SUBROUTINES) (.append subs #(k form))
           (= k "invariant") (.append invariants form)
           (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
+          (= k "unwatched")
+          (do (when (not (and (= (len form) 2) (isinstance (get form 1) hy.models.String)
+                              (.strip (get form 1))))
+                (raise (PropspecError (+ f"defprop {name}: (:unwatched REASON) takes a string "
+                                         f"saying why nothing is watched, got {(hy.repr form)}"))))
+              (.append options #(k (get form 1))))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
-                                        "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant")))))
+                                        "use :desc :preprocess :hostattrs :check :apply :unapply :watch :unwatched :invariant")))))
   #(doc subs options invariants))
 
 (export :objects [Propapp Property properties define-property find-property forget-properties-of
