@@ -173,11 +173,17 @@ change): `:no-change` when none changed anything."
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
 newlines; see `read-text` for bytes that are not UTF-8).  Nothing to do when
-PATH does not exist, unless CREATE."
+PATH does not exist, unless CREATE, or when F returns the lines it was given:
+as Consfigurator does, the lines are compared, so a file is not rewritten
+only to end its last line."
   (setv old (read-text path))
-  (if (and (is old None) (not create))
+  (when (and (is old None) (not create))
+    (return NO-CHANGE))
+  (setv have (_file-lines (or old ""))
+        new (list (f have)))
+  (if (and (is-not old None) (= new have))
       NO-CHANGE
-      (update-file path (_unlines (f (_file-lines (or old "")))))))
+      (update-file path (_unlines new))))
 
 (defn _mode-of [path [follow False]]
   (int (.strip (output (if follow
@@ -625,14 +631,16 @@ lines and the pairs no line took."
                       (list (zip (cut pairs 0 None 2) (cut pairs 1 None 2))))))
   (dfor [k v] items #(None (str k)) (str v)))
 
+(defn _simple-conf-lines [lines wanted kv render same-value?]
+  (setv #(out missing) (_conf-edit (_parse-conf lines "#" kv) wanted same-value? render "#"))
+  (+ out (lfor [[_ k] v] (.items missing) (render k v None))))
+
 (defn _simple-conf-text [old wanted kv render same-value?]
-  (setv #(out missing) (_conf-edit (_parse-conf (_file-lines old) "#" kv)
-                                   wanted same-value? render "#"))
-  (_unlines (+ out (lfor [[_ k] v] (.items missing) (render k v None)))))
+  (_unlines (_simple-conf-lines (_file-lines old) wanted kv render same-value?)))
 
 (defn _simple-conf-update [path wanted kv render same-value?]
-  (setv old (or (read-text path) ""))
-  (update-file path (_simple-conf-text old wanted kv render same-value?)))
+  (map-file-lines path (fn [lines] (_simple-conf-lines lines wanted kv render same-value?))
+                  :create True))
 
 (defn describe-pairs [pairs sep]
   (.join ", " (gfor [[_ k] v] (.items (conf-pairs pairs)) f"{k}{sep}{v}")))
