@@ -49,6 +49,7 @@ the path CREATES (relative to CWD, if CWD is given) does not exist.  A
 command running past TIMEOUT seconds is stopped, and the property fails; by
 default, the bound of the enclosing `with-command-timeout`, else the chain's
 :command-timeout, else none."
+  (:action "runs its command at each deployment, unless :creates names what it makes")
   (:invariant cmd "needs a command to run")
   (:invariant (not (command-line-problem cmd)) (command-line-problem cmd))
   (:desc (+ "Ran " (command->script cmd)))
@@ -63,6 +64,7 @@ default, the bound of the enclosing `with-command-timeout`, else the chain's
 as `sh -c CODE sh ARG…`: `(cmd.script \"date >> \\\"$1\\\"\" log-path)`.  Put
 values in ARGS, never into CODE.  ENV, INPUT, CWD, CREATES and TIMEOUT as
 for `cmd.single`."
+  (:action "runs its shell code at each deployment, unless :creates names what it makes")
   (:desc (+ "Ran " (command->script (Script code #* args))))
   (:check (and creates (remote-exists? (_created creates cwd))))
   (:apply (_ran (Script code #* args) env input cwd timeout)))

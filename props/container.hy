@@ -30,7 +30,7 @@ boots it again."
                                remote-exists?]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name? enter-argv]
         consfig.deployer.deployment [deploy-nested]
-        consfig.apply.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange InapplicableProperty]
         consfig.model.host [Host find-host get-hostname preprocess-host]
         consfig.model.property [Propapp]
@@ -428,13 +428,20 @@ where no systemd runs; only a host that boots systemd acts on them."
   (:check (not (running? name)))
   (:apply (stop name) :changed))
 
+(defn _present? [name]
+  ;; Anything of the container NAME left: the tree its link leads to, its
+  ;; settings, its pid file.  Returns that tree, or True, or None.
+  (setv target (.strip (. (run "readlink" "-e" "--" (default-root name) :check False :timeout 60)
+                          stdout)))
+  (or target (remote-exists? (settings-file name)) (remote-exists? (_pid-file name)) None))
+
 (defn remove [name]
   "Stop the container NAME and remove it: its tree, its registration, its
 settings and its enabling at boot.  A root linked from /var/lib/machines
 is removed too."
   (setv link (default-root name)
-        target (.strip (. (run "readlink" "-e" "--" link :check False :timeout 60) stdout))
-        present (or target (remote-exists? (settings-file name)) (remote-exists? (_pid-file name))))
+        present (_present? name)
+        target (if (isinstance present str) present ""))
   (when (not present) (return NO-CHANGE))
   (stop name)
   (when (remote-exists? (get (_enable-links name) 0))
@@ -458,6 +465,7 @@ is removed too."
 /var/lib/machines/NAME, or where the link there leads), its .nspawn file and
 its enabling at boot are removed."
   (:desc f"Container {name} removed")
+  (:check (or (not (_present? name)) (Drift f"container {name} would be removed")))
   (:apply (remove name)))
 
 (export :objects [MACHINES-DIR SETTINGS-DIR BOOT-TIMEOUT STOP-TIMEOUT BOOT-PACKAGES

@@ -75,7 +75,7 @@ one dict; None when nothing is."
   (for [x xs]
     (if (isinstance x #(list tuple))
         (.extend out (_lines x))
-        (.extend out (_file-lines x))))
+        (.extend out (file-lines x))))
   out)
 
 (defn content-text [content]
@@ -88,7 +88,9 @@ lines (nested lists flattened, each line ended by a newline)."
 (defn _unlines [lines]
   (.join "" (gfor l lines (+ l "\n"))))
 
-(defn _file-lines [text]
+(defn file-lines [text]
+  "TEXT split into lines, without their newlines; a final newline ends the
+last line, it does not start another."
   ;; Only "\n" ends a line of a file: `str.splitlines` would also break at
   ;; form feeds, \x1c-\x1e, \x85 and U+2028, and drop carriage returns.
   (setv lines (.split text "\n"))
@@ -179,7 +181,7 @@ only to end its last line."
   (setv old (read-text path))
   (when (and (is old None) (not create))
     (return NO-CHANGE))
-  (setv have (_file-lines (or old ""))
+  (setv have (file-lines (or old ""))
         new (list (f have)))
   (if (and (is-not old None) (= new have))
       NO-CHANGE
@@ -636,7 +638,7 @@ lines and the pairs no line took."
   (+ out (lfor [[_ k] v] (.items missing) (render k v None))))
 
 (defn _simple-conf-text [old wanted kv render same-value?]
-  (_unlines (_simple-conf-lines (_file-lines old) wanted kv render same-value?)))
+  (_unlines (_simple-conf-lines (file-lines old) wanted kv render same-value?)))
 
 (defn _simple-conf-update [path wanted kv render same-value?]
   (map-file-lines path (fn [lines] (_simple-conf-lines lines wanted kv render same-value?))
@@ -1482,4 +1484,4 @@ point to) is owned by USER and/or GROUP, names or numeric ids."
                   tar-members member-problem http-url sha256-digest
                   exists contains-conf-tab has-block block-lines has-line-matching
                   line-matching-lines empty-directory-does-not-exist tree-has-modes
-                  tree-has-ownership])
+                  tree-has-ownership file-lines])

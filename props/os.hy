@@ -128,6 +128,8 @@ CASES alternate an OS type and a propapp,
 An OS that matches no case gets nothing.  Declare the OS earlier in the
 propspec than the typecase."
   (:desc (_desc-of (_choose-type cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-type cases) "typecase"))
   (:apply (_apply-chosen (_choose-type cases)))
@@ -137,6 +139,8 @@ propspec than the typecase."
   "Like `typecase`, but a host whose OS matches no case is refused when its
 hostattrs are computed, before anything is applied."
   (:desc (_desc-of (_choose-type cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-type cases) "etypecase"))
   (:apply (_apply-chosen (_choose-type cases)))
@@ -148,6 +152,8 @@ CASES alternate a suite (a string such as \"bookworm\" or \"unstable\", or a
 list of them, or `:otherwise`) and a propapp.  A suite matching no case gets
 nothing."
   (:desc (_desc-of (_choose-suite cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-suite cases) "debian-suite-case"))
   (:apply (_apply-chosen (_choose-suite cases)))

@@ -14,7 +14,7 @@ packages installed meanwhile do not start theirs either."
         consfig.apply.actions [NO-CHANGE run run-ok? run-script read-remote-file
                                write-remote-file remote-exists?]
         consfig.model.context [connection]
-        consfig.apply.engine [apply-sequence inform]
+        consfig.apply.engine [apply-sequence checking? inform]
         consfig.errors [FailedChange]
         consfig.apply.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
         consfig.model.host [push-hostattr get-hostattr]
@@ -60,7 +60,12 @@ return `:no-change`."
   "A context in which no service starts on the current connection's target:
 policy-rc.d forbids every action and `no-services?` is true.  On the way
 out, whatever policy-rc.d was there before comes back — also when the body
-failed — unless something inside replaced ours with a file of its own."
+failed — unless something inside replaced ours with a file of its own.  In
+check mode, nothing starts anyway: policy-rc.d is left alone."
+  (when (checking?)
+    (setv token (.set _no-services True))
+    (try (yield) (finally (.reset _no-services token)))
+    (return))
   (setv had-policy (remote-exists? POLICY-RC-D)
         backup None)
   (when had-policy
@@ -86,6 +91,7 @@ any service: for chroots and images.  Service properties do nothing inside,
 and /usr/sbin/policy-rc.d forbids package scripts to start daemons for the
 duration.  Debian and derivatives."
   (:announce False)
+  (:simulates True)
   (:apply (with [(services-prevented)] (apply-sequence propapps)))
   (:unapply (with [(services-prevented)] (apply-sequence propapps :unapply True))))
 
@@ -116,6 +122,7 @@ says it is running already."
 
 (defprop restarted :posix [#^ service-name service]
   "Restart SERVICE with service(8); always a change (use it after `on-change`)."
+  (:action "restarting is an event, not a state a service is in")
   (:desc f"Service {service} restarted")
   (:apply
     (if (no-services?)
@@ -124,6 +131,7 @@ says it is running already."
 
 (defprop reloaded :posix [#^ service-name service]
   "Reload SERVICE's configuration with service(8); always a change."
+  (:action "reloading is an event, not a state a service is in")
   (:desc f"Service {service} reloaded")
   (:apply
     (if (no-services?)

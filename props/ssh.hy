@@ -6,7 +6,7 @@
 (import posixpath
         consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.data.items [get-data-bytes require-data]
-        consfig.apply.engine [Drift]
+        consfig.apply.engine [Drift checking?]
         consfig.errors [FailedChange]
         consfig.model.host [get-hostname get-hostattrs hosts-with-hostattr]
         consfig.props.file :as file
@@ -40,8 +40,14 @@
   (run "chmod" "go-w" "--" path))
 
 (defn _user-file-lines [username name lines remove]
-  (setv path (posixpath.join (_ssh-dir username) name)
+  ;; In check mode the lines' editors say what would change; ~/.ssh is not
+  ;; made.
+  (setv path (posixpath.join (if (checking?)
+                                 (posixpath.join (home-directory username) ".ssh")
+                                 (_ssh-dir username))
+                             name)
         r (if remove (remove-lines path lines) (add-lines path lines)))
+  (when (checking?) (return r))
   (when (and (!= r NO-CHANGE) (remote-exists? path))
     (_owned-private path username))
   r)
@@ -50,6 +56,7 @@
   "USERNAME's ~/.ssh/authorized_keys contains each of KEYS (whole lines:
 `ssh-ed25519 AAAA… comment`); other keys in it are left alone.  Unapplying
 removes KEYS from it."
+  (:simulates True)
   (:desc f"{username} has {(len keys)} authorized SSH key(s)")
   (:apply (_user-file-lines username "authorized_keys" keys False))
   (:unapply (_user-file-lines username "authorized_keys" keys True)))
@@ -101,6 +108,7 @@ the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
   "USERNAME's ~/.ssh/known_hosts says that HOSTS (a name, or a list of names
 and addresses) have the public KEY (`ssh-ed25519 AAAA…`).  Unapplying
 removes that line."
+  (:simulates True)
   (:desc f"{username} knows the SSH host key of {hosts}")
   (:apply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] False))
   (:unapply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] True)))
@@ -110,9 +118,10 @@ removes that line."
 (defprop system-known-host :posix [#^ known-hosts hosts #^ ssh-public-key key]
   "/etc/ssh/ssh_known_hosts, read by every user's ssh, says that HOSTS have
 the public KEY.  Unapplying removes that line."
+  (:simulates True)
   (:desc f"The system knows the SSH host key of {hosts}")
   (:apply
-    (run "mkdir" "-p" "/etc/ssh")
+    (when (not (checking?)) (run "mkdir" "-p" "/etc/ssh"))
     (add-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)]))
   (:unapply (remove-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)])))
 

@@ -107,6 +107,7 @@ awk '$5 == \"/\" { found = 1 } END { exit found }' /proc/self/mountinfo")))
 (defprop daemon-reloaded :posix [* #^ boolean [user-instance False]]
   "The service manager has reread its unit files (always attempted, where
 one runs)."
+  (:action "rereading the unit files is an event, not a state systemd is in")
   (:desc "systemd configuration reloaded")
   (:apply (_runtime-action user-instance "reloading systemd" "daemon-reload")))
 
@@ -132,11 +133,13 @@ elsewhere, a host where no systemd service manager runs fails it."
 
 (defprop restarted :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "Restart the unit SERVICE; always a change (use it after `on-change`)."
+  (:action "restarting is an event, not a state a unit is in")
   (:desc f"systemd service {service} restarted")
   (:apply (_runtime-action user-instance f"restarting {service}" "restart" "--" service)))
 
 (defprop reloaded :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "Make the unit SERVICE reload its configuration; always a change."
+  (:action "reloading is an event, not a state a unit is in")
   (:desc f"systemd service {service} reloaded")
   (:apply (_runtime-action user-instance f"reloading {service}" "reload" "--" service)))
 
