@@ -185,7 +185,7 @@ enabled module depends on it)."
 configtest` has passed (a failure otherwise, and Apache keeps the
 configuration it has); always a change.  For `on-change`, after a
 certificate is renewed (`tls.certificate-installed`)."
-  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
+  (:action "reloading is an event, not a state Apache is in")
   (:desc "Apache reloaded")
   (:apply (tested-or-undone TEST None "Apache's configuration")
           (reload-if-running "apache2")

@@ -285,7 +285,7 @@ recorded in check mode."
 (defprop updated :posix []
   "The package indexes are up to date with the archive (`apt-get update`).
 It counts as a change only when the archive's indexes have changed."
-  (:unwatched "an action: the archive's indexes change upstream, which nothing on the host can watch")
+  (:action "only the archive knows whether the indexes are current: asking it is fetching them")
   (:desc "apt-get update")
   (:hostattrs (required "debian"))
   (:apply
@@ -302,6 +302,9 @@ changed since they last were."
   (:unwatched "an action: new versions appear upstream, which nothing on the host can watch")
   (:desc "apt upgraded")
   (:hostattrs (required "debian"))
+  (:check (cond (remote-exists? UPDATE-NEEDED) (Drift "apt's sources changed: the indexes would be updated first")
+                (_simulated ["dist-upgrade"] []) (Drift "packages would be upgraded")
+                True True))
   (:apply (_update-if-sources-changed)
           (apt-get "dist-upgrade")))
 
@@ -311,6 +314,7 @@ needed (`apt-get autoremove`)."
   (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc "apt removed automatically installed packages")
   (:hostattrs (required "debian"))
+  (:check (or (not (_simulated ["autoremove"] [])) (Drift "packages would be autoremoved")))
   (:apply (apt-get "autoremove")))
 
 (defn _debconf-value [package question]
@@ -365,8 +369,9 @@ chroots this host bootstraps).  Unapplying removes the proxy setting."
   (:watch [(watch-path PROXY-FILE)])
   (:desc f"apt proxy {uri}")
   (:hostattrs (push-hostattr "apt.proxy" uri))
+  (:simulates True)
   (:apply (update-file PROXY-FILE f"Acquire::http::Proxy \"{uri}\";\n"))
-  (:unapply (if (remote-exists? PROXY-FILE) (run "rm" "-f" "--" PROXY-FILE) NO-CHANGE)))
+  (:unapply (remove-files PROXY-FILE)))
 
 (defn standard-sources [os-value mirrors components deb-src]
   "The deb822 text of the standard Debian sources for OS-VALUE."

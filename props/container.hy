@@ -34,7 +34,7 @@ boots it again."
                                remote-exists?]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name? enter-argv]
         consfig.deployer.deployment [deploy-nested]
-        consfig.apply.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange InapplicableProperty]
         consfig.model.host [Host find-host get-hostname preprocess-host]
         consfig.model.property [Propapp]
@@ -463,6 +463,12 @@ done")
     (raise (FailedChange (+ f"{(.strip r.stderr)} is swapped on by the machine's kernel and "
                             "swapoff failed: not removing the container; swap it off "
                             "(swapoff) and remove it again")))))
+(defn _present? [name]
+  ;; Anything of the container NAME left: the tree its link leads to, its
+  ;; settings, its pid file.  Returns that tree, or True, or None.
+  (setv target (.strip (. (run "readlink" "-e" "--" (default-root name) :check False :timeout 60)
+                          stdout)))
+  (or target (remote-exists? (settings-file name)) (remote-exists? (_pid-file name)) None))
 
 (defn remove [name]
   "Stop the container NAME and remove it: its tree, its registration, its
@@ -470,8 +476,8 @@ settings and its enabling at boot.  A root linked from /var/lib/machines
 is removed too.  A file in the tree that the machine's kernel swaps on is
 swapped off first; when it cannot be, nothing is removed."
   (setv link (default-root name)
-        target (.strip (. (run "readlink" "-e" "--" link :check False :timeout 60) stdout))
-        present (or target (remote-exists? (settings-file name)) (remote-exists? (_pid-file name))))
+        present (_present? name)
+        target (if (isinstance present str) present ""))
   (when (not present) (return NO-CHANGE))
   (stop name)
   (when (remote-exists? (get (_enable-links name) 0))
@@ -499,6 +505,7 @@ swapped off first; when it cannot be, nothing is removed."
 its enabling at boot are removed."
   (:watch [(watch-path (default-root name)) (watch-path (settings-file name))])
   (:desc f"Container {name} removed")
+  (:check (or (not (_present? name)) (Drift f"container {name} would be removed")))
   (:apply (remove name)))
 
 (export :objects [MACHINES-DIR SETTINGS-DIR BOOT-TIMEOUT STOP-TIMEOUT BOOT-PACKAGES

@@ -75,7 +75,7 @@ one dict; None when nothing is."
   (for [x xs]
     (if (isinstance x #(list tuple))
         (.extend out (_lines x))
-        (.extend out (_file-lines x))))
+        (.extend out (file-lines x))))
   out)
 
 (defn content-text [content]
@@ -88,7 +88,9 @@ lines (nested lists flattened, each line ended by a newline)."
 (defn _unlines [lines]
   (.join "" (gfor l lines (+ l "\n"))))
 
-(defn _file-lines [text]
+(defn file-lines [text]
+  "TEXT split into lines, without their newlines; a final newline ends the
+last line, it does not start another."
   ;; Only "\n" ends a line of a file: `str.splitlines` would also break at
   ;; form feeds, \x1c-\x1e, \x85 and U+2028, and drop carriage returns.
   (setv lines (.split text "\n"))
@@ -173,11 +175,17 @@ change): `:no-change` when none changed anything."
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
 newlines; see `read-text` for bytes that are not UTF-8).  Nothing to do when
-PATH does not exist, unless CREATE."
+PATH does not exist, unless CREATE, or when F returns the lines it was given:
+as Consfigurator does, the lines are compared, so a file is not rewritten
+only to end its last line."
   (setv old (read-text path))
-  (if (and (is old None) (not create))
+  (when (and (is old None) (not create))
+    (return NO-CHANGE))
+  (setv have (file-lines (or old ""))
+        new (list (f have)))
+  (if (and (is-not old None) (= new have))
       NO-CHANGE
-      (update-file path (_unlines (f (_file-lines (or old "")))))))
+      (update-file path (_unlines new))))
 
 (defn _mode-of [path [follow False]]
   (int (.strip (output (if follow
@@ -631,14 +639,16 @@ lines and the pairs no line took."
                       (list (zip (cut pairs 0 None 2) (cut pairs 1 None 2))))))
   (dfor [k v] items #(None (str k)) (str v)))
 
+(defn _simple-conf-lines [lines wanted kv render same-value?]
+  (setv #(out missing) (_conf-edit (_parse-conf lines "#" kv) wanted same-value? render "#"))
+  (+ out (lfor [[_ k] v] (.items missing) (render k v None))))
+
 (defn _simple-conf-text [old wanted kv render same-value?]
-  (setv #(out missing) (_conf-edit (_parse-conf (_file-lines old) "#" kv)
-                                   wanted same-value? render "#"))
-  (_unlines (+ out (lfor [[_ k] v] (.items missing) (render k v None)))))
+  (_unlines (_simple-conf-lines (file-lines old) wanted kv render same-value?)))
 
 (defn _simple-conf-update [path wanted kv render same-value?]
-  (setv old (or (read-text path) ""))
-  (update-file path (_simple-conf-text old wanted kv render same-value?)))
+  (map-file-lines path (fn [lines] (_simple-conf-lines lines wanted kv render same-value?))
+                  :create True))
 
 (defn describe-pairs [pairs sep]
   (.join ", " (gfor [[_ k] v] (.items (conf-pairs pairs)) f"{k}{sep}{v}")))
@@ -1488,4 +1498,4 @@ point to) is owned by USER and/or GROUP, names or numeric ids."
                   tar-members member-problem http-url sha256-digest
                   exists contains-conf-tab has-block block-lines has-line-matching
                   line-matching-lines empty-directory-does-not-exist tree-has-modes
-                  tree-has-ownership])
+                  tree-has-ownership file-lines])

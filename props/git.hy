@@ -71,7 +71,7 @@ not install git: see `cloned`.  Unapplying deletes the clone."
 (defprop head-pulled :posix [#^ abs-path dest]
   "The branch checked out in DEST has been fast-forwarded to its upstream
 (`git pull --ff-only`); a change only when that moved it."
-  (:unwatched "an action: the branch moves upstream, which nothing on the host can watch")
+  (:action "only the remote knows whether the branch is behind: asking it is fetching")
   (:desc f"{dest} pulled")
   (:apply
     (setv before (_out dest "rev-parse" "HEAD"))

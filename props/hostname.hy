@@ -4,8 +4,9 @@
 (import consfig.model.watchspec [watch-path watch-poll])
 (import re
         consfig.apply.actions [NO-CHANGE Script run run-ok? output]
+        consfig.apply.engine [Drift]
         consfig.model.host [push-hostattr get-hostattr]
-        consfig.props.file [update-file map-file-lines]
+        consfig.props.file [file-lines read-text update-file map-file-lines]
         consfig.types *)
 
 (defprop is :posix [#^ hostname hostname]
@@ -45,6 +46,20 @@ hostname), and /etc/hosts maps 127.0.1.1 to it and its short name.  The
 running system's hostname is set too, except in a chroot."
   (:desc f"Hostname {(or hostname (get-hostattr "hostname"))} configured")
   (:watch [(watch-path "/etc/hostname") (watch-path "/etc/hosts") (watch-poll POLL)])
+  (:check
+    (setv fqdn (or hostname (get-hostattr "hostname"))
+          hosts (read-text "/etc/hosts")
+          wrong (lfor [what right?]
+                      [["/etc/hostname" (fn [] (= (read-text "/etc/hostname") (+ (_short fqdn) "\n")))]
+                       ["/etc/hosts" (fn [] (and (is-not hosts None)
+                                                 (= (_hosts-lines (file-lines hosts) fqdn)
+                                                    (file-lines hosts))))]
+                       ["the running hostname" (fn [] (or (_in-chroot?)
+                                                          (= (.strip (output "hostname" :timeout 30))
+                                                             (_short fqdn))))]]
+                      :if (not (right?))
+                      what))
+    (or (not wrong) (Drift f"{(.join ", " wrong)} would be set to {fqdn}")))
   (:apply
     (setv fqdn (or hostname (get-hostattr "hostname"))
           results [(update-file "/etc/hostname" (+ (_short fqdn) "\n"))
@@ -58,6 +73,7 @@ running system's hostname is set too, except in a chroot."
 (defprop mailname-configured :posix [* #^ hostname [mailname None]]
   "/etc/mailname, the domain mail from this host appears to come from, is
 MAILNAME (by default the host's hostname)."
+  (:simulates True)
   (:desc f"Mailname {(or mailname (get-hostattr "hostname"))} configured")
   (:watch [(watch-path "/etc/mailname")])
   (:apply (update-file "/etc/mailname" (+ (or mailname (get-hostattr "hostname")) "\n"))))

@@ -136,7 +136,7 @@ reloads when it was there.  The site's file stays in sites-available."
   "nginx rereads its configuration, once `nginx -t` has passed (a failure
 otherwise, and nginx keeps the configuration it has); always a change.
 Use it after `on-change`, for a certificate renewed (`tls.certificate-installed`)."
-  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
+  (:action "reloading is an event, not a state nginx is in")
   (:desc "nginx reloaded")
   (:apply (tested-or-undone TEST None "nginx's configuration")
           (reload-if-running "nginx")

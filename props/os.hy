@@ -133,6 +133,8 @@ An OS that matches no case gets nothing.  Declare the OS earlier in the
 propspec than the typecase."
   (:unwatched "it chooses a propspec by the host's OS; the chosen properties are watched")
   (:desc (_desc-of (_choose-type cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-type cases) "typecase"))
   (:apply (_apply-chosen (_choose-type cases)))
@@ -143,6 +145,8 @@ propspec than the typecase."
 hostattrs are computed, before anything is applied."
   (:unwatched "it chooses a propspec by the host's OS; the chosen properties are watched")
   (:desc (_desc-of (_choose-type cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-type cases) "etypecase"))
   (:apply (_apply-chosen (_choose-type cases)))
@@ -155,6 +159,8 @@ list of them, or `:otherwise`) and a propapp.  A suite matching no case gets
 nothing."
   (:unwatched "it chooses a propspec by the host's suite; the chosen properties are watched")
   (:desc (_desc-of (_choose-suite cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-suite cases) "debian-suite-case"))
   (:apply (_apply-chosen (_choose-suite cases)))

@@ -14,7 +14,7 @@ packages installed meanwhile do not start theirs either."
         consfig.apply.actions [NO-CHANGE run run-ok? run-script read-remote-file
                                write-remote-file remote-exists?]
         consfig.model.context [connection]
-        consfig.apply.engine [apply-sequence inform]
+        consfig.apply.engine [apply-sequence checking? inform]
         consfig.errors [FailedChange]
         consfig.apply.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
         consfig.model.host [push-hostattr get-hostattr]
@@ -87,7 +87,12 @@ return `:no-change`."
   "A context in which no service starts on the current connection's target:
 policy-rc.d forbids every action and `no-services?` is true.  On the way
 out, whatever policy-rc.d was there before comes back — also when the body
-failed — unless something inside replaced ours with a file of its own."
+failed — unless something inside replaced ours with a file of its own.  In
+check mode, nothing starts anyway: policy-rc.d is left alone."
+  (when (checking?)
+    (setv token (.set _no-services True))
+    (try (yield) (finally (.reset _no-services token)))
+    (return))
   (setv had-policy (remote-exists? POLICY-RC-D)
         backup None)
   (when had-policy
@@ -114,6 +119,7 @@ and /usr/sbin/policy-rc.d forbids package scripts to start daemons for the
 duration.  Debian and derivatives."
   (:unwatched "it holds other properties, which are watched for themselves")
   (:announce False)
+  (:simulates True)
   (:apply (with [(services-prevented)] (apply-sequence propapps)))
   (:unapply (with [(services-prevented)] (apply-sequence propapps :unapply True))))
 
@@ -136,8 +142,10 @@ or an image that is never booted as it is.  This owns policy-rc.d outright."
 says it is running already."
   (:watch [(watch-unit (if (in "." service) service f"{service}.service"))])
   (:desc f"Service {service} running")
-  (:check (and (not (no-services?))
-               (run-ok? "service" service "status" :timeout 120)))
+  ;; Where services are not started, nothing would be done: it holds.
+  (:check (if (no-services?)
+              (= (skip-for-no-services f"starting {service}") NO-CHANGE)
+              (run-ok? "service" service "status" :timeout 120)))
   (:apply
     (if (no-services?)
         (skip-for-no-services f"starting {service}")
@@ -145,7 +153,7 @@ says it is running already."
 
 (defprop restarted :posix [#^ service-name service]
   "Restart SERVICE with service(8); always a change (use it after `on-change`)."
-  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
+  (:action "restarting is an event, not a state a service is in")
   (:desc f"Service {service} restarted")
   (:apply
     (if (no-services?)
@@ -154,7 +162,7 @@ says it is running already."
 
 (defprop reloaded :posix [#^ service-name service]
   "Reload SERVICE's configuration with service(8); always a change."
-  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
+  (:action "reloading is an event, not a state a service is in")
   (:desc f"Service {service} reloaded")
   (:apply
     (if (no-services?)

@@ -42,8 +42,12 @@
   (run "chmod" "go-w" "--" path))
 
 (defn _user-file-lines [username name lines remove [mode None]]
-  ;; MODE: what the file must have, whether or not its lines changed.
-  (setv path (posixpath.join (_ssh-dir username) name)
+  ;; In check mode the lines' editors say what would change; ~/.ssh is not
+  ;; made.  MODE: what the file must have, whether or not its lines changed.
+  (setv path (posixpath.join (if (checking?)
+                                 (posixpath.join (home-directory username) ".ssh")
+                                 (_ssh-dir username))
+                             name)
         r (if remove (remove-lines path lines) (add-lines path lines)))
   (when (and (!= r NO-CHANGE) (remote-exists? path) (not (checking?)))
     (_owned-private path username))
@@ -63,6 +67,7 @@ when this runs on it, else under /home (root's under /root)."
   "USERNAME's ~/.ssh/authorized_keys contains each of KEYS (whole lines:
 `ssh-ed25519 AAAA… comment`); other keys in it are left alone.  The file is
 USERNAME's, mode 0600.  Unapplying removes KEYS from it."
+  (:simulates True)
   (:desc f"{username} has {(len keys)} authorized SSH key(s)")
   (:watch [(watch-path (authorized-keys-path username))])
   (:apply (_user-file-lines username "authorized_keys" keys False 0o600))
@@ -117,6 +122,7 @@ the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
 and addresses) have the public KEY (`ssh-ed25519 AAAA…`).  Unapplying
 removes that line."
   (:watch [(watch-path (posixpath.join (posixpath.dirname (authorized-keys-path username)) "known_hosts"))])
+  (:simulates True)
   (:desc f"{username} knows the SSH host key of {hosts}")
   (:apply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] False))
   (:unapply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] True)))
@@ -127,9 +133,10 @@ removes that line."
   "/etc/ssh/ssh_known_hosts, read by every user's ssh, says that HOSTS have
 the public KEY.  Unapplying removes that line."
   (:watch [(watch-path SYSTEM-KNOWN-HOSTS)])
+  (:simulates True)
   (:desc f"The system knows the SSH host key of {hosts}")
   (:apply
-    (run "mkdir" "-p" "/etc/ssh")
+    (when (not (checking?)) (run "mkdir" "-p" "/etc/ssh"))
     (add-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)]))
   (:unapply (remove-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)])))
 

@@ -73,14 +73,15 @@ failed attempt a note among the repair's events."
   (setv prop (find-property propapp.name))
   (bool (or prop.check prop.simulates)))
 
-(defn leaves [propspec]
+(defn leaves [propspec [unkept None]]
   "The propapps of PROPSPEC the agent keeps, in order, as `#(propapp unapply
 meta)`: those that hold no other propapp, UNAPPLY when an `unapplied`
 encloses it (an odd number of them), META its meta-parameters.  An
 `on-change` is kept whole, so that the repair of its propapp runs its
 handlers; a `with-unapply`'s propapps after `:unapply` are not kept, nor a
-property that cannot say whether it holds (no :check, see `_kept?`), nor
-what a deployment of another host inside (`deploys`, a chroot) applies."
+property that cannot say whether it holds (no :check, see `_kept?`): those
+are added to the list UNKEPT, when given; nor what a deployment of another
+host inside (`deploys`, a chroot) applies."
   (setv metas (_metas propspec)
         marker (hy.models.Keyword "unapply")
         out [])
@@ -95,9 +96,16 @@ what a deployment of another host inside (`deploys`, a chroot) applies."
                 p.args))]
             (walk q unapply))
           inner (for [q inner] (walk q unapply))
-          (_kept? p) (.append out #(p unapply (.get metas (id p) {})))))
+          (_kept? p) (.append out #(p unapply (.get metas (id p) {})))
+          (is-not unkept None) (.append unkept p)))
   (walk propspec False)
   out)
+
+(defn _unkept-desc [propapp]
+  ;; A propapp the agent does not keep, and why, for the operator.
+  (setv prop (find-property propapp.name)
+        desc (try (propapp-desc propapp) (except [Exception] prop.short-name)))
+  (+ desc " (" (or prop.action "it has no :check") ")"))
 
 (defn watches-of [propapp]
   "What to watch for PROPAPP: its property's `:watch`; for an `on-change`,
@@ -185,7 +193,9 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           self.stopping (threading.Event)
           self.holder f"the converging agent of {host.hostname} (pid {(os.getpid)})"
           self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL))
-          self.leaves (lfor [i [p unapply meta]] (enumerate (leaves host.propspec))
+          ;; The actions it cannot keep, said when it starts.
+          self.unkept []
+          self.leaves (lfor [i [p unapply meta]] (enumerate (leaves host.propspec self.unkept))
                             (_Leaf i p unapply meta interval limit burst))
           ;; key -> when a repair held back by its limit may go
           self.deferred {}
@@ -249,6 +259,10 @@ replaced, say)."
     (.add self.watcher _PUSH [["path" (os.path.join self.lock-dir "deploy.holder")]])
     (when self.image
       (.add self.watcher _IMAGE [["path" self.image]]))
+    (when self.unkept
+      (self._report "not-kept" :propapps (lfor p self.unkept (_unkept-desc p))
+                    :why (+ "actions, which no check can say hold, are applied by deployments only: "
+                            (.join "; " (gfor p self.unkept (_unkept-desc p))))))
     (self._report "watching" :properties (len self.leaves)
                   :watches (sum (gfor l self.leaves (len l.specs))) :noop (or self.noop None)
                   :pid (os.getpid)))

@@ -78,8 +78,8 @@ both places."
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [watch None] [propspec None] [announce True]
-                  [opaque-type False] [simulates False] [invariants #()] [where None]
-                  [declared-type None] [unwatched None]]
+                  [opaque-type False] [simulates False] [action None] [invariants #()]
+                  [where None] [declared-type None] [unwatched None]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -104,6 +104,10 @@ both places."
           ;; Its :apply and :unapply change nothing in check mode (they ask
           ;; `checking?`), so check mode runs them to learn what would change.
           self.simulates simulates
+          ;; Why it is an action by nature (it runs something each time it
+          ;; is applied, `cmd.single`, `service.restarted`), so that no
+          ;; :check can say it holds; None for a state.
+          self.action (when action (_action-reason name action))
           ;; Pairs of functions of the parameters: a condition across them,
           ;; and the message when it does not hold.
           self.invariants (tuple invariants)
@@ -147,12 +151,13 @@ default rendered as Hy (or None when it has none)."
   (defn watch-reason [self]
     "Why the converging agent has nothing to watch for this property (it
 re-checks it at the host's interval), or None when it watches something: its
-`(:unwatched REASON)`; or, for a property that stands for a propspec
+`(:unwatched REASON)`, or its `(:action REASON)`; or, for a property that stands for a propspec
 (defproplist, defpropspec), or applies one to another host, what that
 means.  A property with neither a :watch nor a reason is a gap in the
 library (tests/model/test_watch_reasons.py)."
     (cond self.watch None
           self.unwatched self.unwatched
+          self.action f"an action: {self.action}"
           self.propspec "it stands for its propspec, whose properties are watched"
           self.opaque-type (+ "it applies a propspec to another host (a chroot, a container, "
                               "an image), which that host's own agent keeps")
@@ -318,6 +323,21 @@ type (modes in octal)."
   (if (and t (not (and p (is value p.default))))
       (.render t value)
       (show value)))
+
+(defn _action-reason [name reason]
+  (when (not (and (isinstance reason str) (.strip reason) (not-in "\n" reason)))
+    (raise (PropspecError (+ f"{name}: (:action REASON) takes a one-line reason why it is an "
+                             f"action, got {(hy.repr reason)}"))))
+  (str reason))
+
+(defn can-check? [prop]
+  "Whether PROP can say whether it holds, changing nothing: it has a
+`:check`; or it simulates its `:apply` in check mode (the combinators and
+the file editors, whose checks come from what they would write or from
+their children); or it is a pure declaration (an OS, a fact) with nothing
+to apply; or it stands for a propspec (defproplist, defpropspec), whose
+properties check.  A property that cannot is declared an action."
+  (bool (or prop.check prop.simulates (not prop.apply) prop.propspec)))
 
 (defn _type-name [t]
   (setv name (or (keyword-name t) (str t)))
@@ -584,7 +604,12 @@ the propspec they stand for, and do the same for every propapp inside."
 
 is equivalent to binding `has-content` to a `Property` registered as
 `MODULE.has-content`, plus a `has-content*` macro for the dotted form, where
-the last parameter receives the trailing forms as an unevaluated propspec."
+the last parameter receives the trailing forms as an unevaluated propspec.
+
+Options: `(:simulates True)`, its :apply asks `checking?` and changes
+nothing in check mode; `(:action \"REASON\")`, it is an action by nature
+(it runs something each time, as `service.restarted` does), so no :check
+can say that it holds: REASON, one line, says why."
   (setv #(doc subs options invariants) (_parse-defprop-body name body)
         module (public-name _hy_compiler.module.__name__))
   `(do
@@ -656,7 +681,7 @@ as a propspec.  `(help {name})` shows its parameters and their types."
     (setv k (. (get form 0) name))
     (cond (in k SUBROUTINES) (.append subs #(k form))
           (= k "invariant") (.append invariants form)
-          (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
+          (in k #("announce" "opaque-type" "simulates" "action")) (.append options #(k (get form 1)))
           (= k "unwatched")
           (do (when (not (and (= (len form) 2) (isinstance (get form 1) hy.models.String)
                               (.strip (get form 1))))
@@ -664,13 +689,14 @@ as a propspec.  `(help {name})` shows its parameters and their types."
                                          f"saying why nothing is watched, got {(hy.repr form)}"))))
               (.append options #(k (get form 1))))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
-                                        "use :desc :preprocess :hostattrs :check :apply :unapply :watch :unwatched :invariant")))))
+                                        "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant, "
+                                        "or the options :announce :opaque-type :simulates :action :unwatched")))))
   #(doc subs options invariants))
 
 (export :objects [Propapp Property properties define-property find-property forget-properties-of
                   install-dotted-macro dotted-macro-form
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
-                  propapp-desc default-desc propapp-watches preprocess-propapp propapp-hostattrs hostattrs-of
+                  propapp-desc default-desc propapp-watches can-check? preprocess-propapp propapp-hostattrs hostattrs-of
                   site-where]
         :macros [defprop])
