@@ -377,24 +377,6 @@ def test_every_property_is_walked_or_says_why_not():
     assert all(reason.strip() for reason in LEFT_OUT.values()), "each reason is said"
 
 
-def combinator(prop):
-    """Whether PROP applies propapps given to it (eseqprops, on-change, a
-    typecase): what it keeps is theirs."""
-    return any(getattr(q.annotation, "name", None) in ("propspec", "fact-application")
-               or q.name in ("propapp", "propapps", "on_change", "requirements", "cases")
-               for q in prop.signature.parameters.values())
-
-
-@pytest.mark.xfail(reason="issue 31 item 7: watches", strict=False)
-def test_every_property_has_a_watch_or_a_stated_reason():
-    # A combinator watches through its children; a declaration and an
-    # action have nothing to watch.
-    unwatched = sorted(n for n, p in LIBRARY.items()
-                       if not p.watch and not p.action and p.apply and not p.propspec
-                       and not combinator(p))
-    assert not unwatched, f"no :watch and no reason why not: {unwatched}"
-
-
 def nameserver():
     """The first nameserver of this machine, which the chroot shares."""
     for line in Path("/etc/resolv.conf").read_text().splitlines():

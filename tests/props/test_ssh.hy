@@ -22,10 +22,10 @@
   (assert (= (sh debian-chroot "cat /home/alice/.ssh/authorized_keys") (+ KEY2 "\n")) "KEY1 gone"))
 
 (defn test-authorized-keys-left-0644-are-made-0600 [debian-chroot chroot-chain]
-  (deploy-propspec chroot-chain [(user.has-account "dave") (ssh.authorized-keys "dave" KEY1)])
-  (sh debian-chroot "chmod 644 /home/dave/.ssh/authorized_keys")
-  (apply-twice chroot-chain (ssh.authorized-keys "dave" KEY1))
-  (assert (= (sh debian-chroot "stat -c '%U %a' /home/dave/.ssh/authorized_keys") "dave 600\n")
+  (deploy-propspec chroot-chain [(user.has-account "erin") (ssh.authorized-keys "erin" KEY1)])
+  (sh debian-chroot "chmod 644 /home/erin/.ssh/authorized_keys")
+  (apply-twice chroot-chain (ssh.authorized-keys "erin" KEY1))
+  (assert (= (sh debian-chroot "stat -c '%U %a' /home/erin/.ssh/authorized_keys") "erin 600\n")
           "the keys were there already: the mode is still put right"))
 
 (defn test-known-hosts [debian-chroot chroot-chain]
