@@ -10,9 +10,10 @@ The container has a network of its own (nspawn's Private=yes: loopback
 only), so that nftables may load a ruleset and net.* parameters are its
 own; its packages are installed through the :chroot hop before it boots,
 over this machine's network.  Each kind's break is a shell command run in
-the container; `break_and_wait` returns the seconds from just before it to
-the agent's `repaired` event for that property (stamped in the container,
-which shares this kernel's clock), once the check says the kind holds again.
+the container; `break_and_wait` returns the seconds from just before it
+(stamped in the container, which shares this kernel's clock) to the agent's
+`repaired` event for that property as the CLI writes it, once the check says
+the kind holds again.
 """
 
 import contextlib
@@ -199,9 +200,11 @@ class Converging:
     def break_and_wait(self, kind, timeout=30):
         """Break KIND, wait for its repair; the seconds it took."""
         seen = len(self.of("repaired"))
-        start = time.time()
-        r = inside(self.machine, kind.breaking)
+        # Stamped in the container just before the break (the same clock):
+        # entering it is no part of the repair.
+        r = inside(self.machine, f"date +%s.%N && {kind.breaking}")
         assert r.returncode == 0, f"breaking {kind.name}: {r.stderr}"
+        start = float(r.stdout.split()[0])
 
         def repaired():
             return [e for e in self.of("repaired")[seen:] if kind.desc in (e.get("desc") or "")]
