@@ -19,7 +19,8 @@ answers from its flag file."
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.model.fact [fact-application fact-application? fact-holds? fact-hostattrs fact-watch]
         consfig.model.host [preserving-hostattrs]
-        consfig.model.property [Propapp find-property propapp-desc propapp-hostattrs propapps-in]
+        consfig.model.property [Propapp fact-of find-property propapp-desc propapp-hostattrs
+                                propapps-in retractable? sequence?]
         consfig.apply.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [propspec seconds]
         consfig.util [keyword-name sha256-hex])
@@ -30,6 +31,7 @@ unapplies them in reverse order."
   (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
+  (:sequence True)
   (:apply (apply-sequence propapps))
   (:unapply (apply-sequence propapps :unapply True)))
 
@@ -39,6 +41,7 @@ sequence carries on.  The sequence fails if any element failed."
   (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
+  (:sequence True)
   (:apply (apply-sequence propapps :stop-on-failure False))
   (:unapply (apply-sequence propapps :unapply True :stop-on-failure False)))
 
@@ -48,6 +51,7 @@ Failures are still reported."
   (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
+  (:sequence True)
   (:apply (apply-sequence propapps :stop-on-failure False :silent True))
   (:unapply (apply-sequence propapps :unapply True :stop-on-failure False :silent True)))
 
@@ -79,6 +83,8 @@ deployment's summary)."
 negated and its :apply and :unapply are swapped."
   (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
+  (:inverts True)
+  (:retractable True)
   (:desc (+ "Unapplied: " (propapp-desc propapp)))
   ;; Hostattrs of an unapplied property only check compatibility: the host
   ;; does not get what the property would declare.
@@ -121,6 +127,9 @@ give a list of properties an :unapply made of other properties."
   (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
+  ;; With an :unapply of its own, unapplying it undoes what applying did.
+  (:retractable (in (Keyword "unapply") propapps))
+  (:children (propapps-in (get (_split-unapply (list propapps)) 0)))
   (:hostattrs
     (setv #(on-apply on-unapply) (_split-unapply (list propapps)))
     (for [p on-apply] (propapp-hostattrs p))
@@ -138,6 +147,7 @@ give a list of properties an :unapply made of other properties."
 ON-CHANGE in order (restart a daemon after its configuration changed)."
   (:unwatched "the agent keeps it whole, watching what its first propapp watches")
   (:simulates True)
+  (:trigger propapp)
   (:desc (_trigger-desc propapp))
   (:apply (_then-if-changed (apply-propapp propapp) on-change))
   (:unapply (_then-if-changed (unapply-propapp propapp) on-change)))
@@ -146,6 +156,7 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
   "Like `on-change`, but only applying PROPAPP triggers ON-CHANGE."
   (:unwatched "the agent keeps it whole, watching what its first propapp watches")
   (:simulates True)
+  (:trigger propapp)
   (:desc (_trigger-desc propapp))
   (:apply (_then-if-changed (apply-propapp propapp) on-change))
   (:unapply (unapply-propapp propapp)))
@@ -168,6 +179,7 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
   "Apply PROPAPP, announcing it as DESC."
   (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
+  (:sequence True)
   (:desc desc)
   (:apply (apply-propapp propapp))
   (:unapply (unapply-propapp propapp)))
@@ -214,12 +226,6 @@ over all; outside any, the chain's :command-timeout holds."
 ;; `during`.  Which blocks were last applied is recorded on the target, in
 ;; during/HOSTNAME.json under the state directory (consfig.apply.targetstate).
 
-(setv _DURING "consfig.combinators.during"
-      ;; A group that cannot be unapplied as a whole is retracted member by
-      ;; member: those that can be unapplied are, the others dropped.
-      _GROUPS #{"consfig.combinators.eseqprops" "consfig.combinators.seqprops"
-                "consfig.combinators.silent-seqprops" "consfig.combinators.desc"})
-
 (defprop during :posix [#^ fact-application fact #^ propspec #* propapps]
   "Apply PROPAPPS while FACT holds on the target; while it does not,
 retract them:
@@ -239,6 +245,8 @@ fact once; the converging agent again whenever the fact's watch fires (see
 the fact."
   (:unwatched "its fact's watch says when its properties are applied or retracted; they are watched for themselves")
   (:simulates True)
+  (:fact fact)
+  (:retractable True)
   (:desc f"during {(propapp-desc fact)}")
   (:invariant (any (gfor p propapps (is-not p None)))
               "needs the properties that hold while the fact does: (during FACT PROPAPP…)")
@@ -257,7 +265,7 @@ the fact."
 
 (defn _during-key [fact propapps]
   ;; A block is known by what it says, printed.
-  (sha256-hex (.encode (repr (Propapp _DURING [fact #* propapps])) "utf-8" "surrogateescape")))
+  (sha256-hex (.encode (repr (Propapp during.name [fact #* propapps])) "utf-8" "surrogateescape")))
 
 (defn _record-path []
   (host-state-file "during" (. (.get current-host) hostname)))
@@ -325,8 +333,10 @@ the fact."
   ;; last first, groups that cannot be unapplied whole opened up.
   (setv out [])
   (for [p (reversed (lfor p propapps :if (is-not p None) p))]
+    ;; A sequence that cannot be unapplied as a whole is retracted member
+    ;; by member: those that can be unapplied are, the others dropped.
     (cond (_retractable? p) (.append out #(p True))
-          (in p.name _GROUPS) (.extend out (_retraction (propapps-in p.args)))
+          (sequence? p) (.extend out (_retraction (propapps-in p.args)))
           True (.append out #(p False))))
   out)
 
@@ -334,8 +344,7 @@ the fact."
   ;; Whether unapplying P undoes all it did, never failing for want of an
   ;; :unapply somewhere inside.
   (setv prop (find-property p.name))
-  (cond (in p.name #(_DURING "consfig.combinators.unapplied")) True
-        (and (= p.name "consfig.combinators.with-unapply") (in (Keyword "unapply") p.args)) True
+  (cond (retractable? p) True
         (not (unapplicable? prop)) False
         (and prop.simulates (not prop.opaque-type))
         (all (gfor q (propapps-in p.args) (_retractable? q)))
@@ -360,8 +369,8 @@ a converging agent watches, to call `during-reevaluated` when a watch fires.
 A deployment of another host inside PROPSPEC is not looked into."
   (setv found [])
   (defn walk [p]
-    (when (= p.name _DURING)
-      (setv fact (get p.args 0))
+    (setv fact (fact-of p))
+    (when fact
       (.append found {"during" p "fact" fact "watch" (fact-watch fact)}))
     (when (not (. (find-property p.name) opaque-type))
       (for [q (propapps-in p.args)] (walk q))))
@@ -375,7 +384,7 @@ retracted, its record on the target kept.  Return `:no-change` or a changed
 result; a failure is shown, counted and raised as a `Reported`.  Call it
 while the host is applied (`consfig.model.context.applying`, in a
 `consfig.apply.engine.Run`), when a watch of its fact fired."
-  (when (not (and (isinstance block Propapp) (= block.name _DURING)))
+  (when (not (and (isinstance block Propapp) (fact-of block)))
     (raise (ValueError f"during-reevaluated: {block !r} is not a during block")))
   (apply-and-announce block))
 

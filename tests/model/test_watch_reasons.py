@@ -18,7 +18,7 @@ def _library():
     # The properties of consfig's own layers (combinators, meta-parameters,
     # handlers, deployments, the payload's stand-in for a withheld secret).
     for m in ["consfig.apply.combinators", "consfig.apply.meta", "consfig.apply.handlers",
-              "consfig.deployer.deployment", "consfig.python_hop.payload"]:
+              "consfig.nested.deploys", "consfig.python_hop.payload"]:
         importlib.import_module(m)
     # Facts are conditions of `during`, not properties the agent keeps.
     return [p for p in list(properties.values())
