@@ -4,6 +4,7 @@
   (require consfig.model.property [defprop]
            consfig.model.propspec [defpropspec]))
 (import posixpath
+        pwd
         consfig.model.watchspec [watch-path]
         consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.data.items [get-data-bytes require-data]
@@ -58,7 +59,6 @@
 (defn authorized-keys-path [username]
   "Where USERNAME's authorized_keys is: in ~/.ssh, by the target's passwd
 when this runs on it, else under /home (root's under /root)."
-  (import pwd)
   (try (posixpath.join (. (pwd.getpwnam username) pw-dir) ".ssh" "authorized_keys")
        (except [KeyError]
          (posixpath.join (if (= username "root") "/root" f"/home/{username}") ".ssh" "authorized_keys"))))
