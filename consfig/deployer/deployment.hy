@@ -14,6 +14,7 @@ made from a host as part of its own is `consfig.nested.deploys`'s."
         consfig.nested.deploys [apply-on-target carry-hop-data chain-for]
         consfig.python_hop.keep [chain-alive? chain-key idle-limit keepable? keep-chain take-kept]
         consfig.apply.rebooting [RebootWatch await-return-reported probe-chain]
+        consfig.deployer.fetch [FetchWatch]
         consfig.apply.combinators [seqprops])
 
 (defclass Prepared []
@@ -56,16 +57,18 @@ scheduled a reboot at the end of its deployment (`reboot.at-end`) is waited
 for, when the chain leaves this machine, before the deployment's summary is
 sent (`consfig.apply.rebooting`)."
   (setv watch (RebootWatch sink deployment.hostname)
+        fetch (FetchWatch watch deployment.hostname)
         kept (and keep (keepable? deployment.chain)))
   (try
     (setv outcome (if kept
-                      (_run-kept deployment watch keep :unapply unapply :check check
+                      (_run-kept deployment fetch keep :unapply unapply :check check
                                  :verbosity verbosity :secrets secrets)
-                      (_run-fresh deployment watch :unapply unapply :check check
+                      (_run-fresh deployment fetch :unapply unapply :check check
                                   :verbosity verbosity :secrets secrets)))
     (except [BaseException]
       (.release watch)
       (raise)))
+  (+= outcome.failures fetch.failures)
   (when (not watch.note)
     (return outcome))
   (when kept
