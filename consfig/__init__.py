@@ -2,7 +2,7 @@
 
 ``(require consfig *)`` brings in the macros (defprop, defproplist,
 defpropspec, defhost, deploy, deploy-these, props, propapp, use-props,
-try-register-data-source, deffact);
+try-register-data-source, deffact, defassertion, defdataspace);
 ``(import consfig *)`` the functions a consfig and its properties use.
 """
 
@@ -14,10 +14,10 @@ import hy  # noqa: F401  -- lets Python import the .hy modules below
 # getattr: the modules that define the macros are imported at once.  None
 # of them is the deployer's: a target's Python imports this package, and
 # deploys nothing from its own side.
-from consfig.model import deploying as _deploying, fact, host, property, propspec
+from consfig.model import dataspace, deploying as _deploying, fact, host, property, propspec
 import consfig.data.items as _data
 
-_MACRO_MODULES = (property, propspec, host, _deploying, _data, fact)
+_MACRO_MODULES = (property, propspec, host, _deploying, _data, fact, dataspace)
 
 # The modules whose names `(import consfig *)` brings: each module's own
 # `(export …)` list, and no name exported by two of them as two different
@@ -29,7 +29,7 @@ _MODULES = ("model.property", "model.propspec", "model.host", "deployer.deployme
             "nested.deploys", "deployer.fleet", "image.build", "apply.combinators", "apply.handlers", "model.fact",
             "apply.meta", "apply.actions", "model.context", "transport.chain",
             "transport.hop", "types", "apply.engine", "errors", "data.items", "data.sources",
-            "python_hop.keep", "model.watchspec")
+            "python_hop.keep", "model.watchspec", "model.dataspace")
 
 _hy_macros = {}
 for _m in _MACRO_MODULES:

@@ -149,6 +149,39 @@ types need not import it.)"
 
 (setv propspec (Type "propspec" "a propspec (a propapp)" (fn [v] (isinstance v Applicable))))
 
+(defclass Binder []
+  "`?addr` in a pattern of the dataspace: it matches any value of its
+field, and stands for that value in the properties a match holds (see
+consfig.model.dataspace).  Any parameter accepts a binder; the value bound
+to it is checked when the match substitutes it."
+  (setv __slots__ #("name")
+        __hash__ None)
+  (defn __init__ [self name]
+    (setv self.name name))
+  (defn __eq__ [self other]
+    (and (isinstance other Binder) (= self.name other.name)))
+  (defn __repr__ [self] f"?{self.name}"))
+
+(defclass Wildcard []
+  "`_` in a pattern of the dataspace: it matches any value, and binds none."
+  (setv __slots__ #())
+  (defn __eq__ [self other] (isinstance other Wildcard))
+  (defn __hash__ [self] 0)
+  (defn __repr__ [self] "_"))
+
+(setv wildcard (Wildcard))
+
+(defn _ip-address? [v]
+  ;; ipaddress is imported by the types that need it, not by every target.
+  (import ipaddress)  ; start-up: 2 ms
+  (and (isinstance v str)
+       (try (do (ipaddress.ip-address v) True)
+            (except [ValueError] False))))
+
+(setv ip-address (Type "ip-address" "an IPv4 or IPv6 address, as text (\"10.0.0.5\")" _ip-address?)
+      port (Type "port" "a TCP or UDP port (an integer from 1 to 65535)"
+                 (fn [v] (and (_int? v) (<= 1 v 65535)))))
+
 (defn int-range [lo hi]
   "Integers from LO to HI inclusive."
   (Type f"(int-range {lo} {hi})" f"an integer from {lo} to {hi}"
@@ -258,6 +291,6 @@ name in Hy.)"
                   anything string non-empty-string line non-empty-line text
                   byte-string integer seconds boolean keyword abs-path path file-mode name user-name
                   group-name id-number package-name hostname url shell-identifier
-                  regex propspec int-range enum one-of optional list-of
+                  regex propspec Binder Wildcard wildcard ip-address port int-range enum one-of optional list-of
                   non-empty-list-of dict-of secret annotation-type]
         :macros [defparamtype])

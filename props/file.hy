@@ -104,10 +104,11 @@ surrogate from `read-text` as the byte it stands for)."
       (bytes content)
       (.encode content "utf-8" "surrogateescape")))
 
-(defn read-bytes [path * [follow False]]
+(defn read-bytes [path * [follow False] [limit None]]
   "The bytes of PATH on the target, or None when it does not exist or is a
-symlink (not read through, unless FOLLOW: docs/security.md)."
-  (try (.read-file (connection) path :follow follow)
+symlink (not read through, unless FOLLOW: docs/security.md).  LIMIT: no more
+than that many bytes are read."
+  (try (.read-file (connection) path :follow follow #** (if (is limit None) {} {"limit" limit}))
        (except [FileNotFoundError] None)))
 
 (defn read-text [path]
@@ -122,7 +123,22 @@ the file back exactly."
   ;; characters a lossy decode would have turned it into.
   (.decode (or b b"") "utf-8" "backslashreplace"))
 
-(defn _diff [path old new]
+;; A diff is shown when both sides are at most this many bytes; past it, or
+;; for a side not read whole, their sizes and hashes are (a drift is an
+;; event, streamed and logged: a user's 20 MB file must not make one 20 MB).
+(setv DIFF-LIMIT 65536)
+
+(defn _side [b whole]
+  (import hashlib)  ; start-up: 0.3 ms
+  (cond (is b None) "none"
+        whole f"{(len b)} bytes, sha256 {(.hexdigest (hashlib.sha256 b))}"
+        True f"more than {(len b)} bytes (not read further)"))
+
+(defn _diff [path old new * [whole True]]
+  ;; WHOLE: OLD is the whole file (else its first bytes only).
+  (when (or (not whole) (> (len (or old b"")) DIFF-LIMIT) (> (len new) DIFF-LIMIT))
+    (return (+ f"--- a{path}\n+++ b{path}\n(too large to show: was {(_side old whole)}; "
+               f"will be {(_side new True)})\n")))
   (import difflib)  ; start-up: 1 ms
   (setv text (.join "" (difflib.unified-diff (.splitlines (_shown old) True)
                                              (.splitlines (_shown new) True)
@@ -139,8 +155,12 @@ setting MODE, OWNER and GROUP), and report a diff unless SECRET.
 check mode, change nothing: report what would change and return
 `:would-change`.  A symlink at PATH is replaced by the file, never read
 through, unless FOLLOW (docs/security.md)."
-  (setv old (read-bytes path :follow follow)
-        new (content->bytes new))
+  ;; No more of the file is read than tells whether it is NEW, and shows
+  ;; how it differs.
+  (setv new (content->bytes new)
+        bound (+ (max (len new) DIFF-LIMIT) 1)
+        old (read-bytes path :follow follow :limit bound)
+        whole (or (is old None) (< (len old) bound)))
   (when (= old new)
     (return (if (= (_ensure-mode path mode follow) (_ensure-ownership path owner group follow)
                    NO-CHANGE)
@@ -151,7 +171,7 @@ through, unless FOLLOW (docs/security.md)."
                   secret f"{path} would change (secret: no diff)"
                   True f"{path} would change"))
     (when (not secret)
-      (emit (diff-event path (_diff path old new))))
+      (emit (diff-event path (_diff path old new :whole whole))))
     ;; The new file keeps the old one's mode and owner but for what is
     ;; asked: say what of those would change too.
     (when (is-not old None)
@@ -160,7 +180,7 @@ through, unless FOLLOW (docs/security.md)."
     (return WOULD-CHANGE))
   (write-remote-file path new :mode mode :owner (_id owner) :group (_id group) :follow follow)
   (when (not secret)
-    (emit (diff-event path (_diff path old new)))))
+    (emit (diff-event path (_diff path old new :whole whole)))))
 
 (defn _id [x] (when (is-not x None) (str x)))
 

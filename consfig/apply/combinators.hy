@@ -17,10 +17,13 @@ answers from its flag file."
                               apply-sequence checking? emit inform unapplicable?]
         consfig.apply.events [output-event]
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
-        consfig.model.fact [fact-application fact-application? fact-holds? fact-hostattrs fact-watch]
+        consfig.model.fact [fact-application fact-application? fact-holds? fact-hostattrs fact-matches
+                            fact-watch]
+        consfig.model.dataspace [binder-names substitute]
         consfig.model.host [preserving-hostattrs]
-        consfig.model.property [Propapp fact-of find-property propapp-desc propapp-hostattrs
-                                propapps-in retractable? sequence?]
+        consfig.model.property [Propapp fact-of find-property free-binders preprocess-propapp
+                                propapp-desc propapp-hostattrs propapps-in retractable? sequence?]
+        consfig.model.propspec [propspec->data data->propspec]
         consfig.apply.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [propspec seconds]
         consfig.util [keyword-name sha256-hex])
@@ -248,6 +251,8 @@ the fact."
   (:fact fact)
   (:retractable True)
   (:desc f"during {(propapp-desc fact)}")
+  (:invariant (not (_unbound fact propapps))
+              (_unbound-message fact propapps))
   (:invariant (any (gfor p propapps (is-not p None)))
               "needs the properties that hold while the fact does: (during FACT PROPAPP…)")
   (:invariant (not (any (map fact-application? propapps)))
@@ -257,6 +262,15 @@ the fact."
     (for [p propapps :if (is-not p None)] (propapp-hostattrs p)))
   (:apply (_during fact propapps))
   (:unapply (_retract fact propapps :evaluated False)))
+
+(defn _unbound [fact propapps]
+  ;; The binders of PROPAPPS that FACT does not bind.
+  (- (free-binders propapps) (set (binder-names fact))))
+
+(defn _unbound-message [fact propapps]
+  (setv names (sorted (_unbound fact propapps)))
+  (+ (.join " " (gfor n names f"?{n}")) (if (> (len names) 1) " are" " is")
+     f" not bound by {(propapp-desc fact)}: a binder stands for a field its pattern matched"))
 
 (defn _nested-fact-message [propapps]
   (setv f (next (gfor p propapps :if (fact-application? p) p)))
@@ -293,6 +307,9 @@ the fact."
                           {"host" (. (.get current-host) hostname) "applied" blocks})))
 
 (defn _during [fact propapps]
+  (setv matches (fact-matches fact))
+  (when (is-not matches None)
+    (return (_during-facets fact propapps matches)))
   (setv holds (fact-holds? fact)
         label (propapp-desc fact))
   (inform f"during {label}: {(if holds "holds" "does not hold")}")
@@ -303,6 +320,80 @@ the fact."
           (apply-sequence propapps))
       (_retract fact propapps)))
 
+(defn _facet [propapps bindings]
+  ;; The properties a match holds: PROPAPPS with its binders bound, each
+  ;; checked and preprocessed as the host's own were.
+  (lfor p propapps :if (is-not p None) (preprocess-propapp (substitute p bindings))))
+
+(defn _during-facets [fact propapps matches]
+  ;; Syndicate's facets: the properties held once for each match, with its
+  ;; binders bound; those of a match that went are retracted.  What each
+  ;; facet applied is recorded, as data, so that it can be retracted when
+  ;; the match (and the record that made it) is gone.
+  (setv label (propapp-desc fact)
+        key (_during-key fact propapps)
+        path (_record-path)
+        blocks (_applied-blocks path)
+        recorded (dict (.get (.get blocks key {}) "facets" {}))
+        now (dfor [k b] matches k b)
+        result NO-CHANGE
+        failed 0)
+  (inform f"during {label}: {(len now)} match{(if (= (len now) 1) "" "es")}")
+  (for [k (sorted recorded)]
+    (when (not-in k now)
+      (setv was (data->propspec (get recorded k)))
+      (try (when (!= (_retract-facet was label) NO-CHANGE) (setv result :changed))
+           (except [r Reported]
+             (when r.lost? (raise))
+             (+= failed 1)
+             (continue)))
+      (del (get recorded k))
+      (_note-facets key fact recorded)))
+  (for [k (sorted now)]
+    (try
+      (setv facet (_facet propapps (get now k)))
+      (except [e PropspecError]
+        ;; A value that fits its field but not the property it reaches.
+        (emit (output-event f"during {label}: the match {k} does not fit: {e}"))
+        (+= failed 1)
+        (continue)))
+    (setv (get recorded k) (propspec->data facet))
+    (_note-facets key fact recorded)
+    (try (when (!= (apply-sequence facet) NO-CHANGE) (setv result :changed))
+         (except [r Reported]
+           (when r.lost? (raise))
+           (+= failed 1))))
+  (when failed
+    (raise (Reported (FailedChange f"{failed} of the matches of {label} could not be held"))))
+  result)
+
+(defn _retract-facet [propapps label]
+  (setv result NO-CHANGE failed 0)
+  (for [[p retractable] (_retraction propapps)]
+    (if retractable
+        (try
+          (when (!= (apply-and-announce (unapplied p)) NO-CHANGE)
+            (setv result :changed))
+          (except [r Reported]
+            (when r.lost? (raise))
+            (+= failed 1)))
+        (_dropped p label True)))
+  (when failed
+    (raise (Reported (FailedChange (+ f"{failed} of the properties held for a match of {label} "
+                                      "could not be retracted")))))
+  result)
+
+(defn _note-facets [key fact facets]
+  ;; Record the facets of the block KEY now held; not in check mode.
+  (when (checking?) (return))
+  (setv path (_record-path)
+        blocks (_applied-blocks path))
+  (if facets
+      (setv (get blocks key) {"fact" (repr fact) "facets" facets})
+      (when (in key blocks) (del (get blocks key))))
+  (save-state-file path (when blocks
+                          {"host" (. (.get current-host) hostname) "applied" blocks})))
+
 (defn _retract [fact propapps * [evaluated True]]
   (setv key (_during-key fact propapps)
         label (propapp-desc fact)
@@ -312,7 +403,13 @@ the fact."
         failed 0)
   (when (not evaluated)
     (inform f"during {label}: retracted"))
-  (for [[p retractable] (_retraction propapps)]
+  (for [[k facet] (sorted (.items (.get (.get blocks key {}) "facets" {})))]
+    (try (when (!= (_retract-facet (data->propspec facet) label) NO-CHANGE)
+           (setv result :changed))
+         (except [r Reported]
+           (when r.lost? (raise))
+           (+= failed 1))))
+  (for [[p retractable] (_retraction (if (free-binders propapps) [] propapps))]
     (if retractable
         (try
           ;; Announced as retracted: "Unapplied: …".

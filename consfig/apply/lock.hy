@@ -89,34 +89,57 @@ echo locked
 cat >/dev/null
 reap \"$3\""))
 
-(defn _holder [hostname [digest None]]
+(defn _since []
+  (time.strftime "%Y-%m-%d %H:%M:%S %Z"))
+
+(defn _holder [hostname [digest None] [check False]]
   ;; getpass, socket and secrets (below) are imported where they are used:
   ;; a :python target imports this module and takes the lock without them.
   (import getpass socket)  ; start-up: 2 ms
-  (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), deploying {hostname}, "
-     f"since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}"
-     (if digest f", propspec {digest}" "")))
+  (+ f"{(getpass.getuser)}@{(socket.gethostname)} (pid {(os.getpid)}), "
+     f"{(if check "checking" "deploying")} {hostname}, since {(_since)}"
+     (if (and digest (not check)) f", propspec {digest}" "")))
+
+(defn agent-holder [hostname]
+  "What the converging agent of HOSTNAME says it is, holding the lock for a
+repair: no push, which other agents on the target must not take it for."
+  f"the converging agent of {hostname} (pid {(os.getpid)}), since {(_since)}")
 
 (defn holder-digest [holder]
   "The propspec digest (`consfig.model.propspec.propspec-digest`) a lock's HOLDER
 line names: that of the host's whole propspec its deployment applies; None
-when it names none (a deploy-these, an older consfig)."
+when it names none (a deploy-these, a check, an older consfig)."
   (setv #(_ found digest) (.rpartition (or holder "") ", propspec "))
   (when (and found (re.fullmatch r"[0-9a-f]{64}" digest)) digest))
 
-(defn lock-request [hostname [digest None]]
+(defn holder-says [holder]
+  "What a lock's HOLDER line says of its deployment, as a dict: \"what\",
+\"push\" (a deployment, which may change anything), \"check\" (changes
+nothing) or \"agent\" (a converging agent's repair of one property), None
+when it cannot tell; \"host\", the host deployed, checked or kept (None when
+not said); \"digest\", as `holder-digest`."
+  (setv holder (or holder "")
+        agent (re.match r"the converging agent of (\S+) \(pid \d+\)" holder)
+        other (re.search r"\(pid \d+\), (deploying|checking) ([^\s,]+), since " holder))
+  (cond agent {"what" "agent" "host" (.group agent 1) "digest" None}
+        other {"what" (if (= (.group other 1) "checking") "check" "push")
+               "host" (.group other 2) "digest" (holder-digest holder)}
+        True {"what" None "host" None "digest" (holder-digest holder)}))
+
+(defn lock-request [hostname [digest None] * [check False]]
   "What the target's Python of a `:python` hop is told in order to take the
 lock itself for a deployment of HOSTNAME (of the propspec whose DIGEST is
-given, when it is the host's whole one): how long to wait, and who holds it,
-for whoever waits."
-  {"wait" LOCK-WAIT "holder" (_holder hostname digest)})
+given, when it is the host's whole one; CHECK: a check, which changes
+nothing and names no digest): how long to wait, and who holds it, for
+whoever waits."
+  {"wait" LOCK-WAIT "holder" (_holder hostname digest check)})
 
-(defn _acquire [connection hostname wait [digest None]]
+(defn _acquire [connection hostname wait [digest None] [check False]]
   (import secrets)  ; start-up: 4 ms
   (setv token (secrets.token-hex 16))
   (try
     (setv process (.start-process connection ["/bin/sh" "-c" _HOLD-LOCK "sh"
-                                              (str wait) (_holder hostname digest) token]))
+                                              (str wait) (_holder hostname digest check) token]))
     ;; A hop that cannot start a process (one of a site's own that
     ;; implements only run-script) cannot hold a lock either.
     (except [CannotStartProcess] (return None)))
@@ -161,7 +184,7 @@ controller, out of this process's sight."
       (is connection within)))
 
 (defn [contextlib.contextmanager] holding-target-lock [connection hostname * [within None]
-                                                       [digest None]]
+                                                       [digest None] [check False]]
   "Hold the deployment lock on the target of CONNECTION while the body runs,
 waiting up to `LOCK-WAIT` seconds for another deployment to release it
 (DIGEST, as in `lock-request`).  A
@@ -172,7 +195,7 @@ which may be held by the controller, out of this process's sight."
         held (.setdefault (deployment-cache) "target-locks" (set))
         key connection.where)
   (setv process (when (not (lock-held? connection :within within))
-                  (_acquire connection hostname LOCK-WAIT digest)))
+                  (_acquire connection hostname LOCK-WAIT digest check)))
   (if (is process None)
       (yield)
       (do (.add held key)
@@ -220,5 +243,6 @@ True while we wait, give up (the agent is told to end)."
             (yield)
             (finally (os.close fd))))))
 
-(export :objects [holding-target-lock lock-held? lock-request holder-digest LOCK-WAIT CACHE-DIRECTORY-SCRIPT
+(export :objects [holding-target-lock lock-held? lock-request holder-digest holder-says
+                  agent-holder LOCK-WAIT CACHE-DIRECTORY-SCRIPT
                   target-lock-held read-holder])

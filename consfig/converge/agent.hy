@@ -30,10 +30,14 @@ fails is retried by the engine as in a deployment (`:retry`, `:delay`), each
 failed attempt a note among the repair's events."
 
 (import contextlib
+        errno
+        fcntl
         hashlib
         json
         os
         signal
+        stat
+        sys
         threading
         time
         consfig.model.context [applying]
@@ -41,10 +45,14 @@ failed attempt a note among the repair's events."
                               effective-meta]
         consfig.errors [ConsfigError]
         consfig.apply.events [converge-event]
-        consfig.apply.lock [holder-digest read-holder target-lock-held]
+        consfig.apply.lock [agent-holder holder-says read-holder target-lock-held]
+        consfig.transport.safepath [walk]
         consfig.apply.meta [RepairLimit]
+        consfig.apply.combinators [during-facts during-reevaluated]
+        consfig.model.fact [fact-holds?]
         consfig.model.property [children find-property inverts? propapp-desc propapps-in
-                                propapp-watches trigger-of]
+                                propapp-watches template? trigger-of]
+        consfig.apply.dataspace [Dataspace keep-leases]
         consfig.model.propspec [propspec-digest]
         consfig.converge.watch [Watcher UNIT-POLL]
         consfig.util [state-directory])
@@ -54,6 +62,15 @@ failed attempt a note among the repair's events."
 ;; Repairs of one propapp: BURST in a row, then LIMIT a second.
 (setv LIMIT 1.0
       BURST 5)
+;; Watch events are read at most this often (a second) past a burst of
+;; WAKE-BURST, coalesced in between: files churned in a watched directory
+;; cost the agent a bounded number of wake-ups.
+(setv WAKE-RATE 50
+      WAKE-BURST 20)
+;; A report repeated (the same failure of one propapp) is told once; the
+;; repeats are counted and told, as one event, when it changes, or after
+;; this many seconds.
+(setv REPEAT-WINDOW 60)
 ;; The event log is rotated (one old file kept) past this size.
 (setv LOG-LIMIT (* 1024 1024))
 (setv _PUSH "push")
@@ -72,6 +89,40 @@ failed attempt a note among the repair's events."
   (setv prop (find-property propapp.name))
   (bool (or prop.check prop.simulates)))
 
+(defn kept [propspec [unkept None]]
+  "What the agent keeps of PROPSPEC: `#(leaves blocks)`.  LEAVES as `leaves`
+gives them, each with a fourth element: the index in BLOCKS of the
+innermost `during` that holds it, or None.  BLOCKS: the `during` blocks
+(`consfig.apply.combinators.during-facts`), outermost first, each
+`#(block parent)`, PARENT the index of the `during` that holds it, or None.
+A `during` inside an `unapplied` is kept unapplied whatever its fact, so it
+is no block: its properties are leaves kept unapplied.  A property that
+cannot say whether it holds (an action) is added to the list UNKEPT, when
+given."
+  (setv metas (_metas propspec)
+        found (dfor b (during-facts propspec) (id (get b "during")) b)
+        out []
+        blocks [])
+  (defn walk [p unapply block]
+    (setv prop (find-property p.name))
+    (when prop.opaque-type (return))
+    (setv trigger (trigger-of p))
+    (cond (and (in (id p) found) (not unapply))
+          (do (setv b (get found (id p)))
+              (.append blocks #(b block))
+              (setv here (- (len blocks) 1))
+              ;; A template (a facet of the dataspace, its binders bound
+              ;; by each match) is kept by evaluating its block again.
+              (for [q (children p) :if (and (is-not q (get b "fact")) (not (template? q)))]
+                (walk q unapply here)))
+          (inverts? p) (for [q (children p)] (walk q (not unapply) block))
+          trigger (.append out #(p unapply (.get metas (id trigger) {}) block))
+          (propapps-in p.args) (for [q (children p)] (walk q unapply block))
+          (_kept? p) (.append out #(p unapply (.get metas (id p) {}) block))
+          (is-not unkept None) (.append unkept p)))
+  (walk propspec False None)
+  #(out blocks))
+
 (defn leaves [propspec [unkept None]]
   "The propapps of PROPSPEC the agent keeps, in order, as `#(propapp unapply
 meta)`: those that hold no other propapp, UNAPPLY when an `unapplied`
@@ -80,20 +131,9 @@ encloses it (an odd number of them), META its meta-parameters.  An
 handlers; a `with-unapply`'s propapps after `:unapply` are not kept, nor a
 property that cannot say whether it holds (no :check, see `_kept?`): those
 are added to the list UNKEPT, when given; nor what a deployment of another
-host inside (`deploys`, a chroot) applies."
-  (setv metas (_metas propspec)
-        out [])
-  (defn walk [p unapply]
-    (setv prop (find-property p.name))
-    (when prop.opaque-type (return))
-    (setv trigger (trigger-of p))
-    (cond (inverts? p) (for [q (children p)] (walk q (not unapply)))
-          trigger (.append out #(p unapply (.get metas (id trigger) {})))
-          (propapps-in p.args) (for [q (children p)] (walk q unapply))
-          (_kept? p) (.append out #(p unapply (.get metas (id p) {})))
-          (is-not unkept None) (.append unkept p)))
-  (walk propspec False)
-  out)
+host inside (`deploys`, a chroot) applies.  The properties of a `during` are
+among them: see `kept`."
+  (lfor [p unapply meta _] (get (kept propspec unkept) 0) #(p unapply meta)))
 
 (defn _unkept-desc [propapp]
   ;; A propapp the agent does not keep, and why, for the operator.
@@ -116,14 +156,24 @@ nothing (it is polled)."
       (propapp-watches propapp)))
 
 (defclass _Leaf []
-  (defn __init__ [self key propapp unapply meta interval limit burst]
+  (defn __init__ [self key propapp unapply meta interval limit burst [block None]]
     (setv self.key key
+          ;; The innermost `during` holding it (a `_Block`), or None.
+          self.block block
           self.propapp propapp
           self.unapply unapply
           ;; Those the engine reads (:retry, :delay) hold for its repairs.
           self.meta meta
           self.noop (bool (.get meta "noop" False))
           self.limit (RepairLimit (.get meta "limit" limit) (.get meta "burst" burst))
+          ;; Checks too, twice as many: a repair is seen again by its own
+          ;; watch.
+          self.checks (RepairLimit (* 2 self.limit.limit) (* 2 self.limit.burst))
+          ;; The failure last reported, how many times since, and when it
+          ;; was said.
+          self.said None
+          self.repeats 0
+          self.said-at 0
           self.fighting False
           ;; When a repair was last held back by the limit.
           self.held None
@@ -135,25 +185,226 @@ nothing (it is polled)."
     (when (and (.get meta "poll") (not-in "poll" (gfor s self.specs (get s 0))))
       (.append self.specs ["poll" (get meta "poll")]))))
 
+(defclass _Block []
+  ;; A `during` block: its fact watched, its properties kept while it holds.
+  (defn __init__ [self key block parent interval limit burst]
+    (setv self.key key
+          self.propapp (get block "during")
+          self.fact (get block "fact")
+          ;; The `during` that holds it (a `_Block`), or None.
+          self.parent parent
+          ;; Whether its fact held when last asked: None, not known.
+          self.holds None
+          ;; Re-evaluations are limited as repairs are: a fact that flaps
+          ;; is evaluated again once a token comes, in its last state.
+          self.limit (RepairLimit limit burst)
+          self.said None
+          self.repeats 0
+          self.said-at 0
+          self.fighting False
+          self.held None
+          self.desc (try (propapp-desc self.propapp)
+                         (except [Exception] "during"))
+          self.specs (or (get block "watch") [["poll" interval]]))))
+
+(defn _kept-now? [block]
+  ;; Whether the properties inside BLOCK (a `_Block`, or None) are to be
+  ;; kept: every `during` around them holds.
+  (while block
+    (when (not block.holds) (return False))
+    (setv block block.parent))
+  True)
+
+(defn _within? [block outer]
+  (while block
+    (setv block block.parent)
+    (when (is block outer) (return True)))
+  False)
+
+(defn _refused [path why]
+  (ConsfigError f"the converging agent's {path}: {why}; refused (docs/converge.md)"))
+
+(defn _private-dir [path]
+  ;; Make the directory PATH (mode 0700) and those above it if need be, by
+  ;; the safe walk (consfig.transport.safepath): no symlink another user
+  ;; planted is followed.  PATH itself must be ours.
+  (setv path (os.path.abspath path)
+        parts (lfor c (.split path "/") :if c c))
+  (for [i (range 1 (+ (len parts) 1))]
+    (setv #(dirfd name) (walk (+ "/" (.join "/" (cut parts 0 i)))))
+    (try (os.mkdir name 0o700 :dir-fd dirfd)
+         (except [#(FileExistsError PermissionError)] None)
+         (finally (os.close dirfd))))
+  (setv #(dirfd name) (walk path))
+  (try
+    (setv fd (try (os.open name (| os.O-PATH os.O-NOFOLLOW os.O-CLOEXEC) :dir-fd dirfd)
+                  (finally (os.close dirfd)))
+          st (os.fstat fd))
+    (os.close fd)
+    (except [FileNotFoundError] (raise (_refused path "it cannot be made"))))
+  (cond (not (stat.S-ISDIR st.st-mode)) (raise (_refused path "it is not a directory"))
+        (!= st.st-uid (os.geteuid))
+        (raise (_refused path f"the directory belongs to uid {st.st-uid}, not to us")))
+  path)
+
+(defn _open-private [path flags]
+  ;; PATH opened by the safe walk with O_NOFOLLOW: a symlink at its end is
+  ;; refused, and so is a file that is not ours, or not a regular file.
+  (setv #(dirfd name) (walk path))
+  (try
+    (setv fd (os.open name (| flags os.O-NOFOLLOW os.O-CLOEXEC os.O-NONBLOCK) 0o600
+                      :dir-fd dirfd))
+    (except [e OSError]
+      (raise (if (= e.errno errno.ELOOP) (_refused path "it is a symbolic link") e)))
+    (finally (os.close dirfd)))
+  (setv st (os.fstat fd))
+  (when (or (!= st.st-uid (os.geteuid)) (not (stat.S-ISREG st.st-mode)))
+    (os.close fd)
+    (raise (_refused path (if (stat.S-ISREG st.st-mode)
+                              f"it belongs to uid {st.st-uid}, not to us"
+                              "it is not a regular file"))))
+  fd)
+
+(defn keeper-path [hostname]
+  "The file the converging agent of HOSTNAME holds locked while it runs:
+converge/HOSTNAME.agent in consfig's state directory."
+  (os.path.join (os.path.dirname (log-path hostname)) f"{hostname}.agent"))
+
+;; The hosts this process's agent keeps (`keeping`).
+(setv _keeping #{})
+
+(defn [contextlib.contextmanager] keeping [hostname * [alongside False]]
+  "While the body runs, this process's agent keeps HOSTNAME: it holds the
+flock(2) of `keeper-path`, which says who it is and since when.  When
+another process holds it, a `ConsfigError` says which (its pid, since
+when), and that --alongside runs one beside it.  ALONGSIDE: run anyway,
+holding nothing.  Re-entered in one process, it holds what it holds."
+  (if (or alongside (in hostname _keeping))
+      (yield)
+      (do
+        (setv path (keeper-path hostname))
+        (_private-dir (os.path.dirname path))
+        (setv fd (_open-private path (| os.O-RDWR os.O-CREAT)))
+        (try
+          (try (fcntl.flock fd (| fcntl.LOCK-EX fcntl.LOCK-NB))
+               (except [BlockingIOError]
+                 (setv who (.strip (.decode (os.pread fd 4096 0) "utf-8" "replace")))
+                 (raise (ConsfigError
+                          (+ f"another converging agent keeps {hostname} here ({(or who "who, it does not say")}): "
+                             "two would rescan each other; stop it first (or its service: "
+                             "systemctl stop consfig-converge), or run this one with --alongside")))))
+          (os.ftruncate fd 0)
+          (os.pwrite fd (.encode f"pid {(os.getpid)}, since {(time.strftime "%Y-%m-%d %H:%M:%S %Z")}\n")
+                     0)
+          (.add _keeping hostname)
+          (try (yield)
+               (finally (.discard _keeping hostname)))
+          (finally (os.close fd))))))
+
+(defn _open-at [dirfd name path flags]
+  ;; NAME in DIRFD (what the safe walk gave for PATH), opened with
+  ;; O_NOFOLLOW: a symlink there is refused, and so is a file that is not
+  ;; ours, or not a regular file.
+  (setv fd (try (os.open name (| flags os.O-NOFOLLOW os.O-CLOEXEC os.O-NONBLOCK) 0o600
+                         :dir-fd dirfd)
+                (except [e OSError]
+                  (raise (if (= e.errno errno.ELOOP) (_refused path "it is a symbolic link") e))))
+        st (os.fstat fd))
+  (when (or (!= st.st-uid (os.geteuid)) (not (stat.S-ISREG st.st-mode)))
+    (os.close fd)
+    (raise (_refused path (if (stat.S-ISREG st.st-mode)
+                              f"it belongs to uid {st.st-uid}, not to us"
+                              "it is not a regular file"))))
+  fd)
+
+(defn _open-private [path flags]
+  (setv #(dirfd name) (walk path))
+  (try (_open-at dirfd name path flags)
+       (finally (os.close dirfd))))
+
+;; No string in an event the agent sends or logs is longer than this
+;; (characters): a drift's diff is bounded where it is made (`consfig.props.file`),
+;; and this holds for whatever else an event may carry.
+(setv FIELD-LIMIT 65536)
+
+(defn bounded [event]
+  "EVENT with every string longer than `FIELD-LIMIT` cut there, saying how
+much was left out."
+  (if (any (gfor v (.values event) (and (isinstance v str) (> (len v) FIELD-LIMIT))))
+      (dfor [k v] (.items event)
+            k (if (and (isinstance v str) (> (len v) FIELD-LIMIT))
+                  (+ (cut v 0 FIELD-LIMIT) f"\n… ({(- (len v) FIELD-LIMIT)} more characters not shown)")
+                  v))
+      event))
+
+(defn _stderr [text]
+  (try (print text :file sys.stderr :flush True)
+       (except [Exception] None)))
+
 (defclass EventLog []
   "Appends each event, as a line of JSON stamped with the time, to PATH
 (mode 0600, in a directory only its owner reads): what `consfig converge
---follow` reads.  Past `LOG-LIMIT` bytes the file becomes PATH.1."
-  (defn __init__ [self path]
-    (setv self.path path
-          self.lock (threading.Lock))
-    (os.makedirs (os.path.dirname path) 0o700 :exist-ok True))
+--follow` reads.  Past `LOG-LIMIT` bytes the file becomes PATH.1.  The
+file is opened by the safe walk with O_NOFOLLOW, and must be ours: a
+symlink a user planted in the log's directory is refused, at the start
+(`ConsfigError`) as at each event.  When a line cannot be written (a full
+disk), the event is lost, not the agent: COMPLAIN (a function of a text)
+is told once, and the log resumes, saying how many events it lost, as soon
+as a line can be written again."
+  (defn __init__ [self path [complain None]]
+    (setv self.path (os.path.abspath path)
+          self.lock (threading.Lock)
+          self.complain (or complain _stderr)
+          ;; While lines are lost: how many, and why.
+          self.lost 0
+          self.why None)
+    (_private-dir (os.path.dirname self.path))
+    (os.close (_open-private self.path (| os.O-WRONLY os.O-APPEND os.O-CREAT))))
+
+  (defn _line [self event]
+    (.encode (+ (json.dumps {"time" (round (time.time) 3) #** (bounded event)}
+                            :ensure-ascii False :default str)
+                "\n")
+             "utf-8" "surrogateescape"))
+
+  (defn _append [self data]
+    ;; DATA appended whole, or not at all: a line cut short by a full disk
+    ;; is taken back, so that every line of the log stays an event.
+    (setv #(dirfd name) (walk self.path))
+    (try
+      (try (when (> (+ (. (os.stat name :dir-fd dirfd :follow-symlinks False) st-size) (len data))
+                    LOG-LIMIT)
+             (os.replace name (+ name ".1") :src-dir-fd dirfd :dst-dir-fd dirfd))
+           (except [FileNotFoundError] None))
+      (setv fd (_open-at dirfd name self.path (| os.O-WRONLY os.O-APPEND os.O-CREAT)))
+      (finally (os.close dirfd)))
+    (try
+      (setv size (. (os.fstat fd) st-size))
+      (try
+        (setv written (os.write fd data))
+        (when (< written (len data))
+          (raise (OSError errno.ENOSPC f"{(os.strerror errno.ENOSPC)} (a line was cut short)")))
+        (except [OSError]
+          (try (os.ftruncate fd size) (except [OSError] None))
+          (raise)))
+      (finally (os.close fd))))
+
   (defn __call__ [self event]
-    (setv line (.encode (+ (json.dumps {"time" (round (time.time) 3) #** event}
-                                       :ensure-ascii False :default str)
-                           "\n")))
+    (setv line (self._line event))
     (with [self.lock]
       (try
-        (when (> (+ (os.path.getsize self.path) (len line)) LOG-LIMIT)
-          (os.replace self.path (+ self.path ".1")))
-        (except [OSError] None))
-      (setv fd (os.open self.path (| os.O-WRONLY os.O-APPEND os.O-CREAT) 0o600))
-      (try (os.write fd line) (finally (os.close fd))))))
+        (when self.why
+          (self._append (self._line (converge-event "log-resumed" :lost self.lost :why self.why)))
+          (self.complain f"consfig converge: its log {self.path} is written again ({self.lost} events lost)")
+          (setv self.lost 0
+                self.why None))
+        (self._append line)
+        (except [e #(OSError ConsfigError)]
+          (when (is self.why None)
+            (self.complain (+ f"consfig converge: its log {self.path} cannot be written ({e}); "
+                              "the agent goes on without it, and writes it again once it can")))
+          (setv self.why (str e))
+          (+= self.lost 1))))))
 
 (defn _digest [path]
   ;; The SHA-256 of the file at PATH; None when it cannot be read.
@@ -186,21 +437,35 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           self.lock-dir lock-dir
           self.noop noop
           self.stopping (threading.Event)
-          self.holder f"the converging agent of {host.hostname} (pid {(os.getpid)})"
-          self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL))
+          self.holder (agent-holder host.hostname)
+          self.dataspace (next (iter (.get host.hostattrs "dataspace" [])) None)
+          self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL)
+                                :dataspace (when self.dataspace
+                                             #(self.dataspace host.hostname)))
           ;; The actions it cannot keep, said when it starts.
           self.unkept []
-          self.leaves (lfor [i [p unapply meta]] (enumerate (leaves host.propspec self.unkept))
-                            (_Leaf i p unapply meta interval limit burst))
-          ;; key -> when a repair held back by its limit may go
+          #(found blocks) (kept host.propspec self.unkept)
+          self.blocks [])
+    ;; Keys: 0… the leaves, then the blocks.
+    (for [[j [b parent]] (enumerate blocks)]
+      (.append self.blocks (_Block (+ (len found) j) b
+                                   (if (is parent None) None (get self.blocks parent))
+                                   interval limit burst)))
+    (setv self.leaves (lfor [i [p unapply meta block]] (enumerate found)
+                            (_Leaf i p unapply meta interval limit burst
+                                   (if (is block None) None (get self.blocks block))))
+          ;; key -> when a check or repair held back by its limit may go
           self.deferred {}
+          self.wakes (RepairLimit WAKE-RATE WAKE-BURST)
           self.repairs 0
           self.failures 0
           ;; The bundle's layers it runs from, kept recently used: another
           ;; deployment prunes layers unused for a day, and a property may
           ;; still import from them.
           self.layers layers
-          self.touched 0
+          ;; None: never yet (the monotonic clock may read less than
+          ;; KEEP-FRESH soon after boot).
+          self.touched None
           ;; The image it runs from, and its digest when it started.
           self.image image
           self.image-digest (when image (_digest image))
@@ -220,7 +485,7 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
     self.replaced)
 
   (defn _touch-layers [self now]
-    (when (and self.layers (> (- now self.touched) KEEP-FRESH))
+    (when (and self.layers (or (is self.touched None) (> (- now self.touched) KEEP-FRESH)))
       (setv self.touched now)
       (for [d self.layers]
         (try (os.utime d) (except [OSError] None)))))
@@ -251,6 +516,8 @@ replaced, say)."
     "Watch every leaf's resources, and the lock's holder (pushes)."
     (for [leaf self.leaves]
       (.add self.watcher leaf.key leaf.specs))
+    (for [block self.blocks]
+      (.add self.watcher block.key block.specs))
     (.add self.watcher _PUSH [["path" (os.path.join self.lock-dir "deploy.holder")]])
     (when self.image
       (.add self.watcher _IMAGE [["path" self.image]]))
@@ -259,8 +526,54 @@ replaced, say)."
                     :why (+ "actions, which no check can say hold, are applied by deployments only: "
                             (.join "; " (gfor p self.unkept (_unkept-desc p))))))
     (self._report "watching" :properties (len self.leaves)
-                  :watches (sum (gfor l self.leaves (len l.specs))) :noop (or self.noop None)
-                  :pid (os.getpid)))
+                  :watches (sum (gfor l [#* self.leaves #* self.blocks] (len l.specs)))
+                  :during (or (len self.blocks) None)
+                  :noop (or self.noop None)
+                  :pid (os.getpid))
+    ;; Whether each fact holds is learnt by evaluating its block again: the
+    ;; fact may have changed since the first pass asked it, before the
+    ;; watches were armed.  Said only when that changes something.
+    (for [block self.blocks]
+      (when (.is-set self.stopping) (break))
+      (when (_kept-now? block.parent)
+        (self.reevaluate block))))
+
+  (defn _holds [self block]
+    ;; Whether BLOCK's fact holds now; None when asking it failed.
+    (try (self._run (fn [_] None) True (fn [] (fact-holds? block.fact)))
+         (except [Exception] None)))
+
+  (defn reevaluate [self block]
+    "Evaluate the `during` BLOCK again, as a deployment does
+(`consfig.apply.combinators.during-reevaluated`): its properties applied
+while its fact holds, retracted when it does not.  Its events are passed on
+when that changed something, or failed; the blocks inside it follow its
+fate, and the properties inside are kept only while it holds."
+    (setv seen []
+          was block.holds
+          failed None)
+    (try
+      (with [_ (if self.noop (contextlib.nullcontext) (self._locked))]
+        (setv result (self._run (fn [e] (.append seen e)) self.noop
+                                (fn [] (during-reevaluated block.propapp)))))
+      (except [r Reported]
+        (setv failed r
+              result None))
+      (except [ConsfigError]
+        ;; Told to stop while a push held the lock.
+        (return)))
+    (setv block.holds (self._holds block))
+    (for [b self.blocks :if (_within? b block)]
+      (setv b.holds (when (_kept-now? b.parent) (self._holds b))))
+    (when (or (and failed (!= #("failed" (str failed.cause)) block.said))
+              (!= result NO-CHANGE) (!= was block.holds))
+      (for [e seen] (self.sink e)))
+    (cond failed (do (+= self.failures 1)
+                     (when (not (self._repeated? block #("failed" (str failed.cause))))
+                       (self._report "failed" block.desc :message (str failed.cause))))
+          (or (!= result NO-CHANGE) (and (is-not was None) (!= was block.holds)))
+          (self._report (if block.holds "applied" "retracted") block.desc
+                        :noop (or (when self.noop True) None))))
 
   (defn converge-one [self leaf]
     "Check LEAF; report a drift and, unless in noop, repair it."
@@ -287,22 +600,51 @@ replaced, say)."
                   :diff (or (get drift 1) None)
                   :noop (or (when noop True) None))
     (when noop (return))
+    (when (not (self._held-back? leaf))
+      (self.repair leaf)))
+
+  (defn _held-back? [self item [bucket None]]
+    ;; Whether ITEM (a leaf, a block) has used up its limit (BUCKET, its
+    ;; repair limit by default): it is then put off until its next token.
+    ;; A fight (repairs held back) is reported once.
     (setv now (time.monotonic)
-          wait (if (.allow leaf.limit) 0 (max 0.001 (- (.next-allowed leaf.limit) now))))
-    ;; A fight is over once no repair has been held back for as long as the
+          limit (or bucket item.limit)
+          wait (if (.allow limit) 0 (max 0.001 (- (.next-allowed limit) now))))
+    (when (<= wait 0) (return False))
+    (setv (get self.deferred item.key) (+ (time.monotonic) wait))
+    (when (is-not limit item.limit) (return True))
+    ;; A fight is over once nothing has been held back for as long as the
     ;; bucket takes to fill up again.
-    (when (and leaf.fighting leaf.held
-               (> (- now leaf.held) (/ leaf.limit.burst leaf.limit.limit)))
-      (setv leaf.fighting False))
-    (when (> wait 0)
-      (setv leaf.held now)
-      (when (not leaf.fighting)
-        (setv leaf.fighting True)
-        (self._report "fight" leaf.desc :limit leaf.limit.limit :burst leaf.limit.burst
-                      #** {"retry-in" (round wait 3)}))
-      (setv (get self.deferred leaf.key) (+ (time.monotonic) wait))
-      (return))
-    (self.repair leaf))
+    (when (and item.fighting item.held
+               (> (- now item.held) (/ item.limit.burst item.limit.limit)))
+      (setv item.fighting False))
+    (setv item.held now)
+    (when (not item.fighting)
+      (setv item.fighting True)
+      (self._report "fight" item.desc :limit item.limit.limit :burst item.limit.burst
+                    :flaps (or (isinstance item _Block) None)
+                    #** {"retry-in" (round wait 3)}))
+    True)
+
+  (defn _repeated? [self item said]
+    ;; Whether SAID (what a failure report of ITEM says) repeats the last
+    ;; one, said less than REPEAT-WINDOW ago: then it is counted, not said.
+    ;; Otherwise the repeats of the last one are told first.
+    (setv now (time.monotonic))
+    (when (and (= said item.said) (< (- now item.said-at) REPEAT-WINDOW))
+      (+= item.repeats 1)
+      (return True))
+    (self._flush-repeats item)
+    (setv item.said said
+          item.said-at now)
+    False)
+
+  (defn _flush-repeats [self item]
+    (when item.repeats
+      (self._report "repeated" item.desc :of "failed" :count item.repeats
+                    :message (get item.said 1))
+      (setv item.repeats 0
+            item.said-at (time.monotonic))))
 
   (defn [contextlib.contextmanager] _locked [self]
     (with [_ (target-lock-held self.lock-dir {"wait" (* 10 365 86400) "holder" self.holder}
@@ -325,37 +667,45 @@ replaced, say)."
       (self._report "repaired" leaf.desc)))
 
   (defn _failed [self leaf seen r]
-    ;; The failed end event (its message, its traceback) goes on as it is.
+    ;; The failed end event (its message, its traceback) goes on as it is,
+    ;; unless it says what it said last time.
+    (+= self.failures 1)
+    (when (self._repeated? leaf #("failed" (str r.cause))) (return))
     (for [e seen]
       (when (= (.get e "status") "failed") (self.sink e)))
-    (+= self.failures 1)
     (self._report "failed" leaf.desc :message (str r.cause)))
 
   (defn _after-push [self]
-    ;; Someone else took the lock: wait until they are done, then check
-    ;; everything again.
-    (setv holder (read-holder self.lock-dir))
-    (when (and holder (!= holder self.holder))
-      (try (with [_ (self._locked)] None)
-           (except [ConsfigError] (return #())))
-      ;; The push may have installed a new image: nothing is checked
-      ;; against the old propspec then, lest it undo the push.
-      (when (self._image-replaced?) (return #()))
-      ;; A push of the host's whole propspec that differs from ours: the
-      ;; host is to be what was pushed, and this agent knows only its own
-      ;; propspec.  It stops, rather than undo the push.
-      (setv pushed (holder-digest holder))
-      (when (and pushed (!= pushed self.digest))
-        (setv self.superseded True)
-        (self._report "superseded"
-                      :why (+ f"{holder} deployed another propspec of {self.host.hostname}; "
-                              "the agent stops rather than undo it: start it again "
-                              "(consfig converge, or install the new image) to keep the new one"))
-        (.stop self)
-        (return #()))
-      (self._report "rescan" :why f"after a deployment by {holder}")
-      (return (range (len self.leaves))))
-    #())
+    ;; Someone else took the lock.  A check changes nothing, and another
+    ;; agent's repair (of another host, or of this one beside us) changes
+    ;; one property, whose watches tell us if it is ours: neither is a
+    ;; push, lest two agents rescan each other for ever.  After a push, wait
+    ;; until it is done, then check everything again.
+    (setv holder (read-holder self.lock-dir)
+          says (holder-says holder))
+    (when (or (not holder) (= holder self.holder) (in (get says "what") #("check" "agent")))
+      (return #()))
+    (try (with [_ (self._locked)] None)
+         (except [ConsfigError] (return #())))
+    ;; The push may have installed a new image: nothing is checked
+    ;; against the old propspec then, lest it undo the push.
+    (when (self._image-replaced?) (return #()))
+    ;; A push of this host's whole propspec that differs from ours: the
+    ;; host is to be what was pushed, and this agent knows only its own
+    ;; propspec.  It stops, rather than undo the push.  Another host's
+    ;; push is no reason.
+    (setv pushed (get says "digest"))
+    (when (and pushed (!= pushed self.digest)
+               (in (get says "host") #(None self.host.hostname)))
+      (setv self.superseded True)
+      (self._report "superseded"
+                    :why (+ f"{holder} deployed another propspec of {self.host.hostname}; "
+                            "the agent stops rather than undo it: start it again "
+                            "(consfig converge, or install the new image) to keep the new one"))
+      (.stop self)
+      (return #()))
+    (self._report "rescan" :why f"after a deployment by {holder}")
+    (range (+ (len self.leaves) (len self.blocks))))
 
   (defn step [self [timeout None]]
     "Wait for a change (at most TIMEOUT seconds) and converge what changed."
@@ -363,11 +713,22 @@ replaced, say)."
     (self._touch-layers now)
     (when self.layers
       (setv timeout (if (is timeout None) KEEP-FRESH (min timeout KEEP-FRESH))))
-    (setv due (when self.deferred (max 0 (- (min (.values self.deferred)) now)))
+    ;; Past a burst of wake-ups, the events of a while are read at once.
+    (when (not (.allow self.wakes))
+      (.wait self.stopping (max 0 (- (.next-allowed self.wakes) now)))
+      (setv now (time.monotonic)))
+    (setv pending (+ (list (.values self.deferred))
+                     (lfor i [#* self.leaves #* self.blocks] :if i.repeats
+                           (+ i.said-at REPEAT-WINDOW)))
+          due (when pending (max 0 (- (min pending) now)))
           timeout (if (is due None) timeout (if (is timeout None) due (min due timeout)))
           overflows self.watcher.overflows
           keys (.wait self.watcher timeout))
     (when (.is-set self.stopping) (return))
+    (setv now (time.monotonic))
+    (for [i [#* self.leaves #* self.blocks]]
+      (when (and i.repeats (>= (- now i.said-at) REPEAT-WINDOW))
+        (self._flush-repeats i)))
     (when (> self.watcher.overflows overflows)
       (self._report "rescan" :why "events were lost (the inotify queue overflowed)"))
     (setv now (time.monotonic))
@@ -382,20 +743,47 @@ replaced, say)."
       (.discard keys _PUSH)
       (.update keys (self._after-push)))
     (when (or self.replaced self.superseded) (return))
+    (setv n (len self.leaves))
+    ;; The blocks first, outermost first: whether their properties are
+    ;; kept follows.
     (for [k (sorted keys)]
       (when (.is-set self.stopping) (break))
-      ;; Held back by its limit: its time will come.
-      (when (not-in k self.deferred)
+      (when (and (>= k n) (not-in k self.deferred))
+        (setv block (get self.blocks (- k n)))
+        (when (and (_kept-now? block.parent) (not (self._held-back? block)))
+          (self.reevaluate block))))
+    (for [k (sorted keys)]
+      (when (.is-set self.stopping) (break))
+      ;; Held back by its limit: its time will come.  Inside a `during`
+      ;; that does not hold: retracted, not kept.
+      (when (and (< k n) (not-in k self.deferred)
+                 (_kept-now? (. (get self.leaves k) block))
+                 (not (self._held-back? (get self.leaves k) (. (get self.leaves k) checks))))
         (self.converge-one (get self.leaves k)))))
+
+  (defn _keep-lease [self]
+    ;; The host's records in the dataspace live as long as this agent: its
+    ;; lease is renewed every third of the site's :ttl, and that renewal
+    ;; tells the dataspace's watch whether etcd is there.
+    (setv said [None])
+    (defn on-state [why]
+      (when self.watcher.dataspace (.state self.watcher.dataspace why))
+      (when (!= why (get said 0))
+        (setv (get said 0) why)
+        (self._report "dataspace" :message (or why "dataspace available"))))
+    (keep-leases (if self.watcher.dataspace self.watcher.dataspace.ds (Dataspace self.dataspace self.host.hostname))
+                 self.host.hostname on-state))
 
   (defn run [self]
     "Watch and converge until `stop`."
     (with [_ (applying self.host self.connection)]
+      (setv release (when self.dataspace (self._keep-lease)))
       (try
         (self.register)
         (while (not (.is-set self.stopping))
           (self.step))
         (finally
+          (when release (release))
           (.close self.watcher)
           (self._report "stopped" :repairs self.repairs :failures self.failures))))))
 
@@ -408,8 +796,8 @@ repair in progress) rather than the process."
        (finally (for [[s h] (.items old)] (signal.signal s h)))))
 
 (defn tee [#* sinks]
-  "A sink that passes each event to every one of SINKS."
-  (fn [event] (for [s sinks] (s event))))
+  "A sink that passes each event, `bounded`, to every one of SINKS."
+  (fn [event] (setv event (bounded event)) (for [s sinks] (s event))))
 
 (defn converge-after [host connection sink lock-dir settings * [layers #()]]
   "Run the agent for HOST, applied just now through CONNECTION, until it is
@@ -418,7 +806,13 @@ noop, interval, unit-poll, limit, burst, log (a directory for the event log, or 
 consfig's state directory), image (the image it runs from: it stops when that
 is replaced, `Agent.replaced` true).  LAYERS: the directories of the bundle it runs
 from, kept recently used."
-  (setv log (EventLog (log-path host.hostname (.get settings "log")))
+  (setv log (EventLog (log-path host.hostname (.get settings "log"))
+                      (fn [text]
+                        ;; On the agent's standard error (a service's
+                        ;; journal), and to the controller.
+                        (_stderr text)
+                        (sink {"host" host.hostname "depth" 0 "time" (round (time.time) 3)
+                               #** (converge-event "log" :message text)})))
         agent (Agent host connection (tee sink log) lock-dir
                      :noop (.get settings "noop" False)
                      :interval (.get settings "interval" INTERVAL)
@@ -427,9 +821,10 @@ from, kept recently used."
                      :burst (.get settings "burst" BURST)
                      :layers layers
                      :image (.get settings "image")))
-  (with [_ (stopped-by-signals agent)]
+  (with [_ (keeping host.hostname :alongside (.get settings "alongside" False))
+         _ (stopped-by-signals agent)]
     (.run agent))
   agent)
 
-(export :objects [Agent EventLog leaves watches-of log-path converge-after stopped-by-signals
+(export :objects [Agent EventLog leaves kept keeping keeper-path bounded FIELD-LIMIT watches-of log-path converge-after stopped-by-signals
                   tee INTERVAL LIMIT BURST])

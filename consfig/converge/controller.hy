@@ -38,7 +38,7 @@ exec tail -n \"$2\" -F -- \"$d/converge/$1.jsonl\" 2>/dev/null"))
                 f"it ends in :{(get (get chain -1) 0)}")))))
 
 (defn converge-host [host sink * [chain None] [noop False] [interval None] [unit-poll None]
-                     [verbosity 0] [log None] [limit None] [burst None]]
+                     [verbosity 0] [log None] [limit None] [burst None] [alongside False]]
   "Apply HOST over CHAIN (its default chain when None) and keep it converged
 from the Python at the chain's end, sending events to SINK, until the
 target's agent stops.  NOOP: report drift, repair nothing (the first pass
@@ -46,7 +46,8 @@ is a check).  INTERVAL: seconds between checks of a property that watches
 nothing.  LOG: the directory of the agent's event log on the target (None:
 consfig's state directory there).  LIMIT, BURST: how many repairs of one
 property a second, in a row (`consfig.converge.agent.RepairLimit`), where its
-meta-parameters do not say.  Return the first pass's `Outcome`."
+meta-parameters do not say.  ALONGSIDE: run even while another agent keeps
+the host (`consfig.converge.agent.keeping`).  Return the first pass's `Outcome`."
   (setv prepared (prepare-deployment chain host))
   (_python-ended prepared)
   (setv settings {"noop" noop})
@@ -55,6 +56,7 @@ meta-parameters do not say.  Return the first pass's `Outcome`."
   (when log (setv (get settings "log") log))
   (when limit (setv (get settings "limit") limit))
   (when burst (setv (get settings "burst") burst))
+  (when alongside (setv (get settings "alongside") True))
   (with [_ (establishing-for prepared.host)]
     (setv conns [])
     (try

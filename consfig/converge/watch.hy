@@ -20,7 +20,9 @@ re-arms it.  An overflowing inotify queue drifts every key: the agent
 re-checks them all.  Units use systemd's PropertiesChanged signals over the
 system bus (`jeepney`); without a bus, or when it goes away, each unit's
 `systemctl is-active` and `is-enabled` are polled.  dpkg's database is a path
-(`/var/lib/dpkg/status`, renamed into place by dpkg).
+(`/var/lib/dpkg/status`, renamed into place by dpkg).  The site's dataspace
+is one etcd watch on its records, from the revision of a snapshot (see
+`_Dataspace`).
 
 This module, inotify_simple and jeepney are imported by the agent alone: a
 deployment never imports them."
@@ -28,8 +30,10 @@ deployment never imports them."
 (import os
         select
         subprocess
+        threading
         time
-        importlib)
+        importlib
+        consfig.apply.dataspace [Dataspace DataspaceUnavailable])
 
 (setv DPKG-STATUS "/var/lib/dpkg/status")
 ;; How often a unit is polled when there is no system bus.
@@ -213,10 +217,86 @@ were lost."
                         stdout))
              (except [#(OSError subprocess.SubprocessError)] "unknown"))))
 
+(defclass _Dataspace []
+  ;; One etcd watch on every host's records, started from the revision of a
+  ;; snapshot, so that no change falls between the two: each start fires
+  ;; every key (whoever evaluates them reads at that revision or later),
+  ;; then each change fires the keys whose scope it concerns.  Losing the
+  ;; dataspace fires them too (they fail, saying why, and retract nothing);
+  ;; so does finding it again, after a fresh start.  Whether it is there is
+  ;; learnt from the agent's lease keep-alive (`state`): an idle agent sends
+  ;; nothing else.
+  (defn __init__ [self config hostname wake]
+    (setv self.ds (Dataspace config hostname)
+          self.hostname hostname
+          self.wake wake
+          self.scopes {}
+          self.fired (set)
+          self.lock (threading.Lock)
+          self.cancel None
+          self.endpoint None
+          self.down None))
+
+  (defn add [self key scope]
+    (.add (.setdefault self.scopes key (set)) scope)
+    (when (and (is self.cancel None) (is self.down None))
+      (self.start)))
+
+  (defn _fire [self keys]
+    (with [self.lock] (.update self.fired keys))
+    (self.wake))
+
+  (defn _event [self event]
+    (setv k (get (get event "kv") "key")
+          k (if (isinstance k bytes) (.decode k "utf-8" "surrogateescape") k)
+          mine (.startswith k (self.ds.host-prefix self.hostname)))
+    (self._fire (lfor [key scopes] (.items self.scopes)
+                      :if (or (in "all" scopes) (and mine (in "self" scopes)))
+                      key)))
+
+  (defn start [self]
+    (when self.cancel
+      (try (self.cancel) (except [Exception] None))
+      (setv self.cancel None))
+    (try
+      (setv #(revision _) (self.ds.range (self.ds.hosts-prefix))
+            self.cancel (self.ds.watch (self.ds.hosts-prefix) (+ revision 1) self._event)
+            self.endpoint self.ds.endpoint
+            self.down None)
+      (except [e DataspaceUnavailable]
+        (setv self.down (str e))))
+    (self._fire (list self.scopes)))
+
+  (defn state [self why]
+    ;; From the lease keeper: WHY None, the dataspace answered (through
+    ;; the member self.endpoint, or another: the watch is started afresh);
+    ;; otherwise why it did not.
+    (cond (is-not why None)
+          (when (is self.down None)
+            (setv self.down why)
+            (self._fire (list self.scopes)))
+          (or self.down (!= self.ds.endpoint self.endpoint))
+          (self.start)))
+
+  (defn take [self]
+    (with [self.lock]
+      (setv keys (set self.fired))
+      (.clear self.fired))
+    keys)
+
+  (defn close [self]
+    (when self.cancel
+      (try (self.cancel) (except [Exception] None))
+      (setv self.cancel None))))
+
 (defclass Watcher []
-  "Watches resources for keys (see the module's docstring)."
-  (defn __init__ [self * [unit-poll UNIT-POLL]]
-    (setv self._paths None
+  "Watches resources for keys (see the module's docstring).  DATASPACE,
+#(CONFIG HOSTNAME), is the site's dataspace and the host watching it, for
+[\"dataspace\" …] specs."
+  (defn __init__ [self * [unit-poll UNIT-POLL] [dataspace None]]
+    (setv self._dataspace-of dataspace
+          self._dataspace None
+          self._paths None
           self._bus None
           self._no-bus False
           self.unit-poll unit-poll
@@ -240,7 +320,19 @@ KEY."
         (= kind "dpkg") (self._add-path DPKG-STATUS key)
         (= kind "unit") (self._add-unit (get spec 1) key)
         (= kind "poll") (self._add-poll key (get spec 1))
+        (= kind "dataspace") (self._add-dataspace key (get spec 1))
         True (raise (ValueError f"unknown watch spec {spec !r}")))))
+
+  (defn _add-dataspace [self key scope]
+    (when (is self._dataspace None)
+      (when (is self._dataspace-of None)
+        (raise (ValueError "a dataspace watch, but this host names no dataspace")))
+      (setv self._dataspace (_Dataspace #* self._dataspace-of self.wake)))
+    (.add self._dataspace key scope))
+
+  (defn [property] dataspace [self]
+    "The `_Dataspace` watched (its `ds` the `Dataspace`), or None."
+    self._dataspace)
 
   (defn _add-path [self path key]
     (when (is self._paths None)
@@ -317,6 +409,7 @@ timeout or `wake`)."
     (when (and self._bus (in (.fileno self._bus) ready))
       (try (for [u (.read self._bus)] (.update keys (get self._units u)))
            (except [Exception] (.update keys (self._lose-bus)))))
+    (when self._dataspace (.update keys (.take self._dataspace)))
     (.update keys (self._due (time.monotonic)))
     keys)
 
@@ -339,6 +432,7 @@ timeout or `wake`)."
     "Release every descriptor."
     (when self._paths (.close self._paths) (setv self._paths None))
     (when self._bus (.close self._bus) (setv self._bus None))
+    (when self._dataspace (.close self._dataspace))
     (for [fd [self._wake-r self._wake-w]]
       (try (os.close fd) (except [OSError] None))))
 

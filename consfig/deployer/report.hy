@@ -97,6 +97,9 @@ with STDERR, `sys.stderr` is when a line is printed)."
   (setv what (get event "what"))
   (cond (= what "watching")
         f": {(.get event "properties" 0)} properties, {(.get event "watches" 0)} watches"
+        (and (= what "fight") (.get event "flaps"))
+        (+ f": {(.get event "desc" "")}: its fact flaps, evaluated {(.get event "burst")} times "
+           f"in a row; next in {(.get event "retry-in")} s")
         (= what "fight")
         (+ f": {(.get event "desc" "")}: repaired {(.get event "burst")} times in a row, "
            f"something keeps undoing it; next repair in {(.get event "retry-in")} s")

@@ -25,10 +25,10 @@ consfig.model.host.)  The library's facts are in consfig.props.fact."
 
 (import consfig.errors [PropspecError]
         consfig.model.property [Propapp Property find-property stored-name hostattrs-of note-definition
-                                properties definition-where site-where]
+                                properties definition-where invariants-form site-where]
         consfig.types [Type show])
 
-(setv _SUBROUTINES #("desc" "hostattrs" "holds" "watch"))
+(setv _SUBROUTINES #("desc" "hostattrs" "holds" "watch" "matches"))
 
 (defclass Fact [Property]
   "A fact: a property's name, type, parameters, `:desc` and `:hostattrs`,
@@ -37,11 +37,15 @@ functions of its parameters.  It has no :check, :apply or :unapply."
   (setv kind "fact")
 
   (defn __init__ [self name type lambda-list * holds [watch None] [hostattrs None]
-                  [doc None] [desc None] [where None]]
+                  [matches None] [doc None] [desc None] [where None] [invariants #()]]
     (.__init__ (super) name type lambda-list :doc doc :desc desc :where where
-               :hostattrs _refuse-outside-during :announce False)
+               :hostattrs _refuse-outside-during :announce False :invariants invariants)
     (setv self.holds holds
           self.watches watch
+          ;; A fact with :matches holds once for each of the things it finds
+          ;; (consfig.props.dataspace): a `during` holds its properties once
+          ;; for each, with the binders of each bound.
+          self.matches matches
           self.fact-hostattrs hostattrs))
 
   (defn __repr__ [self]
@@ -86,6 +90,13 @@ functions of its parameters.  It has no :check, :apply or :unapply."
   "Whether the fact applied by PROPAPP holds on the target, now."
   (bool (_call "holds" propapp)))
 
+(defn fact-matches [propapp]
+  "None when the fact applied by PROPAPP has no `:matches`; otherwise what
+it finds now: a list of `#(KEY BINDINGS)`, KEY a string naming the match
+(the same match, the same key), BINDINGS a dict binder name -> value."
+  (when (. (find-property propapp.name) matches)
+    (list (_call "matches" propapp))))
+
 (defn fact-hostattrs [propapp]
   "Run the `:hostattrs` of the fact applied by PROPAPP, if it has one."
   (when (. (find-property propapp.name) fact-hostattrs)
@@ -97,7 +108,8 @@ functions of its parameters.  It has no :check, :apply or :unapply."
   "What is wrong with SPEC as a watch spec, or None.  A watch spec is a list:
 `[\"path\" ABS-PATH]` (the file or directory at ABS-PATH, which need not
 exist), `[\"unit\" NAME]` (a systemd unit's state), `[\"dpkg\"]` (the
-installed packages), `[\"poll\" SECONDS]` (look again every SECONDS)."
+installed packages), `[\"poll\" SECONDS]` (look again every SECONDS),
+`[\"dataspace\" \"all\"]` (the site's dataspace, consfig.apply.dataspace)."
   (setv ok-seconds (fn [v] (and (isinstance v #(int float)) (not (isinstance v bool)) (> v 0))))
   (cond (not (and (isinstance spec list) spec)) "is not a non-empty list"
         (= (get spec 0) "path")
@@ -113,7 +125,10 @@ installed packages), `[\"poll\" SECONDS]` (look again every SECONDS)."
         (= (get spec 0) "poll")
         (when (not (and (= (len spec) 2) (ok-seconds (get spec 1))))
           "must be [\"poll\" SECONDS], with a positive number of seconds")
-        True "is not one of [\"path\" …] [\"unit\" …] [\"dpkg\"] [\"poll\" …]"))
+        (= (get spec 0) "dataspace")
+        (when (not (in (cut spec 1 None) [["all"] ["self"]]))
+          "must be [\"dataspace\" \"all\"] or [\"dataspace\" \"self\"]")
+        True "is not one of [\"path\" …] [\"unit\" …] [\"dpkg\"] [\"poll\" …] [\"dataspace\" …]"))
 
 (defn fact-watch [propapp]
   "The watch specs of the fact applied by PROPAPP (a list of lists, see
@@ -134,7 +149,8 @@ is a `PropspecError` naming the fact."
   (setv args (list args)
         type "posix"
         doc None
-        subs [])
+        subs []
+        invariants [])
   (when (and args (isinstance (get args 0) hy.models.Keyword))
     (setv type (. (.pop args 0) name)))
   (when (not (and args (isinstance (get args 0) hy.models.List)))
@@ -143,15 +159,19 @@ is a `PropspecError` naming the fact."
   (when (and args (isinstance (get args 0) hy.models.String))
     (setv doc (str (.pop args 0))))
   (for [form args]
+    (when (and (isinstance form hy.models.Expression) form
+               (= (get form 0) (hy.models.Keyword "invariant")))
+      (.append invariants form)
+      (continue))
     (when (not (and (isinstance form hy.models.Expression) form
                     (isinstance (get form 0) hy.models.Keyword)
                     (in (. (get form 0) name) _SUBROUTINES)))
       (raise (PropspecError (+ f"deffact {name}: expected (:desc …), (:hostattrs …), "
-                               f"(:holds …) or (:watch …), got {(hy.repr form)}"))))
+                               f"(:holds …), (:watch …) or (:matches …), got {(hy.repr form)}"))))
     (.append subs #((. (get form 0) name) form)))
   (when (not-in "holds" (lfor [k _] subs k))
     (raise (PropspecError f"deffact {name}: a fact needs (:holds …)")))
-  #(type params doc subs))
+  #(type params doc subs invariants))
 
 (defmacro deffact [_hy_compiler name #* args]
   "Define the fact NAME, of an optional TYPE (`:posix`, the default, or
@@ -165,17 +185,18 @@ is a `PropspecError` naming the fact."
 
 is equivalent to binding `file-exists` to a `Fact` registered as
 `MODULE.file-exists`, whose subroutines are functions of PARAMS."
-  (setv #(type params doc subs) (_parse-deffact name args))
+  (setv #(type params doc subs invariants) (_parse-deffact name args))
   `(setv ~name (hy.I.consfig/model/fact.define-fact
                  ~(+ (stored-name _hy_compiler.module.__name__) "." (str name))
                  ~type
                  (fn ~params None)
                  :doc ~doc
                  :where ~(definition-where _hy_compiler)
+                 :invariants ~(invariants-form params invariants)
                  ~@(sum (gfor [k form] subs
                               [(hy.models.Keyword k) `(fn ~params ~@(cut form 1 None))])
                         []))))
 
-(export :objects [Fact define-fact fact? fact-application? fact-application fact-holds?
+(export :objects [Fact define-fact fact? fact-application? fact-application fact-holds? fact-matches
                   fact-hostattrs fact-watch watch-spec-problem]
         :macros [deffact])

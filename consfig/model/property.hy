@@ -19,7 +19,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
         consfig.model.context [current-host]
         consfig.errors [ConsfigError DeferredRead FailedChange PropspecError site-location
                         site-file?]
-        consfig.types [Applicable annotation-type show]
+        consfig.types [Applicable Binder annotation-type show]
         consfig.model.watchspec [check-watch-specs]
         consfig.util [keyword-name]
         os)
@@ -356,9 +356,11 @@ type (modes in octal)."
         P inspect.Parameter
         name (_keyword-for p.name))
   (cond
+    ;; A binder of a dataspace pattern: its value is checked when bound.
+    (isinstance value Binder) None
     (= p.kind P.VAR_POSITIONAL)
     (for [v value]
-      (setv problem (.explain t v))
+      (setv problem (if (isinstance v Binder) None (.explain t v)))
       (when problem (return f"each of {name} {problem}")))
     (= p.kind P.VAR_KEYWORD)
     (for [[k v] (.items value)]
@@ -508,12 +510,19 @@ not (it was built by a library, read from data, or typed at a REPL)."
             (for [a x.args] (_inherit-where a where)))
         (isinstance x list) (for [a x] (_inherit-where a where))))
 
+(defn _applicable? [x]
+  ;; A propapp that is applied: not a record of the dataspace, which is
+  ;; data that happens to be spelt as one (consfig.model.dataspace).
+  (and (isinstance x Propapp)
+       (!= (getattr (.get properties x.name) "kind" None) "assertion")))
+
 (defn propapps-in [args]
-  "The propapps among ARGS, looking one level into lists."
+  "The propapps among ARGS, looking one level into lists (records of the
+dataspace, data spelt as propapps, are not among them)."
   (setv out [])
   (for [a args]
-    (cond (isinstance a Propapp) (.append out a)
-          (isinstance a list) (.extend out (gfor x a :if (isinstance x Propapp) x))))
+    (cond (_applicable? a) (.append out a)
+          (isinstance a list) (.extend out (gfor x a :if (_applicable? x) x))))
   out)
 
 (defn _declared [propapp which]
@@ -637,9 +646,40 @@ agent polls it at the host's interval)."
   (when prop.watch
     (check-watch-specs (call-subroutine prop "watch" propapp) prop.short-name)))
 
+(defn free-binders [x]
+  "The names of the binders (`?addr`) in X, a propspec value, that nothing
+in X binds: a property that declares a `:fact` (a `during`) binds, for its
+other arguments, the binders of that fact (the pattern it waits on)."
+  (cond (isinstance x Binder) #{x.name}
+        (isinstance x Propapp)
+        (do (setv prop (find-property x.name))
+            (if prop.fact
+                (do (setv fact (call-subroutine prop "fact" x))
+                    (- (free-binders (lfor a x.args :if (is-not a fact) a)) (_binders fact)))
+                (free-binders x.args)))
+        (isinstance x #(list tuple)) (.union #{} #* (gfor a x (free-binders a)))
+        (isinstance x dict) (free-binders (lfor [k v] (.items x) #(k v)))
+        True #{}))
+
+(defn _binders [x]
+  ;; Every binder in X, bound or not.
+  (cond (isinstance x Binder) #{x.name}
+        (isinstance x Propapp) (_binders x.args)
+        (isinstance x #(list tuple)) (.union #{} #* (gfor a x (_binders a)))
+        (isinstance x dict) (_binders (lfor [k v] (.items x) #(k v)))
+        True #{}))
+
+(defn template? [x]
+  "Whether X, a propspec value, has a binder that nothing in it binds: a
+template, preprocessed once a match of the dataspace binds it
+(consfig.model.dataspace)."
+  (bool (free-binders x)))
+
 (defn preprocess-propapp [propapp]
   "Run PROPAPP's `:preprocess`, expand defproplist/defpropspec properties into
-the propspec they stand for, and do the same for every propapp inside."
+the propspec they stand for, and do the same for every propapp inside.  A
+template (it holds a binder) is left as it is, to be preprocessed when bound."
+  (when (template? propapp) (return propapp))
   (setv prop (find-property propapp.name))
   (when prop.preprocess
     (setv propapp (Propapp propapp.name (call-subroutine prop "preprocess" propapp)
@@ -669,7 +709,9 @@ the propspec they stand for, and do the same for every propapp inside."
 (setv hostattrs-of (contextvars.ContextVar "consfig-hostattrs-of" :default None))
 
 (defn propapp-hostattrs [propapp]
-  "Run PROPAPP's `:hostattrs`; by default, that of each propapp it contains."
+  "Run PROPAPP's `:hostattrs`; by default, that of each propapp it contains.
+A template (it holds a binder) has none: what it will be is not known yet."
+  (when (template? propapp) (return))
   (setv prop (find-property propapp.name))
   (if prop.hostattrs
       (do (setv token (.set hostattrs-of propapp))
@@ -784,5 +826,6 @@ dotted form, whose last parameter takes the trailing forms."
                   call-subroutine propapps-in propapp-type python-propapps
                   children meta-of trigger-of fact-of handler-of retractable? sequence? inverts?
                   propapp-desc default-desc propapp-watches can-check? preprocess-propapp propapp-hostattrs hostattrs-of
+                  free-binders template?
                   site-where]
         :macros [defprop])

@@ -20,6 +20,7 @@ property or a wrong argument is reported with the file and line of the form."
         inspect
         hy.models [Expression Keyword List Symbol String]
         consfig.errors [PropspecError]
+        consfig.types [Binder Wildcard wildcard]
         consfig.model.property [Property Propapp find-property did-you-mean definition-where
                                 module-named stored-name])
 
@@ -59,9 +60,19 @@ that is not a plain (possibly dotted) name."
 (defn _where [compiler form]
   (definition-where compiler form))
 
+(defn _pattern-symbol [form]
+  ;; `?addr` and `_` as an argument of a walked form: a binder and the
+  ;; wildcard of a dataspace pattern (consfig.model.dataspace), as data.
+  (setv name (str form))
+  (cond (= name "_") `hy.I.consfig/types.wildcard
+        (and (.startswith name "?") (> (len name) 1))
+        `(hy.I.consfig/types.Binder ~(cut name 1 None))))
+
 (defn walk-form [form compiler]
   "Code that builds what FORM, a form of an unevaluated propspec, stands for."
   (cond
+    (and (isinstance form Symbol) (_pattern-symbol form))
+    (_pattern-symbol form)
     (and (isinstance form Expression) form (dotted->name (get form 0)))
     (_walk-expression form compiler)
     (isinstance form List)
@@ -316,6 +327,8 @@ resolved as qualified names, or through NAMESPACE (a module's globals)."
     (cond (= form (Symbol "None")) None
           (= form (Symbol "True")) True
           (= form (Symbol "False")) False
+          (= form (Symbol "_")) wildcard
+          (and (.startswith form "?") (> (len form) 1)) (Binder (cut (str form) 1 None))
           True (raise (PropspecError f"a propspec holds data, not the symbol {form}"
                                      (_form-where form))))
     (isinstance form hy.models.String) (str form)
@@ -378,6 +391,8 @@ tagged so that `data->propspec` restores them exactly."
   (cond
     (isinstance x Propapp) {"propapp" x.name "args" (lfor a x.args (propspec->data a))}
     (isinstance x Keyword) {"keyword" x.name}
+    (isinstance x Binder) {"binder" x.name}
+    (isinstance x Wildcard) {"wildcard" True}
     (isinstance x bool) x
     (isinstance x #(str int float)) x
     (is x None) x
@@ -400,6 +415,8 @@ tagged so that `data->propspec` restores them exactly."
     (isinstance x dict)
     (cond (in "propapp" x) (_checked-propapp (get x "propapp") (lfor a (get x "args") (data->propspec a)))
           (in "keyword" x) (Keyword (get x "keyword"))
+          (and (in "binder" x) (isinstance (get x "binder") str)) (Binder (get x "binder"))
+          (in "wildcard" x) wildcard
           (in "tuple" x) (tuple (gfor a (get x "tuple") (data->propspec a)))
           (in "bytes" x) (base64.b64decode (get x "bytes"))
           (in "dict" x) (dfor [k v] (get x "dict") (data->propspec k) (data->propspec v))

@@ -8,6 +8,7 @@ undo the property:
   (watch-unit \"nginx.service\")   [\"unit\" \"nginx.service\"] a systemd unit's state
   (watch-dpkg)                    [\"dpkg\"]               the dpkg status database
   (watch-poll 60)                 [\"poll\" 60]            no event: re-check every 60 s
+  (watch-dataspace \"all\")        [\"dataspace\" \"all\"]   the site's dataspace (\"self\": this host's records)
 
 The converging agent (`consfig.converge.agent`) registers them with a
 `consfig.converge.watch.Watcher` on the target.  They are checked when the propapp is
@@ -17,7 +18,7 @@ target and an image all read it."
 
 (import consfig.errors [PropspecError])
 
-(setv KINDS #("path" "unit" "dpkg" "poll"))
+(setv KINDS #("path" "unit" "dpkg" "poll" "dataspace"))
 
 (defn _problem [spec]
   ;; What is wrong with SPEC, or None.
@@ -42,6 +43,9 @@ target and an image all read it."
           f"{(get args 0) !r} is not a unit name")
     (= kind "dpkg")
     (when args "a dpkg watch takes no argument")
+    (= kind "dataspace")
+    (when (not (in (list args) [["all"] ["self"]]))
+      "a dataspace watch takes \"all\" (every host's records) or \"self\" (this host's)")
     (= kind "poll")
     (when (or (!= (len args) 1)
               (isinstance (get args 0) bool)
@@ -81,4 +85,10 @@ deletion); absolute."
   "No event says when this changes: re-check it every SECONDS."
   (_checked ["poll" seconds]))
 
-(export :objects [watch-path watch-unit watch-dpkg watch-poll check-watch-specs])
+(defn watch-dataspace [scope]
+  "Watch the site's dataspace (consfig.apply.dataspace): SCOPE \"all\", every
+host's records; \"self\", this host's own.  Also fired when the dataspace
+is lost and when it is back."
+  (_checked ["dataspace" scope]))
+
+(export :objects [watch-path watch-unit watch-dpkg watch-poll watch-dataspace check-watch-specs])

@@ -47,9 +47,10 @@ from, whose lock may cover TARGET already (`consfig.apply.lock.lock-held?`)."
       ((or remote-outcome (fn [o] o))
         (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity :check check
                          :lock (when (not (lock-held? target :within within))
-                                 (lock-request prepared.hostname (_pushed-digest prepared unapply)))))
+                                 (lock-request prepared.hostname (_pushed-digest prepared unapply)
+                                               :check check))))
       (with [_ (holding-target-lock target prepared.hostname :within within
-                                    :digest (_pushed-digest prepared unapply))]
+                                    :digest (_pushed-digest prepared unapply) :check check)]
         (apply-here))))
 
 (defn _pushed-digest [prepared unapply]

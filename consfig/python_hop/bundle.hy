@@ -45,6 +45,35 @@ as the target's sends each layer compiled, from a cache of its own
 ;; Modules shipped whatever the propspec, declared by a consfig.
 (setv _declared (set))
 
+;; Module -> the distributions a target needs to import it, shipped in a
+;; layer of their own only to hosts whose propspec uses that module's
+;; properties (`ship-distributions-with`).
+(setv _distributions {})
+
+(defn ship-distributions-with [module #* names]
+  "Ship the installed distributions NAMES (their Python files, the data
+files among them such as certifi's CA bundle, and their metadata) to every
+target whose propspec uses a property of MODULE: libraries that only some
+hosts need (etcd3gw for the dataspace)."
+  (setv (get _distributions module) (tuple names)))
+
+(defn _add-distribution [files name]
+  (import importlib.metadata)  ; start-up: 6 ms
+  (setv dist (try (importlib.metadata.distribution name)
+                  (except [importlib.metadata.PackageNotFoundError]
+                    (raise (ConsfigError (+ f"cannot ship {name} to the target: it is not "
+                                            "installed here (pip install consfig's dependencies)"))))))
+  (for [f (or dist.files [])]
+    (setv rel (str f)
+          parts (.split rel "/"))
+    (when (and (not (.startswith rel ".."))
+               (not (in "__pycache__" parts))
+               (not (in "tests" parts))
+               (or (.endswith rel ".py") (.endswith rel ".pem")
+                   (and (= (len parts) 2) (.endswith (get parts 0) ".dist-info")
+                        (= (get parts 1) "METADATA"))))
+      (setv (get files rel) (str (dist.locate-file f))))))
+
 (defn ship-modules [#* names]
   "Ship the modules NAMES to every target of a :python hop, besides those
 that define the properties a host uses: modules those import, say."
@@ -235,6 +264,12 @@ a further hop, it is the bundle this process runs from."
   (for [p CORE-PACKAGES] (_add-package core p))
   (for [m CORE-MODULES] (_add-module core m))
   (setv layers [(Layer core)])
+  (setv modules (sfor p (_propapp-names propspec (set)) (get (.rpartition p ".") 0))
+        dists (sorted (sfor [m names] (.items _distributions) :if (in m modules) n names n)))
+  (when dists
+    (setv more {})
+    (for [d dists] (_add-distribution more d))
+    (.append layers (Layer more)))
   (when libraries
     (setv more {})
     (for [m libraries] (_add-module more m))
@@ -380,5 +415,5 @@ MIN-AGE seconds (another deployment may be running from it)."
           (shutil.rmtree path True)
           (try (os.unlink path) (except [OSError] None))))))
 
-(export :objects [Bundle Layer bundle-for site-modules ship-modules running-from
+(export :objects [Bundle Layer bundle-for site-modules ship-modules ship-distributions-with running-from
                   cache-directory compiled-archive bytecode-matches? prune-bundles])

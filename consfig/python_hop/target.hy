@@ -10,7 +10,8 @@ the process exits at once.
 
 Nothing here imports fabric, paramiko or rich: none of them is on a target."
 
-(import os
+(import contextlib
+        os
         queue
         signal
         sys
@@ -210,24 +211,28 @@ older ones candidates for pruning."
   ;; and is no part of serving a deployment.
   (setv converge (importlib.import-module "consfig.converge.agent"))
   (.preload (importlib.import-module "consfig.converge.watch"))
-  converge.converge-after)
+  converge)
 
 (defn _apply-one [msg next-data writer layer-dirs [started None]]
   ;; One apply message: take its data, apply its host, send `done` (or
   ;; `error`).  STARTED runs once the data is in, when the input is free
   ;; for whoever watches it.
   (try
-    (setv converge-after (when (.get msg "converge") (_agent)))
+    (setv agent (when (.get msg "converge") (_agent)))
     (setv entries (receive-data msg next-data writer.message
                                 (os.path.join (_cache-root layer-dirs) "data")))
     (when started (started))
     (setv host (host-on-target msg :entries entries))
-    (setv outcome (with [_ (target-lock-held (_cache-root layer-dirs) (.get msg "lock"))]
-                    (_apply-here host msg writer.event)))
-    (when converge-after
-      ;; `consfig converge`: keep the host converged until told to stop.
-      (converge-after host (_here msg) writer.event (_cache-root layer-dirs) (get msg "converge")
-                      :layers layer-dirs))
+    ;; A second agent for a host is refused before it applies anything.
+    (with [_ (if agent
+                 (agent.keeping host.hostname :alongside (.get (get msg "converge") "alongside" False))
+                 (contextlib.nullcontext))]
+      (setv outcome (with [_ (target-lock-held (_cache-root layer-dirs) (.get msg "lock"))]
+                      (_apply-here host msg writer.event)))
+      (when agent
+        ;; `consfig converge`: keep the host converged until told to stop.
+        (agent.converge-after host (_here msg) writer.event (_cache-root layer-dirs) (get msg "converge")
+                        :layers layer-dirs)))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures
                       "drift" outcome.drift})
     (except [e Exception]

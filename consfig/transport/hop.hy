@@ -274,15 +274,19 @@ nothing of it is left running there."
       (raise (CommandFailed script code result.stdout result.stderr self.where)))
     result)
 
-  (defn read-file [self path * [follow False]]
+  (defn read-file [self path * [follow False] [limit None]]
     "The bytes of the file at PATH; `FileNotFoundError` when there is none.
 A symlink at PATH is not read through (`SymlinkNotFollowed`, a kind of
 `FileNotFoundError`) unless FOLLOW, and the walk to it is the safe one
-(`SAFE-WALK`)."
+(`SAFE-WALK`).  LIMIT: read no more than that many bytes."
     (check-path path)
     (setv #(code out err)
-          (self.run-script (_walked-script "[ \"$2\" = 1 ] || [ ! -L \"$1\" ] || exit 67
-test -f \"$1\" || exit 66; exec cat -- \"$1\"" path follow)
+          (self.run-script (_walked-script (+ "[ \"$2\" = 1 ] || [ ! -L \"$1\" ] || exit 67
+test -f \"$1\" || exit 66; "
+                                              (if (is limit None)
+                                                  "exec cat -- \"$1\""
+                                                  f"exec head -c {(int limit)} -- \"$1\""))
+                                           path follow)
                            None None :limit None))
     (_raise-walk-failure code err path self.where)
     (when (!= code 0)

@@ -172,7 +172,7 @@ being started when the end came, before it was recorded)."
   (defn start-process [self argv]
     (LocalProcess argv))
 
-  (defn read-file [self path * [follow False]]
+  (defn read-file [self path * [follow False] [limit None]]
     (check-path path)
     (with [dirfd (_walked path follow)]
       (try
@@ -189,7 +189,7 @@ being started when the end came, before it was recorded)."
                                                                   "is a directory" path))
               (not (stat.S_ISREG st.st_mode)) (raise (OSError errno.EINVAL
                                                               "not a regular file" path)))
-        (.read f))))
+        (.read f (if (is limit None) -1 limit)))))
 
   (defn exists? [self path]
     (check-path path)

@@ -15,10 +15,12 @@
   consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE [--legacy-key OLDKEY]
                  [--limit PATTERN] [--with-secrets]
   consfig converge [--consfig FILE] HOST [--via CHAIN] [--noop] [--interval S]
+                 [--limit R] [--burst N] [--log-directory DIR] [--alongside]
                  [--follow [--lines N]] [--diff] [-v…] [--json]
   consfig run [--consfig FILE] PATTERN… [--limit PATTERN] [--via CHAIN] [-j N]
                  [--max-fail N|N%] [--timeout S] [-v…] [--json] -- CMD…
   consfig facts [--consfig FILE] PATTERN [FACT…] [--limit PATTERN] [--via CHAIN] [-j N] [-v…]
+  consfig dataspace [--consfig FILE] serve|ls|watch|tls …
   consfig repl [FILE]
   consfig --version
 
@@ -221,6 +223,14 @@ deploy`'s, and an image's."
                  :help "report drift, with its diff; repair nothing")
   (.add-argument c "--interval" :metavar "SECONDS" :type float
                  :help "how often to check a property that watches nothing (default 300)")
+  (.add-argument c "--limit" :metavar "PER-SECOND" :type float
+                 :help "repairs (and checks) of one property a second, where its :limit does not say (default 1)")
+  (.add-argument c "--burst" :metavar "N" :type int
+                 :help "how many of those in a row, where its :burst does not say (default 5)")
+  (.add-argument c "--log-directory" :metavar "DIR"
+                 :help "where the agent's event log goes on the target (default: consfig's state directory there)")
+  (.add-argument c "--alongside" :action "store_true"
+                 :help "run even while another agent keeps HOST (by default this one refuses to start)")
   (.add-argument c "--follow" :action "store_true"
                  :help "attach to the agent already running on HOST (a service) and show its events")
   (.add-argument c "--lines" :metavar "N" :type int :default 20
@@ -262,6 +272,27 @@ deploy`'s, and an image's."
   (via-option f)
   (.add-argument f "-v" "--verbose" :action "count" :default 0
                  :help "also report the deployment that gathers them, on standard error")
+
+  (setv ds (.add-parser sub "dataspace"
+                       :help "run the site's etcd, and look into its dataspace (docs/dataspace.md)"))
+  (consfig-option ds)
+  (setv dsub (.add-subparsers ds :dest "action" :metavar "ACTION"))
+  (setv dsub.required True)
+  (setv dss (.add-parser dsub "serve" :help "run a one-member etcd for the site's dataspace"))
+  (.add-argument dss "--data-dir" :metavar "DIR"
+                 :help "where etcd keeps its data (default: under consfig's state directory)")
+  (setv dsc (.add-parser dsub "tls"
+                        :help "make the site's CA (if need be) and certificates, in DIR"))
+  (.add-argument dsc "directory" :metavar "DIR" :help "where the CA and certificates are kept")
+  (.add-argument dsc "--member" :action "append" :default [] :metavar "NAME=IP"
+                 :help "an etcd member's certificate, serving on IP")
+  (.add-argument dsc "--host" :action "append" :default [] :metavar "HOSTNAME"
+                 :help "a host's client certificate")
+  (for [[name help] [["ls" "print the records now, as Hy, with their host and age"]
+                     ["watch" "print the records, then each change as it comes"]]]
+    (setv x (.add-parser dsub name :help help))
+    (.add-argument x "type" :nargs "?" :metavar "TYPE" :help "only the records of this type")
+    (.add-argument x "--json" :action "store_true" :help "one JSON object a line"))
 
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
@@ -471,7 +502,9 @@ in order (an implicit `eseqprops`)."
     (if args.follow
         (follow-host host sink :chain chain :lines args.lines)
         (setv outcome (converge-host host sink :chain chain :noop args.noop
-                                     :interval args.interval :verbosity args.verbose)))
+                                     :interval args.interval :verbosity args.verbose
+                                     :limit args.limit :burst args.burst
+                                     :log args.log-directory :alongside args.alongside)))
     (.finish sink)
     (finally (.close sink)))
   (if (and (not args.follow) (= outcome.status "failed")) 1 0))
@@ -500,7 +533,26 @@ in order (an implicit `eseqprops`)."
   (import consfig.ui.repl [run-repl])  ; start-up: 1 ms
   (run-repl (_consfig-path args.file)))
 
-(setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
+(defn _dataspace [args]
+  (import consfig.ui.dataspace :as d)  ; start-up: 2 ms
+  (when (= args.action "tls")
+    (import consfig.ui.dataspace_tls :as t)  ; start-up: 40 ms
+    (print (t.make-ca args.directory))
+    (for [m args.member]
+      (setv #(name _ ip) (.partition m "="))
+      (when (not (and name ip))
+        (raise (ConsfigError f"--member {m}: give NAME=IP, e.g. m0=10.0.0.1")))
+      (print (t.issue args.directory name :server-ips [ip])))
+    (for [h args.host] (print (t.issue args.directory h)))
+    (return 0))
+  (setv path (_consfig-path args.consfig))
+  (load-consfig path)
+  (setv config (d.site-config path))
+  (cond (= args.action "serve") (d.serve config args.data-dir)
+        (= args.action "ls") (d.ls config args.type args.json)
+        True (d.watch config args.type args.json)))
+
+(setv COMMANDS {"deploy" _deploy "dataspace" _dataspace "deploy-these" _deploy-these "hosts" _hosts "image" _image
                 "status" _status "keygen" _keygen "publish" _publish "repl" _repl
                 "converge" _converge "run" _run "facts" _facts})
 

@@ -1,0 +1,282 @@
+"The site's dataspace on etcd v3: where records are kept, under which
+lease, and how an observer reads them (a snapshot, then a watch from its
+revision).  The client is etcd3gw, over etcd's JSON gateway.
+
+A site's dataspace is a dict (the `:dataspace` hostattr; see
+consfig.props.dataspace): \"endpoints\", a list of URLs of etcd members
+(http://127.0.0.1:2379); \"prefix\", the site's key prefix; \"ttl\", the
+seconds a dead agent's records outlive it; \"push-ttl\", the seconds a
+push's records last when no agent renews them; and, for TLS, \"ca\",
+\"cert\" and \"key\", paths on the host; \"password-file\" (and
+\"user\", by default the hostname) for etcd's own authentication; in
+every path `{hostname}` stands for the host's name.
+
+Keys are PREFIX/hosts/HOSTNAME/TYPE/DIGEST: a host writes under its own
+prefix only (etcd's roles can hold it to that: docs/dataspace.md); the
+value is the record as JSON with the time it was first asserted."
+
+(import base64
+        importlib
+        json
+        threading
+        urllib.parse
+        consfig.errors [ConsfigError PropspecError]
+        consfig.model.dataspace [json->record record->json record-digest]
+        consfig.apply.targetstate [host-state-file read-state-file save-state-file])
+
+(defclass DataspaceUnavailable [ConsfigError]
+  "No member of the site's etcd answered, or it has no quorum.")
+
+(defclass EtcdRefused [ConsfigError]
+  "etcd answered a request with a refusal: permission denied, a bad request.")
+
+(defn _etcd3gw []
+  ;; Imported where used: a host that does not use the dataspace never
+  ;; needs etcd3gw, nor requests under it (some 140 ms).
+  ;; (`etcd3gw.client` as an attribute is the function its package exports.)
+  (importlib.import-module "etcd3gw.client"))
+
+(defclass Dataspace []
+  "The site's etcd, as CONFIG (a dict, see the module) names it."
+  (defn __init__ [self config [hostname None]]
+    ;; HOSTNAME fills `{hostname}` in the paths of :cert and :key: one
+    ;; client certificate per host.
+    (setv self.config config
+          self.hostname hostname
+          self.prefix (.rstrip (get config "prefix") "/")
+          self._clients {}
+          self._preferred 0))
+
+  (defn _client [self url]
+    (when (not-in url self._clients)
+      (setv u (urllib.parse.urlsplit url)
+            c self.config
+            client ((. (_etcd3gw) Etcd3Client)
+                    :host u.hostname :port (or u.port 2379) :protocol u.scheme
+                    :ca-cert (.get c "ca") :cert-cert (self._path "cert")
+                    :cert-key (self._path "key")
+                    :timeout (.get c "timeout" 5) :api-path "/v3/"))
+      ;; Not the environment's: REQUESTS_CA_BUNDLE would replace the site's
+      ;; CA, and HTTP_PROXY send the dataspace through a proxy.
+      (setv client.session.trust-env False)
+      (setv password (self._password))
+      (when password
+        ;; etcd's gateway ignores a client certificate's CN: a host is an
+        ;; etcd user by its name and password, the token in each request.
+        (setv user (.replace (.get c "user" "{hostname}") "{hostname}" (or self.hostname ""))
+              token (get (.post client (.get-url client "/auth/authenticate")
+                                :json {"name" user "password" password})
+                         "token")
+              (get client.session.headers "Authorization") token))
+      (setv (get self._clients url) client))
+    (get self._clients url))
+
+  (defn _path [self option]
+    (setv p (.get self.config option))
+    (when p (.replace p "{hostname}" (or self.hostname ""))))
+
+  (defn _password [self]
+    ;; The password given, or read from :password-file (mode 0600 on the
+    ;; host, its `{hostname}` filled in).
+    (setv f (self._path "password-file"))
+    (if f
+        (with [h (open f)] (.strip (.read h)))
+        (.get self.config "password")))
+
+  (defn call [self f * [retried False]]
+    "F applied to a client of a member that answers, trying each in turn
+from the last that did; `DataspaceUnavailable` when none does."
+    (setv exc (. (_etcd3gw) exceptions)
+          urls (get self.config "endpoints")
+          n (len urls)
+          errors [])
+    (for [i (range n)]
+      (setv j (% (+ self._preferred i) n)
+            url (get urls j))
+      (try
+        (setv r (f (self._client url)))
+        (setv self._preferred j)
+        (return r)
+        (except [e [exc.ConnectionFailedError exc.ConnectionTimeoutError]]
+          (.pop self._clients url None)
+          (.append errors f"{url}: {(_why e)}"))
+        (except [e exc.InternalServerError]
+          ;; A member without quorum answers "etcdserver: request timed out"
+          ;; or "no leader" (503 or 500): another may have it.
+          (.pop self._clients url None)
+          (.append errors f"{url}: {(_why e)}"))
+        (except [e exc.Etcd3Exception]
+          (.pop self._clients url None)
+          (when (and (in "invalid auth token" (_why e)) (not retried))
+            ;; The token expired (etcd's --auth-token-ttl): once more, anew.
+            (return (self.call f :retried True)))
+          ;; etcd answered, and said no (permission denied, say): not
+          ;; something another member would say otherwise.
+          (raise (EtcdRefused f"etcd at {url} refused: {(_why e)}")))))
+    (raise (DataspaceUnavailable (+ "dataspace unavailable: " (.join "; " errors)))))
+
+  (defn [property] endpoint [self]
+    "The member that answered last."
+    (get (get self.config "endpoints") self._preferred))
+
+  (defn status [self]
+    (self.call (fn [c] (.status c))))
+
+  (defn hosts-prefix [self]
+    f"{self.prefix}/hosts/")
+
+  (defn host-prefix [self hostname]
+    f"{self.prefix}/hosts/{hostname}/")
+
+  (defn key-of [self hostname rec]
+    (+ (self.host-prefix hostname) rec.name "/" (record-digest rec)))
+
+  (defn range [self prefix]
+    "#(REVISION KVS): the keys under PREFIX at one revision, each a dict
+with \"key\", \"value\" (bytes), \"lease\" and \"create_revision\"."
+    (setv gw (_etcd3gw)
+          end (. gw _increment-last-byte)
+          r (self.call (fn [c] (.post c (.get-url c "/kv/range")
+                                      :json {"key" (gw._encode prefix)
+                                             "range_end" (gw._encode (end prefix))}))))
+    #((int (get r "header" "revision"))
+      (lfor kv (.get r "kvs" [])
+            {"key" (.decode (base64.b64decode (get kv "key")) "utf-8" "surrogateescape")
+             "value" (base64.b64decode (.get kv "value" ""))
+             "lease" (int (.get kv "lease" 0))
+             "create_revision" (int (.get kv "create_revision" 0))})))
+
+  (defn grant [self ttl]
+    (. (self.call (fn [c] (.lease c ttl))) id))
+
+  (defn lease-ttl [self lease-id]
+    "The seconds left to LEASE-ID; -1 when it is gone."
+    (int (.get (self.call (fn [c] (.post c (.get-url c "/kv/lease/timetolive")
+                                         :json {"ID" lease-id})))
+               "TTL" -1)))
+
+  (defn refresh [self lease-id]
+    "Keep LEASE-ID alive for its TTL again; the TTL left (0 or less: it was gone)."
+    (setv r (self.call (fn [c] (.post c (.get-url c "/lease/keepalive") :json {"ID" lease-id}))))
+    (int (.get (.get r "result" r) "TTL" 0)))
+
+  (defn put [self key value lease-id]
+    (setv gw (_etcd3gw))
+    (self.call (fn [c] (.post c (.get-url c "/kv/put")
+                              :json {"key" (gw._encode key) "value" (gw._encode value)
+                                     "lease" lease-id}))))
+
+  (defn delete [self key]
+    (self.call (fn [c] (.delete c key))))
+
+  (defn watch [self prefix revision callback]
+    "Call CALLBACK with each event under PREFIX from REVISION on (a dict:
+\"type\", PUT or DELETE, and \"kv\"), in a thread of etcd3gw's; return
+what stops it."
+    (self.call (fn [c]
+                 (setv #(events cancel) (.watch-prefix c prefix :start-revision revision))
+                 (setv t (threading.Thread :target (fn [] (for [e events] (callback e)))
+                                           :daemon True
+                                           :name "consfig-dataspace-watch"))
+                 (.start t)
+                 cancel))))
+
+(defn _why [e]
+  ;; etcd3gw's exceptions keep etcd's answer in detail_text, and their
+  ;; str is often empty.
+  (setv text (or (getattr e "detail_text" None) (str e) (. (type e) __name__)))
+  (when (isinstance text bytes) (setv text (.decode text "utf-8" "replace")))
+  (setv text (str text))
+  (if (> (len text) 200) (+ (cut text 0 200) "…") text))
+
+(defn decode-entry [ds key value]
+  "The record stored under KEY as VALUE (bytes), with its writer:
+`#(HOSTNAME RECORD SINCE)`; a `PropspecError` naming the key and its
+writer when it is not a record of the site's types."
+  (setv rest (cut key (len (ds.hosts-prefix)) None)
+        host (get (.split rest "/") 0))
+  (when (> (len value) 65536)
+    (raise (PropspecError f"{key} (written by {host}): {(len value)} bytes, more than a record may have")))
+  (try
+    (setv text (.decode value "utf-8")
+          data (json.loads text))
+    (when (not (and (isinstance data dict) (in "record" data)))
+      (raise (PropspecError "not a record")))
+    (setv rec (json->record (json.dumps (get data "record"))))
+    (except [e UnicodeDecodeError]
+      (raise (PropspecError f"{key} (written by {host}): not UTF-8")))
+    (except [e #(PropspecError ValueError)]
+      (raise (PropspecError f"{key} (written by {host}): {e}"))))
+  (when (!= (+ (ds.host-prefix host) rec.name "/" (record-digest rec)) key)
+    (raise (PropspecError f"{key} (written by {host}): the key is not that of the record it holds")))
+  #(host rec (.get data "since")))
+
+(defn encode-record [rec since]
+  (json.dumps {"record" (json.loads (record->json rec)) "since" since}
+              :sort-keys True :ensure-ascii False))
+
+;; This process's lease for each host: the agent keeps it alive
+;; (`keep-leases`), a push leaves it to run out after its push-ttl.
+(setv _keeping {}
+      ;; hostname -> the lease its records were last put under, for the
+      ;; keeper's thread, which has no connection to read the host's state.
+      _current {}
+      _lock (threading.Lock))
+
+(defn _lease-file [hostname]
+  (host-state-file "dataspace" hostname))
+
+(defn lease-for [ds hostname]
+  "The lease HOSTNAME's records are held by: the one recorded on the host
+while it lives and has the TTL wanted now (the agent's short one, or a
+push's long one), else a new one, recorded."
+  (setv ttl (if (in hostname _keeping)
+                (int (.get ds.config "ttl" 10))
+                (int (.get ds.config "push-ttl" 3600)))
+        path (_lease-file hostname)
+        known (try (read-state-file path) (except [#(ValueError OSError)] None)))
+  (when (and (isinstance known dict) (= (.get known "ttl") ttl)
+             (= (.get known "prefix") ds.prefix)
+             (> (ds.lease-ttl (get known "id")) 0))
+    (setv (get _current hostname) (get known "id"))
+    (return (get known "id")))
+  (setv lease (ds.grant ttl))
+  (save-state-file path {"id" lease "ttl" ttl "prefix" ds.prefix})
+  (setv (get _current hostname) lease)
+  lease)
+
+(defn keeping? [hostname]
+  "Whether this process keeps HOSTNAME's lease alive (it is its agent)."
+  (in hostname _keeping))
+
+(defn keep-leases [ds hostname [on-state None]]
+  "Keep HOSTNAME's lease alive from now on, every third of its TTL, in a
+thread (a host that holds no lease asks etcd's status instead, so that it
+learns as soon whether the dataspace is there); return a function that
+stops.  From now on this process's records are held under a lease of the
+site's :ttl (`lease-for`).  ON-STATE, if given, is called after each
+round: with None when etcd answered, with why when it did not."
+  (setv stop (threading.Event))
+  (with [_lock] (setv (get _keeping hostname) stop))
+  (setv ttl (int (.get ds.config "ttl" 10)))
+  (defn keeper []
+    (while (not (.wait stop (/ ttl 3)))
+      (try
+        (setv lease (.get _current hostname))
+        (if lease
+            (when (<= (ds.refresh lease) 0)
+              ;; It ran out while etcd was away: the records went with it,
+              ;; and are put again, under a new one, by those who hold them.
+              (with [_lock] (when (= (.get _current hostname) lease)
+                              (.pop _current hostname None))))
+            (ds.status))
+        (when on-state (on-state None))
+        (except [e Exception]
+          (when on-state (on-state (str e)))))))
+  (.start (threading.Thread :target keeper :daemon True :name "consfig-dataspace-lease"))
+  (fn []
+    (.set stop)
+    (with [_lock] (.pop _keeping hostname None))))
+
+(export :objects [Dataspace DataspaceUnavailable EtcdRefused decode-entry encode-record lease-for keeping?
+                  keep-leases])

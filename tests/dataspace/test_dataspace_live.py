@@ -1,0 +1,159 @@
+"""The dataspace kept live by real `consfig converge HOST` processes over
+[:local :python], on a real etcd: an observer's facets follow the records
+as they come and go, an agent's records die with it (its lease runs out),
+and an observer that loses etcd keeps its last view and says why."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "converge"))
+sys.path.insert(0, os.path.join(HERE, "..", "ui"))
+
+from agentcli import Converging  # noqa: E402
+from clirun import REPO  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+TTL = 3
+
+
+def site(tmp_path, etcd, out, ttl=TTL):
+    path = tmp_path / "site.hy"
+    path.write_text(f"""(require consfig *)
+(import consfig *)
+(use-props consfig.props [dataspace file])
+(defdataspace {{:endpoints [{" ".join(f'"{e}"' for e in etcd.endpoints)}] :prefix "/consfig/live" :ttl {ttl}}})
+(defassertion web-backend [#^ hostname host #^ ip-address addr #^ port port])
+(defproplist upstream-file [#^ (list-of (dict-of string anything)) backends]
+  (file.has-content "{out}/upstream.conf"
+    (+ "upstream app {{\\n" (.join "" (gfor b backends f"  server {{(get b "addr")}}:{{(get b "port")}};\\n")) "}}\\n")))
+(defproplist backend-file [#^ ip-address addr #^ port port]
+  (file.exists-with-content f"{out}/{{addr}}" f"{{port}}\\n"))
+(defhost web1.example.org {{:deploy [:local :python]}}
+  (dataspace.asserted (web-backend "web1.example.org" "10.0.0.5" 8080)))
+(defhost web2.example.org {{:deploy [:local :python]}}
+  (dataspace.asserted (web-backend "web2.example.org" "10.0.0.6" 8080)))
+(defhost lb.example.org {{:deploy [:local :python]}}
+  (during (dataspace.collected (web-backend :addr ?addr :port ?port) ?backends)
+    (upstream-file ?backends))
+  (during (dataspace.observed (web-backend :addr ?addr :port ?port))
+    (backend-file ?addr ?port)))
+""")
+    return path
+
+
+def consfig(*args):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = subprocess.run([sys.executable, "-m", "consfig", *map(str, args)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def upstream(out):
+    try:
+        return (out / "upstream.conf").read_text()
+    except FileNotFoundError:
+        return None
+
+
+def test_an_observing_agent_follows_records_as_they_come_and_go(tmp_path, etcd):
+    out = tmp_path / "out"
+    out.mkdir()
+    s = site(tmp_path, etcd, out)
+    consfig("deploy", "--consfig", s, "web1.example.org")
+    with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb"):
+        assert upstream(out) == "upstream app {\n  server 10.0.0.5:8080;\n}\n", upstream(out)
+        consfig("deploy", "--consfig", s, "web2.example.org")
+        wait_until(lambda: upstream(out) == ("upstream app {\n  server 10.0.0.5:8080;\n"
+                                             "  server 10.0.0.6:8080;\n}\n"),
+                   10, "the set form to take the new record")
+        wait_until(lambda: (out / "10.0.0.6").exists(), 10, "a facet for the new record")
+        consfig("deploy-these", "--consfig", s, "web2.example.org",
+                '(unapplied (dataspace.asserted (web-backend "web2.example.org" "10.0.0.6" 8080)))')
+        wait_until(lambda: not (out / "10.0.0.6").exists(), 10, "the facet retracted")
+        wait_until(lambda: upstream(out) == "upstream app {\n  server 10.0.0.5:8080;\n}\n",
+                   10, "the set form without it")
+
+
+def test_an_agents_records_die_with_it_within_the_lease(tmp_path, etcd):
+    out = tmp_path / "out"
+    out.mkdir()
+    s = site(tmp_path, etcd, out)
+    with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb"):
+        with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2") as web2:
+            wait_until(lambda: (out / "10.0.0.6").exists(), 15, "the observer to see web2")
+            # The agent moves its records to a lease of the site's :ttl.
+            wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 15,
+                       "web2's record to be held by its agent's short lease")
+            web2.proc.send_signal(signal.SIGKILL)
+            web2.proc.wait(10)
+            killed = time.monotonic()
+            wait_until(lambda: not (out / "10.0.0.6").exists(), TTL + 10,
+                       "the observer to retract web2's facet")
+            took = time.monotonic() - killed
+            assert took <= TTL + 2, f"retracted {took:.1f} s after the kill (TTL {TTL} s)"
+
+
+def _lease_ttl(etcd, host):
+    import json
+    env = {**os.environ, "ETCDCTL_API": "3"}
+    r = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "get", "--prefix",
+                        f"/consfig/live/hosts/{host}/", "-w", "json"], capture_output=True,
+                       text=True, env=env, timeout=30)
+    kvs = json.loads(r.stdout).get("kvs", [])
+    if not kvs:
+        return 10 ** 9
+    lease = format(kvs[0]["lease"], "x")
+    r = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "lease",
+                        "timetolive", lease, "-w", "json"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    return json.loads(r.stdout).get("granted-ttl", 10 ** 9)
+
+
+def test_an_observer_that_loses_etcd_keeps_its_view_and_resumes(tmp_path, etcd):
+    out = tmp_path / "out"
+    out.mkdir()
+    s = site(tmp_path, etcd, out)
+    consfig("deploy", "--consfig", s, "web1.example.org")
+    with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb") as lb:
+        assert (out / "10.0.0.5").exists()
+        etcd.stop(0)
+        wait_until(lambda: any("dataspace unavailable" in e.get("message", "")
+                               for e in lb.of("dataspace")), 15, "the agent to say why")
+        assert (out / "10.0.0.5").exists(), "retracted nothing"
+        assert upstream(out) == "upstream app {\n  server 10.0.0.5:8080;\n}\n", upstream(out)
+        etcd.start(0)
+        etcd.wait_healthy()
+        wait_until(lambda: any(e.get("message") == "dataspace available"
+                               for e in lb.of("dataspace")), 15, "the agent to find it again")
+        assert (out / "10.0.0.5").exists(), "the push's lease still holds web1's record"
+
+
+def _kv(etcd, host):
+    import json
+    r = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "get", "--prefix",
+                        f"/consfig/live/hosts/{host}/", "-w", "json"], capture_output=True,
+                       text=True, env={**os.environ, "ETCDCTL_API": "3"}, timeout=30)
+    kvs = json.loads(r.stdout).get("kvs", [])
+    return kvs[0] if kvs else None
+
+
+def test_an_agent_that_restarts_within_its_lease_leaves_no_gap(tmp_path, etcd):
+    out = tmp_path / "out"
+    out.mkdir()
+    # A TTL that outlasts an agent's start on a loaded machine.
+    s = site(tmp_path, etcd, out, ttl=60)
+    with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2a"):
+        wait_until(lambda: _lease_ttl(etcd, "web2.example.org") == 60, 30,
+                   "web2's record under its agent's lease")
+        before = _kv(etcd, "web2.example.org")
+    with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2b"):
+        wait_until(lambda: _lease_ttl(etcd, "web2.example.org") == 60, 30,
+                   "web2's record under the new agent's lease")
+        after = _kv(etcd, "web2.example.org")
+    # Deleted and put again, a key gets a new create_revision: it never was.
+    assert after["create_revision"] == before["create_revision"], (before, after)
