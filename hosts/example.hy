@@ -3,8 +3,10 @@
 ;;
 ;;   consfig deploy --consfig hosts/example.hy athena --dry-run
 ;;
-;; Nothing here is deployed by the tests; they only check that every host
-;; preprocesses (its hostattrs compute and its arguments fit).
+;; The tests check that every host preprocesses (its hostattrs compute and
+;; its arguments fit), and deploy athena into a booted container, after which
+;; `consfig deploy --check --detailed-exitcode` must say that nothing would
+;; change (tests/props/test_library_walk.py).
 
 (require consfig *)
 (import consfig *)
@@ -75,6 +77,7 @@ few tools, UTC, and SSH that takes keys only."
   (os.debian-stable "bookworm" :amd64)
   (debian-base)
   (static-site "example.org")
+  (apt.installed "php-fpm")
   (file.contains-ini-settings "/etc/php/8.2/fpm/php.ini"
                               ["PHP" "upload_max_filesize" "16M"]
                               ["PHP" "expose_php" "Off"])

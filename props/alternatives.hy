@@ -2,6 +2,8 @@
 same command (editor, x-www-browser, java, …) a generic name leads to."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import posixpath
+        consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [NO-CHANGE run]
         consfig.apply.engine [Drift]
         consfig.errors [FailedChange]
@@ -36,6 +38,7 @@ is not one of NAME's choices is a failure that lists them.  Unapplying
 returns NAME to automatic mode.
 
   (alternatives.selected \"editor\" \"/usr/bin/vim.basic\")"
+  (:watch [(watch-path (posixpath.join "/etc/alternatives" name))])
   (:desc f"alternative {name} is {path}")
   (:check (setv q (query name))
           (or (and q (= (get q "Status") "manual") (= (.get q "Value") path))
@@ -53,6 +56,7 @@ returns NAME to automatic mode.
 (defprop automatic :posix [#^ alternative-name name]
   "The alternative NAME is in automatic mode: it leads to its choice of
 highest priority, and follows packages as they come and go."
+  (:watch [(watch-path (posixpath.join "/etc/alternatives" name)) (watch-path (posixpath.join "/var/lib/dpkg/alternatives" name))])
   (:desc f"alternative {name} is automatic")
   (:check (setv q (query name))
           (or (and q (= (get q "Status") "auto"))

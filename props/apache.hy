@@ -13,6 +13,7 @@ is running.  Switching the MPM needs a restart: `service.restarted`."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         consfig.apply.actions [NO-CHANGE run run-ok? output remote-exists?]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
@@ -36,6 +37,14 @@ is running.  Switching the MPM needs a restart: `service.restarted`."
 (defn available-path [kind name]
   "The file of the site or conf NAME (KIND \"site\" or \"conf\")."
   (posixpath.join ROOT f"{(get KINDS kind "dir")}-available" (+ name ".conf")))
+
+(defn enabled-path [kind name]
+  "The link that enables the site or conf NAME (KIND \"site\" or \"conf\")."
+  (posixpath.join ROOT f"{(get KINDS kind "dir")}-enabled" (+ name ".conf")))
+
+(defn module-enabled-path [name]
+  "The link that enables the module NAME (its .load)."
+  (posixpath.join ROOT "mods-enabled" (+ name ".load")))
 
 (defproplist installed :posix []
   "Apache is installed."
@@ -115,6 +124,7 @@ first, the old one put back if it fails, and Apache reloads.  Check mode
 shows the diff.  Unapplying disables the site and removes the file."
   (:simulates True)
   (:desc f"Apache site {name} available")
+  (:watch [(watch-path (available-path "site" name)) (watch-path (enabled-path "site" name))])
   (:apply (_change "site" name text False))
   (:unapply (_remove-available "site" name)))
 
@@ -127,6 +137,7 @@ Check mode shows the diff.  Unapplying disables the site (`a2dissite`),
 leaving its file."
   (:simulates True)
   (:desc f"Apache site {name} enabled")
+  (:watch [(watch-path (available-path "site" name)) (watch-path (enabled-path "site" name))])
   (:apply (_change "site" name text True))
   (:unapply (_disable "site" name)))
 
@@ -135,6 +146,7 @@ leaving its file."
 `000-default`, for one.  Its file stays in sites-available."
   (:simulates True)
   (:desc f"Apache site {name} disabled")
+  (:watch [(watch-path (enabled-path "site" name))])
   (:apply (_disable "site" name)))
 
 (defprop conf-enabled :posix [#^ apache-name name #^ (optional text) [text None]]
@@ -144,6 +156,7 @@ be there already).  Tested and reloaded as `site-enabled`.  Unapplying
 disables it (`a2disconf`), leaving its file."
   (:simulates True)
   (:desc f"Apache configuration {name} enabled")
+  (:watch [(watch-path (available-path "conf" name)) (watch-path (enabled-path "conf" name))])
   (:apply (_change "conf" name text True))
   (:unapply (_disable "conf" name)))
 
@@ -155,6 +168,7 @@ reloads.  Unapplying disables it (`a2dismod`, which refuses while an
 enabled module depends on it)."
   (:simulates True)
   (:desc f"Apache module {name} enabled")
+  (:watch [(watch-path (module-enabled-path name))])
   (:apply (_change "module" name None True))
   (:unapply (_disable "module" name)))
 
@@ -163,6 +177,7 @@ enabled module depends on it)."
 `apache2ctl configtest` (undone if that fails), and Apache reloads."
   (:simulates True)
   (:desc f"Apache module {name} disabled")
+  (:watch [(watch-path (module-enabled-path name))])
   (:apply (_disable "module" name)))
 
 (defprop reloaded :posix []
@@ -170,6 +185,7 @@ enabled module depends on it)."
 configtest` has passed (a failure otherwise, and Apache keeps the
 configuration it has); always a change.  For `on-change`, after a
 certificate is renewed (`tls.certificate-installed`)."
+  (:action "reloading is an event, not a state Apache is in")
   (:desc "Apache reloaded")
   (:apply (tested-or-undone TEST None "Apache's configuration")
           (reload-if-running "apache2")

@@ -20,7 +20,7 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
-(import consfig.model.watchspec [watch-dpkg]
+(import consfig.model.watchspec [watch-path watch-dpkg]
         consfig.model.host [inapplicable]
         consfig.props.file [content-text])
 (import base64
@@ -103,6 +103,7 @@ SECONDS for a lock another process holds (unattended-upgrades, apt-daily, an
 operator's apt) before it fails (the hostattr `apt.lock-timeout`; 300
 without this property).  apt-get is given `-o DPkg::Lock::Timeout=SECONDS`
 for dpkg's lock; the other locks are tried again each second."
+  (:unwatched "a setting of the commands consfig runs (a hostattr), not a state of the host")
   (:desc f"apt waits up to {seconds} s for its locks")
   (:hostattrs (push-hostattr "apt.lock-timeout" seconds))
   (:unapply NO-CHANGE))
@@ -231,6 +232,7 @@ recommends."
 
 (defprop all-configured :posix []
   "No package's installation is left unfinished (`dpkg --configure --pending`)."
+  (:watch [(watch-dpkg)])
   (:desc "dpkg --configure --pending")
   (:hostattrs (required "debian"))
   (:check (= "" (.strip (. (run "dpkg" "--audit" :check False :timeout 300) stdout))))
@@ -283,6 +285,7 @@ recorded in check mode."
 (defprop updated :posix []
   "The package indexes are up to date with the archive (`apt-get update`).
 It counts as a change only when the archive's indexes have changed."
+  (:action "only the archive knows whether the indexes are current: asking it is fetching them")
   (:desc "apt-get update")
   (:hostattrs (required "debian"))
   (:apply
@@ -296,16 +299,22 @@ It counts as a change only when the archive's indexes have changed."
   "Every package is at the newest version the indexes offer
 (`apt-get dist-upgrade`), the indexes updated first if apt's sources
 changed since they last were."
+  (:unwatched "an action: new versions appear upstream, which nothing on the host can watch")
   (:desc "apt upgraded")
   (:hostattrs (required "debian"))
+  (:check (cond (remote-exists? UPDATE-NEEDED) (Drift "apt's sources changed: the indexes would be updated first")
+                (_simulated ["dist-upgrade"] []) (Drift "packages would be upgraded")
+                True True))
   (:apply (_update-if-sources-changed)
           (apt-get "dist-upgrade")))
 
 (defprop autoremoved :posix []
   "No package remains that was installed automatically and is no longer
 needed (`apt-get autoremove`)."
+  (:unwatched "an action: it acts each time it is applied, and leaves no state to watch")
   (:desc "apt removed automatically installed packages")
   (:hostattrs (required "debian"))
+  (:check (or (not (_simulated ["autoremove"] [])) (Drift "packages would be autoremoved")))
   (:apply (apt-get "autoremove")))
 
 (defn _debconf-value [package question]
@@ -321,6 +330,7 @@ needed (`apt-get autoremove`)."
   "PACKAGE's debconf answers are each `[question type value]` of TRIPLES,
 and PACKAGE has been reconfigured with them (`dpkg-reconfigure`).  Nothing to
 do when debconf already holds those answers."
+  (:watch [(watch-path "/var/cache/debconf/config.dat")])
   (:desc f"{package} reconfigured")
   (:hostattrs (required "debian"))
   (:check (all (gfor [q _ v] (_triples triples) (= (_debconf-value package q) v))))
@@ -342,6 +352,7 @@ service is running (where services are started at all: see
   "The host's Debian mirrors are URIS, best first (the hostattr
 `apt.mirrors`, used by `standard-sources-list` and by chroots this host
 bootstraps)."
+  (:unwatched "a declaration for the controller (a hostattr): nothing on the target to keep")
   (:desc f"apt mirrors {(.join ", " uris)}")
   (:hostattrs (push-hostattr "apt.mirrors" (list uris)))
   (:unapply NO-CHANGE))
@@ -355,10 +366,12 @@ bootstraps)."
 (defprop proxy :posix [#^ url uri]
   "apt fetches through the HTTP proxy URI (a hostattr `apt.proxy` too, for
 chroots this host bootstraps).  Unapplying removes the proxy setting."
+  (:watch [(watch-path PROXY-FILE)])
   (:desc f"apt proxy {uri}")
   (:hostattrs (push-hostattr "apt.proxy" uri))
+  (:simulates True)
   (:apply (update-file PROXY-FILE f"Acquire::http::Proxy \"{uri}\";\n"))
-  (:unapply (if (remote-exists? PROXY-FILE) (run "rm" "-f" "--" PROXY-FILE) NO-CHANGE)))
+  (:unapply (remove-files PROXY-FILE)))
 
 (defn standard-sources [os-value mirrors components deb-src]
   "The deb822 text of the standard Debian sources for OS-VALUE."
@@ -391,6 +404,7 @@ form in /etc/apt/sources.list.d/debian.sources, from the host's mirrors
 /etc/apt/sources.list, if there is one, is left with just a comment pointing
 there, so that no source is listed twice.  A change marks the package
 indexes stale (see the module's documentation)."
+  (:watch [(watch-path SOURCES-FILE) (watch-path SOURCES-LIST)])
   (:desc "apt standard sources")
   (:hostattrs
     (required "debian")
@@ -521,6 +535,7 @@ the sources whose `Signed-By` names its file, never for the whole archive.
 Unapplying removes it.
 
   (apt.trusts-key \"docker\" :data [\"_apt\" \"docker.asc\"])   ; a file data/_apt/docker.asc"
+  (:watch [(watch-path KEYRINGS)])
   (:desc f"apt trusts key {name}")
   (:invariant (!= (is key None) (is data None)) "give either the key or :data [IDEN1 IDEN2]")
   (:hostattrs
@@ -585,6 +600,7 @@ indexes stale (see the module's documentation).  Unapplying removes the file.
   (apt.trusts-key \"docker\" docker-key)
   (apt.source \"docker\" :uris [\"https://download.docker.com/linux/debian\"]
               :suites [\"bookworm\"] :components [\"stable\"])"
+  (:watch [(watch-path "/etc/apt/sources.list.d")])
   (:desc f"apt source {name}")
   (:invariant (not (and components (any (gfor s suites (.endswith s "/")))))
               "a suite that is a path (ending in /) takes no components")
@@ -617,6 +633,7 @@ RELEASE (`n=bookworm-backports`, `o=Docker`…), from the ORIGIN host, or at
 the VERSION (`1.24.*`): exactly one of these.  Unapplying removes the file.
 
   (apt.pinned \"nginx-backports\" [\"nginx\" \"nginx-*\"] 900 :release \"n=bookworm-backports\")"
+  (:watch [(watch-path "/etc/apt/preferences.d")])
   (:desc f"apt pins {(if (isinstance packages str) packages (.join " " packages))} at {priority}")
   (:invariant (= 1 (sum (gfor x [release origin version] (is-not x None))))
               "give exactly one of :release, :origin and :version")
@@ -642,6 +659,7 @@ backports NotAutomatic: nothing comes from them but what is asked for
 (`(apt.installed \"nginx/bookworm-backports\")`) or pinned
 (`apt.pinned`).  A change marks the package indexes stale.  Unapplying
 removes the file."
+  (:watch [(watch-path BACKPORTS-FILE)])
   (:desc "apt backports enabled")
   (:hostattrs
     (required "debian-stable")
@@ -679,6 +697,7 @@ security archive and point releases bring (its default origins).  With MAIL,
 it mails a report there; with AUTOMATIC-REBOOT, it reboots when an upgrade
 needs it, at REBOOT-TIME (HH:MM) if given, else at once.  Unapplying turns
 the daily runs off and leaves the package."
+  (:watch [(watch-path AUTO-UPGRADES) (watch-path UNATTENDED-CONF) (watch-dpkg)])
   (:desc "unattended-upgrades enabled")
   (:invariant (or automatic-reboot (is reboot-time None)) ":reboot-time needs :automatic-reboot True")
   (:hostattrs (required "debian"))
@@ -710,6 +729,7 @@ the daily runs off and leaves the package."
 lines): `.sources` when it is deb822, `.list` otherwise.  A change marks the
 package indexes stale (see the module's documentation).  Unapplying removes
 the file.  `source` writes a deb822 file from typed fields instead."
+  (:watch [(watch-path "/etc/apt/sources.list.d")])
   (:desc f"apt sources {basename}")
   (:hostattrs (required "debian"))
   (:simulates True)
@@ -719,6 +739,7 @@ the file.  `source` writes a deb822 file from typed fields instead."
 
 (defprop cache-cleaned :posix []
   "apt's cache of downloaded packages is empty (`apt-get clean`)."
+  (:unwatched "apt fills its cache at every install: it is emptied again at the host's interval, not at each download")
   (:desc "apt cache cleaned")
   (:hostattrs (required "debian"))
   (:check (not (. (run-script (+ "for f in /var/cache/apt/archives/*.deb "
@@ -744,6 +765,7 @@ the file.  `source` writes a deb822 file from typed fields instead."
 (defprop purged :posix [#^ packages #* packages]
   "None of PACKAGES is installed, and none has configuration files left
 behind (`apt-get purge`): a package removed earlier is purged too."
+  (:watch [(watch-dpkg)])
   (:desc f"apt purged {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
@@ -757,6 +779,7 @@ behind (`apt-get purge`): a package removed earlier is purged too."
 (defprop held :posix [#^ packages #* packages]
   "Each of PACKAGES is held (`apt-mark hold`): apt leaves it at the version
 it has, neither upgrading nor removing it.  Unapplying releases the hold."
+  (:watch [(watch-dpkg)])
   (:desc f"apt holds {(.join " " (_flatten packages))}")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
@@ -774,6 +797,7 @@ it has, neither upgrading nor removing it.  Unapplying releases the hold."
   "apt installs no recommended or suggested package unless told to, as a
 minimal server wants (`APT::Install-Recommends \"false\"`, in
 /etc/apt/apt.conf.d).  Unapplying removes the setting."
+  (:watch [(watch-path "/etc/apt/apt.conf.d")])
   (:simulates True)
   (:desc "apt installs no recommends")
   (:hostattrs (required "debian"))
@@ -794,6 +818,7 @@ minimal server wants (`APT::Install-Recommends \"false\"`, in
   "Each of PACKAGES, installed, is marked as installed by hand (`apt-mark
 manual`): `apt-get autoremove` keeps it when nothing depends on it any
 more.  Unapplying marks them automatically installed."
+  (:watch [(watch-path "/var/lib/apt/extended_states")])
   (:desc f"apt marks {(.join " " (_flatten packages))} manual")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))
@@ -805,6 +830,7 @@ more.  Unapplying marks them automatically installed."
   "Each of PACKAGES, installed, is marked as automatically installed
 (`apt-mark auto`): `apt-get autoremove` removes it once nothing depends on
 it.  Unapplying marks them installed by hand."
+  (:watch [(watch-path "/var/lib/apt/extended_states")])
   (:desc f"apt marks {(.join " " (_flatten packages))} auto")
   (:preprocess (_flatten packages))
   (:hostattrs (required "debian"))

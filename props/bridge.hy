@@ -17,6 +17,7 @@ traffic would go elsewhere.  In a chroot nothing is done (the kernel is the
 machine's the chroot is on), and the property says so."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-poll])
 (import ipaddress
         json
         consfig.apply.actions [NO-CHANGE Script run]
@@ -101,6 +102,7 @@ machine's the chroot is on), and the property says so."
   "The bridge NAME exists and is up, with the spanning tree protocol on
 when STP.  A link of that name that is not a bridge is a failure.
 Unapplying deletes the bridge (its ports are let go)."
+  (:watch [(watch-poll 5)])
   (:desc f"bridge {name}")
   (:simulates True)
   (:apply (_exists name stp))
@@ -129,6 +131,7 @@ Unapplying deletes the bridge (its ports are let go)."
   "The link PORT is a port of BRIDGE, and up.  Refused for the interface
 the deploying SSH connection comes in by, unless FORCE.  Unapplying takes
 it out of the bridge."
+  (:watch [(watch-poll 5)])
   (:desc f"{port} is a port of bridge {bridge}")
   (:simulates True)
   (:apply (_port bridge port force False))
@@ -157,6 +160,7 @@ it out of the bridge."
 (`10.0.3.1/24`).  Addresses it holds besides are left.  Unapplying takes
 ADDRESS away: refused on the interface the deploying SSH connection comes
 in by, unless FORCE."
+  (:watch [(watch-poll 5)])
   (:desc f"{name} has address {address}")
   (:simulates True)
   (:apply (_address name address force False))
@@ -180,6 +184,7 @@ in by, unless FORCE."
   "A veth pair, NAME and PEER, exists, both ends up: a cable, for a
 container or a namespace to reach a bridge.  Unapplying deletes it (both
 ends go)."
+  (:watch [(watch-poll 5)])
   (:desc f"veth pair {name}/{peer}")
   (:simulates True)
   (:apply (_veth name peer False))
@@ -200,6 +205,7 @@ ends go)."
   "The link NAME (any kind, made by whatever made it) is up.  Unapplying
 brings it down: refused for the interface the deploying SSH connection
 comes in by."
+  (:watch [(watch-poll 5)])
   (:desc f"{name} is up")
   (:simulates True)
   (:apply (_up name False))

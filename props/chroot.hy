@@ -16,7 +16,7 @@ deployment: its properties are reported under the `os-bootstrapped` line."
         hy.models [Keyword]
         consfig.apply.actions [NO-CHANGE Script run run-ok? remote-exists?]
         consfig.nested.deploys [deploy-nested]
-        consfig.apply.engine [inform]
+        consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [AbortedChange FailedChange InapplicableProperty]
         consfig.model.host [Host get-hostattr get-hostname
                             preprocess-host inapplicable]
@@ -169,18 +169,22 @@ forms."
                  (+ prefix f"in the chroot {root}: "
                     (if (.startswith e.message prefix) (cut e.message (len prefix) None) e.message)))
                :from e))))
+  (:simulates True)
   (:apply
     (setv host (chroot-host propspec)
           made (not (bootstrapped? root)))
+    (when (and made (checking?))
+      (inform f"{root} would be bootstrapped")
+      (return WOULD-CHANGE))
     (when made
       (bootstrap-into root host (bootstrap-options options)))
     (if (or (!= (apply-inside root propspec) NO-CHANGE) made)
         :changed
         NO-CHANGE))
   (:unapply
-    (if (remote-exists? root)
-        (do (remove-tree root) :changed)
-        NO-CHANGE)))
+    (cond (not (remote-exists? root)) NO-CHANGE
+          (checking?) (do (inform f"{root} would be removed") WOULD-CHANGE)
+          True (do (remove-tree root) :changed))))
 
 (export :objects [DEFAULT-MIRROR chroot-host bootstrap-argv bootstrapped? bootstrappable-os
                   bootstrap-options bootstrap-into

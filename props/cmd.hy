@@ -20,9 +20,11 @@
   "What is wrong with CMD, an argv, when its program is a whole command
 line in one string (`\"apt-get update\"`, as Consfigurator's `cmd:single`
 takes it); None when nothing is.  A program looked up in PATH never has
-whitespace in its name; a path (with a /) may, and is left alone."
+whitespace in its name; a path may, and is left alone when its first word
+holds the /: `\"/opt/My Tools/run\"` is a program, `\"touch /tmp/x\"` is not."
   (setv program (get cmd 0))
-  (when (or (in "/" program) (not (re.search r"\s" program)))
+  (setv first-word (get (+ (.split program) [""]) 0))
+  (when (or (not (re.search r"\s" program)) (in "/" first-word))
     (return None))
   (setv shown (hy.repr program)
         words (try (shlex.split program) (except [ValueError] None)))
@@ -43,12 +45,14 @@ whitespace in its name; a path (with a /) may, and is left alone."
   "Run the argv CMD — each argument one word, quoted, however many there are:
 `(cmd.single \"systemctl\" \"reload\" \"nginx\")`, `(cmd.single path)` — with
 ENV, INPUT on standard input and CWD.  For shell code, use `cmd.script`.  A
-program name with whitespace and no / (`(cmd.single \"apt-get update\")`) is
-a command line in one string, refused where it is written.  It always counts as a change, unless CREATES is given: then it runs only while
+program name with whitespace whose first word has no / (`(cmd.single \"apt-get
+update\")`, `(cmd.single \"touch /tmp/x\")`) is a command line in one string,
+refused where it is written.  It always counts as a change, unless CREATES is given: then it runs only while
 the path CREATES (relative to CWD, if CWD is given) does not exist.  A
 command running past TIMEOUT seconds is stopped, and the property fails; by
 default, the bound of the enclosing `with-command-timeout`, else the chain's
 :command-timeout, else none."
+  (:action "runs its command at each deployment, unless :creates names what it makes")
   (:invariant cmd "needs a command to run")
   (:invariant (not (command-line-problem cmd)) (command-line-problem cmd))
   (:desc (+ "Ran " (command->script cmd)))
@@ -63,6 +67,7 @@ default, the bound of the enclosing `with-command-timeout`, else the chain's
 as `sh -c CODE sh ARG…`: `(cmd.script \"date >> \\\"$1\\\"\" log-path)`.  Put
 values in ARGS, never into CODE.  ENV, INPUT, CWD, CREATES and TIMEOUT as
 for `cmd.single`."
+  (:action "runs its shell code at each deployment, unless :creates names what it makes")
   (:desc (+ "Ran " (command->script (Script code #* args))))
   (:check (and creates (remote-exists? (_created creates cwd))))
   (:apply (_ran (Script code #* args) env input cwd timeout)))
@@ -85,6 +90,7 @@ for `cmd.single`."
 status is a failure.  What `consfig run HOST… -- CMD…` applies.  An action:
 it always runs (in check mode it says that it would), and always counts as
 a change, since what the command did cannot be told."
+  (:unwatched "a command run for what it says: an action, with nothing to keep")
   (:invariant cmd "needs a command to run")
   (:invariant (not (command-line-problem cmd)) (command-line-problem cmd))
   (:desc (+ "Ran " (command->script cmd)))

@@ -24,13 +24,17 @@ NAME.log there; every deployment checks it, and one that finds it gone
 boots it again."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         hy.models [Keyword]
+        consfig.apply.combinators [eseqprops]
+        consfig.props.hostname :as props-hostname
+        consfig.props.swap [fstab-escaped]
         consfig.apply.actions [NO-CHANGE Script run run-ok? read-remote-file write-remote-file
                                remote-exists?]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name? enter-argv]
         consfig.nested.deploys [deploy-nested]
-        consfig.apply.engine [WOULD-CHANGE checking? inform]
+        consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange InapplicableProperty]
         consfig.model.host [Host find-host get-hostname preprocess-host]
         consfig.model.property [Propapp]
@@ -314,11 +318,18 @@ longer than `STOP-TIMEOUT`."
     (when (not r.ok?)
       (run "machinectl" "terminate" "--" name :check False :timeout 60))))
 
+(defn named-after-its-host [data]
+  "DATA (`container-data`) whose propspec first gives the container the
+hostname of its host definition (`hostname.configured`): the tree was made
+from, or copied out of, a system of another name."
+  {#** data "propspec" (eseqprops (props-hostname.configured) (get data "propspec"))})
+
 (defn apply-inside [name data * [python False] [unapply False]]
   "Apply the propspec of DATA (`container-data`) inside the running
-container NAME, as a deployment nested in the current one."
+container NAME, as a deployment nested in the current one; applying, the
+container is named after its host first (`named-after-its-host`)."
   (deploy-nested [[(Keyword "nspawn") (Keyword "machine") name] #* (if python [(Keyword "python")] [])]
-                 data None unapply))
+                 (if unapply data (named-after-its-host data)) None unapply))
 
 (defn _would-run [name root options host]
   ;; Check mode: say what `nspawn-running` would do, doing none of it.  A
@@ -354,7 +365,8 @@ and dbus included.  `:settings` adds to or overrides its .nspawn file (by
 default it shares the host's network and users: `{\"Network\"
 {\"VirtualEthernet\" True}}` gives it a veth link of its own).  HOST's
 propspec is applied inside the running container every time, over
-`[:nspawn :machine NAME]`, followed by `:python` when `:python` is true.
+`[:nspawn :machine NAME]`, followed by `:python` when `:python` is true,
+after the container's hostname is set to HOST's (`hostname.configured`).
 
 Unapplying removes the container (`nspawn-removed`)."
   (:desc f"Container {name} running")
@@ -408,6 +420,7 @@ Unapplying removes the container (`nspawn-removed`)."
   "The container NAME boots when the host does: systemd-nspawn@NAME.service
 is enabled, as `machinectl enable` does.  systemctl writes the links even
 where no systemd runs; only a host that boots systemd acts on them."
+  (:watch [(watch-path "/etc/systemd/system/machines.target.wants") (watch-path "/etc/systemd/system/multi-user.target.wants")])
   (:desc f"Container {name} enabled at boot")
   (:check (all (gfor l (_enable-links name) (remote-exists? l))))
   (:apply
@@ -424,17 +437,47 @@ where no systemd runs; only a host that boots systemd acts on them."
 (defprop nspawn-stopped :posix [#^ machine-name name]
   "The container NAME is not running: its systemd was asked to power off
 (and it was killed if it took longer than a minute)."
+  (:unwatched "a container consfig booted itself has no unit to watch: re-checked at the host's interval")
   (:desc f"Container {name} stopped")
   (:check (not (running? name)))
   (:apply (stop name) :changed))
 
+;; $1 a tree, as /proc/swaps writes it: swap off each file below it; the
+;; one that cannot be, on stderr.
+(setv _SWAPOFF-BELOW "
+R=\"$1/\" awk 'NR > 1 && index($1, ENVIRON[\"R\"]) == 1 { print $1 }' /proc/swaps |
+while IFS= read -r f; do
+  f=$(printf '%b' \"$f\")
+  swapoff -- \"$f\" || { printf '%s\\n' \"$f\" >&2; exit 1; }
+  echo \"$f\"
+done")
+
+(defn _swapped-off-below [root]
+  ;; A file the machine's kernel swaps on cannot be removed: a container
+  ;; whose own kernel it was taken for (an older consfig's swap.file-exists)
+  ;; left it there.  It is swapped off, or the removal refused.
+  (setv r (run (Script _SWAPOFF-BELOW (fstab-escaped root)) :check False :timeout 3600))
+  (for [f (.splitlines r.stdout)]
+    (inform f"{f} was swapped on by the machine's kernel: swapped off"))
+  (when (not r.ok?)
+    (raise (FailedChange (+ f"{(.strip r.stderr)} is swapped on by the machine's kernel and "
+                            "swapoff failed: not removing the container; swap it off "
+                            "(swapoff) and remove it again")))))
+(defn _present? [name]
+  ;; Anything of the container NAME left: the tree its link leads to, its
+  ;; settings, its pid file.  Returns that tree, or True, or None.
+  (setv target (.strip (. (run "readlink" "-e" "--" (default-root name) :check False :timeout 60)
+                          stdout)))
+  (or target (remote-exists? (settings-file name)) (remote-exists? (_pid-file name)) None))
+
 (defn remove [name]
   "Stop the container NAME and remove it: its tree, its registration, its
 settings and its enabling at boot.  A root linked from /var/lib/machines
-is removed too."
+is removed too.  A file in the tree that the machine's kernel swaps on is
+swapped off first; when it cannot be, nothing is removed."
   (setv link (default-root name)
-        target (.strip (. (run "readlink" "-e" "--" link :check False :timeout 60) stdout))
-        present (or target (remote-exists? (settings-file name)) (remote-exists? (_pid-file name))))
+        present (_present? name)
+        target (if (isinstance present str) present ""))
   (when (not present) (return NO-CHANGE))
   (stop name)
   (when (remote-exists? (get (_enable-links name) 0))
@@ -445,8 +488,11 @@ is removed too."
               (not (run-ok? (Script "test -d \"$1/etc\" && test -d \"$1/usr\"" target))))
       (raise (FailedChange (+ f"{link} leads to {target}, which does not look like a "
                               "container's tree (no etc and usr in it): not removing it"))))
+    (_swapped-off-below target)
     (remove-tree target))
   (when (run-ok? "test" "-e" link "-o" "-L" link)
+    (when (not (run-ok? "test" "-L" link))
+      (_swapped-off-below link))
     (if (run-ok? "test" "-L" link)
         (run "rm" "-f" "--" link :timeout 60)
         (remove-tree link)))
@@ -457,10 +503,12 @@ is removed too."
   "The container NAME does not exist: stopped, then its tree (at
 /var/lib/machines/NAME, or where the link there leads), its .nspawn file and
 its enabling at boot are removed."
+  (:watch [(watch-path (default-root name)) (watch-path (settings-file name))])
   (:desc f"Container {name} removed")
+  (:check (or (not (_present? name)) (Drift f"container {name} would be removed")))
   (:apply (remove name)))
 
 (export :objects [MACHINES-DIR SETTINGS-DIR BOOT-TIMEOUT STOP-TIMEOUT BOOT-PACKAGES
                   machine-name nspawn-options container-data default-root settings-file
-                  settings-text running? start stop remove apply-inside
+                  settings-text running? start stop remove apply-inside named-after-its-host
                   nspawn-running nspawn-enabled nspawn-stopped nspawn-removed])

@@ -6,6 +6,7 @@ by the initramfs, which reads its own copy of crypttab: run
 `update-initramfs -u` after changing one."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.props.file [map-file-lines]
         consfig.types *)
 
@@ -53,6 +54,7 @@ OPTIONS (`luks` by default): an existing line for NAME is replaced, or the
 line is appended.  Unapplying removes the lines for NAME.
 
   (crypttab.has-entry \"data\" \"UUID=0b9e…\" :key-file \"/etc/keys/data.key\" :options [\"luks\" \"discard\"])"
+  (:watch [(watch-path CRYPTTAB)])
   (:simulates True)
   (:desc f"crypttab entry for {name}")
   (:apply (map-file-lines CRYPTTAB

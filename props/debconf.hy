@@ -2,6 +2,7 @@
 packages ask them."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.apply.engine [Drift]
         consfig.props.apt [run-waiting-for-locks]
         consfig.props.os [required]
@@ -29,6 +30,7 @@ reconfigured later it takes VALUE and does not ask.  To change what an
 installed package has already configured, use `apt.reconfigured`.
 
   (debconf.preseeded \"tzdata\" \"tzdata/Areas\" \"select\" \"Europe\")"
+  (:watch [(watch-path "/var/cache/debconf/config.dat")])
   (:desc f"debconf: {package} {question} = {value}")
   (:hostattrs (required "debian"))
   (:check (setv have (answer package question))

@@ -20,6 +20,7 @@ device nodes (a container, a host without udev); everything attached and
 mounted is released however the build ends."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-dpkg])
 (import posixpath
         re
         hy.models [Keyword]
@@ -215,6 +216,7 @@ an `:fs` (:ext4 :btrfs :vfat :swap or :none), a partition `:type` (:linux,
 and mount `:options`.  It changes nothing on the host itself: it records,
 for the properties that build the host's disk (`raw-image-built-for`), what
 to build; they also write the host's /etc/fstab from it."
+  (:unwatched "volumes are made once, on a disk being built: a change to them is a rebuild, not a repair")
   (:invariant (not (volumes-problem volumes)) (volumes-problem volumes))
   (:desc "has volumes")
   (:hostattrs (push-hostattr "volumes" (normalise-volumes volumes)))
@@ -358,6 +360,7 @@ partition table and empty filesystems; return the UUIDs of the filesystems
   "`BOOT-PACKAGES` are installed, without recommends: what an image built
 to boot needs inside.  It declares nothing about the host, so that it can
 come before the host's own propspec (which may need systemctl)."
+  (:watch [(watch-dpkg)])
   (:desc "kernel, GRUB and systemd installed to boot")
   (:check (apt.installed? #* BOOT-PACKAGES))
   (:apply (apt.install-packages ["--no-install-recommends"] BOOT-PACKAGES)))
@@ -655,6 +658,7 @@ that is mounted (or any partition of it is), one smaller than the image, and
 one holding a filesystem or partition table (as `blkid -p` finds them)
 unless REPLACE names each of their types (`:replace [\"gpt\"]`) or is
 True.  A device that holds the image already is left alone."
+  (:unwatched "a disk written from an image once: a change to it is a rebuild, not a repair")
   (:desc f"{image} written to {device}")
   (:simulates True)
   (:apply (write-image device image replace)))

@@ -1,6 +1,7 @@
 "dpkg's own state: diversions and foreign architectures."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [NO-CHANGE output run]
         consfig.apply.engine [Drift]
         consfig.errors [FailedChange]
@@ -28,6 +29,7 @@ diversion of PATH by a package is a failure.  Unapplying removes the
 diversion, and the file at TO moves back.
 
   (dpkg.diverted \"/etc/issue\")"
+  (:watch [(watch-path "/var/lib/dpkg/diversions")])
   (:desc f"{path} diverted to {(_divert-to path to)}")
   (:hostattrs (required "debian"))
   (:check (setv have (diversion path))
@@ -56,6 +58,7 @@ diversion, and the file at TO moves back.
 (multiarch, `dpkg --add-architecture`); the next apt property that installs
 updates the package indexes first.  Unapplying removes ARCH again, which dpkg
 refuses while packages of it are installed."
+  (:watch [(watch-path "/var/lib/dpkg/arch")])
   (:desc f"dpkg architecture {arch} added")
   (:hostattrs (required "debian"))
   (:check (or (in arch (_architectures)) (Drift f"dpkg would add the architecture {arch}")))

@@ -77,7 +77,7 @@ one dict; None when nothing is."
   (for [x xs]
     (if (isinstance x #(list tuple))
         (.extend out (_lines x))
-        (.extend out (_file-lines x))))
+        (.extend out (file-lines x))))
   out)
 
 (defn content-text [content]
@@ -90,7 +90,9 @@ lines (nested lists flattened, each line ended by a newline)."
 (defn _unlines [lines]
   (.join "" (gfor l lines (+ l "\n"))))
 
-(defn _file-lines [text]
+(defn file-lines [text]
+  "TEXT split into lines, without their newlines; a final newline ends the
+last line, it does not start another."
   ;; Only "\n" ends a line of a file: `str.splitlines` would also break at
   ;; form feeds, \x1c-\x1e, \x85 and U+2028, and drop carriage returns.
   (setv lines (.split text "\n"))
@@ -193,11 +195,17 @@ change): `:no-change` when none changed anything."
 (defn map-file-lines [path f * [create False]]
   "Replace the lines of PATH by what F returns given them (without their
 newlines; see `read-text` for bytes that are not UTF-8).  Nothing to do when
-PATH does not exist, unless CREATE."
+PATH does not exist, unless CREATE, or when F returns the lines it was given:
+as Consfigurator does, the lines are compared, so a file is not rewritten
+only to end its last line."
   (setv old (read-text path))
-  (if (and (is old None) (not create))
+  (when (and (is old None) (not create))
+    (return NO-CHANGE))
+  (setv have (file-lines (or old ""))
+        new (list (f have)))
+  (if (and (is-not old None) (= new have))
       NO-CHANGE
-      (update-file path (_unlines (f (_file-lines (or old "")))))))
+      (update-file path (_unlines new))))
 
 (defn _mode-of [path [follow False]]
   (int (.strip (output (if follow
@@ -211,6 +219,11 @@ PATH does not exist, unless CREATE."
   (cond (= have mode) NO-CHANGE
         (checking?) (do (inform (_mode-change path have mode)) WOULD-CHANGE)
         True (set-remote-mode path mode :follow follow)))
+
+(defn ensure-mode [path mode]
+  "PATH, which exists, has MODE (an integer): `:no-change` when it has,
+`:would-change` in check mode (said), None once set."
+  (_ensure-mode path mode))
 
 (defn _mode-change [path have want]
   f"{path}: mode {(format have "o")} → {(format want "o")}")
@@ -565,6 +578,7 @@ is applied to, as `secret-uploaded`."
   "The prerequisite data the target's user keeps after `:python` deployments
 (`~/.cache/consfig/data`, or under $XDG_CACHE_HOME) is removed: what this
 deployment needs it already holds in memory; the next one sends it again."
+  (:unwatched "it empties consfig's own data cache, which only deployments fill")
   (:simulates True)
   (:desc "data cache purged")
   (:apply
@@ -645,14 +659,16 @@ lines and the pairs no line took."
                       (list (zip (cut pairs 0 None 2) (cut pairs 1 None 2))))))
   (dfor [k v] items #(None (str k)) (str v)))
 
+(defn _simple-conf-lines [lines wanted kv render same-value?]
+  (setv #(out missing) (_conf-edit (_parse-conf lines "#" kv) wanted same-value? render "#"))
+  (+ out (lfor [[_ k] v] (.items missing) (render k v None))))
+
 (defn _simple-conf-text [old wanted kv render same-value?]
-  (setv #(out missing) (_conf-edit (_parse-conf (_file-lines old) "#" kv)
-                                   wanted same-value? render "#"))
-  (_unlines (+ out (lfor [[_ k] v] (.items missing) (render k v None)))))
+  (_unlines (_simple-conf-lines (file-lines old) wanted kv render same-value?)))
 
 (defn _simple-conf-update [path wanted kv render same-value?]
-  (setv old (or (read-text path) ""))
-  (update-file path (_simple-conf-text old wanted kv render same-value?)))
+  (map-file-lines path (fn [lines] (_simple-conf-lines lines wanted kv render same-value?))
+                  :create True))
 
 (defn describe-pairs [pairs sep]
   (.join ", " (gfor [[_ k] v] (.items (conf-pairs pairs)) f"{k}{sep}{v}")))
@@ -1331,6 +1347,7 @@ only).  An archive whose members would escape DIRECTORY — absolute names,
 holds while a marker in DIRECTORY holds the archive's SHA-256: a new
 archive is unpacked over the old files.  Files belong to whoever deploys
 (never the archive's owners)."
+  (:watch [(watch-path directory)])
   (:desc f"{archive} unpacked into {directory}")
   (:check (_extracted? archive directory strip-components))
   (:apply (unpack archive directory :kind format :strip strip-components)))
@@ -1339,6 +1356,7 @@ archive is unpacked over the old files.  Files belong to whoever deploys
   "PATH exists as a regular file: where there is none, an empty one is made
 (with MODE, when given); the content of one that is there is left alone.
 Anything else at PATH (a directory, a device) is a failure."
+  (:watch [(watch-path path)])
   (:desc f"{path} exists")
   (:check (or (run-ok? "test" "-f" path) (Drift f"{path} would be created")))
   (:apply
@@ -1350,6 +1368,7 @@ Anything else at PATH (a directory, a device) is a failure."
   "Like `contains-conf-space`, for a config file of `key<TAB>value` lines:
 a new or changed line has a tab between key and value (a changed line keeps
 the whitespace it had)."
+  (:watch [(watch-path path)])
   (:simulates True)
   (:invariant (not (pairs-problem pairs conf-key)) (pairs-problem pairs conf-key))
   (:desc f"{path} has {(describe-pairs pairs " ")}")
@@ -1386,6 +1405,7 @@ Creates PATH.  Unapplying removes the block with its markers, as Ansible's
 blockinfile does.
 
   (file.has-block \"/etc/ssh/ssh_config\" \"backup\" \"Host backup\" \"  User borg\")"
+  (:watch [(watch-path path)])
   (:simulates True)
   (:desc f"{path} has block {name}")
   (:apply (map-file-lines path (fn [have] (block-lines have name (_lines lines) comment))
@@ -1411,6 +1431,7 @@ is removed; when none matches, LINE is appended, unless PATH has it already.
 Creates PATH.  Ansible's lineinfile, with `regexp`.
 
   (file.has-line-matching \"/etc/ssh/sshd_config\" r\"^#?\\s*PermitRootLogin\\b\" \"PermitRootLogin no\")"
+  (:watch [(watch-path path)])
   (:simulates True)
   (:desc f"{path} has {line} for /{regex}/")
   (:apply (map-file-lines path (fn [have] (line-matching-lines have regex line)) :create True)))
@@ -1419,6 +1440,7 @@ Creates PATH.  Ansible's lineinfile, with `regexp`.
   "None of DIRECTORIES exists; each that does must be empty, and is removed
 with rmdir.  A directory with anything in it is a failure, and stays: for
 directories that must go only when nothing is left in them."
+  (:watch (lfor d directories (watch-path d)))
   (:desc (_plural directories))
   (:check (_none-exist directories "removed"))
   (:apply (for [d directories :if (remote-exists? d)]
@@ -1445,6 +1467,7 @@ directories that must go only when nothing is left in them."
   "Every regular file below DIRECTORY has mode FILES, and every directory
 (DIRECTORY too) mode DIRECTORIES; either may be left out.  Symlinks are not
 followed.  Ansible's `file … recurse: yes`, with a mode for each kind."
+  (:unwatched "a whole tree: inotify watches one directory at a time, so the tree is re-checked at the host's interval")
   (:desc (+ f"{directory} has modes"
             (if (is files None) "" f" {(format files "o")} for files")
             (if (is directories None) "" f" {(format directories "o")} for directories")))
@@ -1467,6 +1490,7 @@ followed.  Ansible's `file … recurse: yes`, with a mode for each kind."
                                     #^ (one-of group-name id-number) [group None]]
   "DIRECTORY and everything below it (symlinks themselves, not what they
 point to) is owned by USER and/or GROUP, names or numeric ids."
+  (:unwatched "a whole tree: inotify watches one directory at a time, so the tree is re-checked at the host's interval")
   (:desc (+ f"{directory} and below have"
             (if (is user None) "" f" owner {user}")
             (if (is group None) "" f" group {group}")))
@@ -1520,7 +1544,7 @@ the deployment runs from, is compared at each deployment."
         (provide-data "--fetched" dest (_local-digest dest))))
   (:apply (_fetched path dest mode)))
 
-(export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
+(export :objects [ensure-mode templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
                   dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
                   does-not-exist directory-exists directory-does-not-exist
@@ -1536,4 +1560,4 @@ the deployment runs from, is compared at each deployment."
                   tar-members member-problem http-url sha256-digest
                   exists contains-conf-tab has-block block-lines has-line-matching
                   line-matching-lines empty-directory-does-not-exist tree-has-modes
-                  tree-has-ownership fetched FETCH-LIMIT])
+                  tree-has-ownership file-lines fetched FETCH-LIMIT])

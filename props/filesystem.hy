@@ -112,6 +112,7 @@ refused unless REPLACE names its type (`:replace [\"ext2\"]`) or is True,
 and a mounted one always.  An ext2/3/4 filesystem is grown to fill DEV
 unless GROW is false; a differing label is set on ext2/3/4 and swap.  It
 is not undone: a filesystem is only ever replaced, by saying so."
+  (:unwatched "made once, on a disk being built: a change to it is a rebuild, not a repair")
   (:desc f"{dev} has a{(if (in fs #(:ext4 :ext3 :ext2 :xfs)) "n" "")} {fs.name} filesystem{(if label f" labelled {label}" "")}")
   (:simulates True)
   (:apply (_exists dev fs.name label replace grow)))

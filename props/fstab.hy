@@ -49,6 +49,7 @@ an existing line for that mount point is replaced, except that an entry
 whose source is `none` keeps the existing line's source; entries for new
 mount points are appended.  Unapplying removes the lines for their mount
 points."
+  (:simulates True)
   (:watch [(watch-path FSTAB)])
   (:desc f"fstab entries for {(.join ", " (map _mount-point entries))}")
   (:apply (map-file-lines FSTAB (fn [lines] (merge-entries lines entries)) :create True))

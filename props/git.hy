@@ -3,6 +3,7 @@
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         consfig.apply.combinators [with-unapply unapplied]
         consfig.apply.actions [NO-CHANGE Script run run-ok? remote-exists?]
@@ -53,6 +54,7 @@
   "DEST is a clone of URL with BRANCH (or COMMIT, detached) checked out.  A
 DEST that holds anything else is left alone and the property fails.  Does
 not install git: see `cloned`.  Unapplying deletes the clone."
+  (:watch [(watch-path dest)])
   (:desc f"{url} cloned to {dest}")
   (:check (and (= (origin-url dest) url) (_at? dest branch commit)))
   (:apply
@@ -69,6 +71,7 @@ not install git: see `cloned`.  Unapplying deletes the clone."
 (defprop head-pulled :posix [#^ abs-path dest]
   "The branch checked out in DEST has been fast-forwarded to its upstream
 (`git pull --ff-only`); a change only when that moved it."
+  (:action "only the remote knows whether the branch is behind: asking it is fetching")
   (:desc f"{dest} pulled")
   (:apply
     (setv before (_out dest "rev-parse" "HEAD"))
@@ -102,6 +105,7 @@ brought up to date with `git pull --ff-only`."
 (defprop repo-configured :posix [#^ abs-path repo #^ name key #^ (one-of line integer boolean) value]
   "The git repository REPO has KEY set to VALUE in its own configuration
 (`git config --local`).  Unapplying unsets KEY."
+  (:watch [(watch-path repo) (watch-path (posixpath.join repo ".git"))])
   (:desc f"{repo} has git {key}={value}")
   (:check (= (_out repo "config" "--local" "--get" key) (str value)))
   (:apply (git repo "config" "--local" key (str value)))
@@ -143,6 +147,7 @@ unpacked with tar, so the target needs no git; the version is recorded in
 DIRECTORY/.consfig-snapshot-SNAPSHOT-NAME, and a new one replaces the whole
 tree (files the new commit lacks go too), the old one staying until the new
 one is whole.  Unapplying removes the tree and the record."
+  (:watch [(watch-path directory)])
   (:desc f"git snapshot {snapshot-name} extracted to {directory}")
   (:hostattrs (require-data "--git-snapshot" snapshot-name))
   (:check

@@ -105,6 +105,7 @@ key alone, no other and no secret key, or nothing is imported.  It is
 imported again when it holds what the keyring lacks (a new subkey, user
 id, expiry or revocation).  Trust is not set.  Unapplying deletes the
 public key from the keyring (gpg refuses while USER has its secret key)."
+  (:unwatched "a keyring in gpg's own format, in a home found on the target: re-checked at the host's interval")
   (:desc f"{user} has PGP key {(normal-fingerprint fingerprint)}")
   (:preprocess [user (normal-fingerprint fingerprint) key])
   (:hostattrs (when (is key None) (require-data "--pgp-key" fingerprint)))

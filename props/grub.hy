@@ -1,6 +1,7 @@
 "GRUB's settings in /etc/default/grub: the kernel's command line."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import re
         shlex
         consfig.apply.actions [NO-CHANGE run run-ok?]
@@ -67,6 +68,7 @@ replacing one that sets the same key, and `update-grub` runs when it
 changed.  They take effect at the next boot.  Unapplying takes OPTIONS off.
 
   (grub.has-kernel-options \"console=ttyS0,115200\" \"console=tty0\")"
+  (:watch [(watch-path DEFAULTS)])
   (:simulates True)
   (:invariant options "needs at least one option")
   (:desc f"kernel command line has {(.join " " options)}")

@@ -1,18 +1,24 @@
 "The host's name: the hostattr, /etc/hostname, /etc/hosts and /etc/mailname."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import re
         consfig.apply.actions [NO-CHANGE Script run run-ok? output]
+        consfig.apply.engine [Drift]
         consfig.model.host [push-hostattr get-hostattr]
-        consfig.props.file [update-file map-file-lines]
+        consfig.props.file [file-lines read-text update-file map-file-lines]
         consfig.types *)
 
 (defprop is :posix [#^ hostname hostname]
   "The host's hostname is HOSTNAME, whatever it is called in the consfig: for
 chroots and containers, whose deployment names them after their parent."
+  (:unwatched "a declaration for the controller (a hostattr): nothing on the target to keep")
   (:desc f"Hostname is {hostname}")
   (:hostattrs (push-hostattr "hostname" hostname))
   (:unapply NO-CHANGE))
+
+;; How often the agent compares the running hostname with the files'.
+(setv POLL 10)
 
 (defn _short [fqdn] (get (.split fqdn ".") 0))
 
@@ -39,6 +45,21 @@ chroots and containers, whose deployment names them after their parent."
 hostname), and /etc/hosts maps 127.0.1.1 to it and its short name.  The
 running system's hostname is set too, except in a chroot."
   (:desc f"Hostname {(or hostname (get-hostattr "hostname"))} configured")
+  (:watch [(watch-path "/etc/hostname") (watch-path "/etc/hosts") (watch-poll POLL)])
+  (:check
+    (setv fqdn (or hostname (get-hostattr "hostname"))
+          hosts (read-text "/etc/hosts")
+          wrong (lfor [what right?]
+                      [["/etc/hostname" (fn [] (= (read-text "/etc/hostname") (+ (_short fqdn) "\n")))]
+                       ["/etc/hosts" (fn [] (and (is-not hosts None)
+                                                 (= (_hosts-lines (file-lines hosts) fqdn)
+                                                    (file-lines hosts))))]
+                       ["the running hostname" (fn [] (or (_in-chroot?)
+                                                          (= (.strip (output "hostname" :timeout 30))
+                                                             (_short fqdn))))]]
+                      :if (not (right?))
+                      what))
+    (or (not wrong) (Drift f"{(.join ", " wrong)} would be set to {fqdn}")))
   (:apply
     (setv fqdn (or hostname (get-hostattr "hostname"))
           results [(update-file "/etc/hostname" (+ (_short fqdn) "\n"))
@@ -52,7 +73,9 @@ running system's hostname is set too, except in a chroot."
 (defprop mailname-configured :posix [* #^ hostname [mailname None]]
   "/etc/mailname, the domain mail from this host appears to come from, is
 MAILNAME (by default the host's hostname)."
+  (:simulates True)
   (:desc f"Mailname {(or mailname (get-hostattr "hostname"))} configured")
+  (:watch [(watch-path "/etc/mailname")])
   (:apply (update-file "/etc/mailname" (+ (or mailname (get-hostattr "hostname")) "\n"))))
 
 (export :objects [is configured mailname-configured])

@@ -2,6 +2,7 @@
 names, without DNS."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import ipaddress
         re
         consfig.props.file [map-file-lines]
@@ -64,6 +65,7 @@ Unapplying takes NAMES off ADDRESS's entries (an entry left with no name
 goes).
 
   (hosts.has-entry \"192.0.2.10\" \"db.example.com\" \"db\")"
+  (:watch [(watch-path HOSTS)])
   (:simulates True)
   (:invariant names "needs at least one name")
   (:desc f"/etc/hosts maps {address} to {(.join " " names)}")
@@ -74,6 +76,7 @@ goes).
 (defprop lacks-names :posix [#^ hostname #* names]
   "No entry of /etc/hosts lists any of NAMES (an entry left with no name
 goes), so that they resolve through DNS."
+  (:watch [(watch-path HOSTS)])
   (:simulates True)
   (:invariant names "needs at least one name")
   (:desc f"/etc/hosts lacks {(.join " " names)}")

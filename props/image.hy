@@ -11,6 +11,7 @@ flock(1), and for pulling, ssh-keygen."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defpropspec]))
+(import consfig.model.watchspec [watch-path watch-dpkg])
 (import contextvars
         json
         os
@@ -151,6 +152,7 @@ mails nothing.  The job's script keeps two runs from overlapping."
   "Apply WITH-SYSTEMD where a systemd service manager runs (or VIA is
 `:systemd`), else WITH-CRON (or where VIA is `:cron`), and unapply the other
 one, so that a host has exactly one of them.  Unapplying unapplies both."
+  (:unwatched "it chooses a propspec by the host's init; the chosen properties are watched")
   (:simulates True)
   (:announce False)
   (:apply
@@ -166,6 +168,7 @@ one, so that a host has exactly one of them.  Unapplying unapplies both."
 (defprop timer-absent :posix [#^ systemd.unit-name name]
   "Neither NAME.timer nor NAME.service is installed in /etc/systemd/system:
 the timer is stopped and disabled first, where systemd allows."
+  (:watch [(watch-path UNIT-DIR)])
   (:desc f"systemd timer {name} removed")
   (:check (setv there (lfor p (_unit-paths name) :if (remote-exists? p) p))
           (or (not there) (Drift f"{(.join ", " there)} would be removed")))
@@ -244,6 +247,7 @@ Unapplying removes both."
 puller checks images' signatures with it.  It is not installed for you (its
 package has another name on each system): where it is missing, this fails,
 saying what to add."
+  (:watch [(watch-dpkg)])
   (:desc "ssh-keygen is installed, to check images' signatures")
   (:check (or (run-ok? "command" "-v" "ssh-keygen")
               (Drift "ssh-keygen is missing: the puller could not check a signature")))
@@ -345,6 +349,7 @@ An image cannot contain itself: inside the image, this property has nothing
 to install and leaves the installed image as it is (so a host applying its
 image from a timer keeps it; a new one comes with the next deployment from
 the controller).  Unapplying removes the image."
+  (:watch [(watch-path IMAGE-PATH)])
   (:desc f"its own image installed at {IMAGE-PATH}")
   (:hostattrs
     (setv hostname (get-hostname))

@@ -3,19 +3,21 @@ and blacklisted (modprobe.d(5)).
 
 Loading a module changes the running kernel, which is done only where it is
 the system's own — not in a chroot, not where services are not started (see
-`sysctl`) — and where it loads modules at all (a kernel built without them
+`sysctl`), not in a container, whose kernel is the machine's — and where it
+loads modules at all (a kernel built without them
 has no /proc/modules).  Elsewhere the files are written and the property
 says the running kernel was left alone.  A module the initramfs loads reads
 its options from the copy of modprobe.d made when the initramfs was built:
 run `update-initramfs -u` after changing those."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [NO-CHANGE remote-exists? run run-ok?]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.file [add-lines combined-results conf-pairs describe-pairs pairs-problem
                             remove-files remove-lines update-file]
-        consfig.props.service [no-services-where]
+        consfig.props.service [kernel-left-alone-where no-services-where]
         consfig.types *)
 
 (setv module-name (matching "module-name"
@@ -38,7 +40,7 @@ run `update-initramfs -u` after changing those."
 
 (defn _kernel-left-alone []
   ;; Why the running kernel is not to be touched, or None.
-  (or (no-services-where)
+  (or (kernel-left-alone-where)
       (when (not (remote-exists? "/proc/modules")) "this kernel loads no modules")))
 
 (defn loaded? [module]
@@ -49,6 +51,8 @@ run `update-initramfs -u` after changing those."
          stdout (startswith "builtin "))))
 
 (defn _load [module]
+  ;; A container runs on the machine's kernel: what is loaded there is
+  ;; loaded for it.  A chroot's kernel is not the system's at all.
   (setv elsewhere (no-services-where))
   (cond (and (not elsewhere) (loaded? module)) NO-CHANGE
         (setx why (_kernel-left-alone))
@@ -71,6 +75,7 @@ run `update-initramfs -u` after changing those."
 /etc/modules-load.d/consfig.conf) and, where the running kernel is the
 system's own, loaded now (with modprobe, from the kmod package).
 Unapplying takes it off the list; it stays loaded until the next boot."
+  (:watch [(watch-path LOAD-FILE)])
   (:simulates True)
   (:desc f"kernel module {module} loaded at boot")
   (:apply
@@ -93,6 +98,7 @@ module loaded already keeps the options it was loaded with until it is
 loaded again.  Unapplying removes the file.
 
   (kmod.has-options \"zfs\" \"zfs_arc_max\" 4294967296)"
+  (:watch [(watch-path (_options-file module))])
   (:simulates True)
   (:invariant options "needs at least one option")
   (:invariant (not (_options-problem options)) (_options-problem options))
@@ -116,6 +122,7 @@ may still be loaded by name or as another module's dependency; with
 NEVER-LOADED, not even so (`install MODULE /bin/false` too).  A module
 loaded already stays loaded until it is unloaded (`modprobe -r`) or the
 system reboots.  Unapplying removes those lines."
+  (:watch [(watch-path BLACKLIST-FILE)])
   (:simulates True)
   (:desc f"kernel module {module} blacklisted")
   (:apply

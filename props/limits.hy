@@ -2,6 +2,7 @@
 which pam_limits reads."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import re
         consfig.props.file [remove-files update-file]
         consfig.types *)
@@ -48,6 +49,7 @@ value]` as in limits.conf(5), and nothing else; sessions opened afterwards
 get those limits.  Unapplying removes the file.
 
   (limits.configured \"postgres\" [\"postgres\" \"-\" \"nofile\" 65536])"
+  (:watch [(watch-path (limits-path name))])
   (:simulates True)
   (:invariant entries "needs at least one limit")
   (:desc f"limits {name}: {(.join ", " (gfor e entries (.join " " (map str e))))}")

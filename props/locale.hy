@@ -4,6 +4,7 @@
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-path])
 (import re
         shlex
         consfig.apply.combinators [with-unapply unapplied]
@@ -63,6 +64,7 @@ punctuation (\"en_GB.UTF-8\" is \"en_GB.utf8\")."
 generated.  Does not install `locales`: see `available`.  Unapplying disables
 it there and regenerates the locales."
   (:desc f"{locale} locale generated")
+  (:watch [(watch-path LOCALE-GEN) (watch-path "/usr/lib/locale")])
   (:check (and (_enabled? locale) (in (normalise locale) (generated-locales))))
   (:apply
     (_set-line locale True)
@@ -96,6 +98,7 @@ generated.  LOCALE must have a line, commented out or not, in
 /etc/default/locale.  Does not generate LOCALE: see `selected-for`.
 Unapplying unsets them."
   (:desc f"{locale} locale selected for {(.join " " variables)}")
+  (:watch [(watch-path DEFAULT-LOCALE)])
   (:check (setv current (_default-locale))
           (all (gfor v variables (= (.get current v) locale))))
   (:apply

@@ -3,6 +3,8 @@
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defpropspec]))
+(import posixpath
+        consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [output run run-ok? write-remote-file]
         consfig.apply.engine [checking?]
         consfig.errors [FailedChange]
@@ -44,6 +46,7 @@ complaint when it is not valid."
 checked with `logrotate --debug` before it replaces what was there: a text
 logrotate rejects fails the property and changes nothing.  Unapplying
 removes the file."
+  (:watch [(watch-path (posixpath.join DIRECTORY name))])
   (:simulates True)
   (:desc f"logrotate {name}")
   (:apply

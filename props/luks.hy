@@ -80,6 +80,7 @@ it names with `file.secret-uploaded`."
 item (`--luks-key--HOSTNAME` DEV), or (IDEN1 IDEN2).  Formatted (the key
 deriving for ITER-TIME ms) only when blank, or what is there is named by
 REPLACE; see `consfig.props.luks`.  It is not undone."
+  (:unwatched "made once, on a disk being built: a change to it is a rebuild, not a repair")
   (:desc f"{dev} is LUKS, its key from data")
   (:hostattrs (require-data #* (_item dev iden1 iden2) :secret True))
   (:simulates True)

@@ -65,6 +65,7 @@ consfig ships no property it has not run."
   "DEV is an LVM physical volume, grown to fill DEV.  Made only on a blank
 device, unless REPLACE names what is there (`:replace [\"ext4\"]`) or is
 True.  It is not undone: `volume-group` never gives one up."
+  (:unwatched "made once, on a disk being built: a change to it is a rebuild, not a repair")
   (:desc f"{dev} is an LVM physical volume")
   (:simulates True)
   (:apply (_physical-volume dev replace)))
@@ -89,6 +90,7 @@ True.  It is not undone: `volume-group` never gives one up."
   "The volume group NAME exists and holds each physical volume of PVS
 (made with `physical-volume`): made with them, or extended with those it
 lacks.  One that belongs to another group is a failure.  It is not undone."
+  (:unwatched "made once, on a disk being built: a change to it is a rebuild, not a repair")
   (:invariant pvs "needs at least one physical volume")
   (:desc f"LVM volume group {name} on {(.join ", " pvs)}")
   (:simulates True)

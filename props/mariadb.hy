@@ -33,7 +33,7 @@ the converging agent polls them (their :apply says whether they hold)."
         consfig.errors [FailedChange]
         consfig.model.context [connection]
         consfig.model.host [get-hostname]
-        consfig.model.watchspec [watch-path]
+        consfig.model.watchspec [watch-path watch-poll]
         consfig.props.file [read-text remove-files update-file]
         consfig.props.apt :as apt
         consfig.types *)
@@ -104,6 +104,7 @@ input; their output, tab-separated rows, without column names."
                               #^ (optional collation) [collation None]]
   "The database NAME exists, with CHARSET and COLLATION when given (an
 existing one is altered to them).  Unapplying drops it, with its tables."
+  (:watch [(watch-poll 2)])
   (:desc f"MariaDB database {name}")
   (:simulates True)
   (:apply (_has-database name charset collation))
@@ -166,6 +167,7 @@ a secret: the item (`--mariadb-passwd--HOSTNAME` USER), or (IDEN1 IDEN2) to
 share it with the hosts that connect.  It is one line.  What is sent is its
 hash, never the password (see `consfig.props.mariadb`).  Unapplying drops
 the user."
+  (:watch [(watch-poll 2)])
   (:desc f"MariaDB user {user}@{host} has its password from data")
   (:hostattrs (require-data #* (_password-item user iden1 iden2) :secret True))
   (:simulates True)
@@ -217,6 +219,7 @@ the user."
 of the database DB: `(mariadb.has-grant \"app\" \"app\" :select :insert)`.
 Privileges it has besides are left alone.  The user must exist
 (`has-user`).  Unapplying revokes them."
+  (:watch [(watch-poll 2)])
   (:invariant privileges "needs at least one privilege (:all for all of them)")
   (:desc f"MariaDB {user}@{host} may {(.join ", " (gfor p privileges p.name))} on {db}")
   (:simulates True)

@@ -17,6 +17,7 @@ explains; in a chroot nothing is done."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-poll])
 (import ipaddress
         json
         consfig.apply.actions [NO-CHANGE run]
@@ -97,6 +98,7 @@ IPV6): set at boot and now, as `sysctl.has-value` sets it."
 when None) take the address of the interface they leave by (masquerade):
 a rule in the consfig_nat table (see `consfig.props.nat`).  Forwarding must
 be on (`forwarding`).  Unapplying deletes the rule."
+  (:watch [(watch-poll 5)])
   (:desc (+ f"NAT: {source} masqueraded" (if out f" out of {out}" "")))
   (:simulates True)
   (:apply (_masquerade source out False))
@@ -115,6 +117,7 @@ be on (`forwarding`).  Unapplying deletes the rule."
   "Connections to PORT (of PROTO, `:tcp` or `:udp`), coming in by the
 interface ON (any when None), go on to TO, port TO-PORT (PORT when None):
 a destination NAT rule in the consfig_nat table.  Unapplying deletes it."
+  (:watch [(watch-poll 5)])
   (:desc f"NAT: {proto.name} port {port}{(if on f" in {on}" "")} forwarded to {to}:{(or to-port port)}")
   (:simulates True)
   (:apply (_forward port to to-port proto.name on False))
@@ -135,6 +138,7 @@ a destination NAT rule in the consfig_nat table.  Unapplying deletes it."
 take the fixed address TO (source NAT, where `masquerades` takes the
 interface's address as it is): a rule in the consfig_nat table.
 Unapplying deletes it."
+  (:watch [(watch-poll 5)])
   (:desc (+ f"NAT: {source} leaves as {to}" (if out f" out of {out}" "")))
   (:simulates True)
   (:apply (_snat source to out False))
@@ -152,6 +156,7 @@ Unapplying deletes it."
 to this host's own TO-PORT instead (`redirect`: a service on an unprivileged
 port answering on 80, say): a rule in the consfig_nat table.  Unapplying
 deletes it."
+  (:watch [(watch-poll 5)])
   (:desc f"NAT: {proto.name} port {port}{(if on f" in {on}" "")} redirected to port {to-port}")
   (:simulates True)
   (:apply (_redirect port to-port proto.name on False))

@@ -21,6 +21,7 @@ reloads its files when it runs (`networkctl reload`); ifupdown brings a new
 the files are written and nothing else is done."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import fnmatch
         posixpath
         re
@@ -166,6 +167,7 @@ per element), and systemd-networkd has reloaded it if it runs.  A change to
 a file that configures the interface the deploying SSH connection comes in
 by is refused, unless FORCE.  Unapplying removes the file.  See
 `consfig.props.network`."
+  (:watch [(watch-path directory)])
   (:desc f"systemd-networkd has {name}.network")
   (:simulates True)
   (:invariant sections "needs its sections, such as [\"Match\" {\"Name\" \"eth0\"}]")
@@ -234,6 +236,7 @@ and it is not a chroot, a new interface is brought up and one already up
 brought down and up again.  A change to the interface the deploying SSH
 connection comes in by is refused, unless FORCE.  Unapplying removes the
 file (and leaves the interface as it is).  See `consfig.props.network`."
+  (:watch [(watch-path directory) (watch-path INTERFACES)])
   (:desc f"Interface {name} configured ({(keyword-name family)} {(keyword-name method)})")
   (:simulates True)
   (:apply (_interface name (keyword-name family) (keyword-name method) options auto directory force False))

@@ -21,6 +21,7 @@ the ruleset is checked and written, never loaded (it would be the firewall
 of the machine the chroot is on)."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import re
         consfig.apply.actions [NO-CHANGE Script run output]
         consfig.model.context [connection]
@@ -223,6 +224,15 @@ written only.  `:no-change` when it holds already."
     (except [UnicodeDecodeError]
       (raise (ConsfigError f"nftables ruleset {path} is not UTF-8 text")))))
 
+;; How often the agent compares the loaded ruleset with the file's: the
+;; kernel tells nobody when `nft` changes it.
+(setv LIVE-POLL 1)
+
+(defn ruleset-watches [conf]
+  "What the agent watches for a ruleset kept in CONF: the file, and the
+loaded ruleset, by a poll."
+  [(watch-path conf) (watch-poll LIVE-POLL)])
+
 (defprop has-ruleset-from-site :posix [#^ path source * #^ boolean [force False]
                                        #^ abs-path [conf CONF]]
   "The firewall is the nftables ruleset in SOURCE, a file of the site
@@ -233,6 +243,7 @@ would cut the deploying SSH connection is refused, unless FORCE.  It holds
 when CONF has that ruleset and the tables it defines are loaded.  See
 `consfig.props.nftables`."
   (:desc f"Firewall has the nftables ruleset {source}")
+  (:watch (ruleset-watches conf))
   (:simulates True)
   (:hostattrs
     (if (on-target?)
@@ -244,6 +255,7 @@ when CONF has that ruleset and the tables it defines are loaded.  See
   "The firewall is the nftables RULESET, given inline, as
 `has-ruleset-from-site` makes it from a file."
   (:desc "Firewall has an nftables ruleset")
+  (:watch (ruleset-watches conf))
   (:simulates True)
   (:apply (ensure-ruleset ruleset force conf)))
 

@@ -11,6 +11,7 @@ and only when it is running."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
@@ -99,6 +100,7 @@ not enabled is not read by nginx, so not tested.  Check mode shows the
 diff.  Unapplying removes the file, and its link in sites-enabled."
   (:simulates True)
   (:desc f"nginx site {name} available")
+  (:watch [(watch-path (available-path name))])
   (:apply (_change-site name text False))
   (:unapply
     (setv path (available-path name))
@@ -117,6 +119,7 @@ no link) and the property fails.  Check mode shows the diff.  Unapplying
 removes the link, not the site's file."
   (:simulates True)
   (:desc f"nginx site {name} enabled")
+  (:watch [(watch-path (available-path name)) (watch-path (enabled-path name))])
   (:apply (_change-site name text True))
   (:unapply (_disable-site name)))
 
@@ -126,12 +129,14 @@ removes the link, not the site's file."
 reloads when it was there.  The site's file stays in sites-available."
   (:simulates True)
   (:desc f"nginx site {name} disabled")
+  (:watch [(watch-path (enabled-path name))])
   (:apply (_disable-site name)))
 
 (defprop reloaded :posix []
   "nginx rereads its configuration, once `nginx -t` has passed (a failure
 otherwise, and nginx keeps the configuration it has); always a change.
 Use it after `on-change`, for a certificate renewed (`tls.certificate-installed`)."
+  (:action "reloading is an event, not a state nginx is in")
   (:desc "nginx reloaded")
   (:apply (tested-or-undone TEST None "nginx's configuration")
           (reload-if-running "nginx")

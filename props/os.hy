@@ -52,24 +52,28 @@ A host's OS is the hostattr `:os`, a dict such as {\"type\" \"debian-stable\"
 
 (defprop linux :posix [#^ arch arch]
   "The host runs some Linux on ARCH."
+  (:unwatched "a declaration for the controller (a hostattr): nothing on the target to keep")
   (:desc f"Linux ({(_name arch)})")
   (:hostattrs (_declare "linux" arch))
   (:unapply NO-CHANGE))
 
 (defprop debian-stable :posix [#^ suite suite #^ arch arch]
   "The host runs Debian stable, whose codename is SUITE, on ARCH."
+  (:unwatched "a declaration for the controller (a hostattr): nothing on the target to keep")
   (:desc f"Debian stable ({suite}, {(_name arch)})")
   (:hostattrs (_declare "debian-stable" arch :suite suite))
   (:unapply NO-CHANGE))
 
 (defprop debian-testing :posix [#^ arch arch]
   "The host runs Debian testing on ARCH."
+  (:unwatched "a declaration for the controller (a hostattr): nothing on the target to keep")
   (:desc f"Debian testing ({(_name arch)})")
   (:hostattrs (_declare "debian-testing" arch :suite "testing"))
   (:unapply NO-CHANGE))
 
 (defprop debian-unstable :posix [#^ arch arch]
   "The host runs Debian unstable on ARCH."
+  (:unwatched "a declaration for the controller (a hostattr): nothing on the target to keep")
   (:desc f"Debian unstable ({(_name arch)})")
   (:hostattrs (_declare "debian-unstable" arch :suite "unstable"))
   (:unapply NO-CHANGE))
@@ -127,7 +131,10 @@ CASES alternate an OS type and a propapp,
 
 An OS that matches no case gets nothing.  Declare the OS earlier in the
 propspec than the typecase."
+  (:unwatched "it chooses a propspec by the host's OS; the chosen properties are watched")
   (:desc (_desc-of (_choose-type cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-type cases) "typecase"))
   (:apply (_apply-chosen (_choose-type cases)))
@@ -136,7 +143,10 @@ propspec than the typecase."
 (defprop etypecase :posix [#^ (one-of keyword propspec) #* cases]
   "Like `typecase`, but a host whose OS matches no case is refused when its
 hostattrs are computed, before anything is applied."
+  (:unwatched "it chooses a propspec by the host's OS; the chosen properties are watched")
   (:desc (_desc-of (_choose-type cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-type cases) "etypecase"))
   (:apply (_apply-chosen (_choose-type cases)))
@@ -147,7 +157,10 @@ hostattrs are computed, before anything is applied."
 CASES alternate a suite (a string such as \"bookworm\" or \"unstable\", or a
 list of them, or `:otherwise`) and a propapp.  A suite matching no case gets
 nothing."
+  (:unwatched "it chooses a propspec by the host's suite; the chosen properties are watched")
   (:desc (_desc-of (_choose-suite cases)))
+  ;; The chosen propapp is checked in check mode as it would be applied.
+  (:simulates True)
   (:invariant (.accepts case-pairs cases) (+ "cases must be " case-pairs.phrase))
   (:hostattrs (_hostattrs-of (_choose-suite cases) "debian-suite-case"))
   (:apply (_apply-chosen (_choose-suite cases)))

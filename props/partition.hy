@@ -116,6 +116,7 @@ one is written only to a blank device; one holding a filesystem or another
 table is refused unless REPLACE names each of their types (`:replace
 [\"ext4\"]`) or is True.  A device in use is refused.  It is not undone:
 to give a device back, write another table with :replace."
+  (:unwatched "made once, on a disk being built: a change to it is a rebuild, not a repair")
   (:desc f"{dev} has a {label.name} partition table")
   (:simulates True)
   (:apply (_has-table dev label.name replace)))
@@ -215,6 +216,7 @@ Made in the first free space when it is not there; grown into the free
 space after it when smaller; renamed when its name differs.  Never shrunk,
 moved or retyped.  The table must be there (`has-table`).  Unapplying
 removes the partition (its data goes with it), refused while it is mounted."
+  (:unwatched "made once, on a disk being built: a change to it is a rebuild, not a repair")
   (:desc f"{dev} has partition {number} ({(if (= size :rest) "the rest" size)}{(if name f", {name}" "")})")
   (:simulates True)
   (:apply (_exists dev number (if (= size :rest) "rest" size) name (when type type.name)))

@@ -4,7 +4,7 @@
 (import posixpath
         re
         consfig.apply.actions [NO-CHANGE Script run run-script output remote-exists?]
-        consfig.apply.engine [apply-sequence]
+        consfig.apply.engine [WOULD-CHANGE apply-sequence checking? inform]
         consfig.util [keyword-name]
         consfig.types *)
 
@@ -59,21 +59,27 @@ A flag file named after DESC, in the cache of the user applying it on the
 target, records the last successful application; DESC must be unique among
 the host's uses of `at-most`.  A failed application is tried again next time.
 Unapplying unapplies PROPAPPS and removes the flag."
+  (:unwatched "time, not a resource, says when its propspec is applied again")
   (:desc desc)
   ;; No :check: a stale flag must not keep PROPAPPS from being unapplied.
+  ;; In check mode, a fresh flag holds; a stale one would be renewed.
+  (:simulates True)
   (:apply
     (when (fresh? period desc)
       (return NO-CHANGE))
     (setv result (apply-sequence propapps)
           flag (flag-file desc))
+    (when (checking?)
+      (inform f"{desc}: due, {flag} would be renewed")
+      (return WOULD-CHANGE))
     (run "mkdir" "-p" "-m" "700" "--" (posixpath.dirname flag))
     (run "touch" "--" flag)
     result)
   (:unapply
     (setv result (apply-sequence propapps :unapply True)
           flag (flag-file desc))
-    (if (remote-exists? flag)
-        (do (run "rm" "-f" "--" flag) :changed)
-        result)))
+    (cond (not (remote-exists? flag)) result
+          (checking?) WOULD-CHANGE
+          True (do (run "rm" "-f" "--" flag) :changed))))
 
 (export :objects [PERIODS flag-file fresh? at-most])

@@ -11,6 +11,7 @@ runs as that user (through runuser, unless the connection is that user),
 whose files the environment then are."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import json
         posixpath
         re
@@ -113,6 +114,7 @@ aside): what it has besides is uninstalled, the pins are installed without
 their dependencies, and `pip check` must pass — PINS is then a lock of
 every package.  With USER, the environment is made and changed as that
 user.  Unapplying removes PATH, when it is a virtual environment."
+  (:watch [(watch-path path)])
   (:desc f"venv {path} with {(.join " " pins)}")
   (:check
     (setv have (frozen path user)
@@ -182,6 +184,7 @@ directory: USER's (~/.local/bin, the connection's user by default), or
 BIN-DIR with PIPX-HOME (\"/opt/pipx\" and \"/usr/local/bin\" for all
 users).  At another version than VERSION, it is installed again.  pipx must
 be installed (Debian's pipx).  Unapplying uninstalls it."
+  (:unwatched "pipx keeps its virtualenvs where its user's environment says: re-checked at the host's interval")
   (:desc f"pipx installed {package}")
   (:check
     (setv #(name version) (_split-pin package)

@@ -16,6 +16,7 @@ the password itself never reaches the target."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import base64
         hashlib
         hmac
@@ -132,6 +133,14 @@ with what to do when the server is not running."
 
 ;; Clusters
 
+;; How often the agent re-checks what lives in a server (roles, databases,
+;; a cluster's state): nothing outside it says when they change.
+(setv POLL 2)
+
+(defn _stopped? [c]
+  ;; A cluster that is down, where services may be started: it is to run.
+  (and (not (.startswith (get c "status") "online")) (not (no-services?))))
+
 (defn _cluster-options [port encoding locale]
   (+ (if port ["--port" (str port)] [])
      (if encoding ["--encoding" encoding] [])
@@ -146,13 +155,16 @@ with PORT, ENCODING and LOCALE when given, else Debian's defaults), and,
 where services may be started, it is running.  The server package of
 VERSION must be installed.  A cluster that is there on another port than
 PORT is a failure: the port is in its postgresql.conf.  Never unapplied:
-that would delete its databases (pg_dropcluster does it by hand)."
+that would delete its databases (pg_dropcluster does it by hand).  A
+cluster that is there but stopped is started, where services may be."
   (:desc f"PostgreSQL cluster {version}/{name}")
+  (:watch [(watch-poll POLL)])
   (:check
     (setv c (_find (clusters) (str version) name))
     (cond (not c) (Drift f"cluster {version}/{name} would be created")
           (and port (!= (get c "port") (str port)))
           (Drift f"cluster {version}/{name} is on port {(get c "port")}, not {port}")
+          (_stopped? c) (Drift f"cluster {version}/{name} is {(get c "status")}: it would be started")
           True True))
   (:apply
     (setv c (_find (clusters) (str version) name))
@@ -162,11 +174,12 @@ that would delete its databases (pg_dropcluster does it by hand)."
                               "and restart it, or choose another name"))))
     (when (not c)
       (run "pg_createcluster" #* (_cluster-options port encoding locale) "--" (str version) name
-           :timeout 600)
-      (if (no-services?)
-          (skip-for-no-services f"starting cluster {version}/{name}")
-          (run "pg_ctlcluster" (str version) name "start" :timeout 300)))
-    None))
+           :timeout 600))
+    (cond (and c (no-services?)) NO-CHANGE
+          (no-services?) (do (skip-for-no-services f"starting cluster {version}/{name}") None)
+          (or (not c) (_stopped? c))
+          (do (run "pg_ctlcluster" (str version) name "start" :timeout 300) None)
+          True NO-CHANGE)))
 
 ;; Roles
 
@@ -206,6 +219,7 @@ it is, and a new role has PostgreSQL's defaults for it: no login, no
 rights).  The server must be running.  Unapplying drops the role, which
 PostgreSQL refuses while it owns anything."
   (:desc f"PostgreSQL role {role}")
+  (:watch [(watch-poll POLL)])
   (:check (setv c (resolve-cluster cluster))
           (_role-drift (_role c role) {"login" login "createdb" createdb
                                        "createrole" createrole "superuser" superuser}
@@ -309,6 +323,7 @@ for the session), so the password never reaches the target, a command line
 or a log; it is compared with what the server stores by deriving the
 verifier again.  ROLE must exist (`has-role`), and the server be running."
   (:desc f"PostgreSQL role {role} has its password from data")
+  (:watch [(watch-poll POLL)])
   (:hostattrs (require-data #* (_password-item role iden1 iden2) :secret True))
   (:check
     (setv c (resolve-cluster cluster)
@@ -352,6 +367,7 @@ encoding or locale is a failure, as PostgreSQL cannot change them (dump,
 drop and create it again).  The server must be running.  Never unapplied:
 that would drop its data."
   (:desc f"PostgreSQL database {database}")
+  (:watch [(watch-poll POLL)])
   (:check
     (setv have (_database (resolve-cluster cluster) database))
     (cond (is have None) (Drift f"database {database} would be created")
@@ -461,6 +477,7 @@ before it reloads it; a rule it cannot read puts the old file back and
 fails.  Check mode shows the diff.  Unapplying removes LINES."
   (:simulates True)
   (:desc f"pg_hba.conf contains {(.join " | " lines)}")
+  (:watch (if cluster [(watch-path (hba-path cluster))] [(watch-poll POLL)]))
   (:apply (_edit-hba cluster (fn [old] (hba-text old lines))))
   (:unapply (_edit-hba cluster (fn [old] (hba-without old lines)))))
 

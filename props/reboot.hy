@@ -107,6 +107,7 @@ schedules the reboot and returns at once, so that the deployment can end
 the controller's machine, consfig waits at most WAIT seconds for the host
 to come back (a new boot id) before it reports.  In a chroot, nothing
 reboots.  REASON says why, to the operator.  See `consfig.props.reboot`."
+  (:unwatched "an action: a reboot at the end of the run it is in")
   (:desc "Reboot at the end of the deployment requested")
   (:simulates True)
   (:apply

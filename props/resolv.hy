@@ -2,6 +2,7 @@
 manages it."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [run-ok?]
         consfig.errors [FailedChange]
         consfig.props.file [update-file]
@@ -30,6 +31,7 @@ resolvconf or NetworkManager manage it), it is a failure: configure that
 instead.
 
   (resolv.configured \"192.0.2.53\" \"192.0.2.54\" :search [\"example.com\"])"
+  (:watch [(watch-path RESOLV-CONF)])
   (:simulates True)
   (:invariant (<= 1 (len nameservers) 3) "needs one to three name servers")
   (:desc f"resolv.conf asks {(.join " " nameservers)}")

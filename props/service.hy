@@ -8,13 +8,13 @@ nothing, and /usr/sbin/policy-rc.d answers 101 (\"action forbidden\") so that
 packages installed meanwhile do not start theirs either."
 
 (eval-when-compile (require consfig.model.property [defprop]))
-(import consfig.model.watchspec [watch-unit])
+(import consfig.model.watchspec [watch-path watch-unit])
 (import contextlib
         contextvars
         consfig.apply.actions [NO-CHANGE run run-ok? run-script read-remote-file
                                write-remote-file remote-exists?]
         consfig.model.context [connection]
-        consfig.apply.engine [apply-sequence inform]
+        consfig.apply.engine [apply-sequence checking? inform]
         consfig.errors [FailedChange]
         consfig.apply.noservices [POLICY-RC-D FORBID-ALL no-services-reason]
         consfig.model.host [push-hostattr get-hostattr]
@@ -43,6 +43,33 @@ own either: properties that act on it (sysctl, kernel modules, swap) say so
 and leave it alone."
   (_no-services-where))
 
+(setv _CONTAINER "
+if command -v systemd-detect-virt >/dev/null 2>&1 &&
+   v=$(systemd-detect-virt --container 2>/dev/null) && [ -n \"$v\" ] && [ \"$v\" != none ]; then
+  echo \"$v\"; exit 0
+fi
+if [ -s /run/systemd/container ]; then head -n 1 /run/systemd/container; exit 0; fi
+if [ -r /proc/1/environ ]; then tr '\\000' '\\n' </proc/1/environ | sed -n 's/^container=//p' | head -n 1; fi
+exit 0")
+
+(defn container-kind []
+  "The kind of container the target runs in (\"systemd-nspawn\", \"docker\",
+\"lxc\", …), as systemd-detect-virt --container, /run/systemd/container or
+the `container=` of PID 1's environment tell; None on a system with a kernel
+of its own."
+  (setv kind (.strip (or (. (run "sh" "-c" _CONTAINER :check False :timeout 60) stdout) "")))
+  (or (get (+ (.splitlines kind) [""]) 0) None))
+
+(defn kernel-left-alone-where []
+  "Where the running kernel is not the target system's own, for messages:
+as `no-services-where` says (a chroot), or \"in a container (KIND)\", whose
+kernel is the machine's; None when it is the system's own.  Properties that
+act on the whole kernel (swap, kernel-wide sysctls, kernel modules, the
+clock) say so there and leave it alone."
+  (or (no-services-where)
+      (let [kind (container-kind)]
+        (when kind f"in a container ({kind}): its kernel is the machine's"))))
+
 (defn no-services? []
   "Whether services must not be started, stopped or reloaded now: inside
 `without-starting-services`, on a host with the `no-services` property, or
@@ -60,7 +87,12 @@ return `:no-change`."
   "A context in which no service starts on the current connection's target:
 policy-rc.d forbids every action and `no-services?` is true.  On the way
 out, whatever policy-rc.d was there before comes back — also when the body
-failed — unless something inside replaced ours with a file of its own."
+failed — unless something inside replaced ours with a file of its own.  In
+check mode, nothing starts anyway: policy-rc.d is left alone."
+  (when (checking?)
+    (setv token (.set _no-services True))
+    (try (yield) (finally (.reset _no-services token)))
+    (return))
   (setv had-policy (remote-exists? POLICY-RC-D)
         backup None)
   (when had-policy
@@ -85,7 +117,9 @@ failed — unless something inside replaced ours with a file of its own."
 any service: for chroots and images.  Service properties do nothing inside,
 and /usr/sbin/policy-rc.d forbids package scripts to start daemons for the
 duration.  Debian and derivatives."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:announce False)
+  (:simulates True)
   (:apply (with [(services-prevented)] (apply-sequence propapps)))
   (:unapply (with [(services-prevented)] (apply-sequence propapps :unapply True))))
 
@@ -93,6 +127,7 @@ duration.  Debian and derivatives."
   "The host never starts services: its service properties do nothing, and
 /usr/sbin/policy-rc.d forbids package scripts to start daemons.  For a chroot
 or an image that is never booted as it is.  This owns policy-rc.d outright."
+  (:watch [(watch-path POLICY-RC-D)])
   (:desc "Starting services disabled")
   (:hostattrs (push-hostattr "no-services" True))
   (:check (= (read-remote-file POLICY-RC-D) POLICY-RC-D-CONTENT))
@@ -107,8 +142,10 @@ or an image that is never booted as it is.  This owns policy-rc.d outright."
 says it is running already."
   (:watch [(watch-unit (if (in "." service) service f"{service}.service"))])
   (:desc f"Service {service} running")
-  (:check (and (not (no-services?))
-               (run-ok? "service" service "status" :timeout 120)))
+  ;; Where services are not started, nothing would be done: it holds.
+  (:check (if (no-services?)
+              (= (skip-for-no-services f"starting {service}") NO-CHANGE)
+              (run-ok? "service" service "status" :timeout 120)))
   (:apply
     (if (no-services?)
         (skip-for-no-services f"starting {service}")
@@ -116,6 +153,7 @@ says it is running already."
 
 (defprop restarted :posix [#^ service-name service]
   "Restart SERVICE with service(8); always a change (use it after `on-change`)."
+  (:action "restarting is an event, not a state a service is in")
   (:desc f"Service {service} restarted")
   (:apply
     (if (no-services?)
@@ -124,6 +162,7 @@ says it is running already."
 
 (defprop reloaded :posix [#^ service-name service]
   "Reload SERVICE's configuration with service(8); always a change."
+  (:action "reloading is an event, not a state a service is in")
   (:desc f"Service {service} reloaded")
   (:apply
     (if (no-services?)
@@ -152,7 +191,7 @@ configuration back as it was, and fail with what the test said about WHAT."
                             (if undo "; put back as it was" "; nothing reloaded")
                             ":\n" (.strip (+ r.stdout r.stderr)))))))
 
-(export :objects [POLICY-RC-D no-services? no-services-where skip-for-no-services services-prevented
+(export :objects [POLICY-RC-D no-services? no-services-where container-kind kernel-left-alone-where skip-for-no-services services-prevented
                   reload-if-running tested-or-undone
                   without-starting-services no-services running restarted
                   reloaded])

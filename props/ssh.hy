@@ -4,13 +4,16 @@
   (require consfig.model.property [defprop]
            consfig.model.propspec [defpropspec]))
 (import posixpath
+        pwd
+        consfig.model.watchspec [watch-path]
         consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.data.items [get-data-bytes require-data]
-        consfig.apply.engine [Drift]
+        consfig.apply.engine [Drift checking?]
         consfig.errors [FailedChange]
         consfig.model.host [get-hostname get-hostattrs hosts-with-hostattr]
         consfig.props.file :as file
-        consfig.props.file [add-lines remove-lines content->bytes read-bytes update-file]
+        consfig.props.file [add-lines combined-results remove-lines content->bytes read-bytes
+                            update-file]
         consfig.props.user [home-directory]
         consfig.types *)
 
@@ -39,19 +42,35 @@
   (run "chown" f"{username}:" "--" path)
   (run "chmod" "go-w" "--" path))
 
-(defn _user-file-lines [username name lines remove]
-  (setv path (posixpath.join (_ssh-dir username) name)
+(defn _user-file-lines [username name lines remove [mode None]]
+  ;; In check mode the lines' editors say what would change; ~/.ssh is not
+  ;; made.  MODE: what the file must have, whether or not its lines changed.
+  (setv path (posixpath.join (if (checking?)
+                                 (posixpath.join (home-directory username) ".ssh")
+                                 (_ssh-dir username))
+                             name)
         r (if remove (remove-lines path lines) (add-lines path lines)))
-  (when (and (!= r NO-CHANGE) (remote-exists? path))
+  (when (and (!= r NO-CHANGE) (remote-exists? path) (not (checking?)))
     (_owned-private path username))
-  r)
+  (if (and mode (remote-exists? path))
+      (combined-results [r (file.ensure-mode path mode)])
+      r))
+
+(defn authorized-keys-path [username]
+  "Where USERNAME's authorized_keys is: in ~/.ssh, by the target's passwd
+when this runs on it, else under /home (root's under /root)."
+  (try (posixpath.join (. (pwd.getpwnam username) pw-dir) ".ssh" "authorized_keys")
+       (except [KeyError]
+         (posixpath.join (if (= username "root") "/root" f"/home/{username}") ".ssh" "authorized_keys"))))
 
 (defprop authorized-keys :posix [#^ user-name username #^ ssh-public-key #* keys]
   "USERNAME's ~/.ssh/authorized_keys contains each of KEYS (whole lines:
-`ssh-ed25519 AAAA… comment`); other keys in it are left alone.  Unapplying
-removes KEYS from it."
+`ssh-ed25519 AAAA… comment`); other keys in it are left alone.  The file is
+USERNAME's, mode 0600.  Unapplying removes KEYS from it."
+  (:simulates True)
   (:desc f"{username} has {(len keys)} authorized SSH key(s)")
-  (:apply (_user-file-lines username "authorized_keys" keys False))
+  (:watch [(watch-path (authorized-keys-path username))])
+  (:apply (_user-file-lines username "authorized_keys" keys False 0o600))
   (:unapply (_user-file-lines username "authorized_keys" keys True)))
 
 (defn user-key-iden2 [username type]
@@ -71,6 +90,7 @@ private key never leaves it (this needs ssh-keygen, from openssh-client).
 With PUBLIC-KEY, the private key is prerequisite data of the host
 (HOSTNAME, `~USERNAME/.ssh/id_TYPE`), a secret, installed with mode 0600, and
 the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
+  (:watch [(watch-path (posixpath.join (posixpath.dirname (authorized-keys-path username)) f"id_{type}"))])
   (:desc f"{username} has an {type} SSH key")
   (:hostattrs
     (when public-key
@@ -101,6 +121,8 @@ the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
   "USERNAME's ~/.ssh/known_hosts says that HOSTS (a name, or a list of names
 and addresses) have the public KEY (`ssh-ed25519 AAAA…`).  Unapplying
 removes that line."
+  (:watch [(watch-path (posixpath.join (posixpath.dirname (authorized-keys-path username)) "known_hosts"))])
+  (:simulates True)
   (:desc f"{username} knows the SSH host key of {hosts}")
   (:apply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] False))
   (:unapply (_user-file-lines username "known_hosts" [(_known-hosts-line hosts key)] True)))
@@ -110,9 +132,11 @@ removes that line."
 (defprop system-known-host :posix [#^ known-hosts hosts #^ ssh-public-key key]
   "/etc/ssh/ssh_known_hosts, read by every user's ssh, says that HOSTS have
 the public KEY.  Unapplying removes that line."
+  (:watch [(watch-path SYSTEM-KNOWN-HOSTS)])
+  (:simulates True)
   (:desc f"The system knows the SSH host key of {hosts}")
   (:apply
-    (run "mkdir" "-p" "/etc/ssh")
+    (when (not (checking?)) (run "mkdir" "-p" "/etc/ssh"))
     (add-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)]))
   (:unapply (remove-lines SYSTEM-KNOWN-HOSTS [(_known-hosts-line hosts key)])))
 
@@ -141,6 +165,6 @@ asked to trust a key."
                      (.join "" (gfor l [#* (site-known-hosts-lines) #* extra] (+ l "\n")))
                      :mode 0o644)])
 
-(export :objects [authorized-keys has-user-key known-host system-known-host
+(export :objects [authorized-keys authorized-keys-path has-user-key known-host system-known-host
                   user-key-iden2 ssh-public-key ssh-key-type known-hosts-of-site
                   site-known-hosts-lines])

@@ -15,7 +15,7 @@ configuration fails the property and the file stays as it was."
         consfig.transport.hop [Script]
         consfig.model.host [get-hostname push-hostattr]
         consfig.props.apt :as apt
-        consfig.props.file [conf-space-text update-file conf-pairs describe-pairs
+        consfig.props.file [conf-space-text update-file conf-pairs describe-pairs file-lines
                             read-bytes read-text content->bytes pairs-problem conf-pair]
         consfig.props.ssh [ssh-public-key ssh-key-type]
         consfig.props.service :as service
@@ -85,6 +85,10 @@ reloads when it changed (where services run)."
     (_reload)
     None))
 
+(defn _configured? [text pairs]
+  ;; Lines, not text: a file without a final newline is no reason to write.
+  (= (file-lines (conf-space-text text (conf-pairs pairs))) (file-lines text)))
+
 (defprop configured :posix [#^ conf-pair #* pairs]
   "sshd_config sets each keyword of PAIRS (alternating keywords and values,
 or a dict) to its value, as `file.contains-conf-space` does.  The new file is
@@ -94,12 +98,17 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
   (:invariant (not (pairs-problem pairs sshd-keyword)) (pairs-problem pairs sshd-keyword))
   (:watch [(watch-path CONFIG)])
   (:desc f"sshd configured: {(describe-pairs pairs " ")}")
+  (:check
+    (setv old (read-text CONFIG))
+    (cond (is old None) (Drift f"{CONFIG} does not exist")
+          (_configured? old pairs) True
+          True (Drift f"{CONFIG} would set {(describe-pairs pairs " ")}")))
   (:apply
     (setv old (read-text CONFIG))
     (when (is old None)
       (raise (FailedChange f"{CONFIG} does not exist: is the OpenSSH server installed?")))
     (setv new (conf-space-text old (conf-pairs pairs)))
-    (if (= new old)
+    (if (_configured? old pairs)
         NO-CHANGE
         (do (validate (content->bytes new))
             (update-file CONFIG new)
@@ -133,6 +142,7 @@ keyword, so a file in sshd_config.d that sets the same one overrides this."
 Applying it checks that one of /etc/ssh/ssh_host_*_key.pub is KEY, and
 fails, changing nothing, when none is: the key recorded is wrong, or the
 host has a new one."
+  (:watch [(watch-path "/etc/ssh")])
   (:desc f"SSH host key {(get (.split key) 0)} recorded")
   (:hostattrs (push-hostattr "ssh-host-key" (_key-of key)))
   (:check (in (_key-of key) (_host-public-keys)))

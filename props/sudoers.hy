@@ -8,6 +8,8 @@ that was there before stays."
 
 (eval-when-compile (require consfig.model.property [defprop]
                            consfig.model.propspec [defproplist]))
+(import posixpath
+        consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [output run run-ok? write-remote-file]
         consfig.apply.engine [checking? inform]
         consfig.errors [FailedChange]
@@ -70,6 +72,7 @@ ignore.  Unapplying removes the file.
   (sudoers.drop-in \"deploy\" \"deploy ALL=(root) NOPASSWD: /usr/bin/systemctl restart app\\n\")"
   (:simulates True)
   (:desc f"sudoers drop-in {name}")
+  (:watch [(watch-path (posixpath.join DIRECTORY name))])
   (:apply
     (setv path f"{DIRECTORY}/{name}"
           text (if (.endswith text "\n") text (+ text "\n"))

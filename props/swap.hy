@@ -1,10 +1,12 @@
 "Swap files: made, listed in /etc/fstab, and in use.
 
 The running kernel is given the swap only where it is the system's own — not
-in a chroot, not where services are not started (see `sysctl`); there the
-file and its fstab line are made, and it is used from the next boot."
+in a chroot, not where services are not started (see `sysctl`), not in a
+container, whose kernel is the machine's; there the file and its fstab line
+are made, and it is used where the system boots a kernel of its own."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import posixpath
         re
         consfig.apply.actions [NO-CHANGE Script output run]
@@ -12,7 +14,7 @@ file and its fstab line are made, and it is used from the next boot."
         consfig.errors [FailedChange]
         consfig.props.file [combined-results map-file-lines remove-files]
         consfig.props.fstab [FSTAB]
-        consfig.props.service [no-services-where]
+        consfig.props.service [kernel-left-alone-where]
         consfig.types *)
 
 (setv _UNITS {"K" 1024 "M" (** 1024 2) "G" (** 1024 3) "T" (** 1024 4)})
@@ -92,7 +94,7 @@ bytes, or None when it is not one."
         True None))
 
 (defn _live [path]
-  (setv where (no-services-where))
+  (setv where (kernel-left-alone-where))
   (cond where (do (inform f"{path} not used now: the running kernel is left alone ({where})")
                   NO-CHANGE)
         (active? path) NO-CHANGE
@@ -107,7 +109,7 @@ bytes, or None when it is not one."
                                     f"{path} would get mode 0600, owner root"))
                         WOULD-CHANGE)
         (= change "mode") (do (run "chown" "root:root" "--" path) (run "chmod" "600" "--" path) None)
-        True (do (when (and (not (no-services-where)) (active? path))
+        True (do (when (and (not (kernel-left-alone-where)) (active? path))
                    (inform f"{path} is resized: swapping off it first")
                    (run "swapoff" "--" path :timeout 3600))
                  (run "mkdir" "-p" "--" (or (posixpath.dirname path) "/"))
@@ -121,6 +123,7 @@ prepared with mkswap; /etc/fstab swaps on it at boot, and the running kernel
 swaps on it now (see the module's documentation for where it is left
 alone).  A file of another size is made anew, swapped off first if in use.
 Unapplying swaps off it, removes its fstab line and the file."
+  (:watch [(watch-path path) (watch-path FSTAB) (watch-poll 60)])
   (:simulates True)
   (:desc f"swap file {path} of {size}")
   (:apply
@@ -134,7 +137,7 @@ Unapplying swaps off it, removes its fstab line and the file."
                        (_live path)]))
   (:unapply
     (combined-results
-      [(cond (or (no-services-where) (not (active? path))) NO-CHANGE
+      [(cond (or (kernel-left-alone-where) (not (active? path))) NO-CHANGE
              (checking?) (do (inform f"{path} would be swapped off") WOULD-CHANGE)
              True (do (run "swapoff" "--" path :timeout 3600) None))
        (map-file-lines FSTAB (fn [lines] (lfor l lines :if (not (_swap-line? l path)) l)))

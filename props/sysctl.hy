@@ -5,16 +5,20 @@ The running kernel is changed only where it is the system's own: not in a
 chroot, and not where services are not started (`service.no-services?`),
 since a chroot shares the kernel of the machine it is on.  There the file is
 written, the property says that the running kernel was left alone, and the
-values take effect when the system boots."
+values take effect when the system boots.  In a container (see
+`service.kernel-left-alone-where`) only the parameters of its own network
+namespace (net.*) are set, where it may write them; the kernel-wide ones are
+the machine's, and left alone with a note."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path watch-poll])
 (import re
         consfig.apply.actions [NO-CHANGE Script output run run-ok?]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.props.file [combined-results conf-equals-text conf-pairs describe-pairs map-file-lines
                             pairs-problem read-text update-file]
-        consfig.props.service [no-services-where]
+        consfig.props.service [container-kind no-services-where]
         consfig.types *)
 
 (defn _key-problem [key]
@@ -46,6 +50,14 @@ values take effect when the system boots."
 (defn _proc-path [key]
   (+ "/proc/sys/" (if (in "/" key) key (.replace key "." "/"))))
 
+;; How often the agent reads the running values back: /proc/sys tells
+;; nobody when one is written.
+(setv LIVE-POLL 1)
+
+(defn _watches [keys file]
+  ;; The file, and a poll of the running values.
+  [(watch-path (_path file)) (watch-poll LIVE-POLL)])
+
 (defn _pairs-problem [pairs]
   (or (pairs-problem pairs sysctl-key)
       (for [[_ v] (.items (conf-pairs pairs))]
@@ -75,6 +87,33 @@ False for one that cannot be read."
                 (= f "M") None
                 True False)))
 
+(defn namespaced? [key]
+  "Whether KEY is a parameter of the network namespace (net.*), which a
+container with a network of its own has for itself, rather than of the
+whole kernel."
+  (in (get (.split key (if (in "/" key) "/" ".")) 0) #("net")))
+
+;; Each path given that may be written, NUL-terminated; one that is not
+;; there too, for `_live-changes` to say the kernel lacks it.
+(setv _WRITABLE "for p; do { [ -w \"$p\" ] || [ ! -e \"$p\" ]; } && printf '%s\\0' \"$p\"; done; exit 0")
+
+(defn _in-container [wanted kind]
+  ;; What of WANTED a container may set on the running kernel: parameters
+  ;; of its own network namespace that it may write; the rest is said.
+  (setv wide (lfor k wanted :if (not (namespaced? k)) k)
+        net (lfor k wanted :if (namespaced? k) k)
+        writable (set (cut (.split (output (Script _WRITABLE #* (map _proc-path net)) :timeout 60)
+                                   "\0")
+                           0 -1))
+        kept (lfor k net :if (not-in (_proc-path k) writable) k))
+  (when wide
+    (inform (+ f"{(.join ", " wide)}: the running kernel is left alone (in a container ({kind}): "
+               "its kernel is the machine's); the values take effect where this system boots")))
+  (when kept
+    (inform (+ f"{(.join ", " kept)}: the running kernel is left alone (in a container ({kind}) "
+               "that may not set them: its network is not its own)")))
+  (dfor [k v] (.items wanted) :if (and (namespaced? k) (not-in k kept)) k v))
+
 (defn _live-changes [wanted]
   ;; What of WANTED (key → value) the running kernel lacks, as a dict; None
   ;; where it is not this system's.  A parameter it does not have at all is
@@ -84,6 +123,10 @@ False for one that cannot be read."
     (inform (+ f"the running kernel is left alone ({where}, it is not this system's); "
                "the values take effect at boot"))
     (return None))
+  (setv kind (container-kind))
+  (when kind
+    (setv wanted (_in-container wanted kind))
+    (when (not wanted) (return None)))
   (setv have (live-values (list wanted))
         missing (lfor [k v] (.items have) :if (is v None) k))
   (when missing
@@ -138,6 +181,7 @@ its values until the next boot."
   (:simulates True)
   (:invariant (not (_pairs-problem pairs)) (_pairs-problem pairs))
   (:desc f"sysctl {(describe-pairs pairs " = ")}")
+  (:watch (_watches (gfor [[_ k] _] (.items (conf-pairs pairs)) k) file))
   (:apply (_has-values pairs file))
   (:unapply (_lacks-keys (gfor [[_ k] _] (.items (conf-pairs pairs)) k) file)))
 
@@ -146,7 +190,8 @@ its values until the next boot."
 `(sysctl.has-value \"net.ipv4.ip_forward\" 1)`."
   (:simulates True)
   (:desc f"sysctl {key} = {value}")
+  (:watch (_watches [key] file))
   (:apply (_has-values [key value] file))
   (:unapply (_lacks-keys [key] file)))
 
-(export :objects [has-value has-values live-values sysctl-key sysctl-value FILE])
+(export :objects [has-value has-values live-values namespaced? sysctl-key sysctl-value FILE])

@@ -107,6 +107,7 @@ awk '$5 == \"/\" { found = 1 } END { exit found }' /proc/self/mountinfo")))
 (defprop daemon-reloaded :posix [* #^ boolean [user-instance False]]
   "The service manager has reread its unit files (always attempted, where
 one runs)."
+  (:action "rereading the unit files is an event, not a state systemd is in")
   (:desc "systemd configuration reloaded")
   (:apply (_runtime-action user-instance "reloading systemd" "daemon-reload")))
 
@@ -116,9 +117,12 @@ one runs)."
 elsewhere, a host where no systemd service manager runs fails it."
   (:watch (_unit-watches service user-instance))
   (:desc f"systemd service {service} started")
-  (:check (and (not (no-services?))
-               (let [state (_active-state service user-instance)]
-                 (or (= state "active") (Drift f"{service}: {state} → active")))))
+  ;; Where services are not started, nothing would be done: it holds, as
+  ;; its :apply says, so that such a tree checks clean.
+  (:check (if (no-services?)
+              (= (skip-for-no-services f"starting {service}") NO-CHANGE)
+              (let [state (_active-state service user-instance)]
+                (or (= state "active") (Drift f"{service}: {state} → active")))))
   (:apply (_runtime-action user-instance f"starting {service}" "start" "--" service)))
 
 (defprop stopped :posix [#^ unit-name service * #^ boolean [user-instance False]]
@@ -132,11 +136,13 @@ elsewhere, a host where no systemd service manager runs fails it."
 
 (defprop restarted :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "Restart the unit SERVICE; always a change (use it after `on-change`)."
+  (:action "restarting is an event, not a state a unit is in")
   (:desc f"systemd service {service} restarted")
   (:apply (_runtime-action user-instance f"restarting {service}" "restart" "--" service)))
 
 (defprop reloaded :posix [#^ unit-name service * #^ boolean [user-instance False]]
   "Make the unit SERVICE reload its configuration; always a change."
+  (:action "reloading is an event, not a state a unit is in")
   (:desc f"systemd service {service} reloaded")
   (:apply (_runtime-action user-instance f"reloading {service}" "reload" "--" service)))
 
@@ -230,23 +236,50 @@ failure too: systemd would ignore that setting."
     (finally (run "rm" "-rf" "--" tmp :timeout 60))))
 
 (defn _reload-manager []
-  (_runtime-action False "reloading systemd" "daemon-reload"))
+  ;; Where no manager runs, the next one to start reads the files as they
+  ;; are: nothing is lost, so that is said, not failed.
+  (cond (no-services?) (skip-for-no-services "reloading systemd")
+        (manager-running?) (do (systemctl False "daemon-reload") None)
+        True (do (inform (+ "not reloading systemd: no systemd service manager runs here "
+                            "(/run/systemd/system is absent); one started later reads the file"))
+                 NO-CHANGE)))
+
+(defn _reload-pending? [unit]
+  ;; Whether the running manager has not reread UNIT's files since they
+  ;; changed on disk: a reload that failed, or that never ran, is tried
+  ;; again by the next run.  A template has no state of its own.
+  (and (not (in "@." unit))
+       (not (no-services?))
+       (manager-running?)
+       (= (.strip (. (systemctl False "show" "--property=NeedDaemonReload" "--value" "--" unit
+                                :check False)
+                     stdout))
+          "yes")))
+
+(defn _pending-reload [unit]
+  ;; NO-CHANGE, or the reload that was missed (WOULD-CHANGE in check mode).
+  (cond (not (_reload-pending? unit)) NO-CHANGE
+        (checking?) (do (inform f"systemd would reread {unit}, changed since it last did")
+                        WOULD-CHANGE)
+        True (_reload-manager)))
 
 (defn _write-verified [path unit relative text]
   ;; NO-CHANGE, WOULD-CHANGE (check mode: a diff, nothing verified, nothing
   ;; written) or None once the verified text is in place and the manager
-  ;; has reread it.  Only a new text is verified, and reread.
+  ;; has reread it.  Only a new text is verified; the manager rereads a new
+  ;; text, and one it has not reread yet.
   (setv new (content->bytes text))
   (when (or (= (read-bytes path) new) (checking?))
-    (return (update-file path new :mode 0o644 :owner "root" :group "root")))
+    (setv r (update-file path new :mode 0o644 :owner "root" :group "root"))
+    (return (if (= r NO-CHANGE) (_pending-reload unit) r)))
   (verify-unit-text unit relative text)
   (run-walked [path] "mkdir" "-p" "--" (posixpath.dirname path) :timeout 60)
   (update-file path new :mode 0o644 :owner "root" :group "root")
   (_reload-manager)
   None)
 
-(defn _remove-unit-file [path [directory None]]
-  (cond (not (remote-exists? path)) NO-CHANGE
+(defn _remove-unit-file [unit path [directory None]]
+  (cond (not (remote-exists? path)) (_pending-reload unit)
         (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
         True (do (run "rm" "-f" "--" path :timeout 60)
                  (when directory
@@ -272,7 +305,7 @@ the unit if it is enabled and removes the file."
     (when (and (remote-exists? (unit-path name)) (not (checking?))
                (= (unit-file-state name) "enabled"))
       (systemctl False "disable" "--" name))
-    (_remove-unit-file (unit-path name))))
+    (_remove-unit-file name (unit-path name))))
 
 (defprop drop-in :posix [#^ unit-file-name unit #^ drop-in-name name #^ text text]
   "/etc/systemd/system/UNIT.d/NAME.conf holds TEXT, a drop-in that changes
@@ -289,7 +322,7 @@ drop-in (and UNIT.d, once empty)."
   (:apply (setv path (drop-in-path unit name))
           (_write-verified path unit (posixpath.relpath path UNIT-DIRECTORY) text))
   (:unapply (setv path (drop-in-path unit name))
-            (_remove-unit-file path (posixpath.dirname path))))
+            (_remove-unit-file unit path (posixpath.dirname path))))
 
 (setv LINGER-DIRECTORY "/var/lib/systemd/linger")
 
@@ -309,6 +342,7 @@ unattended.  Where a systemd manager runs, through `loginctl
 enable-linger`, which starts it at once; elsewhere (a chroot, an image) by
 the file /var/lib/systemd/linger/USER that logind reads when it starts.
 USER must exist.  Unapplying disables lingering."
+  (:watch [(watch-path (posixpath.join LINGER-DIRECTORY user))])
   (:desc f"{user} lingers")
   (:check (or (_lingers? user) (Drift f"{user} would linger")))
   (:apply
@@ -330,6 +364,7 @@ USER must exist.  Unapplying disables lingering."
   "The system boots into TARGET (\"multi-user.target\" for a server,
 \"graphical.target\" for a desktop): `systemctl set-default`.  Works without
 a running systemd."
+  (:watch [(watch-path (unit-path "default.target"))])
   (:desc f"systemd boots into {target}")
   (:invariant (.endswith target ".target") "a default target is a .target unit")
   (:check (setv have (_default-target))
@@ -340,6 +375,7 @@ a running systemd."
   "The user unit UNIT is enabled for every user (`systemctl --global
 enable`): each user's own manager starts it.  Works without a running
 systemd.  Unapplying disables it globally."
+  (:watch [(watch-path "/etc/systemd/user")])
   (:desc f"user unit {unit} enabled for all users")
   (:check (or (run-ok? "systemctl" "--global" "is-enabled" "--quiet" "--" unit)
               (Drift f"user unit {unit} would be enabled for all users")))
@@ -384,6 +420,7 @@ starts; restart it with `on-change` for it to take effect now.  Unapplying
 removes the drop-in.
 
   (systemd.configured \"logind\" \"Login\" \"HandleLidSwitch\" \"ignore\")"
+  (:watch [(watch-path (conf-path component name))])
   (:simulates True)
   (:invariant (not (_settings-problem pairs)) (_settings-problem pairs))
   (:desc (+ f"systemd {component} has "

@@ -1,6 +1,7 @@
 "The system timezone."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         re
         consfig.apply.actions [run run-ok? read-remote-file write-remote-file
@@ -29,6 +30,7 @@
 the system has one, as Debian before trixie does) names it.  The hostattr
 `timezone` records it."
   (:desc f"Timezone is {timezone}")
+  (:watch [(watch-path "/etc/localtime") (watch-path "/etc/timezone")])
   (:hostattrs (push-hostattr "timezone" timezone))
   (:check (and (= (_localtime) (zone-file timezone))
                (= (read-remote-file "/etc/timezone" (+ timezone "\n"))

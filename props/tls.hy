@@ -13,6 +13,7 @@ however the site obtains it."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
+(import consfig.model.watchspec [watch-path])
 (import posixpath
         consfig.apply.actions [NO-CHANGE run run-ok?]
         consfig.data.items [get-data-bytes require-data]
@@ -88,6 +89,7 @@ service reads a new certificate when it reloads: `(on-change
 both."
   (:simulates True)
   (:desc f"TLS certificate {name} installed")
+  (:watch [(watch-path (certificate-path name)) (watch-path (key-path name))])
   (:hostattrs (setv #(cert key) (_items name iden1))
               (require-data #* cert)
               (require-data #* key :secret True))

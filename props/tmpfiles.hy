@@ -2,6 +2,7 @@
 demand, from drop-ins of /etc/tmpfiles.d."
 
 (eval-when-compile (require consfig.model.property [defprop]))
+(import consfig.model.watchspec [watch-path])
 (import consfig.apply.actions [NO-CHANGE run run-ok?]
         consfig.apply.engine [checking? inform]
         consfig.errors [FailedChange]
@@ -36,6 +37,7 @@ anyway).  Lines systemd-tmpfiles complains of fail the property.  Unapplying
 removes the drop-in (what it made stays).
 
   (tmpfiles.configured \"app\" \"d /run/app 0750 app app -\")"
+  (:watch [(watch-path (tmpfiles-path name))])
   (:simulates True)
   (:invariant lines "needs at least one line")
   (:desc f"tmpfiles {name}")

@@ -227,6 +227,7 @@ uid below 1000, a group of the same name, HOME (not created: by default
 /nonexistent, as Debian's own daemons have) and SHELL (by default none to
 log in with).  An ordinary account of that name is a failure.  Unapplying
 deletes the account."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"System account for {username}")
   (:check (or (bool (passwd-entry username))
               (Drift f"system account {username} would be created")))
@@ -240,6 +241,7 @@ deletes the account."
 (defprop has-full-name :posix [#^ user-name username #^ full-name name]
   "USERNAME's full name (the first field of the GECOS field of passwd(5))
 is NAME; the other fields (room, telephone numbers) are left as they are."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"{username}'s full name is {name}")
   (:check (setv have (_full-name username))
           (or (= have name) (Drift f"{username}: full name {have} → {name}")))
@@ -254,6 +256,7 @@ is NAME; the other fields (room, telephone numbers) are left as they are."
 (defprop has-primary-group :posix [#^ user-name username #^ group-name group]
   "USERNAME's primary group, which owns the files USERNAME makes, is GROUP
 (`usermod -g`; files in USERNAME's home directory follow)."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"{username}'s primary group is {group}")
   (:check (setv have (.get (or (passwd-entry username) {}) "gid"))
           (or (= have (_gid-of group)) (Drift f"{username}: primary group {have} → {group}")))
@@ -263,6 +266,7 @@ is NAME; the other fields (room, telephone numbers) are left as they are."
   "USERNAME's home directory is HOME.  The old home directory's contents
 move there (`usermod -m`) when HOME does not exist yet; an existing HOME is
 taken as it is, and the old one left."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"{username}'s home is {home}")
   (:check (setv have (.get (or (passwd-entry username) {}) "home"))
           (or (= have home) (Drift f"{username}: home {have} → {home}")))
@@ -273,6 +277,7 @@ taken as it is, and the old one left."
   "There is no user account USERNAME; with REMOVE-HOME, its home directory
 and mail spool go with it (`userdel -r`), else they stay.  A user with
 processes running is a failure, from userdel."
+  (:watch ACCOUNT-WATCHES)
   (:desc f"No account for {username}")
   (:check (or (not (passwd-entry username))
               (Drift f"account {username} would be deleted")))

@@ -133,6 +133,7 @@ and `:cpus` (1), under KVM or emulation as `:accel` says (:auto, :kvm,
 :tcg; :auto by default: see the module's documentation), user-mode networking and no display; its serial console
 goes to /run/consfig/vm/NAME.log.  A QEMU that is gone is started again.
 The image is not built here: `disk.raw-image-built-for` does that, before."
+  (:unwatched "a VM is a qemu process consfig started, with no unit to watch: re-checked at the host's interval")
   (:desc f"VM {name} running")
   (:invariant (not (_options-problem options)) (_options-problem options))
   (:preprocess [name (dfor [k v] (.items options) (_key k) (if (isinstance v hy.models.Keyword) (_key v) v))])
@@ -142,6 +143,7 @@ The image is not built here: `disk.raw-image-built-for` does that, before."
 (defprop stopped :posix [#^ machine-name name]
   "The virtual machine NAME is not running (QEMU is ended: TERM, then KILL
 after `STOP-TIMEOUT` seconds)."
+  (:unwatched "a VM is a qemu process consfig started, with no unit to watch: re-checked at the host's interval")
   (:desc f"VM {name} stopped")
   (:check (or (not (running? name)) (Drift f"the VM {name} would be stopped")))
   (:apply (stop name)))
@@ -149,6 +151,7 @@ after `STOP-TIMEOUT` seconds)."
 (defprop removed :posix [#^ machine-name name]
   "The virtual machine NAME is stopped and its PID file and console logs
 are gone (its disk image is left: remove it with `file.absent`)."
+  (:unwatched "a VM is a qemu process consfig started, with no unit to watch: re-checked at the host's interval")
   (:desc f"VM {name} removed")
   (:check (or (not (or (running? name) (remote-exists? (pid-file name))
                        (remote-exists? (console-log name))))

@@ -68,6 +68,7 @@ once)."
 server listens there): waited for, up to TIMEOUT seconds, trying every
 second.  Needs bash (its /dev/tcp) and coreutils' timeout on the target, as
 Debian has.  A wait: see `consfig.props.wait`."
+  (:unwatched "it waits for a condition during a run: nothing stays to keep")
   (:desc f"{address} port {port} is open")
   (:check (port-state? address port "open"))
   (:apply (_port-wait address port "open" timeout)))
@@ -76,6 +77,7 @@ Debian has.  A wait: see `consfig.props.wait`."
   "A TCP connection from the target to ADDRESS port PORT is refused (nothing
 listens there any more): waited for, up to TIMEOUT seconds, as `port-open`
 waits.  A wait: see `consfig.props.wait`."
+  (:unwatched "it waits for a condition during a run: nothing stays to keep")
   (:desc f"{address} port {port} is closed")
   (:check (port-state? address port "closed"))
   (:apply (_port-wait address port "closed" timeout)))

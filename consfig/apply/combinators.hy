@@ -31,6 +31,7 @@ answers from its flag file."
 (defprop eseqprops :posix [#* propapps]
   "Apply PROPAPPS in order, stopping at the first failure.  Unapplying
 unapplies them in reverse order."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
   (:sequence True)
@@ -40,6 +41,7 @@ unapplies them in reverse order."
 (defprop seqprops :posix [#* propapps]
   "Apply PROPAPPS in order; a failure is reported and skipped, and the
 sequence carries on.  The sequence fails if any element failed."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
   (:sequence True)
@@ -49,6 +51,7 @@ sequence carries on.  The sequence fails if any element failed."
 (defprop silent-seqprops :posix [#* propapps]
   "Like `seqprops`, but the elements are not announced one by one.
 Failures are still reported."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
   (:sequence True)
@@ -71,6 +74,7 @@ Failures are still reported."
 `:aborted-change` or `:command-failed`) just ends the sequence, without
 failing it (the failed property is still reported, and counts in the
 deployment's summary)."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
   (:preprocess (do (_condition condition) [condition #* propapps]))
@@ -80,6 +84,7 @@ deployment's summary)."
 (defprop unapplied :posix [propapp]
   "Unapply PROPAPP when applied, and apply it when unapplied: its check is
 negated and its :apply and :unapply are swapped."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:inverts True)
   (:retractable True)
@@ -103,6 +108,7 @@ negated and its :apply and :unapply are swapped."
 (defprop reapplied :posix [#* propapps]
   "Unapply PROPAPPS (in reverse order), then apply them again: for when a
 fresh application is wanted even though the check says there is nothing to do."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:desc (+ "Reapplied: " (.join "; " (map propapp-desc propapps))))
   (:apply
@@ -121,6 +127,7 @@ fresh application is wanted even though the check says there is nothing to do."
   "Like `eseqprops`; but if `:unapply` appears among PROPAPPS, unapplying
 applies the propapps after it instead of unapplying those before it.  A way to
 give a list of properties an :unapply made of other properties."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
   ;; With an :unapply of its own, unapplying it undoes what applying did.
@@ -141,6 +148,7 @@ give a list of properties an :unapply made of other properties."
 (defprop on-change :posix [propapp #* on-change]
   "Apply PROPAPP; if applying or unapplying it made a change, apply each of
 ON-CHANGE in order (restart a daemon after its configuration changed)."
+  (:unwatched "the agent keeps it whole, watching what its first propapp watches")
   (:simulates True)
   (:trigger propapp)
   (:desc (_trigger-desc propapp))
@@ -149,6 +157,7 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
 
 (defprop on-apply-change :posix [propapp #* on-change]
   "Like `on-change`, but only applying PROPAPP triggers ON-CHANGE."
+  (:unwatched "the agent keeps it whole, watching what its first propapp watches")
   (:simulates True)
   (:trigger propapp)
   (:desc (_trigger-desc propapp))
@@ -171,6 +180,7 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
 
 (defprop desc :posix [desc propapp]
   "Apply PROPAPP, announcing it as DESC."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:sequence True)
   (:desc desc)
@@ -180,6 +190,7 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
 (defprop with-flagfile :posix [flagfile #* propapps]
   "Apply PROPAPPS unless FLAGFILE exists on the target, then create it; so
 PROPAPPS are applied once.  Unapplying unapplies them and removes FLAGFILE."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:announce False)
   (:check (or (remote-exists? flagfile)
               (Drift f"{flagfile} does not exist: what it guards would be applied")))
@@ -196,6 +207,7 @@ PROPAPPS are applied once.  Unapplying unapplies them and removes FLAGFILE."
 (defprop with-requirements :posix [propapp #* requirements]
   "Apply PROPAPP after REQUIREMENTS.  Each requirement depends on the one
 after it, so they are applied last to first."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
   (:apply (apply-sequence [#* (reversed requirements) propapp]))
@@ -207,6 +219,7 @@ its own is stopped after SECONDS, and fails the property that ran it:
 `(with-command-timeout 600 (apt.upgraded) (cmd.single \"make\" \"all\"))`.
 The innermost `with-command-timeout` wins; a command's own `:timeout` wins
 over all; outside any, the chain's :command-timeout holds."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
   (:apply (with [(commands-bounded-by seconds)] (apply-sequence propapps)))
@@ -233,6 +246,7 @@ is dropped, not undone, with a note saying so.  A deployment evaluates the
 fact once; the converging agent again whenever the fact's watch fires (see
 `during-facts`).  Unapplying a `during` retracts its properties whatever
 the fact."
+  (:unwatched "its fact's watch says when its properties are applied or retracted; they are watched for themselves")
   (:simulates True)
   (:fact fact)
   (:retractable True)

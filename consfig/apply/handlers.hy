@@ -188,6 +188,7 @@ one did), notify the handlers NAMES (a name, or a list of names): they run
 once, at the end of the deployment.  A change is recorded on the target
 before anything else is applied, so that a deployment failing later still
 leaves the handler owed, for the next one to run.  See `consfig.apply.handlers`."
+  (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
   (:announce False)
   (:invariant propapps "needs properties whose changes notify")
@@ -214,6 +215,7 @@ failure) at the end of a deployment in which a `notifies` naming it made a
 change, or which owes it from an earlier one that failed.  Where it is
 written in the host's propspec does not matter; applying it there only
 makes sure the handlers owed run at the end.  See `consfig.apply.handlers`."
+  (:unwatched "it runs when a notifies owes it, at the end of a run: nothing to watch")
   (:simulates True)
   (:announce False)
   (:desc f"handler {name}")
@@ -233,6 +235,7 @@ makes sure the handlers owed run at the end.  See `consfig.apply.handlers`."
   "Run now the handlers notified so far (and those owed from earlier
 deployments), rather than at the end of the deployment; unless the
 deployment has failed so far.  Handlers notified after it run at the end."
+  (:unwatched "it runs the handlers owed now: an action")
   (:simulates True)
   (:announce False)
   (:apply (run-pending (failed-so-far?))))

@@ -150,6 +150,7 @@ deployment of another host inside (`deploys`) is not looked into."
   "Apply PROPAPPS in order (as `eseqprops`) under the meta-parameters META,
 a dict such as `{:retry 3 :delay 5}`: `:retry`, `:delay`, `:noop`,
 `:reverse`, `:poll`, `:limit`, `:burst`.  See `consfig.apply.meta`."
+  (:unwatched "it holds other properties, which are watched for themselves (its :poll adds a poll to each)")
   (:simulates True)
   (:announce False)
   (:meta (meta-dict meta))
@@ -326,6 +327,7 @@ when the bucket holds a whole token again."
   "Unapply what was applied under `:reverse` and has left the host's
 propspec since; applied by the engine at the end of every deployment of a
 host's whole propspec.  See `consfig.apply.meta`."
+  (:unwatched "the engine's own step at the end of a deployment, not a state of the host")
   (:simulates True)
   (:announce False)
   (:apply

@@ -98,14 +98,16 @@ failed attempt a note among the repair's events."
   (setv prop (find-property propapp.name))
   (bool (or prop.check prop.simulates)))
 
-(defn kept [propspec]
+(defn kept [propspec [unkept None]]
   "What the agent keeps of PROPSPEC: `#(leaves blocks)`.  LEAVES as `leaves`
 gives them, each with a fourth element: the index in BLOCKS of the
 innermost `during` that holds it, or None.  BLOCKS: the `during` blocks
 (`consfig.apply.combinators.during-facts`), outermost first, each
 `#(block parent)`, PARENT the index of the `during` that holds it, or None.
 A `during` inside an `unapplied` is kept unapplied whatever its fact, so it
-is no block: its properties are leaves kept unapplied."
+is no block: its properties are leaves kept unapplied.  A property that
+cannot say whether it holds (an action) is added to the list UNKEPT, when
+given."
   (setv metas (_metas propspec)
         found (dfor b (during-facts propspec) (id (get b "during")) b)
         out []
@@ -125,20 +127,28 @@ is no block: its properties are leaves kept unapplied."
           (inverts? p) (for [q (children p)] (walk q (not unapply) block))
           trigger (.append out #(p unapply (.get metas (id trigger) {}) block))
           (propapps-in p.args) (for [q (children p) :if (is-not q fact)] (walk q unapply block))
-          (_kept? p) (.append out #(p unapply (.get metas (id p) {}) block))))
+          (_kept? p) (.append out #(p unapply (.get metas (id p) {}) block))
+          (is-not unkept None) (.append unkept p)))
   (walk propspec False None)
   #(out blocks))
 
-(defn leaves [propspec]
+(defn leaves [propspec [unkept None]]
   "The propapps of PROPSPEC the agent keeps, in order, as `#(propapp unapply
 meta)`: those that hold no other propapp, UNAPPLY when an `unapplied`
 encloses it (an odd number of them), META its meta-parameters.  An
 `on-change` is kept whole, so that the repair of its propapp runs its
 handlers; a `with-unapply`'s propapps after `:unapply` are not kept, nor a
-property that cannot say whether it holds (no :check, see `_kept?`), nor
-what a deployment of another host inside (`deploys`, a chroot) applies.
-The properties of a `during` are among them: see `kept`."
-  (lfor [p unapply meta _] (get (kept propspec) 0) #(p unapply meta)))
+property that cannot say whether it holds (no :check, see `_kept?`): those
+are added to the list UNKEPT, when given; nor what a deployment of another
+host inside (`deploys`, a chroot) applies.  The properties of a `during` are
+among them: see `kept`."
+  (lfor [p unapply meta _] (get (kept propspec unkept) 0) #(p unapply meta)))
+
+(defn _unkept-desc [propapp]
+  ;; A propapp the agent does not keep, and why, for the operator.
+  (setv prop (find-property propapp.name)
+        desc (try (propapp-desc propapp) (except [Exception] prop.short-name)))
+  (+ desc " (" (or prop.action "it has no :check") ")"))
 
 (defn watches-of [propapp]
   "What to watch for PROPAPP: its property's `:watch`; for an `on-change`,
@@ -441,7 +451,9 @@ LIMIT, BURST: the `RepairLimit` of a propapp whose meta-parameters say none."
           self.watcher (Watcher :unit-poll (or unit-poll UNIT-POLL)
                                 :dataspace (when self.dataspace
                                              #(self.dataspace host.hostname)))
-          #(found blocks) (kept host.propspec)
+          ;; The actions it cannot keep, said when it starts.
+          self.unkept []
+          #(found blocks) (kept host.propspec self.unkept)
           self.blocks [])
     ;; Keys: 0… the leaves, then the blocks.
     (for [[j [b parent]] (enumerate blocks)]
@@ -518,6 +530,10 @@ replaced, say)."
     (.add self.watcher _PUSH [["path" (os.path.join self.lock-dir "deploy.holder")]])
     (when self.image
       (.add self.watcher _IMAGE [["path" self.image]]))
+    (when self.unkept
+      (self._report "not-kept" :propapps (lfor p self.unkept (_unkept-desc p))
+                    :why (+ "actions, which no check can say hold, are applied by deployments only: "
+                            (.join "; " (gfor p self.unkept (_unkept-desc p))))))
     (self._report "watching" :properties (len self.leaves)
                   :watches (sum (gfor l [#* self.leaves #* self.blocks] (len l.specs)))
                   :during (or (len self.blocks) None)

@@ -120,9 +120,10 @@ both places."
   (defn __init__ [self name type lambda-list * [doc None] [desc None]
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [watch None] [propspec None] [announce True]
-                  [opaque-type False] [simulates False] [invariants #()] [where None]
-                  [declared-type None] [sequence False] [inverts False] [children None]
-                  [meta None] [trigger None] [fact None] [retractable None] [handler None]]
+                  [opaque-type False] [simulates False] [action None] [invariants #()]
+                  [where None] [declared-type None] [sequence False] [inverts False]
+                  [children None] [meta None] [trigger None] [fact None] [retractable None]
+                  [handler None] [unwatched None]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -135,6 +136,8 @@ both places."
           self.unapply unapply
           ;; Parameters -> the watch specs of what it manages (consfig.model.watchspec).
           self.watch watch
+          ;; Why it has no :watch, for the people reading the agent's report.
+          self.unwatched unwatched
           ;; defproplist and defpropspec: args -> propspec, expanded at preprocess.
           self.propspec propspec
           ;; Combinators such as eseqprops are not announced themselves.
@@ -145,6 +148,10 @@ both places."
           ;; Its :apply and :unapply change nothing in check mode (they ask
           ;; `checking?`), so check mode runs them to learn what would change.
           self.simulates simulates
+          ;; Why it is an action by nature (it runs something each time it
+          ;; is applied, `cmd.single`, `service.restarted`), so that no
+          ;; :check can say it holds; None for a state.
+          self.action (when action (_action-reason name action))
           ;; Pairs of functions of the parameters: a condition across them,
           ;; and the message when it does not hold.
           self.invariants (tuple invariants)
@@ -193,6 +200,21 @@ default rendered as Hy (or None when it has none)."
                      (_keyword-for p.name))
            "type" (annotation-type p.annotation)
            "default" (if (is p.default P.empty) None (_render p p.default))}))
+
+  (defn watch-reason [self]
+    "Why the converging agent has nothing to watch for this property (it
+re-checks it at the host's interval), or None when it watches something: its
+`(:unwatched REASON)`, or its `(:action REASON)`; or, for a property that stands for a propspec
+(defproplist, defpropspec), or applies one to another host, what that
+means.  A property with neither a :watch nor a reason is a gap in the
+library (tests/model/test_watch_reasons.py)."
+    (cond self.watch None
+          self.unwatched self.unwatched
+          self.action f"an action: {self.action}"
+          self.propspec "it stands for its propspec, whose properties are watched"
+          self.opaque-type (+ "it applies a propspec to another host (a chroot, a container, "
+                              "an image), which that host's own agent keeps")
+          True None))
 
   (defn [property] short-name [self]
     "The name a user writes: `file.has-content` for the library's
@@ -353,6 +375,21 @@ type (modes in octal)."
   (if (and t (not (and p (is value p.default))))
       (.render t value)
       (show value)))
+
+(defn _action-reason [name reason]
+  (when (not (and (isinstance reason str) (.strip reason) (not-in "\n" reason)))
+    (raise (PropspecError (+ f"{name}: (:action REASON) takes a one-line reason why it is an "
+                             f"action, got {(hy.repr reason)}"))))
+  (str reason))
+
+(defn can-check? [prop]
+  "Whether PROP can say whether it holds, changing nothing: it has a
+`:check`; or it simulates its `:apply` in check mode (the combinators and
+the file editors, whose checks come from what they would write or from
+their children); or it is a pure declaration (an OS, a fact) with nothing
+to apply; or it stands for a propspec (defproplist, defpropspec), whose
+properties check.  A property that cannot is declared an action."
+  (bool (or prop.check prop.simulates (not prop.apply) prop.propspec)))
 
 (defn _type-name [t]
   (setv name (or (keyword-name t) (str t)))
@@ -724,7 +761,12 @@ A template (it holds a binder) has none: what it will be is not known yet."
 
 is equivalent to binding `has-content` to a `Property` registered as
 `MODULE.has-content`, plus a `has-content*` macro for the dotted form, where
-the last parameter receives the trailing forms as an unevaluated propspec."
+the last parameter receives the trailing forms as an unevaluated propspec.
+
+Options: `(:simulates True)`, its :apply asks `checking?` and changes
+nothing in check mode; `(:action \"REASON\")`, it is an action by nature
+(it runs something each time, as `service.restarted` does), so no :check
+can say that it holds: REASON, one line, says why."
   (setv #(doc subs options invariants) (_parse-defprop-body name body)
         module (stored-name _hy_compiler.module.__name__))
   `(do
@@ -780,9 +822,16 @@ dotted form, whose last parameter takes the trailing forms."
     (setv k (. (get form 0) name))
     (cond (in k #(#* SUBROUTINES #* DECLARATIONS)) (.append subs #(k form))
           (= k "invariant") (.append invariants form)
-          (in k _OPTIONS) (.append options #(k (get form 1)))
+          (in k (+ _OPTIONS #("action"))) (.append options #(k (get form 1)))
+          (= k "unwatched")
+          (do (when (not (and (= (len form) 2) (isinstance (get form 1) hy.models.String)
+                              (.strip (get form 1))))
+                (raise (PropspecError (+ f"defprop {name}: (:unwatched REASON) takes a string "
+                                         f"saying why nothing is watched, got {(hy.repr form)}"))))
+              (.append options #(k (get form 1))))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
-                                        "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant")))))
+                                        "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant, "
+                                        "or the options :announce :opaque-type :simulates :action :unwatched")))))
   #(doc subs options invariants))
 
 (export :objects [Propapp Property properties define-property find-property forget-properties-of
@@ -791,7 +840,7 @@ dotted form, whose last parameter takes the trailing forms."
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
                   children meta-of trigger-of fact-of handler-of retractable? sequence? inverts?
-                  propapp-desc default-desc propapp-watches preprocess-propapp propapp-hostattrs hostattrs-of
+                  propapp-desc default-desc propapp-watches can-check? preprocess-propapp propapp-hostattrs hostattrs-of
                   free-binders template?
                   site-where]
         :macros [defprop])

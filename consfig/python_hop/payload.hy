@@ -168,6 +168,7 @@ deployment made from here carries it on."
   "Stands for the property described by DESC, which needed a secret that was
 left out of what was sent here (an image built with --no-secrets): fails,
 saying so."
+  (:unwatched "it stands for a property whose secret was left out: it fails, there is nothing to keep")
   (:desc desc)
   (:check False)
   (:apply (raise (FailedChange (+ "this property needs a secret, which this image does not "

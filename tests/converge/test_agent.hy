@@ -84,6 +84,28 @@ each, in ATTEMPTS), the first of every two fails."
           f"the on-change whole, no bare restart, no unapply branch: {found}")
   (assert (= (watches-of trigger) [["path" "/tmp/conf"]]) "the on-change watches its propapp's file"))
 
+(defprop bell-rung :posix [path]
+  "A line is added to PATH each time."
+  (:action "ringing is an event, not a state")
+  (:apply (with [f (open path "a")] (.write f "ring\n"))))
+
+(defn test-the-agent-says-at-start-which-actions-it-cannot-keep [tmp-path]
+  (setv f (/ tmp-path "motd")
+        bell (str (/ tmp-path "bell")))
+  (.write-text f "hello\n")
+  (with [r (Running (eseqprops (file.has-content (str f) "hello\n") (bell-rung bell)) tmp-path)]
+    (setv [said] (kinds r.events "not-kept")
+          text (.join " " (get said "propapps")))
+    (assert (in "ringing is an event, not a state" text) f"the action and why: {said}")
+    (assert (not-in "motd" text) f"only what it cannot keep: {said}")
+    (assert (< (.index r.events said) (.index r.events (get (kinds r.events "watching") 0)))
+            "said as it starts")
+    (setv out (io.StringIO))
+    ((Reporter :console (PlainConsole out)) said)
+    (assert (in "not-kept: actions" (.getvalue out)) (.getvalue out))
+    (assert (in "ringing is an event" (.getvalue out)) (.getvalue out)))
+  (assert (not (os.path.exists bell)) "the agent never rang it"))
+
 (defn test-with-meta-reaches-the-agent []
   (setv a (file.has-content "/tmp/a" "a")
         found (leaves (preprocess-propapp (eseqprops (with-meta {:noop True :poll 30 :limit 0.5 :burst 2} a)))))

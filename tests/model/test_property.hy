@@ -151,3 +151,17 @@
   (defprop redefined :posix [] (:apply None))
   (defprop redefined :posix [] (:apply None))
   (assert (callable redefined) "second definition replaced the first"))
+
+(defprop bell-rung :posix []
+  "A bell is rung."
+  (:action "rings the bell each time it is applied")
+  (:apply None))
+
+(defn test-an-action-says-why-it-has-no-check []
+  (assert (= bell-rung.action "rings the bell each time it is applied") bell-rung.action)
+  (assert (not (can-check? bell-rung)) "an action cannot say whether it holds")
+  (assert (is typed-content.action None) "a property is no action unless declared one"))
+
+(defn test-an-action-without-a-one-line-reason-is-refused [tmp-path]
+  (setv msg (consfig-error tmp-path "(defprop rung :posix [] (:action \"two\nlines\") (:apply None))\n"))
+  (assert (in "(:action REASON) takes a one-line reason" msg) msg))

@@ -77,5 +77,10 @@
   (assert (in "site.hy:4: cmd.single" msg) msg)
   (assert (in "(cmd.script \"ls -l | wc -l\")" msg) msg))
 
+(defn test-single-refuses-a-command-line-whose-arguments-hold-a-path [tmp-path]
+  (setv msg (consfig-error tmp-path "(cmd.single \"touch /tmp/x\")\n"))
+  (assert (in "site.hy:4: cmd.single" msg) msg)
+  (assert (in "(cmd.single \"touch\" \"/tmp/x\")" msg) msg))
+
 (defn test-single-takes-a-program-path-with-spaces []
   (assert (cmd.single "/opt/My Tools/run it" "--flag") "a path names the program, spaces and all"))

@@ -5,7 +5,7 @@
 (import os
         pytest
         consfig.errors [PropspecError]
-        proptest [LOCAL apply-twice deploy-propspec diffs unapply in-chroot])
+        proptest [LOCAL apply-twice deploy-propspec diffs statuses unapply in-chroot])
 (use-props consfig.props [file])
 
 (setv HOSTILE ["plain" "with space" "quo'te\"s" "new\nline" "$(touch pwned)"
@@ -135,6 +135,25 @@
   (spit src "changed\n")
   (apply-twice LOCAL (file.is-copy-of dest src))
   (assert (= (slurp dest) "changed\n") "recopied"))
+
+(setv NO-FINAL-NEWLINE-EDITS
+      {"contains-lines" #("a\nb" (fn [p] (file.contains-lines p "a")))
+       "lacks-lines" #("a\nb" (fn [p] (file.lacks-lines p "c")))
+       "regex-replaced-lines" #("a\nb" (fn [p] (file.regex-replaced-lines p "^x$" "y")))
+       "contains-conf-space" #("a 1\nb 2" (fn [p] (file.contains-conf-space p "a" "1")))})
+
+(defn [(pytest.mark.parametrize "editor" (list NO-FINAL-NEWLINE-EDITS))]
+      test-line-edit-with-nothing-to-do-leaves-a-file-without-final-newline [tmp-path editor]
+  ;; As Consfigurator: the lines are compared, not the text, so the
+  ;; missing final newline is no reason to write.
+  (setv p (str (/ tmp-path "f"))
+        #(text edit) (get NO-FINAL-NEWLINE-EDITS editor))
+  (spit p text)
+  (setv #(o events) (deploy-propspec LOCAL (edit p) :check-mode True))
+  (assert (= o.status "no-change") f"check mode says it would change: {(statuses events)}")
+  (setv #(o events) (deploy-propspec LOCAL (edit p)))
+  (assert (= o.status "no-change") f"applying changed it: {(statuses events)}")
+  (assert (= (slurp p) text) (repr (slurp p))))
 
 (defn test-contains-conf-space-uncomments [tmp-path]
   (setv p (str (/ tmp-path "sshd_config")))

@@ -16,10 +16,17 @@
   (apply-twice chroot-chain [(user.has-account "alice") (ssh.authorized-keys "alice" KEY1 KEY2)])
   (assert (= (sh debian-chroot "cat /home/alice/.ssh/authorized_keys") (+ KEY1 "\n" KEY2 "\n")) "keys")
   (assert (= (sh debian-chroot "stat -c '%U %a' /home/alice/.ssh /home/alice/.ssh/authorized_keys")
-             "alice 700\nalice 644\n")
-          "owned by alice, not writable by others")
+             "alice 700\nalice 600\n")
+          "owned by alice, readable by her alone")
   (unapply chroot-chain (ssh.authorized-keys "alice" KEY1))
   (assert (= (sh debian-chroot "cat /home/alice/.ssh/authorized_keys") (+ KEY2 "\n")) "KEY1 gone"))
+
+(defn test-authorized-keys-left-0644-are-made-0600 [debian-chroot chroot-chain]
+  (deploy-propspec chroot-chain [(user.has-account "erin") (ssh.authorized-keys "erin" KEY1)])
+  (sh debian-chroot "chmod 644 /home/erin/.ssh/authorized_keys")
+  (apply-twice chroot-chain (ssh.authorized-keys "erin" KEY1))
+  (assert (= (sh debian-chroot "stat -c '%U %a' /home/erin/.ssh/authorized_keys") "erin 600\n")
+          "the keys were there already: the mode is still put right"))
 
 (defn test-known-hosts [debian-chroot chroot-chain]
   (apply-twice chroot-chain [(user.has-account "bob")
@@ -59,3 +66,30 @@
   (assert (any (gfor e events (in "invalid" (.get e "message" "")))) "says why")
   (assert (= (sshd-config debian-chroot) before) "sshd_config unchanged")
   (assert (not (list (.glob (/ debian-chroot "etc/ssh") ".sshd_config.consfig-*"))) "no copy left"))
+
+(defn checked [chain propspec]
+  "The outcome of checking PROPSPEC over CHAIN, and what it said."
+  (import proptest [said])
+  (setv #(o events) (deploy-propspec chain propspec :check-mode True))
+  #(o.status (said events)))
+
+(defn test-sshd-configured-checks-a-password-login-written-by-hand [debian-chroot chroot-chain]
+  ;; Issue 31: sshd.configured had no :check, so neither check mode nor
+  ;; the agent saw `PasswordAuthentication yes` written by hand.
+  (deploy-propspec chroot-chain [(this-os) (service.without-starting-services (sshd.installed))])
+  (apply-twice chroot-chain (sshd.no-passwords) :changes False)
+  (assert (= (get (checked chroot-chain (sshd.no-passwords)) 0) "no-change") "converged: clean")
+  (in-chroot debian-chroot "sed -i 's/^PasswordAuthentication no$/PasswordAuthentication yes/' /etc/ssh/sshd_config")
+  (setv #(status text) (checked chroot-chain (sshd.no-passwords)))
+  (assert (= status "changed") f"the drift is seen: {status}")
+  (assert (in "PasswordAuthentication no" text) text)
+  (deploy-propspec chroot-chain (sshd.no-passwords))
+  (assert (in "\nPasswordAuthentication no\n" (sshd-config debian-chroot)) "repaired"))
+
+(defn test-a-deleted-authorized-keys-file-is-drift [debian-chroot chroot-chain]
+  (apply-twice chroot-chain [(user.has-account "dave") (ssh.authorized-keys "dave" KEY1)])
+  (assert (= (get (checked chroot-chain (ssh.authorized-keys "dave" KEY1)) 0) "no-change") "clean")
+  (in-chroot debian-chroot "rm /home/dave/.ssh/authorized_keys")
+  (assert (= (get (checked chroot-chain (ssh.authorized-keys "dave" KEY1)) 0) "changed")
+          "a missing file is seen")
+  (assert (not (.exists (/ debian-chroot "home/dave/.ssh/authorized_keys"))) "check mode wrote nothing"))

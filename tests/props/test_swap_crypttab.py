@@ -3,6 +3,7 @@ kernel is left alone), and a swap file the running kernel swaps on, over
 :local, on a loop-mounted ext4 file system of the test's own, with a
 private overlay on /etc (livens.py)."""
 
+import os
 import subprocess
 
 import pytest
@@ -12,7 +13,7 @@ from consfig.errors import PropspecError
 from consfig.props import crypttab, swap
 
 from livens import in_namespaces
-from proptest import apply_twice, deploy_propspec, failure_text, in_chroot, statuses, unapply
+from proptest import apply_twice, deploy_propspec, failure_text, in_chroot, said, statuses, unapply
 
 MIB = 1024 * 1024
 
@@ -93,7 +94,17 @@ def scratch_fs(tmp_path):
         subprocess.run(["umount", str(mnt)], check=True, timeout=120)
 
 
+def machine_container():
+    """What kind of container this machine is ("docker"…), or None."""
+    r = subprocess.run(["systemd-detect-virt", "--container"], capture_output=True, text=True,
+                       timeout=60)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
 def test_a_swap_file_is_swapped_on_by_the_running_kernel(scratch_fs):
+    if machine_container():
+        pytest.skip(f"this machine is a container ({machine_container()}): its kernel is not its "
+                    "own, test_in_a_container_the_kernel_is_left_alone is the test here")
     path = f"{scratch_fs}/swap file"
     p = swap.file_exists(path, "32M")
     first, second, proc, fstab, off = in_namespaces(
@@ -108,6 +119,51 @@ def test_a_swap_file_is_swapped_on_by_the_running_kernel(scratch_fs):
     assert swap.fstab_escaped(path) not in open("/proc/swaps").read(), "swapped off on unapply"
     assert list(scratch_fs.iterdir()) == [scratch_fs / "lost+found"]
     assert swap.fstab_escaped(path) not in open("/etc/fstab").read(), "this machine's fstab untouched"
+
+
+def test_in_a_container_the_kernel_is_left_alone(scratch_fs):
+    kind = machine_container()
+    if not kind:
+        pytest.skip("this machine has a kernel of its own; the booted container's test covers it")
+    path = f"{scratch_fs}/swap file"
+    p = swap.file_exists(path, "32M")
+    first, second, off = in_namespaces([["apply", p], ["apply", p], ["unapply", p]],
+                                       overlay=["/etc"])
+    assert first["status"] == "changed", first
+    assert second["status"] == "no-change", second
+    assert (f"{path} not used now: the running kernel is left alone (in a container ({kind}): "
+            "its kernel is the machine's)") in first["notes"], first["notes"]
+    assert swap.fstab_escaped(path) not in open("/proc/swaps").read(), "the machine's swap untouched"
+    assert off["status"] == "changed", off
+    assert list(scratch_fs.iterdir()) == [scratch_fs / "lost+found"]
+
+
+def test_removing_a_container_swaps_off_what_the_machine_swaps_on_in_it(scratch_fs):
+    # What an older consfig left: the container's /swapfile in the
+    # machine's /proc/swaps, which rm cannot remove.
+    from hy.models import Keyword
+    from consfig.props import container
+    name = f"cfswap{os.getpid()}"
+    root = scratch_fs / "machine"
+    for d in ["etc", "usr"]:
+        (root / d).mkdir(parents=True)
+    swapfile = root / "swapfile"
+    subprocess.run(f"fallocate -l 32M {swapfile} && chmod 600 {swapfile} && mkswap -q {swapfile} "
+                   f"&& swapon {swapfile}", shell=True, check=True, timeout=120)
+    link = f"/var/lib/machines/{name}"
+    os.makedirs("/var/lib/machines", exist_ok=True)
+    os.symlink(root, link)
+    try:
+        outcome, events = deploy_propspec([Keyword("local")], container.nspawn_removed(name),
+                                          check=False)
+        assert outcome.status == "changed", failure_text(events)
+        assert f"{swapfile} was swapped on by the machine's kernel: swapped off" in said(events)
+        assert str(swapfile) not in open("/proc/swaps").read()
+        assert not root.exists() and not os.path.lexists(link)
+    finally:
+        subprocess.run(["swapoff", str(swapfile)], capture_output=True, timeout=600)
+        if os.path.islink(link):
+            os.unlink(link)
 
 
 def test_hostile_swap_values_are_refused_where_they_are_written():

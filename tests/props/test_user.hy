@@ -69,6 +69,18 @@
   (setv hosts (sh debian-chroot "cat /etc/hosts"))
   (assert (and (in "127.0.1.1\tother.example.org\tother\n" hosts) (not-in "box" hosts)) hosts))
 
+(defn test-hostname-configured-checks-clean-then-sees-an-edit [debian-chroot chroot-chain]
+  ;; Issue 31: it had no :check, so a converged host said "cannot check".
+  (setv p (hostname.configured :hostname "walked.example.org"))
+  (deploy-propspec chroot-chain p)
+  (setv #(o events) (deploy-propspec chroot-chain p :check-mode True))
+  (assert (= o.status "no-change") f"converged: clean, not {o.status}")
+  (in-chroot debian-chroot "echo elsewhere > /etc/hostname")
+  (setv #(o events) (deploy-propspec chroot-chain p :check-mode True))
+  (assert (= o.status "changed") f"the edit is seen: {o.status}")
+  (assert (in "/etc/hostname" (.join " " (notes events))) (notes events))
+  (assert (= (sh debian-chroot "cat /etc/hostname") "elsewhere\n") "check mode wrote nothing"))
+
 (defn notes [events]
   (lfor e events :if (= (get e "event") "output") (get e "text")))
 
