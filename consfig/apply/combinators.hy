@@ -95,6 +95,7 @@ negated and its :apply and :unapply are swapped."
   "Unapply PROPAPPS (in reverse order), then apply them again: for when a
 fresh application is wanted even though the check says there is nothing to do."
   (:simulates True)
+  (:action "applies again each time, whatever the checks say: that is its point")
   (:desc (+ "Reapplied: " (.join "; " (map propapp-desc propapps))))
   (:apply
     (apply-sequence propapps :unapply True :silent True)
