@@ -267,6 +267,11 @@ WALK = {
     "systemd.reloaded": [(CONTAINER, '(on-change (file.has-content "/srv/walk-t4" "t\\n") '
                                      '(systemd.reloaded "nginx.service"))')],
     "nginx.reloaded": [(CONTAINER, '(on-change (file.has-content "/srv/walk-t5" "t\\n") (nginx.reloaded))')],
+    "postgres.installed": [(CONTAINER, "(postgres.installed)")],
+    "postgres.cluster-present": [(CONTAINER, '(postgres.cluster-present "15" "main")')],
+    "postgres.has-role": [(CONTAINER, '(postgres.has-role "walk" :login True)')],
+    "postgres.has-database": [(CONTAINER, '(postgres.has-database "walkdb" :owner "walk")')],
+    "postgres.hba-contains-lines": [(CONTAINER, '(postgres.hba-contains-lines "local walkdb walk peer")')],
 }
 
 EXAMPLE_SITE = "applied and checked in the booted container by test_the_example_site_deployed_then_checks_clean"
@@ -328,11 +333,6 @@ LEFT_OUT = {
     "apache.site-enabled": "as apache.installed",
     "apache.site-disabled": "as apache.installed",
     "apache.reloaded": "as apache.installed",
-    "postgres.installed": "not walked yet: installs PostgreSQL (tests/props/test_postgres.py)",
-    "postgres.cluster-present": "as postgres.installed",
-    "postgres.has-role": "as postgres.installed",
-    "postgres.has-database": "as postgres.installed",
-    "postgres.hba-contains-lines": "as postgres.installed",
     "apt.upgraded": "not walked yet: upgrades every package of the test tarball (tests/props/test_apt.hy)",
     "apt.source": "not walked yet: adds an archive that every later install fetches (tests/props/test_apt_repo.py)",
     "apt.backports-enabled": "as apt.source",
