@@ -5,6 +5,9 @@
         re
         shlex
         consfig.apply.actions [Script run remote-exists?]
+        consfig.apply.engine [emit]
+        consfig.apply.events [output-event]
+        consfig.errors [FailedChange]
         consfig.transport.hop [command->script]
         consfig.types *)
 
@@ -69,4 +72,28 @@ for `cmd.single`."
   (:check (and creates (remote-exists? (_created creates cwd))))
   (:apply (_ran (Script code #* args) env input cwd timeout)))
 
-(export :objects [single script command-line-problem])
+(defn _reported [cmd env input cwd timeout]
+  (setv r (run cmd :env env :input input :cwd cwd :timeout timeout :check False)
+        text (+ r.stdout (if (and r.stdout r.stderr (not (.endswith r.stdout "\n"))) "\n" "") r.stderr))
+  ;; A note (shown at any verbosity), with the exit status as data for
+  ;; `consfig run`'s recap and for --json readers.
+  (emit {#** (output-event (or (.rstrip text "\n") "(no output)")) "exit-code" r.exit-code})
+  (when (not r.ok?)
+    (raise (FailedChange f"exited {r.exit-code}")))
+  :changed)
+
+(defprop reported :posix [#^ text #* cmd #^ (dict-of shell-identifier text) [env None]
+                          #^ (one-of string byte-string) [input None] #^ abs-path [cwd None]
+                          #^ seconds [timeout None]]
+  "Run the argv CMD, as `single` runs it, and report what it printed
+(standard output, then standard error) and its exit status: a non-zero
+status is a failure.  What `consfig run HOST… -- CMD…` applies.  An action:
+it always runs (in check mode it says that it would), and always counts as
+a change, since what the command did cannot be told."
+  (:action "runs its command and reports what it printed, each time")
+  (:invariant cmd "needs a command to run")
+  (:invariant (not (command-line-problem cmd)) (command-line-problem cmd))
+  (:desc (+ "Ran " (command->script cmd)))
+  (:apply (_reported (list cmd) env input cwd timeout)))
+
+(export :objects [single script reported command-line-problem])

@@ -29,7 +29,7 @@ boots it again."
         consfig.apply.actions [NO-CHANGE Script run run-ok? read-remote-file write-remote-file
                                remote-exists?]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name? enter-argv]
-        consfig.deployer.deployment [deploy-nested]
+        consfig.nested.deploys [deploy-nested]
         consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange InapplicableProperty]
         consfig.model.host [Host find-host get-hostname preprocess-host]

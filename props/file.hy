@@ -29,11 +29,11 @@ unchanged, as is every line the property has no business with."
         consfig.model.host [get-hostattr get-hostattrs get-hostname]
         consfig.site.files [render-template site-directory site-path tree-manifest]
         consfig.apply.engine [Drift WOULD-CHANGE checking? emit inform]
-        consfig.apply.events [diff-event]
+        consfig.apply.events [diff-event fetched-event]
         consfig.errors [AbortedChange ConsfigError FailedChange UnsafePath]
         consfig.transport.hop [SAFE-WALK]
         consfig.apply.lock [CACHE-DIRECTORY-SCRIPT]
-        consfig.util [keyword-name])
+        consfig.util [keyword-name sha256-hex])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
@@ -1468,6 +1468,49 @@ point to) is owned by USER and/or GROUP, names or numeric ids."
               (Drift f"{directory} is not a directory")))
   (:apply (run "chown" "-R" "-h" (_owner-spec user group) "--" directory)))
 
+(setv FETCH-LIMIT (* 8 1024 1024))
+
+(defn _local-digest [path]
+  ;; The digest of PATH where the deployment runs from ("" when there is
+  ;; nothing there, or it cannot be read: it is fetched, or the write says why).
+  (try (with [f (open path "rb")] (sha256-hex (.read f)))
+       (except [OSError] "")))
+
+(defn _fetched [path dest mode]
+  (setv content (read-bytes path :follow True))
+  (when (is content None)
+    (raise (FailedChange f"there is no {path} to fetch")))
+  (when (> (len content) FETCH-LIMIT)
+    (raise (FailedChange (+ f"{path} is {(len content)} bytes: file.fetched takes files of up to "
+                            f"{FETCH-LIMIT} bytes (for more, copy it with rsync or scp)"))))
+  (when (= (sha256-hex content) (get-data-string "--fetched" dest))
+    (return NO-CHANGE))
+  (when (checking?)
+    (inform f"{path} ({(len content)} bytes) would be fetched to {dest}")
+    (return WOULD-CHANGE))
+  (emit (fetched-event path dest mode content))
+  :changed)
+
+(defprop fetched :posix [#^ abs-path path #^ abs-path dest * #^ file-mode [mode 0o600]]
+  "The file PATH of the target (read through symlinks) is copied to DEST on
+the machine the deployment runs from — the controller, or the host itself
+when it applies its own image — written atomically with MODE (0600 unless
+told, since what is fetched is often a key or a dump).  Compared by digest:
+an unchanged file is not sent again.  Its content travels in the
+deployment's event stream and is written before any sink sees it; no
+report, log or `--json` output shows it.  Files of up to 8 MiB.  Like
+Ansible's `fetch`: `(file.fetched \"/etc/ssh/ssh_host_ed25519_key.pub\"
+f\"/srv/keys/{host}.pub\")`.  It watches the target's PATH; DEST, where
+the deployment runs from, is compared at each deployment."
+  (:desc f"{path} fetched to {dest}")
+  (:watch [(watch-path path)])
+  (:simulates True)
+  (:hostattrs
+    (if (on-target?)
+        (require-data "--fetched" dest)
+        (provide-data "--fetched" dest (_local-digest dest))))
+  (:apply (_fetched path dest mode)))
+
 (export :objects [templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan
                   dir-mode template-variables has-content exists-with-content contains-lines lacks-lines
                   lacks-lines-matching regex-replaced-lines has-mode has-ownership
@@ -1484,4 +1527,4 @@ point to) is owned by USER and/or GROUP, names or numeric ids."
                   tar-members member-problem http-url sha256-digest
                   exists contains-conf-tab has-block block-lines has-line-matching
                   line-matching-lines empty-directory-does-not-exist tree-has-modes
-                  tree-has-ownership file-lines])
+                  tree-has-ownership fetched FETCH-LIMIT file-lines])

@@ -113,6 +113,15 @@ monitoring to read."
    "failed" (sorted (gfor o done :if o.failures o.hostname))
    "not-started" (- (len outcomes) (len done))})
 
+(defn fetched-event [path dest mode content]
+  "The file PATH of the target, whose CONTENT (bytes) goes to DEST, mode
+MODE, where the deployment runs from (`consfig.deployer.fetch`).  The
+content travels as base64; the controller writes it and passes on a note
+in its place."
+  (import base64)  ; start-up: only where a file is fetched
+  {"event" "fetched" "path" path "dest" dest "mode" mode
+   "content" (.decode (base64.b64encode content) "ascii")})
+
 (defn first-report? [event]
   "Whether EVENT is the first report of a failure (one to count)."
   (and (= (get event "event") "end")
@@ -120,4 +129,4 @@ monitoring to read."
        (in "message" event)))
 
 (export :objects [start-event end-event output-event diff-event summary-event
-                  retry-event converge-event drift-summary-event first-report?])
+                  retry-event converge-event drift-summary-event fetched-event first-report?])

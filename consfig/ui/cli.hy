@@ -16,6 +16,9 @@
                  [--limit PATTERN] [--with-secrets]
   consfig converge [--consfig FILE] HOST [--via CHAIN] [--noop] [--interval S]
                  [--follow [--lines N]] [--diff] [-v…] [--json]
+  consfig run [--consfig FILE] PATTERN… [--limit PATTERN] [--via CHAIN] [-j N]
+                 [--max-fail N|N%] [--timeout S] [-v…] [--json] -- CMD…
+  consfig facts [--consfig FILE] PATTERN [FACT…] [--limit PATTERN] [--via CHAIN] [-j N] [-v…]
   consfig repl [FILE]
   consfig --version
 
@@ -225,6 +228,40 @@ deploy`'s, and an image's."
   (.add-argument c "-v" "--verbose" :action "count" :default 0 :help "more detail")
   (.add-argument c "--diff" :action "store_true" :help "show the diff of each drift")
   (.add-argument c "--json" :action "store_true" :help "write the events as JSON lines")
+
+  (setv x (.add-parser sub "run" :help "run one command on hosts, over their chains"
+                      :usage "consfig run [options] PATTERN… -- CMD…"
+                      :description (+ "Run the command CMD (an argv: for shell code, `sh -c CODE`) on each "
+                                      "chosen host over its chain, several at once, showing each host's "
+                                      "output and a recap of their exit statuses.  Exit status: 0 when it "
+                                      "exited 0 everywhere, else 1.")))
+  (consfig-option x)
+  (.add-argument x "hosts" :nargs "+" :metavar "PATTERN" :help "hosts: a name, a glob ('web*'), a group (@web)")
+  (limit-option x)
+  (.add-argument x "-j" "--jobs" :metavar "N" :type int
+                 :help f"run on N hosts at once (default: all of them, at most {DEFAULT-JOBS})")
+  (.add-argument x "--max-fail" :metavar "N|N%" :help "start no more hosts once N (or N%%) have failed")
+  (.add-argument x "--timeout" :metavar "SECONDS" :type float
+                 :help "stop the command after SECONDS on a host, and count it failed there")
+  (via-option x)
+  (.add-argument x "-v" "--verbose" :action "count" :default 0 :help "more detail")
+  (.add-argument x "--json" :action "store_true" :help "write the events as JSON lines, no recap")
+
+  (setv f (.add-parser sub "facts" :help "print facts about hosts as JSON"
+                       :description (+ "Gather facts on the chosen hosts over their chains and print them "
+                                       "as one JSON object, each host's under its name.  A FACT is one of "
+                                       "hostname, os, kernel, architecture, memory, addresses, packages, "
+                                       "units (all of them when none is given), or a fact application in "
+                                       "parentheses, e.g. '(fact.file-exists \"/etc/motd\")', printed as "
+                                       "true or false.")))
+  (consfig-option f)
+  (.add-argument f "host" :metavar "PATTERN" :help "the host (or hosts: a glob, @group…)")
+  (.add-argument f "facts" :nargs "*" :metavar "FACT")
+  (limit-option f)
+  (.add-argument f "-j" "--jobs" :metavar "N" :type int :help "gather on N hosts at once")
+  (via-option f)
+  (.add-argument f "-v" "--verbose" :action "count" :default 0
+                 :help "also report the deployment that gathers them, on standard error")
 
   (setv r (.add-parser sub "repl" :help "a Hy REPL with consfig loaded"))
   (.add-argument r "file" :nargs "?" :metavar "FILE" :help "a consfig to load")
@@ -439,17 +476,43 @@ in order (an implicit `eseqprops`)."
     (finally (.close sink)))
   (if (and (not args.follow) (= outcome.status "failed")) 1 0))
 
+(defn _run [args]
+  (import consfig.ui.adhoc [run-command])  ; start-up: 1 ms past the deployer's
+  (_load args)
+  (run-command args (when (is-not args.via None) (read-chain args.via))))
+
+(defn _facts [args]
+  (import consfig.ui.adhoc [facts-command])  ; start-up: 1 ms past the deployer's
+  (setv module (_load args))
+  (facts-command args module (when (is-not args.via None) (read-chain args.via))))
+
+(defn _split-command [argv]
+  ;; `consfig run … -- CMD…`: the words after the first `--` are the
+  ;; command, whatever they look like (`-l`, `--help`).
+  (if (and argv (= (get argv 0) "run"))
+      (if (in "--" argv)
+          (let [i (.index argv "--")]
+            #((cut argv 0 i) (cut argv (+ i 1) None)))
+          #(argv None))
+      #(argv None)))
+
 (defn _repl [args]
   (import consfig.ui.repl [run-repl])  ; start-up: 1 ms
   (run-repl (_consfig-path args.file)))
 
 (setv COMMANDS {"deploy" _deploy "deploy-these" _deploy-these "hosts" _hosts "image" _image
                 "status" _status "keygen" _keygen "publish" _publish "repl" _repl
-                "converge" _converge})
+                "converge" _converge "run" _run "facts" _facts})
 
 (defn main [[argv None]]
   "Run the consfig command with ARGV; return the exit status."
-  (setv args (.parse-args (_parser) argv))
+  (setv #(argv command) (_split-command (if (is argv None) (cut sys.argv 1 None) (list argv)))
+        parser (_parser)
+        args (.parse-args parser argv))
+  (when (= args.command "run")
+    (when (not command)
+      (.error parser "consfig run: give the command after --, e.g. consfig run web1 -- uptime"))
+    (setv args.command-argv command))
   (guarded args (get COMMANDS args.command)))
 
 (defn guarded [args command]

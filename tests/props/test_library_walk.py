@@ -273,6 +273,7 @@ WALK = {
 }
 
 EXAMPLE_SITE = "applied and checked in the booted container by test_the_example_site_deployed_then_checks_clean"
+NEWER = "not walked yet: it came into the library (from main) after the walk was written"
 DATA = "needs prerequisite data from a data source of the site, which the walk's site has not"
 
 # Property -> why it is not walked.
@@ -348,13 +349,56 @@ LEFT_OUT = {
     "image.pulled-from": "as image.installed",
     "image.scheduled": "as image.installed",
     "image.systemd-or-cron": "as image.installed",
+    "acme.certificate": NEWER,
+    "acme.installed": NEWER,
+    "bridge.exists": NEWER,
+    "bridge.has-address": NEWER,
+    "bridge.has-port": NEWER,
+    "bridge.link-up": NEWER,
+    "bridge.veth-exists": NEWER,
+    "cmd.reported": NEWER,
+    "file.fetched": NEWER,
+    "filesystem.exists": NEWER,
+    "inventory.reported": NEWER,
+    "luks.formatted": NEWER,
+    "lvm.physical-volume": NEWER,
+    "lvm.volume-group": NEWER,
+    "mariadb.has-database": NEWER,
+    "mariadb.has-grant": NEWER,
+    "mariadb.has-server-settings": NEWER,
+    "mariadb.has-user": NEWER,
+    "mariadb.installed": NEWER,
+    "nat.forwarding": NEWER,
+    "nat.masquerades": NEWER,
+    "nat.port-forwarded": NEWER,
+    "nat.redirected": NEWER,
+    "nat.snat": NEWER,
+    "partition.exists": NEWER,
+    "partition.has-table": NEWER,
+    "postfix.has-alias": NEWER,
+    "postfix.has-settings": NEWER,
+    "postfix.installed": NEWER,
+    "postfix.relay-password": NEWER,
+    "postfix.satellite": NEWER,
+    "postfix.sender-canonical": NEWER,
+    "postfix.sender-relay": NEWER,
+    "postfix.transport": NEWER,
+    "postfix.virtual-alias": NEWER,
+    "ufw.default-policy": NEWER,
+    "ufw.disabled": NEWER,
+    "ufw.enabled": NEWER,
+    "ufw.has-rule": NEWER,
+    "ufw.logging": NEWER,
+    "wait.port-closed": NEWER,
+    "wait.port-open": NEWER,
+    "wait.until": NEWER,
 }
 
 
 def _load_library():
     for m in pkgutil.iter_modules(consfig.props.__path__):
         importlib.import_module(f"consfig.props.{m.name}")
-    for m in ("apply.combinators", "apply.handlers", "apply.meta", "deployer.deployment"):
+    for m in ("apply.combinators", "apply.handlers", "apply.meta", "nested.deploys"):
         importlib.import_module(f"consfig.{m}")
     return {p.short_name: p for p in properties.values()
             if p.name.startswith(("consfig.props.", "consfig.combinators.", "consfig.handlers.",
