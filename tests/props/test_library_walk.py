@@ -37,7 +37,8 @@ CONTAINER = "container"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBvJ0FTE7GkVxvOiLh4C8PvbxhvYbpG8xAr5Hq1d2ruo walk@test"
 KEY2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHX7aZ4mk2bV0fA9JtRyZLwbI3qGuWp4gKc6QsV5nDf1 walk2@test"
 W = "/srv/walk"
-UNIT = "[Unit]\nDescription=walked\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n"
+UNIT = ("[Unit]\nDescription=walked\n[Service]\nExecStart=/bin/sleep infinity\nExecReload=/bin/true\n"
+        "[Install]\nWantedBy=multi-user.target\n")
 NGINX_SITE = "server {\n    listen 8081;\n    root /var/www/html;\n}\n"
 
 # Property (short name) -> [(environment, Hy source of a propapp), …].  The
@@ -265,7 +266,7 @@ WALK = {
     "systemd.daemon-reloaded": [(CONTAINER, '(on-change (file.has-content "/srv/walk-t3" "t\\n") '
                                             '(systemd.daemon-reloaded))')],
     "systemd.reloaded": [(CONTAINER, '(on-change (file.has-content "/srv/walk-t4" "t\\n") '
-                                     '(systemd.reloaded "nginx.service"))')],
+                                     '(systemd.reloaded "walk.service"))')],
     "nginx.reloaded": [(CONTAINER, '(on-change (file.has-content "/srv/walk-t5" "t\\n") (nginx.reloaded))')],
     "postgres.installed": [(CONTAINER, "(postgres.installed)")],
     "postgres.cluster-present": [(CONTAINER, '(postgres.cluster-present "15" "main")')],
