@@ -106,6 +106,11 @@ def render():
             sections.append(f"\n### `{name}`{kind}\n\n```hy\n({name} {p.lambda_list})\n```\n\n")
             sections.append(_parameters(p))
             sections.append(_docstring(p.doc) + "\n")
+            if p.action:
+                # What check mode and the agent make of it (issue 31).
+                sections.append(f"\n*An action: {p.action}. Put it under `on-change`, so that "
+                                "it runs after a change and a host that has converged checks "
+                                "clean.*\n")
     out.append("\nModules: " + " · ".join(toc) + " · [Parameter types](reference/types.md)\n")
     out.extend(sections)
     return "".join(out)

@@ -90,7 +90,7 @@ for `cmd.single`."
 status is a failure.  What `consfig run HOST… -- CMD…` applies.  An action:
 it always runs (in check mode it says that it would), and always counts as
 a change, since what the command did cannot be told."
-  (:unwatched "a command run for what it says: an action, with nothing to keep")
+  (:action "runs its command and reports what it printed, each time")
   (:invariant cmd "needs a command to run")
   (:invariant (not (command-line-problem cmd)) (command-line-problem cmd))
   (:desc (+ "Ran " (command->script cmd)))

@@ -110,6 +110,7 @@ negated and its :apply and :unapply are swapped."
 fresh application is wanted even though the check says there is nothing to do."
   (:unwatched "it holds other properties, which are watched for themselves")
   (:simulates True)
+  (:action "applies again each time, whatever the checks say: that is its point")
   (:desc (+ "Reapplied: " (.join "; " (map propapp-desc propapps))))
   (:apply
     (apply-sequence propapps :unapply True :silent True)

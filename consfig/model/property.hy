@@ -66,7 +66,7 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
 ;; And flags, plain values: `:sequence True`, a group that unapplying
 ;; unapplies member by member, so that it can be opened up (`eseqprops`);
 ;; `:inverts True`, applying it unapplies what it holds (`unapplied`).
-(setv _OPTIONS #("announce" "opaque-type" "simulates" "sequence" "inverts"))
+(setv _OPTIONS #("announce" "opaque-type" "simulates" "sequence" "inverts" "action"))
 
 ;; Every property defined so far, by qualified name.
 (setv properties {})
@@ -822,7 +822,7 @@ dotted form, whose last parameter takes the trailing forms."
     (setv k (. (get form 0) name))
     (cond (in k #(#* SUBROUTINES #* DECLARATIONS)) (.append subs #(k form))
           (= k "invariant") (.append invariants form)
-          (in k (+ _OPTIONS #("action"))) (.append options #(k (get form 1)))
+          (in k _OPTIONS) (.append options #(k (get form 1)))
           (= k "unwatched")
           (do (when (not (and (= (len form) 2) (isinstance (get form 1) hy.models.String)
                               (.strip (get form 1))))

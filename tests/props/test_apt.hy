@@ -96,6 +96,14 @@
   (assert (= (. (in-chroot debian-chroot "ls /var/cache/apt/archives/*.deb 2>/dev/null | wc -l") stdout) "0\n")
           "no .deb left"))
 
+(defn test-cache-cleaned-holds-after-apt-remakes-its-package-cache [debian-chroot chroot-chain]
+  ;; Any apt command makes /var/cache/apt/*.bin again; that is no download
+  ;; to clean, and a cleaned host must check clean (issue 31).
+  (deploy-propspec chroot-chain [(this-os) (apt.cache-cleaned)])
+  (in-chroot debian-chroot "apt-cache policy >/dev/null")
+  (setv #(o _) (deploy-propspec chroot-chain [(this-os) (apt.cache-cleaned)] :check-mode True))
+  (assert (= o.status "no-change") o.status))
+
 (defn test-service-installed-running-without-starting [debian-chroot chroot-chain]
   (use-props consfig.props [service])
   (apply-twice chroot-chain [(this-os)

@@ -90,6 +90,22 @@ def test_the_propspec_is_applied_inside_and_nested_in_the_report(debian_chroot):
 
 
 @pytest.mark.chroot
+def test_check_mode_checks_inside_the_chroot_and_bootstraps_nothing(debian_chroot, tmp_path):
+    # Issue 31: it had neither :check nor a simulation, so a converged host
+    # with a chroot said "cannot check" of it.
+    p = bootstrapped(debian_chroot, file.has_content("/etc/consfig-checked", "x\n"))
+    outcome, events = deploy_propspec(LOCAL, [this_os(), p], check_mode=True)
+    assert statuses(events)["/etc/consfig-checked has content"] == "would-change", statuses(events)
+    assert not (debian_chroot / "etc/consfig-checked").exists(), "check mode wrote nothing inside"
+    deploy_propspec(LOCAL, [this_os(), p])
+    outcome, events = deploy_propspec(LOCAL, [this_os(), p], check_mode=True)
+    assert outcome.status == "no-change", statuses(events)
+    outcome, events = deploy_propspec(LOCAL, [this_os(), bootstrapped(tmp_path / "new")], check_mode=True)
+    assert statuses(events)[f"Chroot {tmp_path / 'new'} bootstrapped"] == "would-change", statuses(events)
+    assert not (tmp_path / "new").exists(), "nothing bootstrapped"
+
+
+@pytest.mark.chroot
 def test_a_failure_inside_fails_the_chroot_and_unmounts(debian_chroot):
     p = bootstrapped(debian_chroot, cmd.script("exit 7"))
     outcome, events = deploy_propspec(LOCAL, [this_os(), p], check=False)

@@ -37,7 +37,8 @@ CONTAINER = "container"
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBvJ0FTE7GkVxvOiLh4C8PvbxhvYbpG8xAr5Hq1d2ruo walk@test"
 KEY2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHX7aZ4mk2bV0fA9JtRyZLwbI3qGuWp4gKc6QsV5nDf1 walk2@test"
 W = "/srv/walk"
-UNIT = "[Unit]\nDescription=walked\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n"
+UNIT = ("[Unit]\nDescription=walked\n[Service]\nExecStart=/bin/sleep infinity\nExecReload=/bin/true\n"
+        "[Install]\nWantedBy=multi-user.target\n")
 NGINX_SITE = "server {\n    listen 8081;\n    root /var/www/html;\n}\n"
 
 # Property (short name) -> [(environment, Hy source of a propapp), …].  The
@@ -48,7 +49,8 @@ WALK = {
     "desc": [(CHROOT, f'(desc "walked" (file.has-content "{W}/desc" "d\\n"))')],
     "seqprops": [(CHROOT, f'(seqprops (file.exists "{W}/seq"))')],
     "silent-seqprops": [(CHROOT, f'(silent-seqprops (file.exists "{W}/silent"))')],
-    "reapplied": [(CHROOT, f'(reapplied (file.exists "{W}/reapplied"))')],
+    "reapplied": [(CHROOT, f'(on-change (file.has-content "{W}/t-reapplied" "t\\n") '
+                           f'(reapplied (file.exists "{W}/reapplied")))')],
     "unapplied": [(CHROOT, f'(unapplied (file.exists-with-content "{W}/never" "x\\n"))')],
     "on-change": [(CHROOT, f'(on-change (file.has-content "{W}/trigger" "t\\n") '
                            f'(file.exists "{W}/triggered"))')],
@@ -140,7 +142,6 @@ WALK = {
     "apt.held": [(CHROOT, '(apt.held "less")')],
     "apt.all-configured": [(CHROOT, "(apt.all-configured)")],
     "apt.autoremoved": [(CHROOT, "(apt.autoremoved)")],
-    "apt.cache-cleaned": [(CHROOT, "(apt.cache-cleaned)")],
     "apt.proxy": [(CHROOT, '(unapplied (apt.proxy "http://proxy.invalid:3142"))')],
     "apt.marked-auto": [(CHROOT, '(apt.marked-auto "libc6")')],
     "apt.reconfigured": [(CHROOT, '(apt.reconfigured "tzdata" ["tzdata/Areas" "select" "Etc"] '
@@ -165,7 +166,8 @@ WALK = {
                             f'-c user.name=w commit -q --allow-empty -m walk" "{W}/origin" :creates "{W}/origin")'),
                    (CHROOT, f'(git.cloned "{W}/origin" "{W}/clone")')],
     "git.clone-exists": [(CHROOT, f'(git.clone-exists "{W}/origin" "{W}/clone2")')],
-    "git.pulled": [(CHROOT, f'(git.pulled "{W}/origin" "{W}/clone3")')],
+    "git.pulled": [(CHROOT, f'(on-change (file.has-content "{W}/t-pulled" "t\\n") '
+                            f'(git.pulled "{W}/origin" "{W}/clone3"))')],
     "git.repo-configured": [(CHROOT, f'(git.repo-configured "{W}/clone" "core.walked" "yes")')],
     "git.head-pulled": [(CHROOT, f'(on-change (file.has-content "{W}/pull-now" "p\\n") (git.head-pulled "{W}/clone"))')],
     "apt.recommends-not-installed": [(CHROOT, "(apt.recommends-not-installed)")],
@@ -192,7 +194,6 @@ WALK = {
     "network.networkd-configured": [(CHROOT, '(network.networkd-configured "walk" ["Match" {"Name" "walk0"}])')],
     "hostgroup.listed-in-file": [(CHROOT, f'(hostgroup.listed-in-file "{W}/walkers" "walkers")')],
     "ssh.has-user-key": [(CHROOT, '(ssh.has-user-key "walker")')],
-    "ssh.known-hosts-of-site": [(CHROOT, "(ssh.known-hosts-of-site)")],
     "image.ssh-keygen-present": [(CHROOT, "(image.ssh-keygen-present)")],
     "image.timer-absent": [(CHROOT, '(image.timer-absent "consfig-walk")')],
     "file.extracted": [(CHROOT, f'(eseqprops (cmd.script "tar -cf \\"$1\\" -C /etc debian_version" '
@@ -220,13 +221,15 @@ WALK = {
 
     # Last in the chroot: its resolver (the machine's own nameserver, so that
     # it keeps working) and no services at all.
+    "apt.cache-cleaned": [(CHROOT, "(apt.cache-cleaned)")],
     "resolv.configured": [(CHROOT, "(resolv.configured NAMESERVER)")],
     "service.no-services": [(CHROOT, "(service.no-services)")],
 
     # Services: where none is started (the chroot), and where systemd runs.
-    "service.running": [(CHROOT, '(service.running "walk")'), (CONTAINER, '(service.running "walk")')],
     "systemd.unit-file": [(CONTAINER, '(systemd.unit-file "walk.service" UNIT)'),
                           (CONTAINER, '(systemd.unit-file "walk2.service" UNIT)')],
+    "service.running": [(CHROOT, '(service.running "walk")'), (CONTAINER, '(service.running "walk")')],
+    "ssh.known-hosts-of-site": [(CONTAINER, "(ssh.known-hosts-of-site)")],
     "systemd.drop-in": [(CONTAINER, '(systemd.drop-in "walk.service" "nice" "[Service]\\nNice=5\\n")')],
     "systemd.enabled": [(CONTAINER, '(systemd.enabled "walk.service")')],
     "systemd.started": [(CHROOT, '(systemd.started "walk.service")'),
@@ -263,11 +266,15 @@ WALK = {
     "systemd.daemon-reloaded": [(CONTAINER, '(on-change (file.has-content "/srv/walk-t3" "t\\n") '
                                             '(systemd.daemon-reloaded))')],
     "systemd.reloaded": [(CONTAINER, '(on-change (file.has-content "/srv/walk-t4" "t\\n") '
-                                     '(systemd.reloaded "cron.service"))')],
+                                     '(systemd.reloaded "walk.service"))')],
     "nginx.reloaded": [(CONTAINER, '(on-change (file.has-content "/srv/walk-t5" "t\\n") (nginx.reloaded))')],
+    "postgres.installed": [(CONTAINER, "(postgres.installed)")],
+    "postgres.cluster-present": [(CONTAINER, '(postgres.cluster-present "15" "main")')],
+    "postgres.hba-contains-lines": [(CONTAINER, '(postgres.hba-contains-lines "local walkdb walk peer")')],
 }
 
 EXAMPLE_SITE = "applied and checked in the booted container by test_the_example_site_deployed_then_checks_clean"
+NEWER = "not walked yet: it came into the library (from main) after the walk was written"
 DATA = "needs prerequisite data from a data source of the site, which the walk's site has not"
 
 # Property -> why it is not walked.
@@ -326,11 +333,9 @@ LEFT_OUT = {
     "apache.site-enabled": "as apache.installed",
     "apache.site-disabled": "as apache.installed",
     "apache.reloaded": "as apache.installed",
-    "postgres.installed": "not walked yet: installs PostgreSQL (tests/props/test_postgres.py)",
-    "postgres.cluster-present": "as postgres.installed",
-    "postgres.has-role": "as postgres.installed",
-    "postgres.has-database": "as postgres.installed",
-    "postgres.hba-contains-lines": "as postgres.installed",
+    "postgres.has-role": "issue 31 item 8: postgres.cluster-present leaves the booted container's "
+                         "cluster stopped, so a role cannot be made; walk it once it starts the cluster",
+    "postgres.has-database": "as postgres.has-role",
     "apt.upgraded": "not walked yet: upgrades every package of the test tarball (tests/props/test_apt.hy)",
     "apt.source": "not walked yet: adds an archive that every later install fetches (tests/props/test_apt_repo.py)",
     "apt.backports-enabled": "as apt.source",
@@ -345,13 +350,56 @@ LEFT_OUT = {
     "image.pulled-from": "as image.installed",
     "image.scheduled": "as image.installed",
     "image.systemd-or-cron": "as image.installed",
+    "acme.certificate": NEWER,
+    "acme.installed": NEWER,
+    "bridge.exists": NEWER,
+    "bridge.has-address": NEWER,
+    "bridge.has-port": NEWER,
+    "bridge.link-up": NEWER,
+    "bridge.veth-exists": NEWER,
+    "cmd.reported": NEWER,
+    "file.fetched": NEWER,
+    "filesystem.exists": NEWER,
+    "inventory.reported": NEWER,
+    "luks.formatted": NEWER,
+    "lvm.physical-volume": NEWER,
+    "lvm.volume-group": NEWER,
+    "mariadb.has-database": NEWER,
+    "mariadb.has-grant": NEWER,
+    "mariadb.has-server-settings": NEWER,
+    "mariadb.has-user": NEWER,
+    "mariadb.installed": NEWER,
+    "nat.forwarding": NEWER,
+    "nat.masquerades": NEWER,
+    "nat.port-forwarded": NEWER,
+    "nat.redirected": NEWER,
+    "nat.snat": NEWER,
+    "partition.exists": NEWER,
+    "partition.has-table": NEWER,
+    "postfix.has-alias": NEWER,
+    "postfix.has-settings": NEWER,
+    "postfix.installed": NEWER,
+    "postfix.relay-password": NEWER,
+    "postfix.satellite": NEWER,
+    "postfix.sender-canonical": NEWER,
+    "postfix.sender-relay": NEWER,
+    "postfix.transport": NEWER,
+    "postfix.virtual-alias": NEWER,
+    "ufw.default-policy": NEWER,
+    "ufw.disabled": NEWER,
+    "ufw.enabled": NEWER,
+    "ufw.has-rule": NEWER,
+    "ufw.logging": NEWER,
+    "wait.port-closed": NEWER,
+    "wait.port-open": NEWER,
+    "wait.until": NEWER,
 }
 
 
 def _load_library():
     for m in pkgutil.iter_modules(consfig.props.__path__):
         importlib.import_module(f"consfig.props.{m.name}")
-    for m in ("apply.combinators", "apply.handlers", "apply.meta", "deployer.deployment"):
+    for m in ("apply.combinators", "apply.handlers", "apply.meta", "nested.deploys"):
         importlib.import_module(f"consfig.{m}")
     return {p.short_name: p for p in properties.values()
             if p.name.startswith(("consfig.props.", "consfig.combinators.", "consfig.handlers.",
@@ -368,8 +416,16 @@ def test_every_property_has_a_check_or_is_declared_an_action():
 
 
 def test_every_property_is_walked_or_says_why_not():
-    unknown = sorted(set(WALK) | set(LEFT_OUT)) and sorted((set(WALK) | set(LEFT_OUT)) - set(LIBRARY))
+    unknown = sorted((set(WALK) | set(LEFT_OUT)) - set(LIBRARY))
     assert not unknown, f"the walk names properties the library does not have: {unknown}"
+    astray = [(name, src) for name, entries in WALK.items() for _, src in entries
+              if f"({name} " not in src and f"({name})" not in src]
+    # An entry that sets up another property's walk (a user, a unit file)
+    # is fine, as long as each property has one entry that applies it.
+    unwalked = sorted({name for name, _ in astray}
+                      - {name for name, entries in WALK.items() for _, src in entries
+                         if f"({name} " in src or f"({name})" in src})
+    assert not unwalked, f"entries that never apply the property they are listed under: {unwalked}"
     both = sorted(set(WALK) & set(LEFT_OUT))
     assert not both, f"walked and left out at once: {both}"
     missing = sorted(set(LIBRARY) - set(WALK) - set(LEFT_OUT))
