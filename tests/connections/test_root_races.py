@@ -201,8 +201,12 @@ def test_a_racing_user_never_wins_over_python(sshlab, decoy, name):
 def test_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy, name):
     outcome, events, wins = attack(sshlab, decoy, "posix", PROPERTIES[name](decoy))
     assert not wins, f"{name}: {len(wins)} of {ATTEMPTS} attempts touched the decoy: {wins[:3]}"
+    # An attempt whose check found nothing to do is "ok"; every other one
+    # was refused before it acted.
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
     said = failures(events)
-    assert len(said) == ATTEMPTS, f"{name}: {len(said)} of {ATTEMPTS} refused: {said[:2]}"
-    assert all(":python" in m and decoy.home in m for m in said), said[:2]
+    assert not changed, f"{name}: {len(changed)} of {ATTEMPTS} attempts changed something"
+    assert said, f"{name}: nothing was refused"
+    assert all("add :python" in m and decoy.home in m for m in said), said[:2]
     left = [n for n in os.listdir(f"{_hers(decoy)}/etc") if n.startswith(".consfig-")]
     assert not left, f"temporaries left in her directory: {left}"
