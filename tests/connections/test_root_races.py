@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 
 import pytest
 
@@ -210,3 +211,75 @@ def test_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy, name):
     assert all("add :python" in m and decoy.home in m for m in said), said[:2]
     left = [n for n in os.listdir(f"{_hers(decoy)}/etc") if n.startswith(".consfig-")]
     assert not left, f"temporaries left in her directory: {left}"
+
+
+# Reads over a POSIX chain: never blocked by a FIFO, and run as every other
+# command is (bounded, and carrying the deployment's token for the reaper).
+
+_FIFO_SWAPPER = r"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b, ready = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3]
+open(ready, "w").close()
+end = time.monotonic() + 600
+while time.monotonic() < end:
+    libc.renameat2(-100, a, -100, b, 2)
+"""
+
+
+def test_a_fifo_swapped_in_never_blocks_a_read_over_posix(sshlab, decoy):
+    # In a sticky directory anyone may write to (a /tmp), her own file and
+    # her own FIFO are hers to swap; root reads the file's name to diff it.
+    shared = f"{decoy.root}/tmp"
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    name, fifo, ready = f"{shared}/f", f"{shared}/p", f"{shared}/.ready"
+    decoy.as_user("sh", "-c", f"printf mine > '{name}'; mkfifo '{fifo}'")
+    swapper = subprocess.Popen(["runuser", "-u", sshlab.pwuser, "--", SYSTEM_PYTHON, "-c",
+                                _FIFO_SWAPPER, name, fifo, ready],
+                               cwd="/", start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    done, events = [], []
+
+    def check():
+        host = make_host("lab", None, None, seqprops())
+        done.append(deploy(CHAINS["posix"](sshlab), host, check=True, diff=True,
+                           propspec=seqprops(*[file.has_content(name, "site\n")] * ATTEMPTS),
+                           sink=events.append))
+
+    try:
+        wait_until(lambda: os.path.exists(ready), 30, "the swapper to start")
+        t = threading.Thread(target=check, daemon=True)
+        t.start()
+        t.join(120)
+        blocked = t.is_alive()
+    finally:
+        os.killpg(swapper.pid, signal.SIGKILL)
+        swapper.wait(timeout=30)
+        # A read stuck on a FIFO ends once something opens it to write.
+        for p in (name, fifo):
+            if stat.S_ISFIFO(os.lstat(p).st_mode):
+                fd = os.open(p, os.O_RDWR | os.O_NONBLOCK)
+                os.close(fd)
+    assert not blocked, "a read of the file was still blocked after 120 s"
+    assert done, "the check-mode deployment did not end"
+
+
+def test_a_read_over_posix_runs_as_every_command_does(sshlab):
+    # /proc/self/environ, read by the command that reads it, is that
+    # command's environment: the deployment's token is in it, so that the
+    # lock's holder finds the read among what it must end.
+    from consfig.apply.combinators import eseqprops
+    from consfig.apply.lock import holding_target_lock
+    from consfig.model.context import establishing_for
+    from consfig.transport.chain import close_chain, establish_chain, parse_chain
+    with establishing_for(make_host("lab", None, None, eseqprops())):
+        conns = establish_chain(parse_chain(CHAINS["posix"](sshlab)))
+    try:
+        conn = conns[-1]
+        with holding_target_lock(conn, "lab"):
+            environ = conn.read_file("/proc/self/environ", follow=True).split(b"\0")
+            token = conn.deployment_token
+    finally:
+        close_chain(conns)
+    assert token and f"CONSFIG_DEPLOYMENT={token}".encode() in environ, environ
