@@ -119,8 +119,13 @@ walker of propspecs passes it on as a plain int."
                     (fn [v] (and (or (_int? v) (isinstance v float)) (> v 0))))
       boolean (Type "boolean" "True or False" (fn [v] (isinstance v bool)))
       keyword (Type "keyword" "a keyword" (fn [v] (isinstance v Keyword)))
-      abs-path (Type "abs-path" "an absolute path (a string starting with /, no NUL)"
-                     (fn [v] (and (isinstance v str) (.startswith v "/") (not-in "\x00" v))))
+      ;; No `..`: a path that climbs back out of a directory is never what a
+      ;; site means, and makes it say one place while naming another.  No
+      ;; newline: a path lands in line-oriented files (fstab, units, sources).
+      abs-path (Type "abs-path" "an absolute path (a string starting with /, with no .. segment, newline, carriage return or NUL)"
+                     (fn [v] (and (isinstance v str) (.startswith v "/")
+                                  (not (re.search "[\n\r\x00]" v))
+                                  (not-in ".." (.split v "/")))))
       path (Type "path" "a path (a non-empty string with no NUL)"
                  (fn [v] (and (isinstance v str) v (not-in "\x00" v))))
       file-mode (_FileMode "file-mode" "a file mode (an integer such as 0o640)"
@@ -141,14 +146,16 @@ walker of propspecs passes it on as a plain int."
       hostname (matching "hostname"
                          "a hostname (labels of letters, digits and -, separated by dots)"
                          r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
-      url (predicate "url" "a URL (scheme://… with no whitespace)"
+      url (predicate "url" "a URL (scheme://HOST/…, or file:///PATH, with no whitespace)"
                      (fn [v]
                        ;; urllib.parse brings ipaddress, which no other type needs.
                        (import urllib.parse)  ; start-up: 2 ms of a :python target's
+                       (setv parts (urllib.parse.urlsplit v))
                        (and (isinstance v str)
-                            (not (re.search r"\s" v))
-                            (. (urllib.parse.urlsplit v) scheme)
-                            (re.match r"[A-Za-z][A-Za-z0-9+.-]*:" v))))
+                            (not (re.search r"[\s\x00-\x1f\x7f]" v))
+                            (re.match r"[A-Za-z][A-Za-z0-9+.-]*://" v)
+                            (or parts.netloc
+                                (and (= parts.scheme "file") (.startswith parts.path "/"))))))
       shell-identifier (matching "shell-identifier"
                                  "a shell variable name (letters, digits and _, not starting with a digit)"
                                  r"[A-Za-z_][A-Za-z0-9_]*")
