@@ -27,7 +27,9 @@ boots it again."
 (import posixpath
         hy.models [Keyword]
         consfig.apply.actions [NO-CHANGE Script run run-ok? read-remote-file write-remote-file
-                               remote-exists?]
+                               remote-exists? remove-remote]
+        consfig.model.context [connection]
+        consfig.transport.hop [SAFE-WALK walk-refusal]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name? enter-argv]
         consfig.deployer.deployment [deploy-nested]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
@@ -428,14 +430,35 @@ where no systemd runs; only a host that boots systemd acts on them."
   (:check (not (running? name)))
   (:apply (stop name) :changed))
 
+(defn _link-target [link]
+  ;; The absolute, normalised path the symlink LINK names, or None.
+  (setv r (run "readlink" "-n" "--" link :check False :timeout 60))
+  (when (and r.ok? r.stdout)
+    (posixpath.normpath (posixpath.join (posixpath.dirname link) r.stdout))))
+
+(defn _check-walk [path]
+  ;; Refuse PATH, as a file operation on it would, if the safe walk does.
+  (setv r (run (Script (+ SAFE-WALK "cf_walk \"$1\" 0") path) :check False :timeout 60)
+        refusal (walk-refusal r.exit-code r.stderr path (. (connection) where)))
+  (when refusal (raise refusal)))
+
 (defn remove [name]
   "Stop the container NAME and remove it: its tree, its registration, its
 settings and its enabling at boot.  A root linked from /var/lib/machines
 is removed too."
+  ;; The link root made when it registered the machine, read one step and
+  ;; never followed further: whatever is at its end is removed as a name,
+  ;; by the safe walk, so that a link a user put there (her tree replaced by
+  ;; a link to a root directory) goes, and not what it leads to.
   (setv link (default-root name)
-        target (.strip (. (run "readlink" "-e" "--" link :check False :timeout 60) stdout))
-        present (or target (remote-exists? (settings-file name)) (remote-exists? (_pid-file name))))
+        target (_link-target link)
+        present (or target (remote-exists? link) (remote-exists? (settings-file name))
+                    (remote-exists? (_pid-file name))))
   (when (not present) (return NO-CHANGE))
+  (when (and target (not (. (connection) python?)))
+    ;; Refused here, before the container is stopped, where a shell could
+    ;; not remove it safely.
+    (_check-walk target))
   (stop name)
   (when (remote-exists? (get (_enable-links name) 0))
     (run "systemctl" "disable" "--" f"systemd-nspawn@{name}.service" :check False :timeout 120))
@@ -447,8 +470,8 @@ is removed too."
                               "container's tree (no etc and usr in it): not removing it"))))
     (remove-tree target))
   (when (run-ok? "test" "-e" link "-o" "-L" link)
-    (if (run-ok? "test" "-L" link)
-        (run "rm" "-f" "--" link :timeout 60)
+    (if target
+        (remove-remote [link] :timeout 60)
         (remove-tree link)))
   (run "rm" "-f" "--" (settings-file name) (_log-file name) :timeout 60)
   :changed)
