@@ -589,7 +589,8 @@ propspec applied inside through a chroot with no service started, and its
 /etc/fstab written from the volumes.  A new image's /etc/hostname is the
 first label of HOST's name (before its propspec applies).  The image is built under
 IMAGE.consfig-partial and renamed when complete; a build that was killed
-is cleaned up (its loop devices, mounts and file) by the next.  An image
+is cleaned up (its loop devices, mounts, mount point and file) by the next
+build of IMAGE.  An image
 that exists already has HOST's propspec re-applied inside it: unchanged, it
 changes nothing.
 
