@@ -152,6 +152,7 @@ one longer than `MAX-COMMAND`.  The property fails; the connection lives on."
 ;; done, and nothing checked can change before it is used.
 (setv SAFE-WALK (.join "\n" [
   "cf_walk() {"
+  "  [ \"${CF_WALK_ALONE:-}\" != 1 ] || return 0"
   "  cf_me=$(id -u) cf_path=$1 cf_follow=$2 cf_rest=$1 cf_cur= cf_links=0"
   "  set --"
   "  while :; do"
@@ -195,6 +196,11 @@ one longer than `MAX-COMMAND`.  The property fails; the connection lives on."
   "cf_EOF"
   "}"
   ""]))
+
+;; A connection whose files no user but root can reach at all (a chroot in
+;; a directory only root may enter, with no other user's process inside:
+;; `Connection.others-excluded?`) has nothing to check: its commands carry
+;; CF_WALK_ALONE=1 (and every other connection's, 0).
 
 ;; Why a POSIX hop refuses a path (exit 78), after what the walk found.
 (setv NEEDS-PYTHON (+ "over a chain with no Python, consfig acts only in directories that no "
@@ -268,6 +274,12 @@ and the methods besides the file operations: `alive?` (for a kept chain),
 
   (defn describe [self] self.hop-name)
 
+  (defn others-excluded? [self]
+    "Whether no user but root can reach the files this connection's
+commands see, so that the safe walk has nobody to guard against (a chroot
+in a directory only root may enter: `consfig.connections.chroot`)."
+    False)
+
   (defn chain-command-timeout [self]
     "The :command-timeout of this hop or of the nearest hop before it that
 has one (`[[:ssh :command-timeout 600] :sudo]`), or None.  It bounds every
@@ -315,9 +327,11 @@ nothing of it is left running there."
     ;; deployment's token, so that the lock's holder can end it.
     (when (is timeout None) (setv timeout (self.chain-command-timeout)))
     (setv full (_prefix-script script
-                               (if self.deployment-token
-                                   {"CONSFIG_DEPLOYMENT" self.deployment-token #** (or env {})}
-                                   env)
+                               {#** (if self.deployment-token
+                                        {"CONSFIG_DEPLOYMENT" self.deployment-token}
+                                        {})
+                                #** (if self.python? {} {"CF_WALK_ALONE" (if (self.others-excluded?) "1" "0")})
+                                #** (or env {})}
                                cwd)
           started (time.monotonic))
     (check-sendable full)
