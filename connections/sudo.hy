@@ -8,7 +8,7 @@ db1.  It is the prerequisite data item (`--user-passwd--db1`, `deploy`),
 from whichever data source has it (a `:pass` store, a `:pgp` file, …), or
 else is asked for once on the controller's terminal, and kept for the rest
 of the deployment.  After a `:python` hop it comes with the host's data
-(consfig.deployer.deployment carries it), never from the target's terminal.
+(consfig.nested.deploys carries it), never from the target's terminal.
 
 How the password travels.  It must never be on a command line (`ps` shows
 those to every user), in the environment (root can read it in /proc, and it

@@ -11,19 +11,13 @@ from types import ModuleType as _ModuleType
 import hy  # noqa: F401  -- lets Python import the .hy modules below
 
 # Hy's `require` reads `_hy_macros` from this module's dict, not through
-# getattr: the modules that define the macros are imported at once.
-from consfig import moved as _moved
+# getattr: the modules that define the macros are imported at once.  None
+# of them is the deployer's: a target's Python imports this package, and
+# deploys nothing from its own side.
+from consfig.model import deploying as _deploying, fact, host, property, propspec
+import consfig.data.items as _data
 
-_moved.install()
-
-# `property`, `propspec`, `host`, `fact` and `deployment` are attributes of
-# the package since before the layout of issue 21, kept:
-# `consfig.propspec.read-propspec` after a bare `import consfig`.
-from consfig.model import fact, host, property, propspec  # noqa: E402
-from consfig.deployer import deployment  # noqa: E402
-import consfig.data.items as _data  # noqa: E402
-
-_MACRO_MODULES = (property, propspec, host, deployment, _data, fact)
+_MACRO_MODULES = (property, propspec, host, _deploying, _data, fact)
 
 # The modules whose names `(import consfig *)` brings: each module's own
 # `(export …)` list, and no name exported by two of them as two different
@@ -32,7 +26,7 @@ _MACRO_MODULES = (property, propspec, host, deployment, _data, fact)
 # :python hop imports it on the way to `consfig.python_hop.target`, and there applies a
 # propspec with a small part of the library.
 _MODULES = ("model.property", "model.propspec", "model.host", "deployer.deployment",
-            "deployer.fleet", "image.build", "apply.combinators", "apply.handlers", "model.fact",
+            "nested.deploys", "deployer.fleet", "image.build", "apply.combinators", "apply.handlers", "model.fact",
             "apply.meta", "apply.actions", "model.context", "transport.chain",
             "transport.hop", "types", "apply.engine", "errors", "data.items", "data.sources",
             "python_hop.keep", "model.watchspec")
@@ -43,11 +37,6 @@ for _m in _MACRO_MODULES:
         _hy_macros[_name] = _m._hy_macros[_name]
 _hy_export_macros = list(_hy_macros)
 del _m, _name
-
-# For Python users: the deployment functions under Python-friendly names.
-# (In Hy, `deploy` and `deploy-these` are the macros; `deploy*` the functions.)
-deploy = deployment.__dict__[hy.mangle("deploy*")]
-deploy_these = deployment.__dict__[hy.mangle("deploy-these*")]
 
 
 def _load_all():
@@ -68,6 +57,12 @@ def _load_all():
             if name not in names:
                 globals()[name] = obj
                 names.append(name)
+    # For Python users, the deployment functions under Python-friendly
+    # names.  (In Hy, `deploy` and `deploy-these` are the macros; `deploy*`
+    # the functions.)
+    deployment = importlib.import_module("consfig.deployer.deployment")
+    globals()["deploy"] = deployment.__dict__[hy.mangle("deploy*")]
+    globals()["deploy_these"] = deployment.__dict__[hy.mangle("deploy-these*")]
     fleet = importlib.import_module("consfig.deployer.fleet")
     globals()["deploy_hosts"] = fleet.__dict__[hy.mangle("deploy-hosts*")]
     globals()["__all__"] = names

@@ -5,7 +5,8 @@ Nothing here imports anything of consfig's, so any module may import it."
 
 (import os
         hy.models [Keyword]
-        errno)
+        errno
+        stat)
 
 (defn keyword-name [x]
   "The name a keyword or a keyword-like string stands for: `:foo` and
@@ -89,14 +90,21 @@ descriptor open for writing."
          (except [FileExistsError] None)))
   (raise (FileExistsError errno.EEXIST "no free temporary name" ".consfig-XXXXXXXX")))
 
+(defn _own-directory? [path]
+  (when (not (os.path.isabs path)) (return False))
+  (try (setv st (os.stat path))
+       (except [OSError] (return False)))
+  (and (stat.S-ISDIR st.st-mode) (= st.st-uid (os.geteuid))))
+
 (defn state-directory []
   "Where consfig keeps state on a machine (a run of an image records its
-outcome, the converging agent its events): $STATE_DIRECTORY when it is
-absolute (systemd's StateDirectory= sets it for a service; the tests set it
-to keep their state apart), else /var/lib/consfig for root, else consfig
-under $XDG_STATE_HOME (when absolute) or ~/.local/state."
+outcome, the converging agent its events): $STATE_DIRECTORY when it names
+a directory of this user's (systemd's StateDirectory= sets it for a
+service; the tests set it to keep their state apart), else /var/lib/consfig
+for root, else consfig under $XDG_STATE_HOME (when absolute) or
+~/.local/state."
   (setv given (os.environ.get "STATE_DIRECTORY" ""))
-  (cond (os.path.isabs given) given
+  (cond (_own-directory? given) given
         (= (os.geteuid) 0) "/var/lib/consfig"
         True (do (setv given (os.environ.get "XDG_STATE_HOME" ""))
                  (os.path.join (if (os.path.isabs given)
@@ -107,12 +115,14 @@ under $XDG_STATE_HOME (when absolute) or ~/.local/state."
 ;; Shell code that sets $d to `state-directory` as the user the chain ends
 ;; as sees it: for a target reached by a shell, not by a Python of ours.
 (setv STATE-DIRECTORY-SCRIPT "
-case \"${STATE_DIRECTORY:-}\" in /*) d=$STATE_DIRECTORY ;; *)
+case \"${STATE_DIRECTORY:-}\" in /*) [ -d \"$STATE_DIRECTORY\" ] && [ -O \"$STATE_DIRECTORY\" ] ;; *) false ;; esac &&
+  d=$STATE_DIRECTORY ||
+{
 if [ \"$(id -u)\" = 0 ]; then d=/var/lib/consfig
 else case \"${XDG_STATE_HOME:-}\" in
   /*) d=\"$XDG_STATE_HOME/consfig\" ;;
   *) d=\"$HOME/.local/state/consfig\" ;;
-esac; fi ;; esac")
+esac; fi; }")
 
 (export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically create-temporary bounded
                   left-out-note state-directory STATE-DIRECTORY-SCRIPT])

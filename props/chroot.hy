@@ -15,7 +15,7 @@ deployment: its properties are reported under the `os-bootstrapped` line."
 (import posixpath
         hy.models [Keyword]
         consfig.apply.actions [NO-CHANGE Script run run-ok? remote-exists? remove-remote]
-        consfig.deployer.deployment [deploy-nested]
+        consfig.nested.deploys [deploy-nested]
         consfig.apply.engine [inform]
         consfig.errors [AbortedChange FailedChange InapplicableProperty]
         consfig.model.host [Host get-hostattr get-hostname

@@ -31,7 +31,7 @@ boots it again."
         consfig.model.context [connection]
         consfig.transport.hop [SAFE-WALK walk-refusal]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name? enter-argv]
-        consfig.deployer.deployment [deploy-nested]
+        consfig.nested.deploys [deploy-nested]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange InapplicableProperty]
         consfig.model.host [Host find-host get-hostname preprocess-host]

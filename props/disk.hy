@@ -25,7 +25,7 @@ mounted is released however the build ends."
         hy.models [Keyword]
         consfig.apply.actions [NO-CHANGE Script run run-ok? output read-remote-file write-remote-file
                                remote-exists?]
-        consfig.deployer.deployment [deploy-nested]
+        consfig.nested.deploys [deploy-nested]
         consfig.apply.engine [CANNOT-CHECK WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
         consfig.model.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]

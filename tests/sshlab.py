@@ -42,6 +42,13 @@ ROOT_PREFIX = "consfig-sshlab-"
 SUDOERS_PREFIX = "/etc/sudoers.d/consfig-lab-"
 
 
+def _hermetic_environment():
+    """sshd's SetEnv words for the test run's own cache and state
+    directories (see conftest.py), where the run set them."""
+    return " ".join(f"{var}={os.environ[var]}" for var in ("XDG_CACHE_HOME", "STATE_DIRECTORY")
+                    if os.path.isabs(os.environ.get(var, "")))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -139,8 +146,15 @@ class Lab:
             else:
                 _run("usermod", "-p", "*", user)
             shutil.copy(self.client_key + ".pub", os.path.join(keys_dir, user))
-        self._sudoers(self.user, f"{self.user} ALL=(ALL:ALL) NOPASSWD: ALL\n")
-        self._sudoers(self.pwuser, f"{self.pwuser} ALL=(ALL:ALL) ALL\n")
+        # Root reached through the lab's sudo keeps the test run's own
+        # cache (and so deployment lock) and state: sshd gives every session
+        # the run's directories and sudo keeps them.  They belong to root,
+        # so the lab users themselves pass them over for their own.
+        keep = ('Defaults:{} env_keep += "XDG_CACHE_HOME STATE_DIRECTORY"\n')
+        self._sudoers(self.user, keep.format(self.user)
+                      + f"{self.user} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+        self._sudoers(self.pwuser, keep.format(self.pwuser)
+                      + f"{self.pwuser} ALL=(ALL:ALL) ALL\n")
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         with open(self.sshd_config, "w") as f:
             f.write(f"""ListenAddress 127.0.0.1
@@ -157,6 +171,7 @@ AllowTcpForwarding yes
 MaxSessions 50
 MaxStartups 50
 LogLevel VERBOSE
+SetEnv {_hermetic_environment()}
 """)
         _run(SSHD, "-t", "-f", self.sshd_config)
         self.server = self.start_sshd()

@@ -19,8 +19,9 @@ PROJECT = os.path.dirname(TESTS)
 
 def _pytest(args, env, cwd):
     """Run pytest on ARGS in a child process; return (exit code, output)."""
+    # -n 0: the child runs in one process, whatever addopts ask of xdist.
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                           *args],
+                           "-n", "0", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stdout + proc.stderr
 

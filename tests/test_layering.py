@@ -10,10 +10,9 @@ modules and edges.  An import inside a function must say what it saves
 
 import ast
 import os
-import re
 
 import hy
-from hy.models import Expression, Sequence, Symbol
+from hy.models import Expression, Sequence, String, Symbol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = {"consfig": "consfig", "props": "consfig.props",
@@ -25,7 +24,7 @@ PACKAGES = {"consfig": "consfig", "props": "consfig.props",
 # `__init__`, which gathers the names a consfig imports) and `__main__` are
 # above everything.
 LAYERS = ["ground", "consfig.transport", "consfig.model", "consfig.apply", "consfig.data",
-          "consfig.python_hop", "consfig.connections", "consfig.site", "consfig.deployer",
+          "consfig.nested", "consfig.python_hop", "consfig.connections", "consfig.site", "consfig.deployer",
           "consfig.converge", "consfig.image", "consfig.props", "consfig.ui"]
 
 
@@ -63,16 +62,50 @@ def _walk(model):
             yield from _walk(m)
 
 
+_QUOTES = (Symbol("quote"), Symbol("quasiquote"))
+
+
 def _hy_imports(path):
-    text = open(path).read()
-    names = set(re.findall(r"hy\.I\.([\w.\-]+)/", text))
-    names |= {n.replace("/", ".") for n in re.findall(r"hy\.I\.([\w\-]+/[\w.\-]+?)\.[\w\-]+[\s)]",
-                                                      text)}
-    for form in hy.read_many(text, filename=path):
-        for m in _walk(form):
-            if isinstance(m, Expression) and m and m[0] in (Symbol("import"), Symbol("require")):
-                names |= {n for n in map(_dotted, m[1:]) if n}
+    """The modules the Hy module at PATH imports: its `import` and `require`
+    forms, its `hy.I.a/b/c` references and its `importlib.import-module` of
+    a string, at any depth (inside functions too).  Code a macro writes
+    (quoted) runs in the module that uses the macro, and is not this one's."""
+    names = set()
+
+    def walk(m):
+        if isinstance(m, Expression) and m and m[0] in _QUOTES:
+            return
+        if isinstance(m, Expression) and m and m[0] in (Symbol("import"), Symbol("require")):
+            names.update(n for n in map(_dotted, m[1:]) if n)
+        name = _hy_i(m) or _import_module_literal(m)
+        if name:
+            names.add(name)
+        if isinstance(m, Sequence):
+            for x in m:
+                walk(x)
+
+    for form in hy.read_many(open(path).read(), filename=path):
+        walk(form)
     return {n.replace("/", ".").replace("-", "_") for n in names}
+
+
+def _hy_i(model):
+    """The module of `hy.I.consfig/model/propspec.f` (Hy reads it as
+    `(. hy I consfig/model/propspec f)`), or None."""
+    if (isinstance(model, Expression) and len(model) >= 4 and model[0] == Symbol(".")
+            and model[1] == Symbol("hy") and model[2] == Symbol("I")
+            and isinstance(model[3], Symbol)):
+        return str(model[3])
+    return None
+
+
+def _import_module_literal(model):
+    """The module named by `(importlib.import-module "a.b")`, or None."""
+    if (isinstance(model, Expression) and len(model) == 2
+            and _dotted(model[0]) == "importlib.import-module"
+            and isinstance(model[1], String)):
+        return str(model[1])
+    return None
 
 
 def _dotted(model):
@@ -89,6 +122,10 @@ def _dotted(model):
 def _py_imports(path):
     names = set()
     for node in ast.walk(ast.parse(open(path).read(), path)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "import_module" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names.add(node.args[0].value)
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -97,14 +134,37 @@ def _py_imports(path):
     return names
 
 
-def graph():
+# The imports by name, inside a function, that go against the layers on
+# purpose; each says why.  Anything else of the kind fails.
+BY_NAME = {
+    ("consfig.python_hop.target", "consfig.converge.agent"):
+        "a target's Python runs the converging agent when `consfig converge` asks it to",
+    ("consfig.python_hop.target", "consfig.converge.watch"):
+        "the agent's watches, imported with it while its bundle is certainly in the cache",
+    ("consfig.data.items", "consfig.data.sources"):
+        "the sources that call programs register their kinds when one is first asked for",
+    ("consfig.model.host", "consfig.deployer.deployment"):
+        "calling a host deploys it, `(athena)`: on the controller, where the deployer is",
+}
+
+
+def graph(by_name=BY_NAME):
     mods = modules()
     by_mangled = {m.replace("-", "_"): m for m in mods}
     edges = {}
     for mod, path in mods.items():
         found = _hy_imports(path) if path.endswith(".hy") else _py_imports(path)
-        edges[mod] = {by_mangled[n] for n in found if n in by_mangled and by_mangled[n] != mod}
+        edges[mod] = {by_mangled[n] for n in found
+                      if n in by_mangled and by_mangled[n] != mod
+                      and (mod, by_mangled[n]) not in by_name}
     return edges
+
+
+def test_every_import_by_name_against_the_layers_is_still_made():
+    # An entry of BY_NAME that nothing needs any more is one to remove.
+    edges = graph(by_name={})
+    stale = [pair for pair in BY_NAME if pair[1] not in edges[pair[0]]]
+    assert not stale, f"BY_NAME lists imports no module makes: {stale}"
 
 
 def cycles(edges):
@@ -136,6 +196,19 @@ def cycles(edges):
         if v not in index:
             visit(v)
     return out
+
+
+def test_the_reader_sees_hy_i_at_any_depth_and_import_module_of_a_string(tmp_path):
+    module = tmp_path / "m.hy"
+    module.write_text('(import importlib)\n'
+                      '(defn f []\n  (when True\n    (hy.I.consfig/model/propspec.dotted-expansion 1)))\n'
+                      '(defn g [] (importlib.import-module "consfig.converge.agent"))\n'
+                      '(defmacro m [] `(hy.I.consfig/deployer/deployment.deploy* 1))\n')
+    assert _hy_imports(str(module)) == {"importlib", "consfig.model.propspec",
+                                        "consfig.converge.agent"}
+    plain = tmp_path / "p.py"
+    plain.write_text('import importlib\ndef f():\n    importlib.import_module("consfig.deployer.fleet")\n')
+    assert "consfig.deployer.fleet" in _py_imports(str(plain))
 
 
 def test_the_import_graph_finds_a_planted_cycle():
@@ -210,3 +283,82 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert not bad, ("imports from a higher layer (see the layers in tests/test_layering.py "
                      "and each package's docstring):\n" +
                      "\n".join(f"  {a} -> {b}" for a, b in bad))
+
+
+# Behaviour lives on the property, never on its name: the engine, the agent
+# and the combinators ask a propapp's property what it is (its children,
+# whether it is a sequence, a trigger, a `during`: consfig.model.property's
+# DECLARATIONS).  Only the registry itself (REGISTRY) reads names.  A
+# stored name may still be looked up, to build a propapp of a core property
+# (`(find-property "consfig.combinators.eseqprops")`), and compared nowhere.
+REGISTRY = "consfig.model.property"
+_COMPARISONS = {Symbol(s) for s in ("=", "!=", "in", "not-in", "is", "is-not")}
+
+
+def _stored_property_name(text):
+    from consfig.model.property import STORED_NAMES
+    return any(text.startswith(stored + ".") and len(text) > len(stored) + 1
+               for stored in STORED_NAMES.values())
+
+
+def _a_name(model):
+    # Hy reads `p.name` as `(. p name)`.
+    return (isinstance(model, Expression) and len(model) >= 3 and model[0] == Symbol(".")
+            and model[-1] == Symbol("name"))
+
+
+def _names_a_string(model):
+    if isinstance(model, String):
+        return True
+    return isinstance(model, Sequence) and any(isinstance(m, String) for m in model)
+
+
+def name_checks(path):
+    """The lines of the Hy module at PATH that compare a `.name` with a
+    string literal, or write a core property's stored name anywhere but as
+    the argument of `find-property`."""
+    found = set()
+
+    def walk(model, parent):
+        if isinstance(model, String) and _stored_property_name(str(model)):
+            if not (isinstance(parent, Expression) and len(parent) == 2
+                    and parent[0] == Symbol("find-property")):
+                found.add(getattr(model, "start_line", None) or parent.start_line)
+        if isinstance(model, Expression) and model and model[0] in _COMPARISONS:
+            operands = model[1:]
+            if (any(_a_name(m) for m in operands)
+                    and any(_names_a_string(m) for m in operands)):
+                found.add(model.start_line)
+        if isinstance(model, Sequence):
+            for m in model:
+                walk(m, model)
+
+    for form in hy.read_many(open(path).read(), filename=path):
+        walk(form, form)
+    return sorted(found)
+
+
+def _py_name_checks(path):
+    return sorted(node.lineno for node in ast.walk(ast.parse(open(path).read(), path))
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and _stored_property_name(node.value))
+
+
+def test_a_planted_name_check_is_found(tmp_path):
+    module = tmp_path / "m.hy"
+    module.write_text('(defn f [p]\n  (when (= p.name "consfig.combinators.during") 1))\n'
+                      '(setv _GROUPS #{"consfig.combinators.seqprops"})\n'
+                      '(defn g [p] (in p.name #("x.y.z")))\n'
+                      '(defn h [] (find-property "consfig.combinators.desc"))\n')
+    assert name_checks(str(module)) == [2, 3, 4]
+    plain = tmp_path / "p.py"
+    plain.write_text('x = 1\nSEQ = "consfig.meta.with-meta"\n')
+    assert _py_name_checks(str(plain)) == [2]
+
+
+def test_no_module_outside_the_registry_branches_on_a_property_name():
+    bad = [f"{os.path.relpath(path, ROOT)}:{line}"
+           for mod, path in modules().items() if mod != REGISTRY
+           for line in (name_checks(path) if path.endswith(".hy") else _py_name_checks(path))]
+    assert not bad, ("a propapp's name compared with a string (ask its property instead: "
+                     "DECLARATIONS in consfig/model/property.hy):\n  " + "\n  ".join(bad))

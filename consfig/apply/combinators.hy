@@ -19,7 +19,8 @@ answers from its flag file."
         consfig.errors [AbortedChange CommandFailed FailedChange PropspecError]
         consfig.model.fact [fact-application fact-application? fact-holds? fact-hostattrs fact-watch]
         consfig.model.host [preserving-hostattrs]
-        consfig.model.property [Propapp find-property propapp-desc propapp-hostattrs propapps-in]
+        consfig.model.property [Propapp fact-of find-property propapp-desc propapp-hostattrs
+                                propapps-in retractable? sequence?]
         consfig.apply.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [propspec seconds]
         consfig.util [keyword-name sha256-hex])
@@ -29,6 +30,7 @@ answers from its flag file."
 unapplies them in reverse order."
   (:simulates True)
   (:announce False)
+  (:sequence True)
   (:apply (apply-sequence propapps))
   (:unapply (apply-sequence propapps :unapply True)))
 
@@ -37,6 +39,7 @@ unapplies them in reverse order."
 sequence carries on.  The sequence fails if any element failed."
   (:simulates True)
   (:announce False)
+  (:sequence True)
   (:apply (apply-sequence propapps :stop-on-failure False))
   (:unapply (apply-sequence propapps :unapply True :stop-on-failure False)))
 
@@ -45,6 +48,7 @@ sequence carries on.  The sequence fails if any element failed."
 Failures are still reported."
   (:simulates True)
   (:announce False)
+  (:sequence True)
   (:apply (apply-sequence propapps :stop-on-failure False :silent True))
   (:unapply (apply-sequence propapps :unapply True :stop-on-failure False :silent True)))
 
@@ -74,6 +78,8 @@ deployment's summary)."
   "Unapply PROPAPP when applied, and apply it when unapplied: its check is
 negated and its :apply and :unapply are swapped."
   (:simulates True)
+  (:inverts True)
+  (:retractable True)
   (:desc (+ "Unapplied: " (propapp-desc propapp)))
   ;; Hostattrs of an unapplied property only check compatibility: the host
   ;; does not get what the property would declare.
@@ -114,6 +120,9 @@ applies the propapps after it instead of unapplying those before it.  A way to
 give a list of properties an :unapply made of other properties."
   (:simulates True)
   (:announce False)
+  ;; With an :unapply of its own, unapplying it undoes what applying did.
+  (:retractable (in (Keyword "unapply") propapps))
+  (:children (propapps-in (get (_split-unapply (list propapps)) 0)))
   (:hostattrs
     (setv #(on-apply on-unapply) (_split-unapply (list propapps)))
     (for [p on-apply] (propapp-hostattrs p))
@@ -130,6 +139,7 @@ give a list of properties an :unapply made of other properties."
   "Apply PROPAPP; if applying or unapplying it made a change, apply each of
 ON-CHANGE in order (restart a daemon after its configuration changed)."
   (:simulates True)
+  (:trigger propapp)
   (:desc (_trigger-desc propapp))
   (:apply (_then-if-changed (apply-propapp propapp) on-change))
   (:unapply (_then-if-changed (unapply-propapp propapp) on-change)))
@@ -137,6 +147,7 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
 (defprop on-apply-change :posix [propapp #* on-change]
   "Like `on-change`, but only applying PROPAPP triggers ON-CHANGE."
   (:simulates True)
+  (:trigger propapp)
   (:desc (_trigger-desc propapp))
   (:apply (_then-if-changed (apply-propapp propapp) on-change))
   (:unapply (unapply-propapp propapp)))
@@ -158,6 +169,7 @@ ON-CHANGE in order (restart a daemon after its configuration changed)."
 (defprop desc :posix [desc propapp]
   "Apply PROPAPP, announcing it as DESC."
   (:simulates True)
+  (:sequence True)
   (:desc desc)
   (:apply (apply-propapp propapp))
   (:unapply (unapply-propapp propapp)))
@@ -201,12 +213,6 @@ over all; outside any, the chain's :command-timeout holds."
 ;; `during`.  Which blocks were last applied is recorded on the target, in
 ;; during/HOSTNAME.json under the state directory (consfig.apply.targetstate).
 
-(setv _DURING "consfig.combinators.during"
-      ;; A group that cannot be unapplied as a whole is retracted member by
-      ;; member: those that can be unapplied are, the others dropped.
-      _GROUPS #{"consfig.combinators.eseqprops" "consfig.combinators.seqprops"
-                "consfig.combinators.silent-seqprops" "consfig.combinators.desc"})
-
 (defprop during :posix [#^ fact-application fact #^ propspec #* propapps]
   "Apply PROPAPPS while FACT holds on the target; while it does not,
 retract them:
@@ -225,6 +231,8 @@ fact once; the converging agent again whenever the fact's watch fires (see
 `during-facts`).  Unapplying a `during` retracts its properties whatever
 the fact."
   (:simulates True)
+  (:fact fact)
+  (:retractable True)
   (:desc f"during {(propapp-desc fact)}")
   (:invariant (any (gfor p propapps (is-not p None)))
               "needs the properties that hold while the fact does: (during FACT PROPAPP…)")
@@ -243,7 +251,7 @@ the fact."
 
 (defn _during-key [fact propapps]
   ;; A block is known by what it says, printed.
-  (sha256-hex (.encode (repr (Propapp _DURING [fact #* propapps])) "utf-8" "surrogateescape")))
+  (sha256-hex (.encode (repr (Propapp during.name [fact #* propapps])) "utf-8" "surrogateescape")))
 
 (defn _record-path []
   (host-state-file "during" (. (.get current-host) hostname)))
@@ -311,8 +319,10 @@ the fact."
   ;; last first, groups that cannot be unapplied whole opened up.
   (setv out [])
   (for [p (reversed (lfor p propapps :if (is-not p None) p))]
+    ;; A sequence that cannot be unapplied as a whole is retracted member
+    ;; by member: those that can be unapplied are, the others dropped.
     (cond (_retractable? p) (.append out #(p True))
-          (in p.name _GROUPS) (.extend out (_retraction (propapps-in p.args)))
+          (sequence? p) (.extend out (_retraction (propapps-in p.args)))
           True (.append out #(p False))))
   out)
 
@@ -320,8 +330,7 @@ the fact."
   ;; Whether unapplying P undoes all it did, never failing for want of an
   ;; :unapply somewhere inside.
   (setv prop (find-property p.name))
-  (cond (in p.name #(_DURING "consfig.combinators.unapplied")) True
-        (and (= p.name "consfig.combinators.with-unapply") (in (Keyword "unapply") p.args)) True
+  (cond (retractable? p) True
         (not (unapplicable? prop)) False
         (and prop.simulates (not prop.opaque-type))
         (all (gfor q (propapps-in p.args) (_retractable? q)))
@@ -346,8 +355,8 @@ a converging agent watches, to call `during-reevaluated` when a watch fires.
 A deployment of another host inside PROPSPEC is not looked into."
   (setv found [])
   (defn walk [p]
-    (when (= p.name _DURING)
-      (setv fact (get p.args 0))
+    (setv fact (fact-of p))
+    (when fact
       (.append found {"during" p "fact" fact "watch" (fact-watch fact)}))
     (when (not (. (find-property p.name) opaque-type))
       (for [q (propapps-in p.args)] (walk q))))
@@ -361,7 +370,7 @@ retracted, its record on the target kept.  Return `:no-change` or a changed
 result; a failure is shown, counted and raised as a `Reported`.  Call it
 while the host is applied (`consfig.model.context.applying`, in a
 `consfig.apply.engine.Run`), when a watch of its fact fired."
-  (when (not (and (isinstance block Propapp) (= block.name _DURING)))
+  (when (not (and (isinstance block Propapp) (fact-of block)))
     (raise (ValueError f"during-reevaluated: {block !r} is not a during block")))
   (apply-and-announce block))
 

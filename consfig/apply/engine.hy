@@ -14,7 +14,7 @@ catches it: see `apply-and-announce` and `Reported`."
         consfig.apply.events [start-event end-event output-event diff-event summary-event
                               retry-event first-report?]
         consfig.model.host [get-hostname]
-        consfig.model.property [call-subroutine default-desc find-property propapp-desc
+        consfig.model.property [call-subroutine children default-desc find-property meta-of propapp-desc
                                 propapps-in propapp-type python-propapps]
         hy.models [Keyword])
 
@@ -188,9 +188,10 @@ name), those of the innermost `with-meta` (`consfig.apply.meta`) winning.  A
 deployment of another host inside (`deploys`) is not looked into."
   (setv out [])
   (defn walk [p meta]
-    (cond (= p.name "consfig.meta.with-meta")
-          (do (setv inner {#** meta #** (meta-dict (get p.args 0))})
-              (for [q (propapps-in (cut p.args 1 None))] (walk q inner)))
+    (setv own (meta-of p))
+    (cond (is-not own None)
+          (do (setv inner {#** meta #** own})
+              (for [q (children p)] (walk q inner)))
           (or (. (find-property p.name) opaque-type) (leaf? p)) (.append out [p meta])
           True (for [q (propapps-in p.args)] (walk q meta))))
   (walk propspec {})

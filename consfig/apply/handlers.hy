@@ -28,15 +28,13 @@ would-change (or cannot-check)."
         consfig.apply.engine [NO-CHANGE Reported WOULD-CHANGE apply-and-announce at-end
                               checking? current-ending failed-so-far? inform noop?]
         consfig.errors [FailedChange PropspecError]
-        consfig.model.property [find-property hostattrs-of propapp-hostattrs propapps-in site-where]
+        consfig.model.property [find-property handler-of hostattrs-of propapp-hostattrs propapps-in
+                                site-where]
         consfig.apply.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [named non-empty-line non-empty-list-of one-of propspec])
 
 (setv handler-names (named "handler-names" (one-of non-empty-line (non-empty-list-of non-empty-line))
                            "a handler's name (one line), or a list of them"))
-
-(setv _HANDLER "consfig.handlers.handler"
-      _NOTIFIES "consfig.handlers.notifies")
 
 (defn _names [names]
   (if (isinstance names str) [names] (list names)))
@@ -47,9 +45,10 @@ that name, in order.  A deployment of another host inside it (`deploys`)
 has handlers of its own, and is not looked into."
   (setv found {})
   (defn walk [p]
-    (setv prop (find-property p.name))
-    (when (= p.name _HANDLER)
-      (.append (.setdefault found (get p.args 0) []) p))
+    (setv prop (find-property p.name)
+          name (handler-of p))
+    (when (is-not name None)
+      (.append (.setdefault found name []) p))
     (when (not prop.opaque-type)
       (for [q (propapps-in p.args)] (walk q))))
   (when propspec (walk propspec))
@@ -218,6 +217,7 @@ makes sure the handlers owed run at the end.  See `consfig.apply.handlers`."
   (:simulates True)
   (:announce False)
   (:desc f"handler {name}")
+  (:handler name)
   (:invariant propapps "needs the properties it applies")
   (:hostattrs
     (for [p propapps] (propapp-hostattrs p))

@@ -44,8 +44,8 @@ One still in the propspec but no longer under `:reverse` is forgotten."
                               current-meta describe-meta effective-meta inform meta-dict meta-in-force
                               meta-name unapplicable?]
         consfig.errors [FailedChange PropspecError]
-        consfig.model.property [Propapp did-you-mean find-property propapp-desc propapp-hostattrs
-                                propapps-in site-where]
+        consfig.model.property [Propapp children did-you-mean find-property meta-of propapp-desc
+                                propapp-hostattrs propapps-in sequence? site-where]
         consfig.model.propspec [data->propspec propspec->data]
         consfig.apply.targetstate [host-state-file read-state-file save-state-file]
         consfig.types [Type propspec show])
@@ -97,17 +97,16 @@ One still in the propspec but no longer under `:reverse` is forgotten."
   (+ f":reverse needs properties that can be unapplied, but {(.join ", " names)} "
      "has no :unapply (docs/properties.md says which can be)"))
 
-;; Sequences unapply what they hold; any other property with an :unapply
-;; knows how it is undone.
-(setv _SEQUENCES #{"consfig.combinators.eseqprops" "consfig.combinators.seqprops"
-                   "consfig.combinators.silent-seqprops" "consfig.combinators.desc"
-                   "consfig.meta.with-meta"})
+(defn _opened? [propapp]
+  ;; Sequences (and `with-meta`) unapply what they hold; any other property
+  ;; with an :unapply knows how it is undone.
+  (or (sequence? propapp) (is-not (meta-of propapp) None)))
 
 (defn _cannot-unapply [propapp]
   ;; The propapps inside PROPAPP (expanded) that unapplying it would meet
   ;; and that have no :unapply.
   (setv prop (find-property propapp.name))
-  (cond (in propapp.name _SEQUENCES)
+  (cond (_opened? propapp)
         (sum (gfor p (propapps-in propapp.args) (_cannot-unapply p)) [])
         (unapplicable? prop) []
         True [propapp]))
@@ -127,6 +126,7 @@ a dict such as `{:retry 3 :delay 5}`: `:retry`, `:delay`, `:noop`,
 `:reverse`, `:poll`, `:limit`, `:burst`.  See `consfig.apply.meta`."
   (:simulates True)
   (:announce False)
+  (:meta (meta-dict meta))
   (:invariant propapps "needs the properties it applies")
   (:invariant (or (not (.get (meta-dict meta) "reverse")) (_children-unapplicable? propapps))
               (_no-unapply propapps))
@@ -233,8 +233,7 @@ when the bucket holds a whole token again."
   (_load st)
   (setv new False)
   (for [p propapps]
-    (when (and (= p.name "consfig.meta.with-meta")
-               (= (.get (meta-dict (get p.args 0)) "reverse") False))
+    (when (= (.get (or (meta-of p) {}) "reverse") False)
       (continue))
     (setv key (_key p))
     (when (not-in key (get st "records"))
@@ -255,9 +254,8 @@ when the bucket holds a whole token again."
         present #{})
   (defn walk [p]
     (.add present (_key p))
-    (when (= p.name "consfig.meta.with-meta")
-      (when (.get (meta-dict (get p.args 0)) "reverse")
-        (for [q (propapps-in (cut p.args 1 None))] (.add under (_key q)))))
+    (when (.get (or (meta-of p) {}) "reverse")
+      (for [q (children p)] (.add under (_key q))))
     (when (not (. (find-property p.name) opaque-type))
       (for [q (propapps-in p.args)] (walk q))))
   (walk propspec)
@@ -267,11 +265,11 @@ when the bucket holds a whole token again."
   ;; What unapplying PROPAPP comes to, as `[propapp meta]`: the propapps a
   ;; sequence holds (and those they hold), each under the meta-parameters
   ;; it was applied with; any other propapp is undone whole.
-  (cond (= propapp.name "consfig.meta.with-meta")
-        (do (setv inner {#** meta #** (dfor [k v] (.items (meta-dict (get propapp.args 0)))
-                                            :if (!= k "reverse") k v)})
-            (sum (gfor q (propapps-in (cut propapp.args 1 None)) (_units q inner)) []))
-        (in propapp.name _SEQUENCES)
+  (setv own (meta-of propapp))
+  (cond (is-not own None)
+        (do (setv inner {#** meta #** (dfor [k v] (.items own) :if (!= k "reverse") k v)})
+            (sum (gfor q (children propapp) (_units q inner)) []))
+        (sequence? propapp)
         (sum (gfor q (propapps-in propapp.args) (_units q meta)) [])
         True [[propapp meta]]))
 

@@ -43,7 +43,8 @@ failed attempt a note among the repair's events."
         consfig.apply.events [converge-event]
         consfig.apply.lock [holder-digest read-holder target-lock-held]
         consfig.apply.meta [RepairLimit]
-        consfig.model.property [find-property propapp-desc propapps-in propapp-watches]
+        consfig.model.property [children find-property inverts? propapp-desc propapps-in
+                                propapp-watches trigger-of]
         consfig.model.propspec [propspec-digest]
         consfig.converge.watch [Watcher UNIT-POLL]
         consfig.util [state-directory])
@@ -64,8 +65,6 @@ failed attempt a note among the repair's events."
   ;; The meta-parameters of each leaf propapp (`with-meta`), by identity.
   (dfor [p meta] (effective-meta propspec) (id p) meta))
 
-(setv _TRIGGERS #("consfig.combinators.on-change" "consfig.combinators.on-apply-change"))
-
 (defn _kept? [propapp]
   ;; Whether the agent can tell that PROPAPP drifted: it has a :check, or
   ;; simulates its :apply in check mode.  A command with neither
@@ -82,19 +81,14 @@ handlers; a `with-unapply`'s propapps after `:unapply` are not kept, nor a
 property that cannot say whether it holds (no :check, see `_kept?`), nor
 what a deployment of another host inside (`deploys`, a chroot) applies."
   (setv metas (_metas propspec)
-        marker (hy.models.Keyword "unapply")
         out [])
   (defn walk [p unapply]
-    (setv prop (find-property p.name)
-          inner (propapps-in p.args))
-    (cond prop.opaque-type None
-          (= p.name "consfig.combinators.unapplied") (for [q inner] (walk q (not unapply)))
-          (in p.name _TRIGGERS) (.append out #(p unapply (.get metas (id (get p.args 0)) {})))
-          (= p.name "consfig.combinators.with-unapply")
-          (for [q (propapps-in (if (in marker p.args) (cut p.args 0 (.index p.args marker))
-                p.args))]
-            (walk q unapply))
-          inner (for [q inner] (walk q unapply))
+    (setv prop (find-property p.name))
+    (when prop.opaque-type (return))
+    (setv trigger (trigger-of p))
+    (cond (inverts? p) (for [q (children p)] (walk q (not unapply)))
+          trigger (.append out #(p unapply (.get metas (id trigger) {})))
+          (propapps-in p.args) (for [q (children p)] (walk q unapply))
           (_kept? p) (.append out #(p unapply (.get metas (id p) {})))))
   (walk propspec False)
   out)
@@ -103,9 +97,10 @@ what a deployment of another host inside (`deploys`, a chroot) applies."
   "What to watch for PROPAPP: its property's `:watch`; for an `on-change`,
 what its first propapp's leaves watch; None when something in it watches
 nothing (it is polled)."
-  (if (in propapp.name _TRIGGERS)
+  (setv trigger (trigger-of propapp))
+  (if trigger
       (do (setv specs [])
-          (for [[p _ _] (leaves (get propapp.args 0))]
+          (for [[p _ _] (leaves trigger)]
             (setv more (watches-of p))
             (when (is more None) (return None))
             (.extend specs more))

@@ -5,7 +5,3 @@ hop (`transit`).
 
 May import: the ground, transport, model and apply.
 """
-from consfig.moved import forward as _forward
-
-# `consfig.data` was the module `items` is now: its names still answer here.
-__getattr__ = _forward(__name__)

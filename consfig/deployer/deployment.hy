@@ -1,32 +1,20 @@
-"Deployments: a connection chain and a host.
+"Deployments from the controller: a connection chain and a host.
 
 `deploy*` and `deploy-these*` are the functions (usable from Python too);
-`deploy` and `deploy-these` are the macros that take an unevaluated propspec
-and a bare hostname symbol."
+`deploy` and `deploy-these`, the macros that take an unevaluated propspec
+and a bare hostname symbol, are `consfig.model.deploying`'s.  A deployment
+made from a host as part of its own is `consfig.nested.deploys`'s."
 
-(eval-when-compile (require consfig.model.property [defprop]))
-(import hy.models [Keyword String]
-        consfig.transport.chain [parse-chain establish-chain close-chain chain->data hop-spec]
-        consfig.model.context [applying connection current-host establishing-for]
+(import consfig.transport.chain [establish-chain close-chain chain->data]
+        consfig.model.context [establishing-for]
         consfig.data.items [resolve-data]
-        consfig.apply.engine [NO-CHANGE Reported announce-action announced-count apply-deployment apply-host
-                              check-propspec-fits checking? current-run inform watching-events]
-        consfig.errors [ConnectionFailed ConsfigError FailedChange]
-        consfig.model.host [Host find-host preprocess-host]
+        consfig.apply.engine [announced-count apply-host check-propspec-fits]
+        consfig.errors [ConnectionFailed]
+        consfig.model.host [find-host preprocess-host]
+        consfig.nested.deploys [apply-on-target carry-hop-data chain-for]
         consfig.python_hop.keep [chain-alive? chain-key idle-limit keepable? keep-chain take-kept]
-        consfig.apply.rebooting [RebootWatch await-return await-return-reported back-after back-line
-                                 probe-chain reboot-note]
-        consfig.apply.lock [holding-target-lock lock-held? lock-request]
-        consfig.model.propspec [dotted->name propspec-digest walk-body]
+        consfig.apply.rebooting [RebootWatch await-return-reported probe-chain]
         consfig.apply.combinators [seqprops])
-
-(defn _chain-for [chain host]
-  (when (is chain None)
-    (setv chain host.deploy))
-  (when (is chain None)
-    (raise (ConsfigError (+ f"host {host.hostname} has no default chain (:deploy in its defhost options); "
-                            "give one, e.g. (deploy :local " (get (.split host.hostname ".") 0) ")"))))
-  (parse-chain chain))
 
 (defclass Prepared []
   "A deployment ready to connect: the preprocessed HOST (hostattrs computed)
@@ -44,13 +32,13 @@ the propspec's arguments, every :hostattrs, the prerequisite data they
 declare — checked, before connecting: a `Prepared`.  PROPSPEC replaces the
 host's propspec; ADDITIONAL is applied after it."
   (setv host (find-host host)
-        parsed (_chain-for chain host)
+        parsed (chain-for chain host)
         propspec (or propspec host.propspec))
   (when additional
     (setv propspec (seqprops propspec additional)))
   (setv prepared (preprocess-host host propspec))
   (resolve-data prepared)
-  (_carry-hop-data prepared parsed True)
+  (carry-hop-data prepared parsed True)
   (check-propspec-fits prepared.propspec
                        (or (any (gfor [name _] parsed (= name "python")))
                            (all (gfor [name _] parsed (= name "local"))))
@@ -152,37 +140,6 @@ sent (`consfig.apply.rebooting`)."
           (raise (KeptSessionLost (str e) target.where) :from e)
           (raise)))))
 
-(defn apply-on-target [target prepared sink apply-here * [unapply False] [check False]
-                       [verbosity 0] [within None] [remote-outcome None]]
-  "Apply the preprocessed host PREPARED on TARGET, the last connection of
-its established chain, under the target's deployment lock (`consfig.apply.lock`):
-the one place that chooses between applying here and over there.  When
-TARGET applies remotely (after a `:python` hop) the target's Python does it
-and takes the lock itself, as it applies: no round trip to start a holder
-first, and its commands are its own children, which it ends before it
-exits.  Its events go to SINK, and its `Outcome` is returned, through
-REMOTE-OUTCOME when given.  Otherwise APPLY-HERE (a function of no
-arguments) is called, under the lock held through TARGET, and what it
-returns is returned.  WITHIN: the connection a nested deployment is made
-from, whose lock may cover TARGET already (`consfig.apply.lock.lock-held?`)."
-  (if (.apply-remotely? target)
-      ((or remote-outcome (fn [o] o))
-        (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity :check check
-                         :lock (when (not (lock-held? target :within within))
-                                 (lock-request prepared.hostname (_pushed-digest prepared unapply)))))
-      (with [_ (holding-target-lock target prepared.hostname :within within
-                                    :digest (_pushed-digest prepared unapply))]
-        (apply-here))))
-
-(defn _pushed-digest [prepared unapply]
-  ;; What a converging agent on the target learns from the lock's holder:
-  ;; the host's whole propspec is deployed, in this version (a deploy-these
-  ;; or an unapply says nothing).
-  ;; PREPARED: a `Prepared`, or (a nested deployment's) its host.
-  (setv host (getattr prepared "host" prepared))
-  (when (not (or unapply host.partial))
-    (propspec-digest host.propspec)))
-
 (defn deploy* [chain host * [propspec None] [additional None] [sink None]
                [verbosity 0] [unapply False] [check False] [diff False] [persist None]]
   "Deploy HOST (a Host or hostname) over CHAIN (its default chain when None)
@@ -219,184 +176,8 @@ many, False never; None (the default) does what the REPL says, keep (in
         (.finish reporter)
         (.close reporter)))))
 
-(setv Host.deployer deploy*)
-
 (defn deploy-these* [chain host propspec #** kwargs]
   "Apply just PROPSPEC to HOST over CHAIN (with HOST's hostattrs)."
   (deploy* chain host :propspec propspec #** kwargs))
 
-(defn _host-form [host]
-  (setv name (dotted->name host))
-  (if (and name (in "." name)) (String name) host))
-
-(defn _chain-form [chain]
-  ;; A bare `:local` in a function call would mark a keyword argument.
-  (if (isinstance chain Keyword) `(quote ~chain) chain))
-
-(setv _DEPLOY-OPTIONS #{"check" "diff" "verbosity" "unapply" "sink" "persist"})
-
-(defn _split-options [forms]
-  ;; `(deploy :ssh athena :check True (extra …))`: the keywords that name
-  ;; an option of `deploy*` take the form after them; a propapp is never a
-  ;; bare keyword, so what is left is the propspec.
-  (setv options [] propapps [] forms (list forms) i 0)
-  (while (< i (len forms))
-    (setv f (get forms i))
-    (if (and (isinstance f Keyword) (in f.name _DEPLOY-OPTIONS) (< (+ i 1) (len forms)))
-        (do (.extend options [f (get forms (+ i 1))])
-            (+= i 2))
-        (do (.append propapps f)
-            (+= i 1))))
-  #(options propapps))
-
-(defmacro deploy [_hy_compiler chain host #* additional]
-  "Deploy HOST over CHAIN, then apply ADDITIONAL (an unevaluated propspec):
-`(deploy [:ssh :python] athena)`, `(deploy :local athena.example.com)`.
-Options of `deploy*` may come among them: `(deploy :ssh athena :check True)`."
-  (setv #(options additional) (_split-options additional))
-  `(hy.I.consfig/deployer/deployment.deploy* ~(_chain-form chain) ~(_host-form host)
-     ~@options
-     :additional ~(when additional
-                    `(hy.I.consfig/model/propspec.eseqprops-of
-                       [~@(walk-body additional _hy_compiler)]))))
-
-(defmacro deploy-these [_hy_compiler chain host #* propapps]
-  "Apply just PROPAPPS (an unevaluated propspec) to HOST over CHAIN:
-`(deploy-these :ssh athena (cmd.single \"apt-get\" \"update\"))`.  Options
-of `deploy*` may come among them: `:check True`."
-  (setv #(options propapps) (_split-options propapps))
-  `(hy.I.consfig/deployer/deployment.deploy-these* ~(_chain-form chain) ~(_host-form host)
-     (hy.I.consfig/model/propspec.eseqprops-of [~@(walk-body propapps _hy_compiler)])
-     ~@options))
-
-;; Deployments as properties: a host deploying others
-
-(defn _host->data [host propspec]
-  ;; A propspec is data, and the host must be known on whichever side
-  ;; applies this property: carry its hostname, chain and propspec.
-  (if (isinstance host dict)
-      host
-      (do (setv host (find-host host))
-          {"hostname" host.hostname
-           "deploy" host.deploy
-           "propspec" host.propspec
-           "these" propspec})))
-
-(defn _data->host [data]
-  (if (isinstance data dict)
-      #((Host (get data "hostname") (get data "propspec") :deploy (get data "deploy"))
-        (get data "these"))
-      #((find-host data) None)))
-
-(defn _hostname [data]
-  (if (isinstance data dict) (get data "hostname") (str data)))
-
-(defn _prepare-nested [chain data additional]
-  (setv #(host these) (_data->host data)
-        parsed (_chain-for chain host)
-        propspec these)
-  (when additional
-    (setv propspec (seqprops (or propspec host.propspec) additional)))
-  (setv prepared (preprocess-host host propspec)
-        outer (.get current-host None))
-  (resolve-data prepared)
-  ;; What the host deploying this one carries over a :python hop, for the
-  ;; deployment made from its target.
-  (when outer
-    (_carry-hop-data outer parsed False)
-    (.update outer.nested-data prepared.nested-data)
-    (.update outer.nested-data prepared.data))
-  #(parsed prepared))
-
-(defn _carry-hop-data [host chain top]
-  ;; A hop established on a target (after the :python hop of a TOP chain,
-  ;; anywhere in a nested deployment's) has no terminal of ours: what it
-  ;; needs from here (a [:sudo :from …] hop's password) is sent with the
-  ;; host (`Hop` CARRIED-DATA).
-  (setv remote (not top))
-  (for [[name kwargs] chain]
-    (setv spec (hop-spec name))
-    (when (and remote spec.carried-data)
-      (for [item (spec.carried-data kwargs)]
-        (setv (get host.nested-data #(item.iden1 item.iden2)) item)))
-    (when spec.takes-rest (setv remote True))))
-
-(defn _forwarding-sink []
-  ;; Events of a deployment applied by another Python, nested under this
-  ;; property's line and counted in this run; its summary is this
-  ;; property's outcome.
-  (setv run (.get current-run) offset run.depth)
-  (fn [event]
-    (when (!= (get event "event") "summary")
-      (setv (get event "depth") (+ offset (.get event "depth" 0)))
-      (.record run event))))
-
-(defn deploy-nested [chain data additional [unapply False]]
-  "Deploy the host DATA describes over CHAIN established from the current
-connection, as part of the current deployment; return its result."
-  (setv #(parsed prepared) (_prepare-nested chain data additional)
-        parent (.get current-host None)
-        upstream (connection)
-        conns []
-        notes [])
-  (defn noted [event]
-    (when (= (.get event "host") prepared.hostname)
-      (setv r (reboot-note event))
-      (when r (.append notes r))))
-  (with [_ (establishing-for prepared)]
-    (try
-      (with [_ (watching-events noted)]
-        (setv conns (establish-chain parsed upstream)
-              target (get conns -1))
-        (defn apply-here []
-          (check-propspec-fits prepared.propspec target.python? target.where)
-          (with [(applying prepared target :parent parent)]
-            (apply-deployment prepared.propspec unapply)))
-        (defn remote-outcome [outcome]
-          ;; Its failures were reported as they happened, nested here.
-          (when outcome.failures
-            (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
-          (if outcome.changes :changed NO-CHANGE))
-        (setv result (apply-on-target target prepared (_forwarding-sink) apply-here
-                                      :unapply unapply :check (checking?) :within upstream
-                                      :remote-outcome remote-outcome)))
-      (finally
-        (close-chain (cut conns 1 None))))
-    ;; It rebooted at the end of its deployment: carry on once it is back.
-    (when (and notes (probe-chain parsed))
-      (announce-action (back-line prepared.hostname)
-                       (fn []
-                         (inform (back-after (await-return parsed (get notes -1)
-                                                           :upstream upstream)))
-                         NO-CHANGE))))
-  result)
-
-(defprop deploys :posix [chain host [additional None]]
-  "Deploy HOST over CHAIN as part of this deployment, then apply ADDITIONAL.
-CHAIN starts where this host is applied, so `(deploys* [:ssh] db1.example.com
-…)` connects from this host to db1; None means HOST's default chain.  The
-dotted form takes ADDITIONAL as its trailing forms."
-  (:desc f"Deployed {(_hostname host)}")
-  (:opaque-type True)
-  (:simulates True)
-  (:preprocess [chain (_host->data host None) additional])
-  ;; Checks HOST's hostattrs (a veto stops this deployment before anything
-  ;; connects) without letting them become this host's.
-  (:hostattrs (_prepare-nested chain host additional) None)
-  (:apply (deploy-nested chain host additional))
-  (:unapply (deploy-nested chain host additional True)))
-
-(defprop deploys-these :posix [chain host propspec]
-  "Apply just PROPSPEC to HOST over CHAIN as part of this deployment (with
-HOST's hostattrs).  The dotted form takes PROPSPEC as its trailing forms."
-  (:desc f"Deployed {(_hostname host)}")
-  (:opaque-type True)
-  (:simulates True)
-  (:preprocess [chain (_host->data host propspec) None])
-  (:hostattrs (_prepare-nested chain host None) None)
-  (:apply (deploy-nested chain host None))
-  (:unapply (deploy-nested chain host None True)))
-
-(export :objects [deploy* deploy-these* deploys deploys-these deploy-nested
-                  Prepared prepare-deployment run-prepared apply-on-target]
-        :macros [deploy deploy-these])
+(export :objects [deploy* deploy-these* Prepared prepare-deployment run-prepared])

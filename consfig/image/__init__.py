@@ -5,7 +5,3 @@ signing and publishing (`publish`), and what a pulling host runs
 
 May import: every layer below it, up to converge.
 """
-from consfig.moved import forward as _forward
-
-# `consfig.image` was the module `build` is now.
-__getattr__ = _forward(__name__)

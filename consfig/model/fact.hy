@@ -24,9 +24,8 @@ it is refused when the host is prepared.
 consfig.model.host.)  The library's facts are in consfig.props.fact."
 
 (import consfig.errors [PropspecError]
-        consfig.model.property [Propapp Property find-property hostattrs-of note-definition
+        consfig.model.property [Propapp Property find-property stored-name hostattrs-of note-definition
                                 properties definition-where site-where]
-        consfig.moved [public-name]
         consfig.types [Type show])
 
 (setv _SUBROUTINES #("desc" "hostattrs" "holds" "watch"))
@@ -168,7 +167,7 @@ is equivalent to binding `file-exists` to a `Fact` registered as
 `MODULE.file-exists`, whose subroutines are functions of PARAMS."
   (setv #(type params doc subs) (_parse-deffact name args))
   `(setv ~name (hy.I.consfig/model/fact.define-fact
-                 ~(+ (public-name _hy_compiler.module.__name__) "." (str name))
+                 ~(+ (stored-name _hy_compiler.module.__name__) "." (str name))
                  ~type
                  (fn ~params None)
                  :doc ~doc

@@ -46,10 +46,6 @@ naming the hosts in it, raised before any connection."
   "A host: hostname, propspec, hostattrs, and how to deploy it by default.
 Call it to deploy it with that default chain."
 
-  ;; What a call runs: `consfig.deployer.deployment` makes it its `deploy*` when it
-  ;; is imported (as `import consfig` does), so that the model does not
-  ;; import the deployment layer above it.
-  (setv deployer None)
   (defn __init__ [self hostname propspec * [deploy None] [desc None] [hostattrs None]
                  [groups None] [site-file None]]
     (setv self.hostname hostname
@@ -73,7 +69,9 @@ Call it to deploy it with that default chain."
 
   (defn __call__ [self #** kwargs]
     "Deploy this host over its default chain: `(athena :check True)`."
-    (setv deploy* Host.deployer)
+    ;; By name, when called: on the controller, where the deployer is (see
+    ;; BY_NAME in tests/test_layering.py).  A target never calls a host.
+    (setv deploy* hy.I.consfig/deployer/deployment.deploy*)
     (setv known (lfor [name p] (.items (. (inspect.signature deploy*) parameters))
                       :if (= p.kind p.KEYWORD-ONLY)
                       name)

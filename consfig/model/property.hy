@@ -21,7 +21,6 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
                         site-file?]
         consfig.types [Applicable annotation-type show]
         consfig.model.watchspec [check-watch-specs]
-        consfig.moved [public-name]
         consfig.util [keyword-name]
         os)
 
@@ -49,8 +48,50 @@ Arguments are kept as written, Lisp-style: `(os.debian-stable \"bookworm\"
 
 (setv SUBROUTINES #("desc" "preprocess" "hostattrs" "check" "apply" "unapply" "watch"))
 
+;; What a combinator declares about itself, so that the engine and the agent
+;; ask the property rather than its name (Consfigurator keeps a
+;; combinator's behaviour on the property in the same way).  Each is a
+;; function of the parameters, as a subroutine is:
+;;   :children     the propapps applying it applies, in order (by default
+;;                 the propapps among its arguments);
+;;   :meta         the meta-parameters it puts in force over them (a dict by
+;;                 name: `with-meta`);
+;;   :trigger      the propapp whose change sets off the others (`on-change`);
+;;   :fact         the fact it holds its propapps during (`during`);
+;;   :retractable  whether unapplying it undoes all it did, whatever it holds
+;;                 (`unapplied`, `during`);
+;;   :handler      the name of the handler it defines (`handler`).
+(setv DECLARATIONS #("children" "meta" "trigger" "fact" "retractable" "handler"))
+;; And flags, plain values: `:sequence True`, a group that unapplying
+;; unapplies member by member, so that it can be opened up (`eseqprops`);
+;; `:inverts True`, applying it unapplies what it holds (`unapplied`).
+(setv _OPTIONS #("announce" "opaque-type" "simulates" "sequence" "inverts"))
+
 ;; Every property defined so far, by qualified name.
 (setv properties {})
+
+;; The names the properties of consfig's core are printed and stored under
+;; (in propspecs read back from data, a target's state files, an image):
+;; their modules' names before the layer packages of issue 21.  Module ->
+;; the name its properties are qualified with.  Any other module's
+;; properties are qualified with its own name.
+(setv STORED-NAMES {"consfig.apply.combinators" "consfig.combinators"
+                    "consfig.apply.meta" "consfig.meta"
+                    "consfig.apply.handlers" "consfig.handlers"
+                    "consfig.python_hop.payload" "consfig.payload"
+                    "consfig.nested.deploys" "consfig.deployment"})
+
+(setv _STORED-MODULES (dfor [module stored] (.items STORED-NAMES) stored module))
+
+(defn stored-name [module]
+  "The name the properties defined in MODULE are qualified with: its own,
+but for the core modules of `STORED-NAMES`."
+  (.get STORED-NAMES module module))
+
+(defn module-named [stored]
+  "The module whose properties are qualified with STORED (`stored-name`
+backwards)."
+  (.get _STORED-MODULES stored stored))
 
 ;; While a consfig file is loaded: what it defined so far, name -> file:line.
 ;; Defining a name twice in one file is a mistake; redefining at the REPL,
@@ -79,7 +120,8 @@ both places."
                   [preprocess None] [hostattrs None] [check None] [apply None]
                   [unapply None] [watch None] [propspec None] [announce True]
                   [opaque-type False] [simulates False] [invariants #()] [where None]
-                  [declared-type None]]
+                  [declared-type None] [sequence False] [inverts False] [children None]
+                  [meta None] [trigger None] [fact None] [retractable None] [handler None]]
     (setv self.name name
           self.type (_type-name type)
           self.signature (inspect.signature lambda-list)
@@ -105,6 +147,15 @@ both places."
           ;; Pairs of functions of the parameters: a condition across them,
           ;; and the message when it does not hold.
           self.invariants (tuple invariants)
+          ;; What it declares as a combinator (see DECLARATIONS).
+          self.sequence sequence
+          self.inverts inverts
+          self.children children
+          self.meta meta
+          self.trigger trigger
+          self.fact fact
+          self.retractable retractable
+          self.handler handler
           self.where where
           ;; defproplist/defpropspec with a TYPE: checked against the expansion.
           self.declared-type (when declared-type (_type-name declared-type))
@@ -364,7 +415,7 @@ need be; `PropspecError` when there is none."
     (return (get properties name)))
   (setv #(module _ attr) (.rpartition name "."))
   (when module
-    (try (importlib.import-module module)
+    (try (importlib.import-module (module-named module))
          (except [ImportError] None)))
   (when (not-in name properties)
     (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))
@@ -427,6 +478,54 @@ not (it was built by a library, read from data, or typed at a REPL)."
     (cond (isinstance a Propapp) (.append out a)
           (isinstance a list) (.extend out (gfor x a :if (isinstance x Propapp) x))))
   out)
+
+(defn _declared [propapp which]
+  ;; What PROPAPP's property declares as WHICH (one of DECLARATIONS) for
+  ;; PROPAPP's arguments; None when it declares nothing.
+  (setv prop (find-property propapp.name))
+  (when (getattr prop which)
+    (call-subroutine prop which propapp)))
+
+(defn children [propapp]
+  "The propapps that applying PROPAPP applies, in order: what its property
+declares as `:children`, by default the propapps among its arguments."
+  (setv prop (find-property propapp.name))
+  (if prop.children
+      (list (call-subroutine prop "children" propapp))
+      (propapps-in propapp.args)))
+
+(defn meta-of [propapp]
+  "The meta-parameters (a dict by name) PROPAPP puts in force over the
+propapps it holds (`with-meta`), or None."
+  (_declared propapp "meta"))
+
+(defn trigger-of [propapp]
+  "The propapp whose change sets off the rest of PROPAPP (`on-change`), or
+None when PROPAPP is no trigger."
+  (_declared propapp "trigger"))
+
+(defn fact-of [propapp]
+  "The fact application PROPAPP holds its propapps during (`during`), or
+None."
+  (_declared propapp "fact"))
+
+(defn handler-of [propapp]
+  "The name of the handler PROPAPP defines (`handler`), or None."
+  (_declared propapp "handler"))
+
+(defn retractable? [propapp]
+  "Whether PROPAPP's property declares that unapplying it undoes all it did,
+whatever it holds (`unapplied`, `during`)."
+  (bool (_declared propapp "retractable")))
+
+(defn sequence? [propapp]
+  "Whether PROPAPP is a sequence of the propapps it holds, which unapplying
+unapplies one by one: one that can be opened up (`eseqprops`, `desc`)."
+  (. (find-property propapp.name) sequence))
+
+(defn inverts? [propapp]
+  "Whether applying PROPAPP unapplies what it holds (`unapplied`)."
+  (. (find-property propapp.name) inverts))
 
 (defn propapp-type [propapp]
   "\"python\" if PROPAPP or any propapp inside it needs a Python on the target."
@@ -570,7 +669,7 @@ is equivalent to binding `has-content` to a `Property` registered as
 `MODULE.has-content`, plus a `has-content*` macro for the dotted form, where
 the last parameter receives the trailing forms as an unevaluated propspec."
   (setv #(doc subs options invariants) (_parse-defprop-body name body)
-        module (public-name _hy_compiler.module.__name__))
+        module (stored-name _hy_compiler.module.__name__))
   `(do
      (setv ~name (hy.I.consfig/model/property.define-property
                    ~(+ module "." (str name))
@@ -607,23 +706,7 @@ dotted form, whose last parameter takes the trailing forms."
   ;; compiles and evaluates a macro's definition as it compiles the module,
   ;; some 40 ms a property, paid again after every edit of a site.
   `(eval-and-compile
-     (hy.I.consfig/model/property.install-dotted-macro (globals) ~module ~(str name) ~doc)))
-
-(defn install-dotted-macro [namespace module name [doc None]]
-  "Register in NAMESPACE (a module's globals) the macro `NAME*`, the dotted
-form of the property NAME of MODULE: its last parameter takes the trailing
-forms as a propspec."
-  (defn dotted [_hy_compiler #* args]
-    (hy.I.consfig/model/propspec.dotted-expansion _hy_compiler module name args))
-  (setv star (hy.mangle (+ name "*"))
-        dotted.__name__ star
-        dotted.__qualname__ star
-        dotted.__module__ module
-        dotted.__doc__ (+ f"The dotted form of {name}: its last parameter takes the trailing forms
-as a propspec.  `(help {name})` shows its parameters and their types."
-                          (if doc f"\n\n{doc}" "")))
-  (setv (get (.setdefault namespace "_hy_macros" {}) star) dotted)
-  None)
+     (hy.I.consfig/model/propspec.install-dotted-macro (globals) ~module ~(str name) ~doc)))
 
 (defn _parse-defprop-body [name body]
   (setv body (list body)
@@ -638,17 +721,19 @@ as a propspec.  `(help {name})` shows its parameters and their types."
                     (isinstance (get form 0) Keyword)))
       (raise (PropspecError f"defprop {name}: expected (:subroutine …) forms, got {(hy.repr form)}")))
     (setv k (. (get form 0) name))
-    (cond (in k SUBROUTINES) (.append subs #(k form))
+    (cond (in k #(#* SUBROUTINES #* DECLARATIONS)) (.append subs #(k form))
           (= k "invariant") (.append invariants form)
-          (in k #("announce" "opaque-type" "simulates")) (.append options #(k (get form 1)))
+          (in k _OPTIONS) (.append options #(k (get form 1)))
           True (raise (PropspecError (+ f"defprop {name}: unknown subroutine :{k}; "
                                         "use :desc :preprocess :hostattrs :check :apply :unapply :watch :invariant")))))
   #(doc subs options invariants))
 
 (export :objects [Propapp Property properties define-property find-property forget-properties-of
-                  install-dotted-macro dotted-macro-form
+                  STORED-NAMES stored-name module-named
+                  dotted-macro-form
                   did-you-mean note-definition defining definition-where
                   call-subroutine propapps-in propapp-type python-propapps
+                  children meta-of trigger-of fact-of handler-of retractable? sequence? inverts?
                   propapp-desc default-desc propapp-watches preprocess-propapp propapp-hostattrs hostattrs-of
                   site-where]
         :macros [defprop])

@@ -20,9 +20,9 @@ property or a wrong argument is reported with the file and line of the form."
         inspect
         hy.models [Expression Keyword List Symbol String]
         consfig.errors [PropspecError]
-        consfig.moved [public-name]
         consfig.types [DecimalSpelt]
-        consfig.model.property [Property Propapp find-property did-you-mean definition-where])
+        consfig.model.property [Property Propapp find-property did-you-mean definition-where
+                                module-named stored-name])
 
 ;; Forms whose arguments may hold propapps and are otherwise ordinary code.
 (setv _WALK-INTO #{"if" "when" "unless" "cond" "do"})
@@ -158,9 +158,25 @@ the `file-mode` type: `consfig.types.DecimalSpelt`.)"
   "The expansion of a `NAME*` macro defined by defprop & co. in MODULE."
   (setv this (or compiler.this (Expression [])))
   `(hy.I.consfig/model/propspec.apply-form
-     (fn [] (hy.I ~module)) ~(+ module "." name) ~(_where compiler this) True
+     (fn [] (hy.I ~(module-named module))) ~(+ module "." name) ~(_where compiler this) True
      [~@(_walk-args args compiler)]
      ~name))
+
+(defn install-dotted-macro [namespace module name [doc None]]
+  "Register in NAMESPACE (a module's globals) the macro `NAME*`, the dotted
+form of the property NAME of MODULE: its last parameter takes the trailing
+forms as a propspec."
+  (defn dotted [_hy_compiler #* args]
+    (dotted-expansion _hy_compiler module name args))
+  (setv star (hy.mangle (+ name "*"))
+        dotted.__name__ star
+        dotted.__qualname__ star
+        dotted.__module__ module
+        dotted.__doc__ (+ f"The dotted form of {name}: its last parameter takes the trailing forms
+as a propspec.  `(help {name})` shows its parameters and their types."
+                          (if doc f"\n\n{doc}" "")))
+  (setv (get (.setdefault namespace "_hy_macros" {}) star) dotted)
+  None)
 
 (defn _unknown-message [name e head]
   (setv first-part (get (.split name ".") 0)
@@ -219,18 +235,18 @@ the `file-mode` type: `consfig.types.DecimalSpelt`.)"
   (f #* pos #** kw))
 
 (defn _combined-of [combinator propapps]
-  ((find-property combinator) #* (gfor p propapps :if (is-not p None) p)))
+  (combinator #* (gfor p propapps :if (is-not p None) p)))
 
 (defn eseqprops-of [propapps]
   "An `eseqprops` of PROPAPPS, leaving out None (from a false `when`)."
-  (_combined-of "consfig.combinators.eseqprops" propapps))
+  (_combined-of (find-property "consfig.combinators.eseqprops") propapps))
 
 (defn seqprops-of [propapps]
   "A `seqprops` of PROPAPPS, leaving out None: a defhost's body.  A call,
 not an expansion of its own: Hy walks every macro's expansion again at each
 enclosing form, and a site's compile time is the author's wait after each
 edit."
-  (_combined-of "consfig.combinators.seqprops" propapps))
+  (_combined-of (find-property "consfig.combinators.seqprops") propapps))
 
 (defn dotted-propapp [prop args]
   "Apply PROP dotted: its last positional parameter receives an `eseqprops`
@@ -435,7 +451,7 @@ tagged so that `data->propspec` restores them exactly."
     (raise (PropspecError f"{kind} {name}: expected [parameters] after the name{(if type " and type" "")}")))
   (setv params (.pop args 0)
         #(doc desc invariants forms) (_parse-list-body kind name args)
-        module (public-name compiler.module.__name__))
+        module (stored-name compiler.module.__name__))
   `(do
      (setv ~name (hy.I.consfig/model/property.define-property
                    ~(+ module "." (str name)) "posix" (fn ~params None)
@@ -492,7 +508,8 @@ macro `file.has-content*` available."
                `(do (import ~(hy.read (+ package "." (str n))) :as ~n)
                     (require ~(hy.read (+ package "." (str n))) :as ~n)))))
 
-(export :objects [propspec-digest seqprops-of dotted->name walk-form walk-body apply-form dotted-expansion dotted-propapp
+(export :objects [propspec-digest seqprops-of dotted->name walk-form walk-body apply-form dotted-expansion
+                  install-dotted-macro dotted-propapp
                   eseqprops-of propspec->string propspec->tree read-propspec
                   read-propspec-forms form->propspec
                   ->propspec propspec->data data->propspec]

@@ -101,7 +101,7 @@ data items and the property needing each), empty when none."
 
 (defn _withholding [propapp]
   (if (_secret-arguments propapp)
-      (Propapp "consfig.payload.withheld-secret" [(propapp-desc propapp)])
+      (Propapp withheld-secret.name [(propapp-desc propapp)])
       propapp))
 
 (defn _inline [content]

@@ -4,5 +4,5 @@ speak (`frames`), parsing and establishing chains of hops (`chain`), and
 symlink-safe paths on a target (`safepath`).  The hop types themselves are
 `consfig.connections.*`.
 
-May import: the ground (consfig.util, errors, types, boot, moved).
+May import: the ground (consfig.util, errors, types, boot).
 """

@@ -39,7 +39,7 @@ SITE = """(require consfig *)
 """
 
 FABFILE = """from fabric import ThreadingGroup, task
-from consfig.fabric import deploy
+from consfig.deployer.fabric import deploy
 
 SITE = {site!r}
 

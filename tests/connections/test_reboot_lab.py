@@ -19,7 +19,7 @@ from hy.models import Keyword as K
 import consfig.deployer.deployment
 from consfig.transport.chain import parse_chain
 from consfig.model.context import establishing_for
-from consfig.deployer.deployment import deploys
+from consfig.nested.deploys import deploys
 from consfig.errors import FailedChange
 from consfig.model.host import Host, make_host
 from consfig.props import reboot

@@ -28,7 +28,7 @@ from consfig.model.host import make_host
 from consfig.props import container, file
 
 deploy = _deployment[hy.mangle("deploy*")]
-deploys = _deployment["deploys"]
+from consfig.nested.deploys import deploys  # noqa: E402
 
 pytestmark = pytest.mark.chroot
 

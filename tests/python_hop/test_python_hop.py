@@ -101,12 +101,14 @@ def test_second_deployment_sends_no_bundle(tmp_path, monkeypatch):
 
 # What a target that finds every file in place has no use for, and once
 # imported with consfig: archives, sockets, digests, temporary files, URL
-# parsing, Hy's printer, the controller's modules.  Each one is imported,
-# where it is needed, by the function that needs it.
+# parsing, Hy's printer, the controller's modules (the deployer layer: a
+# nested deployment is `consfig.nested`'s).  Each one is imported, where it
+# is needed, by the function that needs it.
 NOT_IMPORTED_BY_A_WARM_APPLY = [
     "zipfile", "tarfile", "gzip", "socket", "getpass", "secrets", "hashlib", "tempfile",
     "urllib.parse", "hy.core.hy_repr", "fractions", "decimal", "datetime",
-    "consfig.deployer.fleet", "consfig.image.build", "consfig.data.sources", "difflib"]
+    "consfig.deployer", "consfig.deployer.deployment", "consfig.deployer.fleet",
+    "consfig.image.build", "consfig.data.sources", "difflib"]
 
 
 def warm_target_modules(host, listed):
