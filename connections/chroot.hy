@@ -62,6 +62,32 @@ kill -KILL $(rooted) 2>/dev/null
 gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1; }
 ")
 
+;; On the upstream machine: exit 0 when no user but root can reach the
+;; chroot $1, so that a walk in it has nobody to guard against (see
+;; `Connection.others-excluded?`): a directory on the way to it, or it, is
+;; root's and may be entered by no one else (no x for others, nor for a group
+;; but root's), and no process but root's has a way in already (its root, its
+;; working directory or an open descriptor there).  A chroot made in a
+;; private temporary directory (a disk image's mount point) is so; one in
+;; /srv is not, and a path through a user's directory in it needs :python.
+(setv _ONLY-ROOT-REACHES "
+r=$(realpath -e -- \"$1\") || exit 1
+d=$r
+while :; do
+  set -- $(stat -c '%u %g %a' -- \"$d\") || exit 1
+  a=$((0$3))
+  if [ \"$1\" = 0 ] && [ $((a & 1)) = 0 ] && { [ $((a & 8)) = 0 ] || [ \"$2\" = 0 ]; }; then
+    find /proc/[0-9]*/cwd /proc/[0-9]*/root /proc/[0-9]*/fd -maxdepth 1 -type l ! -user 0 \\
+      -printf '%l\\n' 2>/dev/null | while IFS= read -r t; do
+        case $t in \"$r\"|\"$r\"/*) exit 1 ;; esac
+      done
+    exit $?
+  fi
+  [ \"$d\" != / ] || exit 1
+  d=${d%/*}; [ -n \"$d\" ] || d=/
+done
+")
+
 (defclass ChrootConnection [Connection]
   "Scripts run by `chroot INTO /bin/sh -c` on the upstream connection."
   (setv hop-name "chroot")
@@ -72,9 +98,12 @@ gone || { echo \"still running with their root in $root: $(rooted)\" >&2; exit 1
           self.mounted []
           self.policy-written False
           self.policy-backup None
+          self.alone False
           (get self.connattrs "no-services") "in a chroot"))
 
   (defn describe [self] f"chroot:{self.into}")
+
+  (defn others-excluded? [self] self.alone)
 
   (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (.run-script self.upstream
@@ -168,6 +197,9 @@ mount still busy is detached lazily rather than left."
                                 (or (.strip (+ probe.stderr probe.stdout))
                                     f"exit code {probe.exit-code}"))
                              upstream.where)))
+  (setv conn.alone (. (.run upstream (Script _ONLY-ROOT-REACHES into) :check False
+                             :timeout PROBE-TIMEOUT)
+                       ok?))
   (try
     (._mount-all conn)
     (except [e CommandFailed]

@@ -67,14 +67,16 @@ way mistakes it for a failure of the property.")
 
 (defn _on [where] (if where f" on {where}" ""))
 
+(setv _SYMLINK-RULE (+ "a symlink that a user other than root owns is followed only to "
+                       "what that user owns (docs/security.md)"))
+
 (defclass UnsafePath [AbortedChange]
   "A file operation refused a path: on the way to it, a symlink that a user
-other than root owns leads to something that user does not own (see
-docs/security.md)."
-  (defn __init__ [self path why [where None]]
-    (.__init__ (super) (+ f"refusing {path}{(_on where)}: {why}; "
-                          "a symlink that a user other than root owns is followed only to "
-                          "what that user owns (docs/security.md)"))
+other than root owns leads to something that user does not own; or, over a
+chain with no Python, a directory that another user may change (see
+docs/security.md).  RULE is the rule broken, for the message."
+  (defn __init__ [self path why [where None] * [rule _SYMLINK-RULE]]
+    (.__init__ (super) f"refusing {path}{(_on where)}: {why}; {rule}")
     (setv self.path path)))
 
 (defclass SymlinkNotFollowed [FileNotFoundError]

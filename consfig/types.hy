@@ -91,6 +91,20 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
 
 (defn _int? [v] (and (isinstance v int) (not (isinstance v bool))))
 
+(defclass DecimalSpelt [int]
+  "An integer a consfig wrote in decimal with the three or four digits of
+an octal mode (`644`, `0755`): Python reads 644 as mode 0o1204, the classic
+slip for 0o644.  Refused where a `file-mode` is taken; anywhere else the
+walker of propspecs passes it on as a plain int."
+  (setv __slots__ #()))
+
+(defclass _FileMode [Type]
+  (defn explain [self value]
+    (if (isinstance value DecimalSpelt)
+        (+ f"must be {self.phrase}, not the decimal number {(int value)} (mode "
+           f"{(oct value)}), seldom what is meant: write the octal mode with 0o (0o{(int value)})")
+        (.explain (super) value))))
+
 (setv anything (Type "anything" "anything" (fn [v] True))
       string (Type "string" "a string" (fn [v] (isinstance v str)))
       non-empty-string (Type "non-empty-string" "a non-empty string"
@@ -107,13 +121,18 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
                     (fn [v] (and (or (_int? v) (isinstance v float)) (> v 0))))
       boolean (Type "boolean" "True or False" (fn [v] (isinstance v bool)))
       keyword (Type "keyword" "a keyword" (fn [v] (isinstance v Keyword)))
-      abs-path (Type "abs-path" "an absolute path (a string starting with /, no NUL)"
-                     (fn [v] (and (isinstance v str) (.startswith v "/") (not-in "\x00" v))))
+      ;; No `..`: a path that climbs back out of a directory is never what a
+      ;; site means, and makes it say one place while naming another.  No
+      ;; newline: a path lands in line-oriented files (fstab, units, sources).
+      abs-path (Type "abs-path" "an absolute path (a string starting with /, with no .. segment, newline, carriage return or NUL)"
+                     (fn [v] (and (isinstance v str) (.startswith v "/")
+                                  (not (re.search "[\n\r\x00]" v))
+                                  (not-in ".." (.split v "/")))))
       path (Type "path" "a path (a non-empty string with no NUL)"
                  (fn [v] (and (isinstance v str) v (not-in "\x00" v))))
-      file-mode (Type "file-mode" "a file mode (an integer such as 0o640)"
-                      (fn [v] (and (_int? v) (<= 0 v 0o7777)))
-                      (fn [v] (if (_int? v) (oct v) (show v))))
+      file-mode (_FileMode "file-mode" "a file mode (an integer such as 0o640)"
+                           (fn [v] (and (_int? v) (<= 0 v 0o7777)))
+                           (fn [v] (if (_int? v) (oct v) (show v))))
       name (matching "name" "a name (no whitespace, not starting with -)"
                      r"[^\s\x00-][^\s\x00]*")
       user-name (matching "user-name"
@@ -129,12 +148,14 @@ is equivalent to `(setv port (named \"port\" (int-range 1 65535) \"a TCP port…
       hostname (matching "hostname"
                          "a hostname (labels of letters, digits and -, separated by dots)"
                          r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
-      url (predicate "url" "a URL (scheme://… with no whitespace)"
+      url (predicate "url" "a URL (scheme://HOST/…, or file:///PATH, with no whitespace)"
                      (fn [v]
+                       (setv parts (urllib.parse.urlsplit v))
                        (and (isinstance v str)
-                            (not (re.search r"\s" v))
-                            (. (urllib.parse.urlsplit v) scheme)
-                            (re.match r"[A-Za-z][A-Za-z0-9+.-]*:" v))))
+                            (not (re.search r"[\s\x00-\x1f\x7f]" v))
+                            (re.match r"[A-Za-z][A-Za-z0-9+.-]*://" v)
+                            (or parts.netloc
+                                (and (= parts.scheme "file") (.startswith parts.path "/"))))))
       shell-identifier (matching "shell-identifier"
                                  "a shell variable name (letters, digits and _, not starting with a digit)"
                                  r"[A-Za-z_][A-Za-z0-9_]*")
@@ -285,7 +306,7 @@ name in Hy.)"
   "The `Type` of a parameter's ANNOTATION, or None when it has none."
   (if (isinstance annotation Type) annotation None))
 
-(export :objects [Type ParameterTypeError named predicate matching show
+(export :objects [Type ParameterTypeError DecimalSpelt named predicate matching show
                   anything string non-empty-string line non-empty-line text
                   byte-string integer seconds boolean keyword abs-path path file-mode name user-name
                   group-name id-number package-name hostname url shell-identifier

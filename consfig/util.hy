@@ -65,7 +65,7 @@ shell script (`consfig.transport.hop.Connection.write-script`)."
                (setv d (os.open "." (| os.O-RDONLY os.O-CLOEXEC) :dir-fd fd))
                (try (os.fsync d) (finally (os.close d)))
                (finally (os.close fd))))
-      (do (setv #(fd tmp) (_create-temporary dir-fd))
+      (do (setv #(fd tmp) (create-temporary dir-fd))
           (try
             (with [f (os.fdopen fd "wb")]
               (.write f data)
@@ -77,8 +77,10 @@ shell script (`consfig.transport.hop.Connection.write-script`)."
               (try (os.unlink tmp :dir-fd dir-fd) (except [FileNotFoundError] None))
               (raise))))))
 
-(defn _create-temporary [dir-fd]
-  ;; mkstemp, relative to a descriptor: a new name, made here and nowhere else.
+(defn create-temporary [dir-fd]
+  "Make a new empty file `.consfig-XXXXXXXX` (mode 0600) in the directory
+DIR-FD, as mkstemp does, there and nowhere else; return `#(fd name)`, the
+descriptor open for writing."
   (for [_ (range 100)]
     (setv name (+ ".consfig-" (.hex (os.urandom 4))))
     (try (return #((os.open name (| os.O-WRONLY os.O-CREAT os.O-EXCL os.O-NOFOLLOW os.O-CLOEXEC)
@@ -121,5 +123,5 @@ else case \"${XDG_STATE_HOME:-}\" in
   *) d=\"$HOME/.local/state/consfig\" ;;
 esac; fi; }")
 
-(export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically bounded
+(export :objects [keyword-name bytes->text text->bytes sha256-hex write-atomically create-temporary bounded
                   left-out-note state-directory STATE-DIRECTORY-SCRIPT])

@@ -50,6 +50,37 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
                                  "a file name (letters, digits, _ . and -, not starting with . or -)"
                                  r"[A-Za-z0-9_][A-Za-z0-9_.-]*"))
 
+;; URIs as apt takes them: by a scheme it has a method for (apt-transport-*,
+;; /usr/lib/apt/methods), the network ones with a host, the local ones with an
+;; absolute path that does not climb (`..`); never a character that would end
+;; the line or the quoted string they are written in.
+(setv _NETWORK-METHODS #{"http" "https" "mirror+http" "mirror+https" "tor+http" "tor+https"}
+      _LOCAL-METHODS #{"file" "copy" "mirror+file"})
+
+(defn _apt-uri? [v methods]
+  (import urllib.parse)  ; start-up: 2 ms of a :python target's
+  (when (or (not (isinstance v str)) (re.search r"[\s\"\\\x00-\x1f\x7f]" v))
+    (return False))
+  (setv m (re.fullmatch r"([a-z][a-z0-9+]*):(.+)" v))
+  (when (or (not m) (not-in (.group m 1) methods))
+    (return False))
+  (setv parts (urllib.parse.urlsplit v))
+  (if (in (.group m 1) _NETWORK-METHODS)
+      (and (.startswith (.group m 2) "//") (bool parts.hostname))
+      (and (not parts.netloc) (.startswith parts.path "/")
+           (not-in ".." (.split parts.path "/")))))
+
+(setv apt-uri (predicate "apt-uri"
+                         (+ "a URI apt has a method for: http://HOST/…, https://HOST/… (or with "
+                            "mirror+ or tor+), or file:/PATH, copy:/PATH with no .. in PATH")
+                         (fn [v] (_apt-uri? v (| _NETWORK-METHODS _LOCAL-METHODS))))
+      mirror-uri (predicate "mirror-uri"
+                            "a Debian mirror: http:// or https:// and its host (http://deb.debian.org/debian)"
+                            (fn [v] (_apt-uri? v #{"http" "https"})))
+      proxy-uri (predicate "proxy-uri"
+                           "an HTTP proxy apt can use: http:// or https:// and its host (http://proxy:3142)"
+                           (fn [v] (_apt-uri? v #{"http" "https"}))))
+
 (setv ENV {"DEBIAN_FRONTEND" "noninteractive"
            "APT_LISTCHANGES_FRONTEND" "none"
            "NEEDRESTART_MODE" "l"})
@@ -348,7 +379,7 @@ service is running (where services are started at all: see
   (installed package)
   (service.running package))
 
-(defprop mirrors :posix [#^ url #* uris]
+(defprop mirrors :posix [#^ mirror-uri #* uris]
   "The host's Debian mirrors are URIS, best first (the hostattr
 `apt.mirrors`, used by `standard-sources-list` and by chroots this host
 bootstraps)."
@@ -363,7 +394,7 @@ bootstraps)."
 
 (setv PROXY-FILE "/etc/apt/apt.conf.d/20proxy")
 
-(defprop proxy :posix [#^ url uri]
+(defprop proxy :posix [#^ proxy-uri uri]
   "apt fetches through the HTTP proxy URI (a hostattr `apt.proxy` too, for
 chroots this host bootstraps).  Unapplying removes the proxy setting."
   (:watch [(watch-path PROXY-FILE)])
@@ -560,8 +591,10 @@ failure naming what to do when none does."
                           f"(apt.trusts-key {(hy.repr name)} KEY), or give :signed-by the path "
                           "of a keyring"))))
 
-(setv suite (matching "suite" "a suite or codename (bookworm, stable-backports), or a path ending in / (./)"
-                      r"[A-Za-z0-9._][A-Za-z0-9_.+~/-]*")
+(setv suite (predicate "suite"
+                       "a suite or codename (bookworm, stable-backports), or a path in the archive ending in / (./), with no .. in it"
+                       (fn [v] (and (re.fullmatch r"[A-Za-z0-9._][A-Za-z0-9_.+~/-]*" v)
+                                    (not-in ".." (.split v "/")))))
       component (matching "component" "a component (main, contrib, stable…)"
                           r"[A-Za-z0-9][A-Za-z0-9_.+/-]*")
       architecture (matching "architecture" "a Debian architecture (amd64, arm64, i386…)"
@@ -583,7 +616,7 @@ failure naming what to do when none does."
   (if (.startswith s "/") s (key-path s)))
 
 (defprop source :posix [#^ sources-name name
-                        * #^ (non-empty-list-of url) uris #^ (non-empty-list-of suite) suites
+                        * #^ (non-empty-list-of apt-uri) uris #^ (non-empty-list-of suite) suites
                         #^ (list-of component) [components []]
                         #^ (list-of architecture) [architectures []]
                         #^ (non-empty-list-of source-type) [types ["deb"]]

@@ -14,7 +14,7 @@ deployment: its properties are reported under the `os-bootstrapped` line."
 (eval-when-compile (require consfig.model.property [defprop]))
 (import posixpath
         hy.models [Keyword]
-        consfig.apply.actions [NO-CHANGE Script run run-ok? remote-exists?]
+        consfig.apply.actions [NO-CHANGE Script run run-ok? remote-exists? remove-remote]
         consfig.nested.deploys [deploy-nested]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [AbortedChange FailedChange InapplicableProperty]
@@ -93,9 +93,12 @@ removes ROOT/debootstrap only once it has succeeded."
 
 (defn remove-tree [root]
   "Unmount whatever is mounted at or below ROOT, then delete it, never
-crossing into another filesystem."
+crossing into another filesystem, by the safe walk (docs/security.md): a
+symlink at ROOT, or planted anywhere in the tree, is removed itself, never
+what it leads to; over a chain with no Python, a ROOT under a directory
+another user may change is refused."
   (unmount-below root)
-  (run "rm" "-rf" "--one-file-system" "--" root :timeout 1800))
+  (remove-remote [root] :recursive True :timeout 1800))
 
 (defn _tail [text [n 25]]
   (.join "\n" (cut (.splitlines text) (- n) None)))

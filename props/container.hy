@@ -31,7 +31,9 @@ boots it again."
         consfig.props.hostname :as props-hostname
         consfig.props.swap [fstab-escaped]
         consfig.apply.actions [NO-CHANGE Script run run-ok? read-remote-file write-remote-file
-                               remote-exists?]
+                               remote-exists? remove-remote]
+        consfig.model.context [connection]
+        consfig.transport.hop [SAFE-WALK walk-refusal]
         consfig.connections.nspawn [RUN-DIR LEADER machine-name? enter-argv]
         consfig.nested.deploys [deploy-nested]
         consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
@@ -463,22 +465,43 @@ done")
     (raise (FailedChange (+ f"{(.strip r.stderr)} is swapped on by the machine's kernel and "
                             "swapoff failed: not removing the container; swap it off "
                             "(swapoff) and remove it again")))))
+(defn _link-target [link]
+  ;; The absolute, normalised path the symlink LINK names, or None.
+  (setv r (run "readlink" "-n" "--" link :check False :timeout 60))
+  (when (and r.ok? r.stdout)
+    (posixpath.normpath (posixpath.join (posixpath.dirname link) r.stdout))))
+
+(defn _check-walk [path]
+  ;; Refuse PATH, as a file operation on it would, if the safe walk does.
+  (setv r (run (Script (+ SAFE-WALK "cf_walk \"$1\" 0") path) :check False :timeout 60)
+        refusal (walk-refusal r.exit-code r.stderr path (. (connection) where)))
+  (when refusal (raise refusal)))
+
 (defn _present? [name]
-  ;; Anything of the container NAME left: the tree its link leads to, its
-  ;; settings, its pid file.  Returns that tree, or True, or None.
-  (setv target (.strip (. (run "readlink" "-e" "--" (default-root name) :check False :timeout 60)
-                          stdout)))
-  (or target (remote-exists? (settings-file name)) (remote-exists? (_pid-file name)) None))
+  ;; Anything of the container NAME left: the tree its link names (read one
+  ;; step, never followed further), its settings, its pid file.  Returns
+  ;; that tree, or True, or None.
+  (setv link (default-root name))
+  (or (_link-target link) (remote-exists? link) (remote-exists? (settings-file name))
+      (remote-exists? (_pid-file name)) None))
 
 (defn remove [name]
   "Stop the container NAME and remove it: its tree, its registration, its
 settings and its enabling at boot.  A root linked from /var/lib/machines
 is removed too.  A file in the tree that the machine's kernel swaps on is
 swapped off first; when it cannot be, nothing is removed."
+  ;; The link root made when it registered the machine, read one step and
+  ;; never followed further: whatever is at its end is removed as a name,
+  ;; by the safe walk, so that a link a user put there (her tree replaced by
+  ;; a link to a root directory) goes, and not what it leads to.
   (setv link (default-root name)
-        present (_present? name)
-        target (if (isinstance present str) present ""))
+        target (_link-target link)
+        present (_present? name))
   (when (not present) (return NO-CHANGE))
+  (when (and target (not (. (connection) python?)))
+    ;; Refused here, before the container is stopped, where a shell could
+    ;; not remove it safely.
+    (_check-walk target))
   (stop name)
   (when (remote-exists? (get (_enable-links name) 0))
     (run "systemctl" "disable" "--" f"systemd-nspawn@{name}.service" :check False :timeout 120))
@@ -491,10 +514,9 @@ swapped off first; when it cannot be, nothing is removed."
     (_swapped-off-below target)
     (remove-tree target))
   (when (run-ok? "test" "-e" link "-o" "-L" link)
-    (when (not (run-ok? "test" "-L" link))
-      (_swapped-off-below link))
-    (if (run-ok? "test" "-L" link)
-        (run "rm" "-f" "--" link :timeout 60)
+    (when (not target) (_swapped-off-below link))
+    (if target
+        (remove-remote [link] :timeout 60)
         (remove-tree link)))
   (run "rm" "-f" "--" (settings-file name) (_log-file name) :timeout 60)
   :changed)

@@ -32,8 +32,9 @@ mounted is released however the build ends."
         consfig.model.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]
         consfig.props [apt]
         consfig.props.chroot [bootstrappable-os bootstrap-into bootstrap-options]
+        consfig.props.mount [unmount-below]
         consfig.props.service [without-starting-services]
-        consfig.util [keyword-name]
+        consfig.util [keyword-name sha256-hex]
         consfig.apply.combinators [eseqprops]
         consfig.types *)
 
@@ -467,6 +468,25 @@ Return `:changed`, or `:no-change` when all of it was there already."
 
 (defn _partial [image] (+ image ".consfig-partial"))
 
+(defn _work-prefix [image]
+  ;; A build mounts IMAGE on a new directory named for it, so that the next
+  ;; build of IMAGE knows a directory a killed one left (`_remove-stale-work`)
+  ;; from one another build, of another image, is using.
+  f"consfig-image-{(cut (sha256-hex (.encode image)) 0 12)}-")
+
+(defn _work-directory [image]
+  (.strip (output "mktemp" "-d" f"/tmp/{(_work-prefix image)}XXXXXXXX" :timeout 60)))
+
+(defn _remove-stale-work [image]
+  ;; A build killed with KILL cannot remove its mount point: the next build
+  ;; of the same image unmounts what is still mounted there and removes it.
+  ;; (The deployment lock keeps two builds on one target from overlapping.)
+  (for [d (.split (output (Script "find /tmp -maxdepth 1 -type d -name \"$1\" -user \"$(id -u)\""
+                                 (+ (_work-prefix image) "????????"))
+                         :timeout 60))]
+    (unmount-below d)
+    (run "rmdir" "--" d :check False :timeout 60)))
+
 (defn _check-image [host image options norm made]
   ;; Check mode: what a build would do.  A new image is described; an
   ;; existing one is opened (its filesystems mounted, as a build does) and
@@ -480,7 +500,7 @@ Return `:changed`, or `:no-change` when all of it was there already."
                f", {(get host "hostname")}'s propspec applied inside, /etc/fstab written"
                (if (= bootloader "grub-bios") ", GRUB installed for BIOS" "")))
     (return WOULD-CHANGE))
-  (setv work (.strip (output "mktemp" "-d" "/tmp/consfig-image-XXXXXXXX" :timeout 60)))
+  (setv work (_work-directory image))
   (try
     (with [opened (OpenedImage image)]
       (for [[i point] (_mount-order norm)]
@@ -503,12 +523,15 @@ Return `:changed`, or `:no-change` when all of it was there already."
         made (not (remote-exists? image)))
   (when (checking?)
     (return (_check-image host image options norm made)))
-  (setv target (if made (_partial image) image)
-        work (.strip (output "mktemp" "-d" "/tmp/consfig-image-XXXXXXXX" :timeout 60)))
+  (setv target (if made (_partial image) image))
+  ;; What a killed build left: its loops, mounts and half-made image, and
+  ;; its mount point.
+  (when made
+    (release-image target))
+  (_remove-stale-work image)
+  (setv work (_work-directory image))
   (try
     (when made
-      ;; What a killed build left: its loops, mounts and half-made image.
-      (release-image target)
       (run "rm" "-f" "--" target :timeout 60)
       (inform f"partitioning {image} ({(disk-mebibytes norm)} MiB)")
       (partitioned-image norm target))
@@ -569,7 +592,8 @@ propspec applied inside through a chroot with no service started, and its
 /etc/fstab written from the volumes.  A new image's /etc/hostname is the
 first label of HOST's name (before its propspec applies).  The image is built under
 IMAGE.consfig-partial and renamed when complete; a build that was killed
-is cleaned up (its loop devices, mounts and file) by the next.  An image
+is cleaned up (its loop devices, mounts, mount point and file) by the next
+build of IMAGE.  An image
 that exists already has HOST's propspec re-applied inside it: unchanged, it
 changes nothing.
 

@@ -22,8 +22,9 @@ unchanged, as is every line the property has no business with."
         posixpath
         re
         shlex
-        consfig.apply.actions [NO-CHANGE Script run run-ok? run-script run-walked output
-                               write-remote-file remote-exists? set-remote-mode set-remote-owner]
+        consfig.apply.actions [NO-CHANGE Script run run-ok? run-script output write-remote-file
+                               remote-exists? set-remote-mode set-remote-owner remove-remote
+                               make-remote-directory make-remote-symlink]
         consfig.model.context [connection current-host]
         consfig.data.items [MissingData Secret secret? data-sent-event data-sources get-data
                             get-data-bytes get-data-string lookup-data on-target? provide-data
@@ -33,9 +34,10 @@ unchanged, as is every line the property has no business with."
         consfig.apply.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.apply.events [diff-event fetched-event]
         consfig.errors [AbortedChange ConsfigError FailedChange UnsafePath]
-        consfig.transport.hop [SAFE-WALK]
+        consfig.transport.hop [SAFE-WALK walk-refusal]
+        consfig.transport.safepath [walk]
         consfig.apply.lock [CACHE-DIRECTORY-SCRIPT]
-        consfig.util [keyword-name sha256-hex])
+        consfig.util [create-temporary keyword-name sha256-hex])
 
 ;; Values that end up in a line-oriented file are single lines: a newline in
 ;; a key or value would add lines (sections, settings) of its own, and make
@@ -273,7 +275,7 @@ none does; in check mode, say which would go and return `:would-change`."
   (setv there (lfor p paths :if (remote-exists? p) p))
   (cond (not there) NO-CHANGE
         (checking?) (do (inform f"{(.join ", " there)} would be removed") WOULD-CHANGE)
-        True (do (run-walked there "rm" "-f" "--" #* there) None)))
+        True (do (remove-remote there) None)))
 
 (defn add-lines [path lines]
   "Append those of LINES that PATH lacks, creating PATH if need be."
@@ -376,7 +378,7 @@ to is, if the link may lead there (docs/security.md)."
   (:watch (lfor p paths (watch-path p)))
   (:desc (_plural paths))
   (:check (_none-exist paths "removed"))
-  (:apply (run-walked paths "rm" "-f" "--" #* paths)))
+  (:apply (remove-remote paths)))
 
 (defn _none-exist [paths what]
   (setv there (lfor p paths :if (remote-exists? p) p))
@@ -388,7 +390,7 @@ to is, if the link may lead there (docs/security.md)."
   (:desc f"{directory} exists")
   (:check (or (run-ok? "test" "-d" directory)
               (Drift f"{directory} would be created")))
-  (:apply (run-walked [directory] "mkdir" "-p" "--" directory)))
+  (:apply (make-remote-directory directory)))
 
 (defn _remove-directories [directories]
   ;; `rm -rf DIR/` on a symlink to a directory would empty the directory it
@@ -398,7 +400,7 @@ to is, if the link may lead there (docs/security.md)."
     (when (remote-exists? d)
       (when (not (run-ok? (Script "test -d \"$1\" && test ! -L \"$1\"" d)))
         (raise (FailedChange f"{d} exists but is not a directory; not removing it")))
-      (run-walked [d] "rm" "-rf" "--one-file-system" "--" d))))
+      (remove-remote [d] :recursive True))))
 
 (defprop directory-does-not-exist :posix [#^ abs-path #* directories]
   "None of DIRECTORIES exists: each is removed with everything in it.  It
@@ -416,7 +418,7 @@ is a failure if one of them is a file or a symlink."
   (:watch [(watch-path (posixpath.dirname path))])
   (:desc f"Directory containing {path} exists")
   (:check (run-ok? "test" "-d" (_parent path)))
-  (:apply (run-walked [path] "mkdir" "-p" "--" (_parent path))))
+  (:apply (make-remote-directory (_parent path))))
 
 (defn _link-target [path]
   (setv r (run "readlink" "-n" "--" path :check False))
@@ -441,9 +443,9 @@ anything else at FROM is a failure.  Unapplying removes the link."
   (:apply
     (when (and (remote-exists? from_) (is (_link-target from_) None))
       (raise (FailedChange f"{from_} exists and is not a symbolic link; not replacing it")))
-    (run-walked [from_] "mkdir" "-p" "--" (_parent from_))
-    (run-walked [from_] "ln" "-sfT" "--" to from_))
-  (:unapply (run-walked [from_] "rm" "-f" "--" from_)))
+    (make-remote-directory (_parent from_))
+    (make-remote-symlink to from_))
+  (:unapply (remove-remote [from_])))
 
 (defprop is-copy-of :posix [#^ abs-path dest #^ abs-path source]
   "DEST is a copy of SOURCE, a file on the target (a symlink's target is
@@ -453,15 +455,20 @@ mode, ownership and times."
   (:desc f"{dest} is a copy of {source}")
   (:check (run-ok? (Script "test -f \"$1\" && cmp -s -- \"$1\" \"$2\"" dest source)))
   (:apply
-    (run-script (.join "\n" [SAFE-WALK
-                             "set -e"
-                             "cf_walk \"$1\" 0"
-                             "tmp=$(mktemp \"$3/.consfig-XXXXXXXX\")"
-                             "trap 'rm -f \"$tmp\"' EXIT"
-                             "cp -L --preserve=all -- \"$2\" \"$tmp\""
-                             "mv -f -T -- \"$tmp\" \"$1\""
-                             "trap - EXIT"])
-                dest source (_parent dest))))
+    (setv r (run-script (.join "\n" [SAFE-WALK
+                                     "set -e"
+                                     "cf_walk \"$1\" 0"
+                                     "tmp=$(mktemp \"$3/.consfig-XXXXXXXX\")"
+                                     "trap 'rm -f \"$tmp\"' EXIT"
+                                     "cp -L --preserve=all -- \"$2\" \"$tmp\""
+                                     "mv -f -T -- \"$tmp\" \"$1\""
+                                     "trap - EXIT"])
+                        dest source (_parent dest) :check False))
+    (setv refusal (walk-refusal r.exit-code r.stderr dest (. (connection) where)))
+    (when refusal (raise refusal))
+    (when (not r.ok?)
+      (raise (FailedChange (+ f"could not copy {source} to {dest}: "
+                              (or (.strip r.stderr) f"exit {r.exit-code}")))))))
 
 ;; Files from prerequisite data.  The content never goes into the propspec:
 ;; the property names the item, the data layer supplies it (consfig.data.items).
@@ -473,12 +480,15 @@ mode, ownership and times."
 (defn _digest-on-target [path]
   ;; Never through a symlink at PATH, nor one on the way that may not lead
   ;; there (docs/security.md): the digest of a short file is enough to
-  ;; guess it.
+  ;; guess it.  A Python target reads it through descriptors.
+  (when (. (connection) python?)
+    (return (try (sha256-hex (.read-file (connection) path))
+                 (except [FileNotFoundError] None))))
   (setv r (run-script (+ SAFE-WALK "cf_walk \"$1\" 0\n"
                          "[ -f \"$1\" ] && [ ! -L \"$1\" ] || exit 66; exec sha256sum < \"$1\"")
                       path :check False))
-  (when (= r.exit-code 77)
-    (raise (UnsafePath path (.strip r.stderr))))
+  (setv refusal (walk-refusal r.exit-code r.stderr path (. (connection) where)))
+  (when refusal (raise refusal))
   (cond (= r.exit-code 66) None
         r.ok? (get (.split r.stdout) 0)
         True (raise (FailedChange f"cannot read the digest of {path}: {(.strip (+ r.stdout r.stderr))}"))))
@@ -920,7 +930,7 @@ its entry and path.  `:no-change` when PLAN is empty."
   (when (plan-empty? plan) (return NO-CHANGE))
   (_each dest "rm -rf --one-file-system --" (get plan "remove"))
   (when (in "" (get plan "mkdir"))
-    (run-walked [dest] "mkdir" "-p" "--" dest))
+    (make-remote-directory dest))
   (_each dest "mkdir --" (lfor r (get plan "mkdir") :if r r))
   (for [e (get plan "write")]
     (setv target (if (get e "path") (posixpath.join dest (get e "path")) dest))
@@ -1164,10 +1174,15 @@ trap - EXIT"))
 (defn _download-here [url dest want seconds mode]
   ;; A Python of ours on the target: urllib, into a temporary file beside
   ;; DEST, hashed as it comes, renamed over DEST only once its digest is right.
-  (import stat tempfile urllib.request)  ; lazy: 5 ms or more, for a download alone
-  (run-walked [dest] "true")
-  (setv directory (or (os.path.dirname dest) "/")
-        #(fd tmp) (tempfile.mkstemp :dir directory :prefix ".consfig-")
+  ;; Made, looked at and renamed in the directory the safe walk holds.
+  (setv #(dirfd name) (walk dest))
+  (try
+    (_download-into dirfd name url dest want seconds mode)
+    (finally (os.close dirfd))))
+
+(defn _download-into [dirfd name url dest want seconds mode]
+  (import stat urllib.request)  ; lazy: 5 ms or more, for a download alone
+  (setv #(fd tmp) (create-temporary dirfd)
         h (hashlib.sha256))
   (try
     (with [f (os.fdopen fd "wb")]
@@ -1180,7 +1195,8 @@ trap - EXIT"))
           (raise (FailedChange f"could not download {url}: {e}"))))
       (when (!= (.hexdigest h) want)
         (raise (_mismatch url dest (.hexdigest h) want)))
-      (setv old (try (os.stat dest :follow-symlinks False) (except [FileNotFoundError] None)))
+      (setv old (try (os.stat name :dir-fd dirfd :follow-symlinks False)
+                     (except [FileNotFoundError] None)))
       (cond (is-not mode None) (os.fchmod (.fileno f) mode)
             (and old (stat.S-ISREG old.st-mode))
             (do (os.fchmod (.fileno f) (stat.S-IMODE old.st-mode))
@@ -1188,9 +1204,9 @@ trap - EXIT"))
             True (os.fchmod (.fileno f) (& 0o666 (bnot (_umask)))))
       (.flush f)
       (os.fsync (.fileno f)))
-    (os.replace tmp dest)
+    (os.rename tmp name :src-dir-fd dirfd :dst-dir-fd dirfd)
     (except [BaseException]
-      (try (os.unlink tmp) (except [FileNotFoundError] None))
+      (try (os.unlink tmp :dir-fd dirfd) (except [FileNotFoundError] None))
       (raise))))
 
 (defn _umask []
@@ -1211,7 +1227,8 @@ is a `FailedChange`, and DEST is left as it was."
                        :check False :timeout (+ timeout 60)))
           (cond (= r.exit-code 0) None
                 (= r.exit-code 65) (raise (_mismatch url dest (.strip r.stdout) want))
-                (= r.exit-code 77) (raise (UnsafePath dest (.strip r.stderr)))
+                (walk-refusal r.exit-code r.stderr dest (. (connection) where))
+                (raise (walk-refusal r.exit-code r.stderr dest (. (connection) where)))
                 (= r.exit-code 69) (raise (FailedChange (+ f"cannot download {url}: " (.strip r.stderr)
                                                            "; install curl or wget")))
                 True (raise (FailedChange (+ f"could not download {url} to {dest}: "
@@ -1326,7 +1343,7 @@ archive's SHA-256 in a marker beside them, which says it is unpacked."
   (when (and strip (= kind "zip"))
     (raise (FailedChange ":strip-components is for tar archives, not zip ones")))
   (setv digest (_digest-on-target archive))
-  (run-walked [directory] "mkdir" "-p" "--" directory)
+  (make-remote-directory directory)
   (if (= kind "zip")
       (run "unzip" "-o" "-q" archive "-d" directory :timeout 3600)
       (run "tar" "-x" "--no-same-owner" f"--strip-components={strip}" "-f" archive "-C" directory

@@ -25,7 +25,7 @@ the files are written and nothing else is done."
 (import fnmatch
         posixpath
         re
-        consfig.apply.actions [NO-CHANGE Script run run-ok? run-walked]
+        consfig.apply.actions [NO-CHANGE Script run run-ok? remove-remote make-remote-directory]
         consfig.model.context [connection]
         consfig.apply.engine [WOULD-CHANGE checking? inform]
         consfig.errors [FailedChange]
@@ -139,10 +139,10 @@ interface at all (it matches by other keys, or matches every one)."
   (when (= old text) (return NO-CHANGE))
   (_refuse-cut path force (fn [iface] (or (affects old iface) (affects text iface))))
   (cond (is-not text None) (do (when (not (checking?))
-                                (run-walked [path] "mkdir" "-p" "--" (posixpath.dirname path)))
+                                (make-remote-directory (posixpath.dirname path)))
                               (update-file path text :mode 0o644))
         (checking?) (do (inform f"{path} would be removed") WOULD-CHANGE)
-        True (do (run-walked [path] "rm" "-f" "--" path) None)))
+        True (do (remove-remote [path]) None)))
 
 (defn _networkd-reload []
   (setv chroot (_chroot))

@@ -34,7 +34,15 @@ of the machine the chroot is on)."
         consfig.site.files [site-path]
         consfig.types *)
 
-(setv CONF "/etc/nftables.conf")
+(setv CONF "/etc/nftables.conf"
+      ;; What nftables.service loads is /etc/nftables.conf; another ruleset
+      ;; file (`include`d from it, or loaded by a unit of the site's) is
+      ;; named *.nft, or nftables*.conf.  Never a file of anything else: the
+      ;; ruleset replaces it, mode 0755.
+      nft-conf (predicate "nft-conf"
+                          "an nftables file: an absolute path whose file name ends in .nft, or is nftables….conf (/etc/nftables.conf)"
+                          (fn [v] (and (.accepts abs-path v)
+                                       (re.search r"/([^/]+\.nft|nftables[^/]*\.conf)$" v)))))
 
 (setv _TABLE (re.compile r"^\s*(?:add\s+)?table\s+(?:(ip|ip6|inet|arp|bridge|netdev)\s+)?([A-Za-z_][\w.-]*)"
                          re.M))
@@ -234,7 +242,7 @@ loaded ruleset, by a poll."
   [(watch-path conf) (watch-poll LIVE-POLL)])
 
 (defprop has-ruleset-from-site :posix [#^ path source * #^ boolean [force False]
-                                       #^ abs-path [conf CONF]]
+                                       #^ nft-conf [conf CONF]]
   "The firewall is the nftables ruleset in SOURCE, a file of the site
 (relative to the directory of the consfig that defines the host): checked
 with `nft -c -f`, loaded atomically with `nft -f`, and written to CONF
@@ -251,7 +259,7 @@ when CONF has that ruleset and the tables it defines are loaded.  See
         (provide-data "--nftables" conf (_site-ruleset source))))
   (:apply (ensure-ruleset (get-data-string "--nftables" conf) force conf)))
 
-(defprop has-ruleset :posix [#^ text ruleset * #^ boolean [force False] #^ abs-path [conf CONF]]
+(defprop has-ruleset :posix [#^ text ruleset * #^ boolean [force False] #^ nft-conf [conf CONF]]
   "The firewall is the nftables RULESET, given inline, as
 `has-ruleset-from-site` makes it from a file."
   (:desc "Firewall has an nftables ruleset")

@@ -15,7 +15,7 @@ whose files the environment then are."
 (import json
         posixpath
         re
-        consfig.apply.actions [NO-CHANGE run run-ok? run-walked]
+        consfig.apply.actions [NO-CHANGE run run-ok? remove-remote]
         consfig.apply.engine [Drift]
         consfig.errors [FailedChange]
         consfig.props.user [as-user]
@@ -153,7 +153,7 @@ user.  Unapplying removes PATH, when it is a virtual environment."
           (if (run-ok? "test" "-e" path :timeout 60)
               (raise (FailedChange f"{path} is not a virtual environment (no pyvenv.cfg); not removing it"))
               NO-CHANGE)
-          True (run-walked [path] "rm" "-rf" "--one-file-system" "--" path :timeout 600))))
+          True (remove-remote [path] :recursive True :timeout 600))))
 
 ;; pipx
 

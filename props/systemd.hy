@@ -20,7 +20,7 @@ configuration afterwards, where one runs.  Lingering is recorded in
 (import consfig.model.watchspec [watch-path watch-unit watch-poll])
 (import posixpath
         consfig.apply.combinators [eseqprops unapplied with-unapply]
-        consfig.apply.actions [NO-CHANGE Script run run-ok? run-walked output remote-exists?
+        consfig.apply.actions [NO-CHANGE Script run run-ok? make-remote-directory output remote-exists?
                                write-remote-file]
         consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.errors [AbortedChange FailedChange]
@@ -273,7 +273,7 @@ failure too: systemd would ignore that setting."
     (setv r (update-file path new :mode 0o644 :owner "root" :group "root"))
     (return (if (= r NO-CHANGE) (_pending-reload unit) r)))
   (verify-unit-text unit relative text)
-  (run-walked [path] "mkdir" "-p" "--" (posixpath.dirname path) :timeout 60)
+  (make-remote-directory (posixpath.dirname path) :timeout 60)
   (update-file path new :mode 0o644 :owner "root" :group "root")
   (_reload-manager)
   None)

@@ -14,8 +14,7 @@ from users goes in as its positional arguments, never into the code."
 (import consfig.model.context [connection command-timeout]
         consfig.apply.engine [NO-CHANGE checking? emit]
         consfig.apply.events [output-event]
-        consfig.errors [CommandFailed UnsafePath]
-        consfig.transport.hop [SAFE-WALK Script command->script]
+        consfig.transport.hop [Script command->script]
         consfig.util [bytes->text text->bytes])
 
 (defn _command [cmd]
@@ -74,23 +73,23 @@ refused unless FOLLOW (docs/security.md)."
 A symlink at PATH is itself given them unless FOLLOW."
   (.set-owner (connection) path (_text-id owner) (_text-id group) :follow follow))
 
-(defn run-walked [paths #* cmd #** kw]
-  "Run CMD (an argv) as `run` does, once the safe walk (docs/security.md) has
-found no symlink on the way to any of PATHS that leads where it may not:
-for commands such as `rm` and `mkdir` that take a user's path and could be
-led astray by a link in one of its directories.  The last component of each
-path is not followed by the walk; the command decides what it does there."
-  (try
-    (run (Script (+ SAFE-WALK
-                    "n=$1; shift\n"
-                    "while [ \"$n\" -gt 0 ]; do cf_walk \"$1\" 0; shift; n=$((n - 1)); done\n"
-                    "exec \"$@\"")
-                 (len paths) #* paths #* cmd)
-         #** kw)
-    (except [e CommandFailed]
-      (when (= e.exit-code 77)
-        (raise (UnsafePath (.join ", " paths) (.strip e.stderr) (. (connection) where))))
-      (raise))))
+(defn remove-remote [paths * [recursive False] [timeout None]]
+  "Remove those of PATHS on the target that exist, as `rm -f` does (a
+symlink is itself removed, never what it leads to); with RECURSIVE,
+directories too, with everything in them, never crossing into another file
+system.  Every path is walked safely first (docs/security.md): on a Python
+target the removal goes through descriptors all the way down."
+  (.remove (connection) (list paths) :recursive recursive :timeout timeout))
+
+(defn make-remote-directory [path * [timeout None]]
+  "Make the directory PATH on the target, with its parents (`mkdir -p`),
+by the safe walk (docs/security.md)."
+  (.make-directory (connection) path :timeout timeout))
+
+(defn make-remote-symlink [target path * [timeout None]]
+  "Make PATH on the target a symlink to TARGET, replacing a link or file
+there (`ln -sfT`), by the safe walk to PATH's directory (docs/security.md)."
+  (.make-symlink (connection) target path :timeout timeout))
 
 (defn _text-id [x] (when (is-not x None) (str x)))
 
@@ -107,5 +106,6 @@ it as before, whatever THUNK returned."
   (if (= before after) NO-CHANGE None))
 
 (export :objects [NO-CHANGE Script run run-script run-ok? output read-remote-file
-                  set-remote-mode set-remote-owner run-walked
+                  set-remote-mode set-remote-owner remove-remote make-remote-directory
+                  make-remote-symlink
                   write-remote-file remote-exists? change-if-changes-file])

@@ -22,7 +22,7 @@ property or a wrong argument is reported with the file and line of the form."
         inspect
         hy.models [Expression Keyword List Symbol String]
         consfig.errors [PropspecError]
-        consfig.types [Binder Wildcard wildcard]
+        consfig.types [Binder DecimalSpelt Wildcard wildcard]
         consfig.model.property [Property Propapp find-property did-you-mean definition-where
                                 module-named stored-name])
 
@@ -119,27 +119,39 @@ variable) stays a value either way."
   (for [[k v] (zip args (cut args 1 None))]
     (check-mode-spelling k v (_where compiler v)))
   (lfor a args
-        (if (isinstance a Keyword)
-            `(hy.I.consfig/model/propspec.LiteralKeyword ~a.name)
-            (walk-form a compiler))))
+        (cond (isinstance a Keyword) `(hy.I.consfig/model/propspec.LiteralKeyword ~a.name)
+              ;; Marked, for a `file-mode` parameter to refuse (see
+              ;; `consfig.types.DecimalSpelt`); `apply-form` unmarks it.
+              (_octal-spelt? a) `(hy.I.consfig/types.DecimalSpelt ~a)
+              True (walk-form a compiler))))
+
+(defn _octal-spelt? [value]
+  ;; VALUE, a literal as read, is an integer model spanning just its
+  ;; decimal digits, three or four octal ones: `644`, or `0755`, which
+  ;; reads as 755 too (one leading zero still spells decimal).  Only the
+  ;; spelling can tell it from a right one (0o644 is 420, whose digits are
+  ;; octal too).
+  (when (not (and (isinstance value hy.models.Integer)
+                  (is-not (getattr value "start_column" None) None)))
+    (return False))
+  ;; A model prints as its repr: the digits are those of the int.
+  (setv digits (str (int value))
+        width (- value.end-column value.start-column -1))
+  (and (<= (len digits) width (+ (len digits) 1))
+       (<= 3 (len digits) 4)
+       (all (gfor c digits (in c "01234567")))))
+
+(defn _unmarked [args]
+  (lfor a args (if (isinstance a DecimalSpelt) (int a) a)))
 
 (defn check-mode-spelling [key value where]
   "Refuse `:mode 644`: a mode written as a decimal literal of octal digits,
-which Python reads as 644 (0o1204), the classic slip for 0o644.  Only the
-spelling can tell it from a right one (0o644 is 420, whose digits are octal
-too), so this looks at a literal as read: KEY a keyword ending in `mode`,
-VALUE an integer model spanning just its decimal digits."
-  (when (not (and (isinstance key Keyword) (.endswith key.name "mode")
-                  (isinstance value hy.models.Integer)
-                  (is-not (getattr value "start_column" None) None)))
-    (return))
-  ;; A model prints as its repr: the digits are those of the int.
-  (setv digits (str (int value))
-        ;; `0755` reads as 755 too: one leading zero still spells decimal.
-        width (- value.end-column value.start-column -1))
-  (when (and (<= (len digits) width (+ (len digits) 1))
-             (<= 3 (len digits) 4)
-             (all (gfor c digits (in c "01234567"))))
+which Python reads as 644 (0o1204), the classic slip for 0o644: KEY a
+keyword ending in `mode`, VALUE an integer model spelt so.  (Given to a
+parameter of another name, or positionally, such a literal is refused by
+the `file-mode` type: `consfig.types.DecimalSpelt`.)"
+  (when (and (isinstance key Keyword) (.endswith key.name "mode") (_octal-spelt? value))
+    (setv digits (str (int value)))
     (raise (PropspecError (+ f":{key.name} {digits} is the decimal number {digits} "
                              f"(mode {(oct (int value))}), seldom what is meant: write "
                              f"the octal mode with 0o (0o{digits})")
@@ -212,9 +224,11 @@ as a propspec.  `(help {name})` shows its parameters and their types."
                      (do (setv args (lfor a args (if (isinstance a LiteralKeyword) a.keyword a)))
                          (if dotted (dotted-propapp f args) (f #* args)))
                      dotted (raise (PropspecError f"{name}* is a dotted propapp, but {name} is not a property"))
-                     True (_call-with-keywords f args)))
-    (when (and (isinstance made Propapp) (is made.where None))
-      (setv made.where where))
+                     True (_call-with-keywords f (_unmarked args))))
+    (when (isinstance made Propapp)
+      (setv made.args (tuple (_unmarked made.args)))
+      (when (is made.where None)
+        (setv made.where where)))
     made
     (except [e PropspecError]
       (when (is e.where None) (setv e.where where))
@@ -313,14 +327,18 @@ resolved as qualified names, or through NAMESPACE (a module's globals)."
     (do (when (not (and form (dotted->name (get form 0))))
           (raise (PropspecError f"not a propapp: {(hy.repr form)}")))
         (setv head (dotted->name (get form 0))
-              args (lfor a (cut form 1 None) (form->propspec a namespace))
+              args (lfor a (cut form 1 None)
+                         (if (_octal-spelt? a) (DecimalSpelt a) (form->propspec a namespace)))
               where (_form-where form))
         (for [[k v] (zip (cut form 1 None) (cut form 2 None))]
           (check-mode-spelling k v (_form-where v)))
         (try
-          (if (dotted-head? head)
-              (dotted-propapp (_resolve (cut head 0 -1) namespace) args)
-              ((_resolve head namespace) #* args))
+          (setv made (if (dotted-head? head)
+                         (dotted-propapp (_resolve (cut head 0 -1) namespace) args)
+                         ((_resolve head namespace) #* args)))
+          (when (isinstance made Propapp)
+            (setv made.args (tuple (_unmarked made.args))))
+          made
           (except [e PropspecError]
             (when (is e.where None) (setv e.where where))
             (raise))))

@@ -132,35 +132,81 @@ one longer than `MAX-COMMAND`.  The property fails; the connection lives on."
   (if parts (.join "\n" [#* parts script]) script))
 
 ;; The safe walk, for a POSIX hop (a `:python` target walks with descriptors
-;; instead: `consfig.transport.safepath`).  `cf_walk PATH FOLLOW` looks at each
-;; directory on the way to PATH (and at PATH itself when FOLLOW is 1) and
-;; refuses, with exit code 77, a symlink that a user other than root and us
-;; owns and that leads to something that user does not own: the link
-;; `~/cfgdir -> /etc` that would turn a write to ~/cfgdir/x into one to
-;; /etc/x.  A shell can only look before it leaps, so a link swapped in
-;; between the look and the use is not caught here (docs/security.md).
+;; instead: `consfig.transport.safepath`).  A shell can only look before it
+;; leaps: it cannot hold a directory it has checked.  So it may only cross
+;; directories that no one but root and the user it runs as can change, and
+;; is refused (exit 78) anywhere else: `cf_walk PATH FOLLOW` goes down PATH
+;; a component at a time, following symlinks itself, and refuses
+;;
+;;   - a directory on the way owned by another user (systemd-tmpfiles'
+;;     "unsafe path transition"), or that a group other than root's, or any
+;;     user, may write to without the sticky bit (they could rename what is
+;;     in it);
+;;   - a symlink on the way (and at PATH itself when FOLLOW is 1) owned by
+;;     another user.
+;;
+;; In a sticky directory (/tmp) others can neither rename nor remove what
+;; root owns, and what they own there is refused as above.  What is missing
+;; on the way stops the walk: the command after it makes it, as root, in a
+;; directory the walk found safe.  Everything is checked before anything is
+;; done, and nothing checked can change before it is used.
 (setv SAFE-WALK (.join "\n" [
   "cf_walk() {"
-  "  cf_me=$(id -u) cf_rest=${1#/} cf_p="
-  "  while [ -n \"$cf_rest\" ]; do"
+  "  [ \"${CF_WALK_ALONE:-}\" != 1 ] || return 0"
+  "  cf_me=$(id -u) cf_path=$1 cf_follow=$2 cf_rest=$1 cf_cur= cf_links=0"
+  "  set --"
+  "  while :; do"
+  "    cf_rest=${cf_rest#\"${cf_rest%%[!/]*}\"}"
+  "    [ -n \"$cf_rest\" ] || break"
   "    cf_c=${cf_rest%%/*}"
   "    case $cf_rest in */*) cf_rest=${cf_rest#*/} ;; *) cf_rest= ;; esac"
-  "    [ -n \"$cf_c\" ] || continue"
-  "    cf_p=$cf_p/$cf_c"
-  "    if [ -z \"$cf_rest\" ] && [ \"$2\" != 1 ]; then break; fi"
-  "    [ -L \"$cf_p\" ] || continue"
-  "    set -- \"$1\" \"$2\" $(stat -c '%u %U' -- \"$cf_p\")"
-  "    if [ \"$3\" != 0 ] && [ \"$3\" != \"$cf_me\" ]; then"
-  "      cf_t=$(readlink -f -- \"$cf_p\") || cf_t="
-  "      if [ -n \"$cf_t\" ] && [ -e \"$cf_t\" ] && [ \"$(stat -c %u -- \"$cf_t\")\" != \"$3\" ]; then"
-  "        echo \"$cf_p is a symlink owned by $4 (uid $3) that leads to $cf_t, owned by $(stat -c '%U (uid %u)' -- \"$cf_t\")\" >&2"
-  "        exit 77"
+  "    cf_rest=${cf_rest#\"${cf_rest%%[!/]*}\"}"
+  "    case $cf_c in .) continue ;; ..) cf_cur=${cf_cur%/*}; continue ;; esac"
+  "    cf_p=$cf_cur/$cf_c"
+  "    if [ -L \"$cf_p\" ]; then"
+  "      if [ -z \"$cf_rest\" ] && [ \"$cf_follow\" != 1 ]; then break; fi"
+  "      cf_o=$(stat -c '%u' -- \"$cf_p\") || exit 78"
+  "      if [ \"$cf_o\" != 0 ] && [ \"$cf_o\" != \"$cf_me\" ]; then"
+  "        echo \"$cf_p is a symlink owned by $(stat -c '%U (uid %u)' -- \"$cf_p\")\" >&2; exit 78"
   "      fi"
+  "      cf_links=$((cf_links + 1))"
+  "      if [ \"$cf_links\" -gt 40 ]; then echo \"too many symlinks on the way to $cf_path\" >&2; exit 78; fi"
+  "      cf_t=$(readlink -n -- \"$cf_p\"; echo .) && cf_t=${cf_t%.}"
+  "      case $cf_t in /*) cf_cur= ;; esac"
+  "      cf_rest=$cf_t/$cf_rest"
+  "      continue"
   "    fi"
-  "    set -- \"$1\" \"$2\""
+  "    [ -n \"$cf_rest\" ] && [ -d \"$cf_p\" ] || break"
+  "    set -- \"$@\" \"$cf_p\""
+  "    cf_cur=$cf_p"
   "  done"
+  "  [ $# -gt 0 ] || return 0"
+  "  cf_st=$(stat -c '%u %g %a' -- \"$@\") || exit 78"
+  "  while read -r cf_u cf_g cf_a; do"
+  "    cf_a=$((0$cf_a))"
+  "    if [ \"$cf_u\" != 0 ] && [ \"$cf_u\" != \"$cf_me\" ]; then"
+  "      echo \"$1 is owned by $(stat -c '%U (uid %u)' -- \"$1\")\" >&2; exit 78"
+  "    fi"
+  "    if [ $((cf_a & 01000)) = 0 ] && { [ $((cf_a & 02)) != 0 ] || { [ $((cf_a & 020)) != 0 ] && [ \"$cf_g\" != 0 ]; }; }; then"
+  "      echo \"$1 may be written by $(if [ $((cf_a & 02)) != 0 ]; then echo any user; else stat -c 'the group %G (gid %g)' -- \"$1\"; fi)\" >&2; exit 78"
+  "    fi"
+  "    shift"
+  "  done <<cf_EOF"
+  "$cf_st"
+  "cf_EOF"
   "}"
   ""]))
+
+;; A connection whose files no user but root can reach at all (a chroot in
+;; a directory only root may enter, with no other user's process inside:
+;; `Connection.others-excluded?`) has nothing to check: its commands carry
+;; CF_WALK_ALONE=1 (and every other connection's, 0).
+
+;; Why a POSIX hop refuses a path (exit 78), after what the walk found.
+(setv NEEDS-PYTHON (+ "over a chain with no Python, consfig acts only in directories that no "
+                      "user but root and itself can change, since a shell cannot hold what it "
+                      "checked; add :python to the chain (a Python on the target then walks "
+                      "the path with descriptors) (docs/security.md)"))
 
 (defn _flag [b] (if b "1" "0"))
 
@@ -169,10 +215,17 @@ one longer than `MAX-COMMAND`.  The property fails; the connection lives on."
   ;; from $3 on.
   (.shell (Script (+ SAFE-WALK "cf_walk \"$1\" \"$2\"\n" code) path (_flag follow) #* args)))
 
+(defn walk-refusal [code err path where]
+  "The `UnsafePath` a walked script's exit CODE (78) and standard error ERR
+say, or None."
+  (when (= code 78)
+    (setv err (if (isinstance err bytes) (bytes->text err) (or err "")))
+    (UnsafePath path (.strip err) where :rule NEEDS-PYTHON)))
+
 (defn _raise-walk-failure [code err path where]
   "Raise what a file operation's exit CODE says, if it is one of the walk's."
-  (setv err (if (isinstance err bytes) (bytes->text err) (or err "")))
-  (cond (= code 77) (raise (UnsafePath path (.strip err) where))
+  (setv refusal (walk-refusal code err path where))
+  (cond refusal (raise refusal)
         (= code 67) (raise (SymlinkNotFollowed path where))
         (= code 66) (raise (FileNotFoundError path))))
 
@@ -221,6 +274,12 @@ and the methods besides the file operations: `alive?` (for a kept chain),
 
   (defn describe [self] self.hop-name)
 
+  (defn others-excluded? [self]
+    "Whether no user but root can reach the files this connection's
+commands see, so that the safe walk has nobody to guard against (a chroot
+in a directory only root may enter: `consfig.connections.chroot`)."
+    False)
+
   (defn chain-command-timeout [self]
     "The :command-timeout of this hop or of the nearest hop before it that
 has one (`[[:ssh :command-timeout 600] :sudo]`), or None.  It bounds every
@@ -250,47 +309,62 @@ Raise `CommandFailed` on a non-zero exit when CHECK, and `CommandTimedOut`
 when it runs for longer than TIMEOUT seconds (by default, the chain's
 :command-timeout).  The timeout is enforced where the command runs, so that
 nothing of it is left running there."
-    (when (is timeout None) (setv timeout (self.chain-command-timeout)))
     (setv script (command->script cmd)
-          full (_prefix-script script
-                               (if self.deployment-token
-                                   {"CONSFIG_DEPLOYMENT" self.deployment-token #** (or env {})}
-                                   env)
-                               cwd)
-          started (time.monotonic))
-    (check-sendable full)
-    (if (and timeout (not self.python?))
-        (do (setv #(code out err) (self.run-script (_with-timeout full timeout)
-                                                   (text->bytes input)
-                                                   (+ timeout TIMEOUT-GRACE)))
-            (when (and (in code #(124 137)) (>= (- (time.monotonic) started) timeout))
-              (raise (CommandTimedOut script timeout (bytes->text out) (bytes->text err)
-                                      self.where))))
-        (setv #(code out err) (self.run-script full (text->bytes input) timeout)))
-    (setv result (CommandResult script code (bytes->text out) (bytes->text err)))
+          #(code out err) (self._run-bytes script :input (text->bytes input) :env env :cwd cwd
+                                           :timeout timeout)
+          result (CommandResult script code (bytes->text out) (bytes->text err)))
     ;; Not kept alive, with the text, by a failure's traceback.
     (del out err)
     (when (and check (!= code 0))
       (raise (CommandFailed script code result.stdout result.stderr self.where)))
     result)
 
+  (defn _run-bytes [self script * [input None] [env None] [cwd None] [timeout None]
+                    [limit OUTPUT-LIMIT]]
+    ;; What `run` does, with its outputs as bytes each kept up to LIMIT
+    ;; (None: whole): every command consfig runs here, file operations
+    ;; included, is bounded by the chain's timeout and carries the
+    ;; deployment's token, so that the lock's holder can end it.
+    (when (is timeout None) (setv timeout (self.chain-command-timeout)))
+    (setv full (_prefix-script script
+                               {#** (if self.deployment-token
+                                        {"CONSFIG_DEPLOYMENT" self.deployment-token}
+                                        {})
+                                #** (if self.python? {} {"CF_WALK_ALONE" (if (self.others-excluded?) "1" "0")})
+                                #** (or env {})}
+                               cwd)
+          started (time.monotonic))
+    (check-sendable full)
+    (if (and timeout (not self.python?))
+        (do (setv #(code out err) (self.run-script (_with-timeout full timeout) input
+                                                   (+ timeout TIMEOUT-GRACE) :limit limit))
+            (when (and (in code #(124 137)) (>= (- (time.monotonic) started) timeout))
+              (raise (CommandTimedOut script timeout (bytes->text out) (bytes->text err)
+                                      self.where))))
+        (setv #(code out err) (self.run-script full input timeout :limit limit)))
+    #(code out err))
+
   (defn read-file [self path * [follow False] [limit None]]
     "The bytes of the file at PATH; `FileNotFoundError` when there is none.
 A symlink at PATH is not read through (`SymlinkNotFollowed`, a kind of
 `FileNotFoundError`) unless FOLLOW, and the walk to it is the safe one
-(`SAFE-WALK`).  LIMIT: read no more than that many bytes."
+(`SAFE-WALK`).  What is not a regular file (a FIFO, a device) is never
+read: the file is opened without blocking, and without following a link
+unless FOLLOW.  LIMIT: read no more than that many bytes."
     (check-path path)
     (setv #(code out err)
-          (self.run-script (_walked-script (+ "[ \"$2\" = 1 ] || [ ! -L \"$1\" ] || exit 67
-test -f \"$1\" || exit 66; "
+          (self._run-bytes (_walked-script (+ "[ \"$2\" = 1 ] || [ ! -L \"$1\" ] || exit 67\n"
+                                              "test -f \"$1\" || exit 66\n"
+                                              "if [ \"$2\" = 1 ]; then f=nonblock; else f=nonblock,nofollow; fi\n"
                                               (if (is limit None)
-                                                  "exec cat -- \"$1\""
-                                                  f"exec head -c {(int limit)} -- \"$1\""))
+                                                  "exec dd if=\"$1\" iflag=\"$f\" bs=65536 status=none"
+                                                  (+ "exec dd if=\"$1\" iflag=\"$f,count_bytes\" bs=65536 "
+                                                     f"count={(int limit)} status=none")))
                                            path follow)
-                           None None :limit None))
+                           :limit None))
     (_raise-walk-failure code err path self.where)
     (when (!= code 0)
-      (raise (CommandFailed f"cat -- {(shlex.quote path)}" code "" (bytes->text err) self.where)))
+      (raise (CommandFailed f"dd if={(shlex.quote path)}" code "" (bytes->text err) self.where)))
     out)
 
   (defn write-file [self path content * [mode None] [owner None] [group None] [follow False]]
@@ -373,7 +447,7 @@ FOLLOW, and the walk to PATH is the safe one."
                       spec))
 
   (defn _run-walked [self program path follow code arg]
-    (setv #(exit-code out err) (self.run-script (_walked-script code path follow arg) None None))
+    (setv #(exit-code out err) (self._run-bytes (_walked-script code path follow arg)))
     (when (= exit-code 67)
       ;; A link's own mode means nothing; changing it was asked of what it leads to.
       (raise (AbortedChange (str (SymlinkNotFollowed path self.where)))))
@@ -383,12 +457,48 @@ FOLLOW, and the walk to PATH is the safe one."
                             exit-code "" (bytes->text err) self.where)))
     None)
 
+  (defn remove [self paths * [recursive False] [timeout None]]
+    "Remove those of PATHS (a list) that exist, as `rm -f` does: a symlink
+is itself removed, never what it leads to.  With RECURSIVE a directory is
+removed too, with everything in it, never crossing into another file
+system (`rm -rf --one-file-system`); without, a directory is a failure.
+Every path is walked safely before anything is removed."
+    (for [p paths] (check-path p))
+    (setv rm (if recursive "rm -rf --one-file-system" "rm -f"))
+    (self._walked-command paths (+ "for p; do cf_walk \"$p\" 0; done\n" f"exec {rm} -- \"$@\"")
+                          paths f"{rm} -- {(shlex.join paths)}" :timeout timeout))
+
+  (defn make-directory [self path * [timeout None]]
+    "Make the directory PATH and its missing parents, as `mkdir -p` does,
+after a safe walk of every one that exists."
+    (check-path path)
+    (self._walked-command [path] "cf_walk \"$1\" 1\nexec mkdir -p -- \"$1\"" [path]
+                          (shlex.join ["mkdir" "-p" "--" path]) :timeout timeout))
+
+  (defn make-symlink [self target path * [timeout None]]
+    "Make PATH a symlink to TARGET, replacing a link or file there (not a
+directory), as `ln -sfT` does, after a safe walk to PATH's directory."
+    (check-path path)
+    (check-path target)
+    (self._walked-command [path] "cf_walk \"$2\" 0\nexec ln -sfT -- \"$1\" \"$2\"" [target path]
+                          (shlex.join ["ln" "-sfT" "--" target path]) :timeout timeout))
+
+  (defn _walked-command [self paths code args shown * [timeout None]]
+    ;; CODE after SAFE-WALK, with ARGS as $1…; SHOWN is the command for a
+    ;; failure's message.
+    (setv #(exit-code out err) (self._run-bytes (.shell (Script (+ SAFE-WALK code) #* args))
+                                                :timeout timeout)
+          refusal (walk-refusal exit-code err (.join ", " paths) self.where))
+    (when refusal (raise refusal))
+    (when (!= exit-code 0)
+      (raise (CommandFailed shown exit-code (bytes->text out) (bytes->text err) self.where)))
+    None)
+
   (defn exists? [self path]
     "Whether anything (even a dangling symlink) is at PATH."
     (check-path path)
-    (= 0 (get (self.run-script (+ "test -e " (shlex.quote path) " || test -L "
-                                  (shlex.quote path))
-                               None None)
+    (= 0 (get (self._run-bytes (+ "test -e " (shlex.quote path) " || test -L "
+                                  (shlex.quote path)))
               0)))
 
   (defn start-process [self argv]
@@ -522,4 +632,5 @@ a chain of `:ssh` hops and user hops can be kept between deployments
 
 (export :objects [Connection CommandResult Script Hop ArgType command->script choice-of
                   STRING STRINGS PORT SECONDS BOOLEAN ABSOLUTE-PATH PROBE-TIMEOUT
-                  STALE-MINUTES MAX-COMMAND SAFE-WALK check-path check-sendable])
+                  STALE-MINUTES MAX-COMMAND SAFE-WALK NEEDS-PYTHON walk-refusal check-path
+                  check-sendable])

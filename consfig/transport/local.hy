@@ -18,7 +18,7 @@ calls rather than by running `cat`."
         consfig.errors [AbortedChange CommandTimedOut SymlinkNotFollowed]
         consfig.transport.frames [OUTPUT-LIMIT OutputBuffer]
         consfig.transport.hop [Connection STALE-MINUTES check-path]
-        consfig.transport.safepath [walk chmod-node]
+        consfig.transport.safepath [walk chmod-node make-directories remove-tree]
         consfig.util [bytes->text write-atomically])
 
 (defn _kill-group [proc [grace 1]]
@@ -230,7 +230,44 @@ being started when the end came, before it was recorded)."
     (check-path path)
     (with [dirfd (_walked path follow)]
       ;; Not following, a symlink there is itself given the owner (chown -h).
-      (os.chown dirfd.name (_uid owner) (_gid group) :dir_fd dirfd.fd :follow_symlinks False))))
+      (os.chown dirfd.name (_uid owner) (_gid group) :dir_fd dirfd.fd :follow_symlinks False)))
+
+  (defn remove [self paths * [recursive False] [timeout None]]
+    (for [p paths] (check-path p))
+    ;; As over a POSIX hop, every path is walked before anything is removed.
+    (setv walked [])
+    (try
+      (for [p paths]
+        (try (.append walked #(p (_walked p False)))
+             (except [FileNotFoundError] None)))
+      (for [#(p d) walked]
+        (try (os.unlink d.name :dir_fd d.fd)
+             (except [FileNotFoundError] None)
+             (except [IsADirectoryError]
+               (when (not recursive)
+                 (raise (IsADirectoryError errno.EISDIR
+                                           "is a directory, and is removed only with everything in it"
+                                           p)))
+               (try (remove-tree d.fd d.name p)
+                    (except [FileNotFoundError] None)))))
+      (finally
+        (for [#(_ d) walked] (.__exit__ d)))))
+
+  (defn make-directory [self path * [timeout None]]
+    (check-path path)
+    (make-directories path))
+
+  (defn make-symlink [self target path * [timeout None]]
+    (check-path path)
+    (check-path target)
+    (with [d (_walked path False)]
+      ;; Made under a new name and renamed over PATH: `ln -sfT`, atomically.
+      (setv tmp (_new-symlink target d.fd))
+      (try
+        (os.rename tmp d.name :src_dir_fd d.fd :dst_dir_fd d.fd)
+        (except [BaseException]
+          (try (os.unlink tmp :dir_fd d.fd) (except [FileNotFoundError] None))
+          (raise))))))
 
 (defclass _walked []
   ;; `with [d (_walked path follow)]`: d.fd, the directory holding PATH's
@@ -244,6 +281,15 @@ being started when the end came, before it was recorded)."
                                      path)))))
   (defn __enter__ [self] self)
   (defn __exit__ [self #* _] (os.close self.fd)))
+
+(defn _new-symlink [target dirfd]
+  ;; A symlink to TARGET under a new temporary name in DIRFD, which it returns.
+  (for [_ (range 100)]
+    (setv name (+ ".consfig-" (.hex (os.urandom 4))))
+    (try (os.symlink target name :dir_fd dirfd)
+         (return name)
+         (except [FileExistsError] None)))
+  (raise (FileExistsError errno.EEXIST "no free temporary name" ".consfig-XXXXXXXX")))
 
 (defn _uid [x]
   (cond (is x None) -1

@@ -153,4 +153,88 @@ directory on the way is missing or is not one."
         (finally (os.close rfd))))
     (finally (os.close fd))))
 
-(export :objects [walk open-node chmod-node])
+(setv _SUBDIR (| os.O_RDONLY os.O_DIRECTORY os.O_NOFOLLOW os.O_CLOEXEC))
+
+(defn can-remove-trees? []
+  "Whether this Python can remove a tree through descriptors
+(`remove-tree`): `openat`, `unlinkat` and `fdopendir`, as
+`shutil.rmtree.avoids_symlink_attacks` asks."
+  (and (in os.open os.supports-dir-fd) (in os.unlink os.supports-dir-fd)
+       (in os.rmdir os.supports-dir-fd) (in os.scandir os.supports-fd)))
+
+(defn remove-tree [dirfd name path]
+  "Remove the directory NAME in DIRFD with everything in it, holding a
+descriptor of every directory it empties, as `shutil.rmtree` does where
+`avoids_symlink_attacks` (and refused where that cannot be done): no name
+is looked up but in a directory held open, and none is followed, so no
+link swapped in anywhere in the tree leads the removal out of it.  Like
+`rm --one-file-system` it does not go into another file system: a
+directory there is left, and an `OSError` says so once the rest is gone."
+  (when (not (can-remove-trees?))
+    (raise (OSError errno.ENOTSUP
+                    f"not removing {path}: this Python cannot remove a tree through descriptors")))
+  (setv top (os.open name _SUBDIR :dir_fd dirfd)
+        dev (. (os.fstat top) st_dev)
+        ;; Each entry: #(fd of a directory, its entries still to see, the
+        ;; fd of its parent, its name there).
+        stack [#(top (os.scandir top) dirfd name)]
+        skipped [])
+  (defn descend [fd name]
+    ;; Into the directory NAME in FD; False when NAME is no longer one.
+    (try (setv sub (os.open name _SUBDIR :dir_fd fd))
+         (except [e OSError]
+           (when (in e.errno #(errno.ELOOP errno.ENOTDIR)) (return False))
+           (raise)))
+    (if (= (. (os.fstat sub) st_dev) dev)
+        (.append stack #(sub (os.scandir sub) fd name))
+        (do (os.close sub)
+            (.append skipped (.join "/" [path #* (lfor s (cut stack 1 None) (get s 3)) name]))))
+    True)
+  (try
+    (while stack
+      (setv #(fd entries parent here) (get stack -1)
+            entry (next entries None))
+      (cond
+        (is entry None)
+        (do (.pop stack)
+            (.close entries)
+            (os.close fd)
+            (try (os.rmdir here :dir_fd parent)
+                 (except [OSError] (when (not skipped) (raise)))))
+        (and (.is-dir entry :follow-symlinks False) (descend fd entry.name))
+        None
+        True
+        ;; Not a directory, or no longer one (a link swapped in): its name
+        ;; goes, never what it leads to.  One that became a directory since
+        ;; is gone into after all.
+        (try (os.unlink entry.name :dir_fd fd)
+             (except [IsADirectoryError]
+               (descend fd entry.name)))))
+    (finally
+      (for [#(fd entries _ _) stack]
+        (.close entries)
+        (os.close fd))))
+  (when skipped
+    (raise (OSError errno.EXDEV (+ "not removed, on another file system: " (.join ", " skipped))
+                    path))))
+
+(defn make-directories [path]
+  "Make the directory PATH and its missing parents (`mkdir -p`), each made
+with `mkdirat` in a directory the walk holds; the walk's rule applies to
+every symlink on the way, and to one at PATH itself."
+  (setv comps (_components path))
+  (for [i (range 1 (+ (len comps) 1))]
+    (setv #(fd name) (walk (+ "/" (.join "/" (cut comps i)))))
+    (try
+      (when (not-in name #("." ".."))
+        (try (os.mkdir name 0o777 :dir_fd fd)
+             (except [FileExistsError] None)))
+      (finally (os.close fd))))
+  (setv #(fd name) (walk path :follow True))
+  (try
+    (os.close (os.open name (| os.O_PATH os.O_DIRECTORY os.O_NOFOLLOW os.O_CLOEXEC) :dir_fd fd))
+    (except [NotADirectoryError]
+      (raise (FileExistsError errno.EEXIST "exists and is not a directory" path)))
+    (finally (os.close fd))))
+
+(export :objects [walk open-node chmod-node remove-tree make-directories can-remove-trees?])

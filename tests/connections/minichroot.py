@@ -8,7 +8,7 @@ import subprocess
 
 COMMANDS = ["sh", "cat", "mktemp", "chmod", "chown", "mv", "rm", "sync", "ls",
             "mkdir", "stat", "readlink", "ln", "id", "sleep", "timeout", "env",
-            "printf", "test", "touch", "grep", "wc", "find"]
+            "printf", "test", "touch", "grep", "wc", "find", "dd"]
 
 
 def _libraries(binary):

@@ -120,3 +120,55 @@ def test_the_controllers_tmpdir_does_not_follow_into_the_chroot(chroot_dir, tmp_
         assert made.startswith("/tmp/"), made
     finally:
         close_chain(conns)
+
+
+def _deploy_into(root, *propapps):
+    import consfig.deployer.deployment
+    from consfig.apply.combinators import seqprops
+    from consfig.model.host import make_host
+    deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
+    events = []
+    outcome = deploy([[Keyword("chroot"), Keyword("into"), str(root)]],
+                     make_host("ch", None, None, seqprops()), propspec=seqprops(*propapps),
+                     sink=events.append)
+    return outcome, [e.get("message") or "" for e in events
+                     if e["event"] == "end" and e["status"] == "failed"]
+
+
+@pytest.mark.parametrize("reachable", [True, False], ids=["reachable", "only-root-reaches"])
+def test_a_users_directory_in_a_chroot_is_refused_only_where_other_users_can_reach_it(
+        tmp_path, reachable):
+    # A chroot is walked by a shell: a user's home in it is refused, as
+    # anywhere, unless no user but root can reach the chroot at all (a
+    # private temporary directory, as a disk image's mount point is).
+    import pathlib
+    import shutil
+    import tempfile
+    from consfig.props import file
+    # Not under pytest's own directory, which only root may enter.
+    outer = pathlib.Path(tempfile.mkdtemp(prefix="consfig-chroot-"))
+    request_cleanup = lambda: shutil.rmtree(outer, ignore_errors=True)  # noqa: E731
+    os.chmod(outer, 0o755 if reachable else 0o700)
+    root = outer / "root"
+    root.mkdir()
+    os.chmod(root, 0o755)
+    make_minichroot(str(root))
+    home = root / "home" / "u"
+    home.mkdir(parents=True)
+    os.chown(home, 65534, 65534)
+    try:
+        outcome, said = _deploy_into(root, file.has_content("/home/u/x", "y\n"),
+                                     file.has_content("/etc/x", "root's\n"))
+        wrote_root = (root / "etc" / "x").read_text()
+        wrote_home = (home / "x").read_text() if (home / "x").exists() else None
+    finally:
+        for m in reversed(mounts_under(root)):
+            subprocess.run(["umount", "-l", m])
+        request_cleanup()
+    assert wrote_root == "root's\n", "root's own path was not written"
+    if reachable:
+        assert outcome.status == "failed" and "add :python" in said[0], (outcome.status, said)
+        assert wrote_home is None, "written in a directory its user may change"
+    else:
+        assert outcome.status == "changed", (outcome.status, said)
+        assert wrote_home == "y\n", wrote_home

@@ -216,3 +216,27 @@
   (for [text ["(consfig.props.file.has-content \"/x\" \"y\\n\" :mode 0o644)"
               "(consfig.props.file.has-content \"/x\" \"y\\n\" :mode 493)"]]
     (assert (read-propspec text) text)))
+
+(defn test-a-decimal-mode-that-looks-octal-is-refused-positionally-where-a-propspec-is-read []
+  (with [e (pytest.raises PropspecError)]
+    (read-propspec "(consfig.props.file.has-mode \"/x\" 644)"))
+  (assert (in "0o644" (str e.value)) (str e.value))
+  (assert (in "line 1" (str e.value)) (str e.value)))
+
+(defn test-a-decimal-mode-that-looks-octal-is-refused-positionally-when-a-consfig-is-compiled []
+  (with [e (pytest.raises PropspecError)]
+    (hy.eval (hy.read "(do (require consfig *) (use-props consfig.props [file])
+                           (props (file.has-mode \"/x\" 0644)))")
+             {} :module (types.ModuleType "consfig_site_positional_modetest")))
+  (assert (in "0o644" (str e.value)) (str e.value))
+  (assert (in ":2:" (str e.value)) (str e.value)))
+
+(defn test-an-octal-looking-decimal-is-an-integer-where-no-mode-is-taken []
+  (setv p (read-propspec "(consfig.props.file.has-mode \"/x\" 0o644)"))
+  (assert (= (get p.args 1) 0o644) p.args)
+  (setv q (hy.eval (hy.read "(do (require consfig *) (use-props consfig.props [apt])
+                                 (props (apt.lock-timeout 600)))")
+                   {} :module (types.ModuleType "consfig_site_decimal_arg")))
+  (setv timeout (get (. (get q.args 0) args) 0))
+  (assert (is (type timeout) int) (hy.repr q))
+  (assert (= (get (. (read-propspec "(consfig.props.apt.lock-timeout 600)") args) 0) 600)))

@@ -317,3 +317,47 @@ def test_the_shared_booted_container_starts_units(booted_container):
     state = subprocess.run(enter_argv(booted_container.name, ["systemctl", "is-active", unit]),
                            capture_output=True, text=True, timeout=60).stdout.strip()
     assert state == "active", f"the unit is {state!r} in the shared container"
+
+
+@pytest.mark.parametrize("chain_id", ["local", "posix"])
+def test_nspawn_removed_never_removes_what_a_users_link_leads_to(sshlab, chain_id):
+    # A container whose root a site put under a user's directory: the user
+    # replaces the tree with a link to a root-owned one that looks like a
+    # system.  Removing the container removes her link, or (a shell cannot
+    # do that safely) is refused; what the link leads to stays.
+    import shutil
+    import tempfile
+    sys_path = os.path.join(os.path.dirname(__file__), "..", "connections")
+    import sys
+    sys.path.insert(0, sys_path)
+    from labservers import ssh_hop
+    scene = tempfile.mkdtemp(dir=sshlab.root)
+    os.chmod(scene, 0o755)
+    decoy = pathlib.Path(scene, "decoy")
+    for d in ["etc", "usr"]:
+        (decoy / d).mkdir(parents=True)
+    (decoy / "etc" / "shadow").write_text("root's\n")
+    home = pathlib.Path(scene, "home")
+    home.mkdir()
+    shutil.chown(home, sshlab.pwuser, sshlab.pwuser)
+    subprocess.run(["runuser", "-u", sshlab.pwuser, "--", "ln", "-s", "--", str(decoy),
+                    str(home / "ctr")], check=True, timeout=30)
+    name = f"cfuser{os.getpid()}{chain_id[0]}"
+    link = pathlib.Path(f"/var/lib/machines/{name}")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(home / "ctr")
+    chain = ([Keyword("local")] if chain_id == "local"
+             else [ssh_hop(sshlab.config), Keyword("sudo")])
+    try:
+        outcome, events = deploy_propspec(chain, container.nspawn_removed(name), check=False)
+        assert (decoy / "etc" / "shadow").read_text() == "root's\n", "it removed the user's link's target"
+        if chain_id == "posix":
+            assert outcome.status == "failed", statuses(events)
+            assert "add :python" in failure_text(events), failure_text(events)
+        else:
+            assert outcome.status == "changed", statuses(events)
+            assert not os.path.lexists(home / "ctr"), "her link is left"
+            assert not os.path.lexists(link), "the machine's link is left"
+    finally:
+        if os.path.lexists(link):
+            link.unlink()

@@ -383,6 +383,48 @@ def test_an_interrupted_build_leaves_no_mount_loop_or_image(tools, debian_chroot
     assert not partial.exists(), "the partial image is left"
 
 
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_the_next_build_removes_the_mount_point_a_killed_build_left(tools, debian_chroot_tarball,
+                                                                   tmp_path):
+    import glob
+    import signal
+    from harness import wait_until
+    image = tmp_path / "web6.img"
+    partial = tmp_path / "web6.img.consfig-partial"
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(image), str(debian_chroot_tarball),
+                              here, os.path.dirname(here)], start_new_session=True)
+    try:
+        wait_until(lambda: _mounted_from(partial), 120, "the build to mount the image")
+    finally:
+        os.killpg(build.pid, signal.SIGKILL)
+        build.wait(timeout=60)
+    # Its own: other builds may run on this machine meanwhile.
+    loops = _loops_of(partial)
+    with open("/proc/self/mounts") as f:
+        mounted = [line.split() for line in f]
+    left = {m[1] for m in mounted if m[0] in loops and m[1].startswith("/tmp/consfig-image-")}
+    assert left, "the killed build left no mount point: nothing to test"
+    # The next build of the image starts by cleaning up; it then fails
+    # (there is no such tarball), which must leave nothing either.
+    during = set(glob.glob("/tmp/consfig-image-*"))
+    subprocess.run([sys.executable, "-c", _BUILD_SCRIPT, str(image), str(tmp_path / "no.tar"),
+                    here, os.path.dirname(here)], timeout=600)
+    after = set(glob.glob("/tmp/consfig-image-*"))
+    assert not (left & after), f"the killed build's mount point is left: {left & after}"
+    assert not [d for d in after - during if _for_image(d, image)], "the failed build left its own"
+    assert not _loops_of(partial), "loop devices left attached"
+    assert not partial.exists(), "the partial image is left"
+
+
+def _for_image(directory, image):
+    # A build's mount point is named for its image (props/disk.hy `_work-prefix`).
+    import hashlib
+    tag = hashlib.sha256(str(image).encode()).hexdigest()[:12]
+    return os.path.basename(directory).startswith(f"consfig-image-{tag}-")
+
+
 def _mounted_from(image):
     with open("/proc/self/mounts") as f:
         sources = {line.split()[0] for line in f}

@@ -9,7 +9,7 @@
   "The error loading a consfig whose host has the property FORM."
   (setv f (/ tmp-path "site.hy"))
   (.write-text f (+ "(require consfig *)\n(import consfig *)\n"
-                    "(use-props consfig.props [apt cron etc-default file git sshd user])\n"
+                    "(use-props consfig.props [apt cron etc-default file git nftables sshd user])\n"
                     "(defhost inj.example {}\n"
                     "  " form ")\n"))
   (try (load-consfig (str f))
@@ -66,3 +66,34 @@
 (defn test-git-commit-starting-with-a-dash-is-refused [tmp-path]
   (refused tmp-path "(git.clone-exists \"https://example.org/r.git\" \"/srv/r\" :commit \"--orphan=x\")"
            "git.clone-exists: :commit must be" "\"--orphan=x\""))
+
+;; Values a program would take as something else: each is checked, at load,
+;; against what the program it reaches accepts.
+
+(defn test-an-apt-mirror-that-is-no-http-url-is-refused [tmp-path]
+  (refused tmp-path "(apt.mirrors \"javascript:alert(1)\")" "apt.mirrors:" "http:// or https://")
+  (refused tmp-path "(apt.mirrors \"file:///etc/shadow\")" "apt.mirrors:" "http:// or https://"))
+
+(defn test-an-apt-proxy-that-is-no-http-url-is-refused [tmp-path]
+  (refused tmp-path "(apt.proxy \"file:///etc/shadow\")" "apt.proxy: uri must be")
+  (refused tmp-path "(apt.proxy \"http://p:3142\\\";Dir \\\"/tmp\")" "apt.proxy: uri must be"))
+
+(defn test-an-apt-source-uri-apt-has-no-method-for-is-refused [tmp-path]
+  (refused tmp-path "(apt.source \"t\" :uris [\"javascript:alert(1)\"] :suites [\"./\"])"
+           "apt.source: :uris (element 0) must be")
+  (refused tmp-path "(apt.source \"t\" :uris [\"file:///srv/../etc\"] :suites [\"./\"])"
+           "apt.source: :uris (element 0) must be"))
+
+(defn test-an-apt-suite-that-climbs-out-of-the-archive-is-refused [tmp-path]
+  (refused tmp-path "(apt.source \"t\" :uris [\"http://x\"] :suites [\"../../..\"] :components [\"main\"])"
+           "apt.source: :suites (element 0) must be a suite"))
+
+(defn test-a-path-with-a-dot-dot-segment-or-a-newline-is-refused [tmp-path]
+  (refused tmp-path "(file.has-content \"/home/u/../../etc/shadow\" \"x\\n\")"
+           "file.has-content: path must be an absolute path")
+  (refused tmp-path "(file.directory-exists \"/srv/a\\nb\")"
+           "file.directory-exists: directory must be an absolute path"))
+
+(defn test-an-nftables-conf-that-is-no-nftables-file-is-refused [tmp-path]
+  (refused tmp-path "(nftables.has-ruleset \"table inet f {}\" :conf \"/etc/shadow\")"
+           "nftables.has-ruleset: :conf must be"))

@@ -1,0 +1,285 @@
+"""Root among users, racing: the lab's real unprivileged user swaps a
+directory of her own with a symlink to a root-owned decoy (a directory
+standing for /, holding an /etc with a 0600 file and a subdirectory), with
+renameat2(RENAME_EXCHANGE) in a tight loop, while a deployment applies a
+property to a path under her directory a bounded number of times.
+
+Over `[[:ssh] :sudo :python]` the target's Python holds what it walked
+(descriptors), so no attempt may touch the decoy.  Over `[[:ssh] :sudo]` a
+shell cannot hold anything, so the deployment must refuse her directory up
+front, before writing anything, and say to add `:python`."""
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword as K
+
+import consfig.deployer.deployment
+from consfig.apply.combinators import seqprops
+from consfig.model.host import make_host
+from consfig.props import file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from labservers import ssh_hop  # noqa: E402
+
+from harness import wait_until  # noqa: E402
+
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
+
+ATTEMPTS = 40
+# Hers: the controller's own Python may be where she cannot reach it.
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+SECRET = "decoy-secret-9f8e7d\n"
+
+CHAINS = {
+    "posix": lambda lab: [ssh_hop(lab.config), K("sudo")],
+    "python": lambda lab: [ssh_hop(lab.config), K("sudo"), K("python")],
+}
+
+# Mallory's swapper: exchanges her directory and her link to the decoy as
+# fast as it can.
+_SWAPPER = r"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b, ready = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3]
+open(ready, "w").close()
+end = time.monotonic() + 600
+while time.monotonic() < end:
+    libc.renameat2(-100, a, -100, b, 2)
+"""
+
+
+class Decoy:
+    """A user's home beside a root-owned tree standing for /: etc/shadow
+    (0600) and etc/sub/file."""
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.root = tempfile.mkdtemp(dir=lab.root)
+        os.chmod(self.root, 0o755)
+        self.etc = f"{self.root}/etc"
+        self.home = f"{self.root}/home"
+        os.mkdir(self.home, 0o755)
+        shutil.chown(self.home, lab.pwuser, lab.pwuser)
+        self.restore()
+        # Hers: ~/real/etc, shaped like the decoy's, and ~/link -> the decoy.
+        self.real = f"{self.home}/real"
+        self.link = f"{self.home}/link"
+        self.as_user("mkdir", "-p", f"{self.real}/etc/sub")
+        self.as_user("sh", "-c", f"printf mine > '{self.real}/etc/shadow'; "
+                                 f"printf mine > '{self.real}/etc/sub/file'")
+        self.as_user("ln", "-s", "--", self.root, self.link)
+        self.swapper = None
+
+    def as_user(self, *argv):
+        subprocess.run(["runuser", "-u", self.lab.pwuser, "--", *argv], check=True,
+                       capture_output=True, timeout=30)
+
+    def restore(self):
+        """Put the decoy back as it was."""
+        shutil.rmtree(self.etc, ignore_errors=True)
+        os.mkdir(self.etc, 0o755)
+        with open(f"{self.etc}/shadow", "w") as f:
+            f.write(SECRET)
+        os.chmod(f"{self.etc}/shadow", 0o600)
+        os.mkdir(f"{self.etc}/sub", 0o755)
+        with open(f"{self.etc}/sub/file", "w") as f:
+            f.write(SECRET)
+
+    def damage(self):
+        """What has happened to the decoy, or None."""
+        shadow = f"{self.etc}/shadow"
+        try:
+            st = os.lstat(shadow)
+        except FileNotFoundError:
+            return "etc/shadow deleted"
+        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o600:
+            return f"etc/shadow mode now {oct(st.st_mode)}"
+        if open(shadow).read() != SECRET:
+            return "etc/shadow content changed"
+        if sorted(os.listdir(self.etc)) != ["shadow", "sub"]:
+            return f"etc now holds {sorted(os.listdir(self.etc))}"
+        if os.listdir(f"{self.etc}/sub") != ["file"]:
+            return f"etc/sub now holds {os.listdir(self.etc + '/sub')}"
+        return None
+
+    def start_swapping(self):
+        ready = f"{self.home}/.ready"
+        self.swapper = subprocess.Popen(
+            ["runuser", "-u", self.lab.pwuser, "--", SYSTEM_PYTHON, "-c", _SWAPPER,
+             self.real, self.link, ready],
+            cwd="/", start_new_session=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        wait_until(lambda: os.path.exists(ready), 30, "the swapper to start")
+
+    def stop_swapping(self):
+        if self.swapper and self.swapper.poll() is None:
+            os.killpg(self.swapper.pid, signal.SIGKILL)
+            self.swapper.wait(timeout=30)
+
+
+@pytest.fixture
+def decoy(sshlab):
+    d = Decoy(sshlab)
+    yield d
+    d.stop_swapping()
+
+
+def attack(lab, decoy, chain_id, propapps):
+    """Apply PROPAPPS in one deployment while the swapper runs; return the
+    outcome, the events and the attempts that touched the decoy (each
+    found after the propapp ended, then repaired)."""
+    wins, events = [], []
+
+    def sink(event):
+        events.append(event)
+        if event.get("event") == "end":
+            what = decoy.damage()
+            if what:
+                wins.append(what)
+                decoy.restore()
+
+    decoy.start_swapping()
+    try:
+        host = make_host("lab", None, None, seqprops())
+        outcome = deploy(CHAINS[chain_id](lab), host, propspec=seqprops(*propapps), sink=sink)
+    finally:
+        decoy.stop_swapping()
+    what = decoy.damage()
+    if what:
+        wins.append(what)
+    return outcome, events, wins
+
+
+def failures(events):
+    return [e.get("message") or "" for e in events
+            if e["event"] == "end" and e["status"] == "failed"]
+
+
+def _alternating(make, a, b):
+    return [make(a if i % 2 == 0 else b) for i in range(ATTEMPTS)]
+
+
+PROPERTIES = {
+    "has-content": (lambda d: _alternating(lambda c: file.has_content(f"{d.real}/etc/shadow", c),
+                                           "site a\n", "site b\n")),
+    "has-mode": (lambda d: _alternating(lambda m: file.has_mode(f"{d.real}/etc/shadow", m),
+                                        0o644, 0o640)),
+    "does-not-exist": (lambda d: _alternating(
+        lambda p: p, file.does_not_exist(f"{d.real}/etc/shadow"),
+        file.has_content(f"{d.real}/etc/shadow", "mine\n"))),
+    "directory-exists": (lambda d: _alternating(
+        lambda p: p, file.directory_exists(f"{d.real}/etc/new"),
+        file.directory_does_not_exist(f"{d.real}/etc/new"))),
+    "directory-does-not-exist": (lambda d: _alternating(
+        lambda p: p, file.directory_does_not_exist(f"{d.real}/etc/sub"),
+        file.directory_exists(f"{d.real}/etc/sub"))),
+}
+
+
+def _hers(decoy):
+    """Her directory, under whichever name the swapping left it."""
+    return next(p for p in [decoy.real, decoy.link]
+                if os.path.isdir(p) and not os.path.islink(p))
+
+
+@pytest.mark.parametrize("name", PROPERTIES)
+def test_a_racing_user_never_wins_over_python(sshlab, decoy, name):
+    outcome, events, wins = attack(sshlab, decoy, "python", PROPERTIES[name](decoy))
+    assert not wins, f"{name}: {len(wins)} of {ATTEMPTS} attempts touched the decoy: {wins[:3]}"
+
+
+@pytest.mark.parametrize("name", PROPERTIES)
+def test_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy, name):
+    outcome, events, wins = attack(sshlab, decoy, "posix", PROPERTIES[name](decoy))
+    assert not wins, f"{name}: {len(wins)} of {ATTEMPTS} attempts touched the decoy: {wins[:3]}"
+    # An attempt whose check found nothing to do is "ok"; every other one
+    # was refused before it acted.
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    said = failures(events)
+    assert not changed, f"{name}: {len(changed)} of {ATTEMPTS} attempts changed something"
+    assert said, f"{name}: nothing was refused"
+    assert all("add :python" in m and decoy.home in m for m in said), said[:2]
+    left = [n for n in os.listdir(f"{_hers(decoy)}/etc") if n.startswith(".consfig-")]
+    assert not left, f"temporaries left in her directory: {left}"
+
+
+# Reads over a POSIX chain: never blocked by a FIFO, and run as every other
+# command is (bounded, and carrying the deployment's token for the reaper).
+
+_FIFO_SWAPPER = r"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b, ready = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3]
+open(ready, "w").close()
+end = time.monotonic() + 600
+while time.monotonic() < end:
+    libc.renameat2(-100, a, -100, b, 2)
+"""
+
+
+def test_a_fifo_swapped_in_never_blocks_a_read_over_posix(sshlab, decoy):
+    # In a sticky directory anyone may write to (a /tmp), her own file and
+    # her own FIFO are hers to swap; root reads the file's name to diff it.
+    shared = f"{decoy.root}/tmp"
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    name, fifo, ready = f"{shared}/f", f"{shared}/p", f"{shared}/.ready"
+    decoy.as_user("sh", "-c", f"printf mine > '{name}'; mkfifo '{fifo}'")
+    swapper = subprocess.Popen(["runuser", "-u", sshlab.pwuser, "--", SYSTEM_PYTHON, "-c",
+                                _FIFO_SWAPPER, name, fifo, ready],
+                               cwd="/", start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    done, events = [], []
+
+    def check():
+        host = make_host("lab", None, None, seqprops())
+        done.append(deploy(CHAINS["posix"](sshlab), host, check=True, diff=True,
+                           propspec=seqprops(*[file.has_content(name, "site\n")] * ATTEMPTS),
+                           sink=events.append))
+
+    try:
+        wait_until(lambda: os.path.exists(ready), 30, "the swapper to start")
+        t = threading.Thread(target=check, daemon=True)
+        t.start()
+        t.join(120)
+        blocked = t.is_alive()
+    finally:
+        os.killpg(swapper.pid, signal.SIGKILL)
+        swapper.wait(timeout=30)
+        # A read stuck on a FIFO ends once something opens it to write.
+        for p in (name, fifo):
+            if stat.S_ISFIFO(os.lstat(p).st_mode):
+                fd = os.open(p, os.O_RDWR | os.O_NONBLOCK)
+                os.close(fd)
+    assert not blocked, "a read of the file was still blocked after 120 s"
+    assert done, "the check-mode deployment did not end"
+
+
+def test_a_read_over_posix_runs_as_every_command_does(sshlab):
+    # /proc/self/environ, read by the command that reads it, is that
+    # command's environment: the deployment's token is in it, so that the
+    # lock's holder finds the read among what it must end.
+    from consfig.apply.combinators import eseqprops
+    from consfig.apply.lock import holding_target_lock
+    from consfig.model.context import establishing_for
+    from consfig.transport.chain import close_chain, establish_chain, parse_chain
+    with establishing_for(make_host("lab", None, None, eseqprops())):
+        conns = establish_chain(parse_chain(CHAINS["posix"](sshlab)))
+    try:
+        conn = conns[-1]
+        with holding_target_lock(conn, "lab"):
+            environ = conn.read_file("/proc/self/environ", follow=True).split(b"\0")
+            token = conn.deployment_token
+    finally:
+        close_chain(conns)
+    assert token and f"CONSFIG_DEPLOYMENT={token}".encode() in environ, environ
