@@ -25,6 +25,7 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
         consfig.props.file [content-text])
 (import base64
         re
+        urllib.parse
         time
         consfig.apply.actions [NO-CHANGE change-if-changes-file remote-exists? run run-script
                                write-remote-file]
@@ -58,7 +59,6 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
       _LOCAL-METHODS #{"file" "copy" "mirror+file"})
 
 (defn _apt-uri? [v methods]
-  (import urllib.parse)  ; start-up: 2 ms of a :python target's
   (when (or (not (isinstance v str)) (re.search r"[\s\"\\\x00-\x1f\x7f]" v))
     (return False))
   (setv m (re.fullmatch r"([a-z][a-z0-9+]*):(.+)" v))

@@ -33,7 +33,7 @@ unchanged, as is every line the property has no business with."
         consfig.site.files [render-template site-directory site-path tree-manifest]
         consfig.apply.engine [Drift WOULD-CHANGE checking? emit inform]
         consfig.apply.events [diff-event fetched-event]
-        consfig.errors [AbortedChange ConsfigError FailedChange UnsafePath]
+        consfig.errors [AbortedChange ConsfigError FailedChange]
         consfig.transport.hop [SAFE-WALK walk-refusal]
         consfig.transport.safepath [walk]
         consfig.apply.lock [CACHE-DIRECTORY-SCRIPT]
