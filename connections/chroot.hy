@@ -216,8 +216,11 @@ mount still busy is detached lazily rather than left."
 
 ;; How a command enters the chroot.  TMPDIR names a directory outside it (the
 ;; controller's, or the user's): inside, mktemp would fail on it, in a
-;; package's maintainer script too, so the chroot's own /tmp is used.
-(setv _ENTER ["env" "-u" "TMPDIR" "chroot"])
+;; package's maintainer script too, so the chroot's own /tmp is used.  So do
+;; the cache and state directories a user (or a test run) may have set:
+;; inside, the chroot's own root keeps its cache and state where it would.
+(setv _ENTER ["env" "-u" "TMPDIR" "-u" "XDG_CACHE_HOME" "-u" "XDG_STATE_HOME"
+              "-u" "STATE_DIRECTORY" "chroot"])
 
 (setv HOP (Hop "chroot" {"into" ABSOLUTE-PATH} establish :required ["into"]))
 
