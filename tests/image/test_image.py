@@ -118,8 +118,11 @@ def contents(path):
 
 
 def run(python, path, *args, cache):
-    """`python3 IMAGE ARGS…` with an environment that names nothing of consfig's."""
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(cache)}
+    """`python3 IMAGE ARGS…` with an environment that names nothing of consfig's
+    (but the test run's own state directory, where the image records its run
+    and `consfig status` reads it)."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(cache),
+           "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}
     return subprocess.run([python, str(path), *args], capture_output=True, text=True,
                           env=env, timeout=300)
 

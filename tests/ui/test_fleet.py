@@ -60,12 +60,13 @@ BARRIER_SITE = textwrap.dedent("""\
 
 def barrier_site(lab):
     """The side-by-side site, its files in a directory all three targets
-    may write to."""
+    may write to: sticky, as /tmp is, since a shell-only chain refuses to
+    walk through a directory others may rename in (docs/security.md)."""
     root = tempfile.mkdtemp(dir=lab.root)
-    os.chmod(root, 0o777)
+    os.chmod(root, 0o1777)
     for d in ["out", "barrier"]:
         os.mkdir(os.path.join(root, d))
-        os.chmod(os.path.join(root, d), 0o777)
+        os.chmod(os.path.join(root, d), 0o1777)
     path = os.path.join(root, "site.hy")
     with open(path, "w") as f:
         f.write(BARRIER_SITE.replace("@BARRIER@", " ".join(json.dumps(a) for a in BARRIER))
