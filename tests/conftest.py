@@ -12,8 +12,6 @@ from _pytest.assertion import rewrite as _rewrite
 # directories on sys.path).
 sys.path.insert(0, os.path.dirname(__file__))
 
-from sshlab import sshlab  # noqa: E402,F401  -- the SSH test lab, a fixture
-
 
 # Hermetic runs: this test process (one per xdist worker) keeps its cache,
 # its deployment lock and its state apart from every other consfig run on the
@@ -33,6 +31,8 @@ def _hermetic_directories():
 
 
 HERMETIC_HOME = _hermetic_directories()
+
+from sshlab import sshlab  # noqa: E402,F401  -- the SSH test lab, a fixture (after the above)
 
 
 # pytest rewrites the assertions of any file named on its command line, and

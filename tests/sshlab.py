@@ -42,11 +42,16 @@ ROOT_PREFIX = "consfig-sshlab-"
 SUDOERS_PREFIX = "/etc/sudoers.d/consfig-lab-"
 
 
+# The test run's own cache and state directories (conftest.py), as the
+# session started: what root, reached through the lab's sudo, uses.
+ROOT_ENVIRONMENT = {var: os.environ[var] for var in ("XDG_CACHE_HOME", "STATE_DIRECTORY")
+                    if os.path.isabs(os.environ.get(var, ""))}
+
+
 def _hermetic_environment():
     """sshd's SetEnv words for the test run's own cache and state
     directories (see conftest.py), where the run set them."""
-    return " ".join(f"{var}={os.environ[var]}" for var in ("XDG_CACHE_HOME", "STATE_DIRECTORY")
-                    if os.path.isabs(os.environ.get(var, "")))
+    return " ".join(f"{var}={value}" for var, value in ROOT_ENVIRONMENT.items())
 
 
 def free_port():

@@ -20,7 +20,7 @@ import consfig.deployer.deployment  # noqa: E402
 from consfig.apply.combinators import eseqprops  # noqa: E402
 from consfig.model.host import make_host  # noqa: E402
 from consfig.props import file  # noqa: E402
-from sshlab import processes_seen, sudo_password_known  # noqa: E402
+from sshlab import ROOT_ENVIRONMENT, processes_seen, sudo_password_known  # noqa: E402
 
 deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
@@ -87,8 +87,9 @@ def bump(path, value):
 
 
 def target_caches():
-    """The target user's (root's, through sudo) consfig caches."""
-    return os.path.join(pwd.getpwnam("root").pw_dir, ".cache", "consfig")
+    """The target user's (root's, through sudo) consfig caches: the test
+    run's own, which the lab's sudo keeps (conftest.py, sshlab.py)."""
+    return os.path.join(ROOT_ENVIRONMENT["XDG_CACHE_HOME"], "consfig")
 
 
 def files_holding(top, needles):

@@ -44,8 +44,9 @@ def test_during_applies_while_the_fact_holds_and_retracts_after_over_a_chain(
         sshlab, record, tmp_path, chain_id, events):
     hostname, record_file = record
     chain = CHAINS[chain_id](sshlab)
-    # A name a shell would mangle: the fact must read this very file.
-    flag, page, note = (str(tmp_path / n) for n in ("-flag $(false) 'x\n\"", "page", "note"))
+    # A name a shell would mangle (a newline is refused in a path at load):
+    # the fact must read this very file.
+    flag, page, note = (str(tmp_path / n) for n in ("-flag $(false) 'x\t\"", "page", "note"))
     block = during(fact.file_exists(flag),
                    file.exists_with_content(page, "down for maintenance\n"),
                    file.has_content(note, "it happened\n"))
