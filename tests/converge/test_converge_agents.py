@@ -72,7 +72,8 @@ def test_a_second_agent_for_a_host_refuses_to_start_saying_which_keeps_it(tmp_pa
         second = Converging(tmp_path, "--consfig", s, "conv", wait_watching=False, name="second")
         with second:
             assert second.proc.wait(120) == 1, second.stderr()
-        err = second.stderr()
+        # A --json run says its error as an `error` event on standard output.
+        err = "\n".join(e.get("message", "") for e in second.events() if e.get("event") == "error")
         assert "another converging agent keeps conv.example" in err, err
         assert f"pid {first.watching['pid']}, since " in err, err
         assert "--alongside" in err, err
