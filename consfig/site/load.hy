@@ -170,7 +170,11 @@ the same source compiled by the same consfig."
     ;; A consfig's mistake found while a macro (defhost, deploy) expanded:
     ;; Hy wraps it, traceback text and all; its own message names the line.
     (and (isinstance e HyLanguageError) (isinstance e.__context__ ConsfigError))
-    (_consfig-error e.__context__ path)
+    (do (setv inner e.__context__)
+        ;; An error that does not say where is where the macro was used.
+        (when (and (is inner.where None) e.lineno)
+          (setv inner.where f"{(_display (or e.filename path))}:{e.lineno}"))
+        (_consfig-error inner path))
     (and (isinstance e HyLanguageError) (.startswith (str e.msg) "Premature end of input"))
     (do (setv opened (with [f (open path :encoding "utf-8" :errors "replace")]
                        (_unclosed-line (.read f))))
