@@ -216,16 +216,6 @@ def test_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy, name):
 # Reads over a POSIX chain: never blocked by a FIFO, and run as every other
 # command is (bounded, and carrying the deployment's token for the reaper).
 
-_FIFO_SWAPPER = r"""
-import ctypes, os, sys, time
-libc = ctypes.CDLL(None, use_errno=True)
-a, b, ready = sys.argv[1].encode(), sys.argv[2].encode(), sys.argv[3]
-open(ready, "w").close()
-end = time.monotonic() + 600
-while time.monotonic() < end:
-    libc.renameat2(-100, a, -100, b, 2)
-"""
-
 
 def test_a_fifo_swapped_in_never_blocks_a_read_over_posix(sshlab, decoy):
     # In a sticky directory anyone may write to (a /tmp), her own file and
@@ -236,7 +226,7 @@ def test_a_fifo_swapped_in_never_blocks_a_read_over_posix(sshlab, decoy):
     name, fifo, ready = f"{shared}/f", f"{shared}/p", f"{shared}/.ready"
     decoy.as_user("sh", "-c", f"printf mine > '{name}'; mkfifo '{fifo}'")
     swapper = subprocess.Popen(["runuser", "-u", sshlab.pwuser, "--", SYSTEM_PYTHON, "-c",
-                                _FIFO_SWAPPER, name, fifo, ready],
+                                _SWAPPER, name, fifo, ready],
                                cwd="/", start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     done, events = [], []
