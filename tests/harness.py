@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-__all__ = ["in_ci", "running", "unavailable", "wait_until"]
+__all__ = ["in_ci", "run_with_a_private_home_cache", "running", "unavailable", "wait_until"]
 
 _POLL = 0.05
 
@@ -64,3 +64,21 @@ def unavailable(reason):
     if in_ci():
         pytest.fail(f"{reason} (in CI this is an error, not a skip)", pytrace=False)
     pytest.skip(reason)
+
+
+def run_with_a_private_home_cache(argv, cache, **kwargs):
+    """Run ARGV (subprocess.run's KWARGS) with root's ~/.cache replaced, for
+    ARGV and its children alone, by the directory CACHE: a private mount
+    namespace.  For the tests of where consfig falls back to when the
+    environment names no usable cache (the password database's home): they
+    must neither wait on the lock of a real deployment on this machine nor
+    leave anything in root's real cache."""
+    if os.geteuid() != 0:
+        pytest.skip("a private mount namespace needs root")
+    home_cache = os.path.join(os.path.expanduser("~root"), ".cache")
+    os.makedirs(home_cache, mode=0o700, exist_ok=True)
+    os.makedirs(cache, mode=0o700, exist_ok=True)
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--",
+         "sh", "-c", 'mount --bind "$1" "$2" && shift 2 && exec "$@"',
+         "sh", str(cache), home_cache, *argv], **kwargs)

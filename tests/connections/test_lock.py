@@ -1,6 +1,7 @@
 """One deployment at a time on a target: a second one waits, then fails
 naming the holder; the lock goes with the connection that held it."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -159,47 +160,68 @@ def test_a_hop_that_cannot_start_a_process_deploys_unlocked():
     assert ran == [None], f"the body ran once, with no lock token: {ran}"
 
 
-def _hold_locally(hostname):
+# The scenario runs in a child whose root's ~/.cache is its own
+# (harness.run_with_a_private_home_cache): every environment here falls
+# back to the password database's home, which is root's real one.
+_CONTEND = """
+import sys
+import hy
+from hy.models import Keyword as K
+import consfig.apply.lock
+import consfig.deployer.deployment
+from consfig.apply.combinators import eseqprops
+from consfig.errors import ConsfigError
+from consfig.model.context import establishing_for
+from consfig.model.host import make_host
+from consfig.props import file
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+
+deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
+target = sys.argv[1]
+with establishing_for(make_host("holder.example", None, None, eseqprops())):
     conns = establish_chain(parse_chain([K("local")]))
-    lock = consfig.apply.lock.holding_target_lock(conns[-1], hostname)
+    lock = consfig.apply.lock.holding_target_lock(conns[-1], "holder.example")
     lock.__enter__()
-    return conns, lock
+consfig.apply.lock.LOCK_WAIT = 1
+try:
+    deploy([K("local"), K("python")], make_host("lab", None, None, eseqprops()),
+           propspec=eseqprops(file.contains_lines(target, "x")), sink=lambda e: None)
+    print("applied, not refused")
+except ConsfigError as e:
+    print(e)
+finally:
+    lock.__exit__(None, None, None)
+    close_chain(conns)
+"""
 
 
 @pytest.mark.parametrize("environment", ["home-not-the-password-databases", "cache-home-relative",
                                          "cache-home-writable-by-others"])
 def test_a_posix_and_a_python_deployment_of_one_target_contend_for_one_lock(
-        tmp_path, monkeypatch, environment):
+        tmp_path, environment):
     # Where $HOME or $XDG_CACHE_HOME say something the target's Python
     # does not take (consfig.boot.cache_directory), the POSIX holder must
     # still lock the file the Python locks: the two deployments contend.
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    from harness import run_with_a_private_home_cache
+    env = {k: v for k, v in os.environ.items() if k != "XDG_CACHE_HOME"}
     if environment == "home-not-the-password-databases":
         (tmp_path / "home").mkdir()
-        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        env["HOME"] = str(tmp_path / "home")
     elif environment == "cache-home-relative":
-        monkeypatch.chdir(tmp_path)
-        monkeypatch.setenv("XDG_CACHE_HOME", "relative-cache")
+        env["XDG_CACHE_HOME"] = "relative-cache"
     else:
         (tmp_path / "open").mkdir(mode=0o777)
         (tmp_path / "open").chmod(0o777)
-        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "open"))
-    # This machine's root is the target: another test run may hold it a while.
-    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 300)
-    with establishing_for(make_host("holder.example", None, None, eseqprops())):
-        conns, lock = _hold_locally("holder.example")
-    monkeypatch.setattr(consfig.apply.lock, "LOCK_WAIT", 1)
-    try:
-        with pytest.raises(ConsfigError) as e:
-            deploy([K("local"), K("python")], make_host("lab", None, None, eseqprops()),
-                   propspec=eseqprops(file.contains_lines(str(tmp_path / "f"), "x")),
-                   sink=lambda e: None)
-    finally:
-        lock.__exit__(None, None, None)
-        close_chain(conns)
-    message = str(e.value)
-    assert "deploying holder.example" in message, message
+        env["XDG_CACHE_HOME"] = str(tmp_path / "open")
+    home_cache = tmp_path / "roots-home-cache"
+    result = run_with_a_private_home_cache(
+        [sys.executable, "-c", _CONTEND, str(tmp_path / "f")], home_cache,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "deploying holder.example" in result.stdout, result.stdout + result.stderr
     assert not (tmp_path / "f").exists(), "nothing was applied"
+    assert (home_cache / "consfig" / "deploy.lock").exists(), \
+        "both took the lock in the password database's home"
 
 
 lock_held = getattr(consfig.apply.lock, hy.mangle("lock-held?"))
