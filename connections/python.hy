@@ -69,7 +69,8 @@ that a deployment costs one exchange of messages, not several."
           ;; deployments (`consfig.python_hop.keep`): the target's Python stays.
           self.keeper None))
 
-  (defn _interpreter [self]
+  (defn program [self]
+    "The interpreter to start on the target."
     ;; `[:local :python]` without :interpreter: the controller's own Python
     ;; is the one sure to be recent enough, and starts faster than a
     ;; `python3` that may be a wrapper script (pyenv's shims take 0.3 s).
@@ -84,25 +85,12 @@ that a deployment costs one exchange of messages, not several."
 
   (defn apply-remotely? [self] True)
 
-  (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]
-                       [lock None] [converge None]]
-    "Apply the preprocessed HOST on the target, feeding its events to SINK;
-return the `Outcome`.  LOCK: a `consfig.apply.lock.lock-request`, for the
-target's Python to take the deployment lock itself; CONVERGE, to stay and
-keep the host converged (`consfig converge`)."
-    (apply-remotely self.upstream host sink
-                    :interpreter (self._interpreter)
-                    :chain self.rest
-                    :unapply unapply
-                    :check check
-                    :verbosity verbosity
-                    :timeout self.timeout
-                    :command-timeout (.chain-command-timeout self.upstream)
-                    :modules self.modules
-                    :where self.where
-                    :keeper self.keeper
-                    :lock lock
-                    :converge converge))
+  (defn apply-remotely [self host sink options * [lock None]]
+    "Apply the preprocessed HOST on the target as OPTIONS (`RunOptions`)
+say, feeding its events to SINK; return the `Outcome`.  LOCK: a
+`consfig.apply.lock.lock-request`, for the target's Python to take the
+deployment lock itself."
+    (apply-remotely self host sink options :lock lock))
 
   (defn close [self]
     (when self.keeper

@@ -14,6 +14,7 @@ catches it: see `apply-and-announce` and `Reported`."
         consfig.apply.events [start-event end-event output-event diff-event summary-event
                               retry-event first-report?]
         consfig.model.host [get-hostname]
+        consfig.options [RunOptions]
         consfig.model.property [call-subroutine default-desc find-property propapp-desc
                                 propapps-in propapp-type python-propapps]
         hy.models [Keyword])
@@ -60,12 +61,12 @@ that no property is blamed for it."
     (setv self.cause cause)))
 
 (defclass Run []
-  "The state of one application: where events go, how deep we are, whether
-it is a CHECK (changing nothing), and the tally of what happened, kept from
-the events themselves."
-  (defn __init__ [self sink [check False]]
+  "The state of one application: where events go, its `RunOptions` (a
+check changes nothing), how deep we are, and the tally of what happened,
+kept from the events themselves."
+  (defn __init__ [self sink [options None]]
     (setv self.sink sink
-          self.check check
+          self.options (or options (RunOptions))
           self.depth 0
           self.failures 0
           self.changes 0
@@ -73,6 +74,10 @@ the events themselves."
           self.drift 0
           ;; Functions shown every event, for as long as `watching-events` says.
           self.watchers []))
+
+  (defn [property] check [self]
+    "Whether this run is a check: nothing may change."
+    self.options.check)
 
   (defn record [self event]
     "Count EVENT, show it to the watchers and pass it on to the sink.  Events
@@ -521,17 +526,19 @@ over a connection (described by WHERE) that has no Python on the target."
                 f"({where}), not a Python on the target.\n"
                 "  Add a :python hop at the end of the chain, e.g. [[:ssh …] :sudo :python].")))))
 
-(defn apply-host [host connection sink [unapply False] [check False]]
+(defn apply-host [host connection sink [options None]]
   "Apply the preprocessed HOST's propspec through CONNECTION, sending events
-to SINK; return an `Outcome`.  With CHECK, change nothing: report what holds
-and what would change."
+to SINK; return an `Outcome`.  OPTIONS, a `RunOptions` (default: apply):
+with its CHECK, change nothing: report what holds and what would change;
+with its UNAPPLY, undo the propspec."
   (check-propspec-fits host.propspec connection.python? connection.where)
-  (setv run (Run sink check)
+  (setv run (Run sink options)
+        check run.check
         token (.set current-run run))
   (try
     (with [(applying host connection)]
       (try
-        (setv result (apply-deployment host.propspec unapply))
+        (setv result (apply-deployment host.propspec run.options.unapply))
         ;; A change no announced property's line reported (an unannounced
         ;; property's own) still makes the deployment one that changed.
         (when (and (!= result NO-CHANGE) (not run.changes) (not run.drift))

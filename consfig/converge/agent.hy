@@ -51,6 +51,7 @@ failed attempt a note among the repair's events."
         time
         consfig.model.context [applying]
         consfig.apply.engine [CANNOT-CHECK NO-CHANGE Reported Run apply-deployment current-run]
+        consfig.options [RunOptions]
         consfig.apply.meta [effective-meta]
         consfig.errors [ConsfigError]
         consfig.apply.events [converge-event]
@@ -513,7 +514,7 @@ replaced, say)."
 
   (defn _run [self sink check thunk]
     ;; THUNK in a run of the engine's of its own, events to SINK.
-    (setv token (.set current-run (Run sink check)))
+    (setv token (.set current-run (Run sink (RunOptions :check check))))
     (try (thunk) (finally (.reset current-run token))))
 
   (defn _apply [self leaf sink check]
@@ -810,12 +811,11 @@ repair in progress) rather than the process."
 
 (defn converge-after [host connection sink lock-dir settings * [layers #()]]
   "Run the agent for HOST, applied just now through CONNECTION, until it is
-told to stop; SETTINGS (from the controller, or an image's options):
-noop, interval, unit-poll, limit, burst, log (a directory for the event log, or None for
-consfig's state directory), image (the image it runs from: it stops when that
-is replaced, `Agent.replaced` true).  LAYERS: the directories of the bundle it runs
-from, kept recently used."
-  (setv log (EventLog (log-path host.hostname (.get settings "log"))
+told to stop, as SETTINGS (`consfig.options.ConvergeSettings`, from the
+controller or an image's options) say; their IMAGE is the image it runs
+from: it stops when that is replaced, `Agent.replaced` true.  LAYERS: the
+directories of the bundle it runs from, kept recently used."
+  (setv log (EventLog (log-path host.hostname settings.log)
                       (fn [text]
                         ;; On the agent's standard error (a service's
                         ;; journal), and to the controller.
@@ -823,14 +823,14 @@ from, kept recently used."
                         (sink {"host" host.hostname "depth" 0 "time" (round (time.time) 3)
                                #** (converge-event "log" :message text)})))
         agent (Agent host connection (tee sink log) lock-dir
-                     :noop (.get settings "noop" False)
-                     :interval (.get settings "interval" INTERVAL)
-                     :unit-poll (.get settings "unit-poll")
-                     :limit (.get settings "limit" LIMIT)
-                     :burst (.get settings "burst" BURST)
+                     :noop settings.noop
+                     :interval (or settings.interval INTERVAL)
+                     :unit-poll settings.unit-poll
+                     :limit (or settings.limit LIMIT)
+                     :burst (or settings.burst BURST)
                      :layers layers
-                     :image (.get settings "image")))
-  (with [_ (keeping host.hostname :alongside (.get settings "alongside" False))
+                     :image settings.image))
+  (with [_ (keeping host.hostname :alongside settings.alongside)
          _ (stopped-by-signals agent)]
     (.run agent))
   agent)

@@ -22,7 +22,8 @@ standard output, which systemd sends to the journal."
         consfig.errors [ConsfigError]
         consfig.apply.lock [lock-request]
         consfig.util [STATE-DIRECTORY-SCRIPT]
-        consfig.model.host [find-host])
+        consfig.model.host [find-host]
+        consfig.options [ConvergeSettings RunOptions])
 
 ;; $1 the hostname, $2 how many past lines to show first.
 (setv _FOLLOW (+ STATE-DIRECTORY-SCRIPT "
@@ -50,17 +51,15 @@ meta-parameters do not say.  ALONGSIDE: run even while another agent keeps
 the host (`consfig.converge.agent.keeping`).  Return the first pass's `Outcome`."
   (setv prepared (prepare-deployment chain host))
   (_python-ended prepared)
-  (setv settings {"noop" noop})
-  (when interval (setv (get settings "interval") interval))
-  (when unit-poll (setv (get settings "unit-poll") unit-poll))
-  (when log (setv (get settings "log") log))
-  (when limit (setv (get settings "limit") limit))
-  (when burst (setv (get settings "burst") burst))
-  (when alongside (setv (get settings "alongside") True))
+  (setv options (RunOptions :check noop :verbosity verbosity
+                            :converge (ConvergeSettings :noop noop :interval interval
+                                                        :unit-poll unit-poll :log log
+                                                        :limit limit :burst burst
+                                                        :alongside alongside)))
   (with [_ (establishing-for prepared.host)
          conns (with-chain prepared.chain)]
-    (.apply-remotely (get conns -1) prepared.host sink :check noop :verbosity verbosity
-                     :lock (lock-request prepared.hostname) :converge settings)))
+    (.apply-remotely (get conns -1) prepared.host sink options
+                     :lock (lock-request prepared.hostname))))
 
 (defn follow-host [host sink * [chain None] [lines 20] [until None]]
   "Send SINK the events of the agent that runs on HOST (installed as a

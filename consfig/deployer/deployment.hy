@@ -17,7 +17,8 @@ made from a host as part of its own is `consfig.nested.deploys`'s."
         consfig.python_hop.keep [chain-alive? chain-key idle-limit keepable? keep-chain take-kept]
         consfig.apply.rebooting [RebootWatch await-return-reported probe-chain]
         consfig.deployer.fetch [FetchWatch]
-        consfig.apply.combinators [seqprops])
+        consfig.apply.combinators [seqprops]
+        consfig.options [RunOptions run-options])
 
 (defclass Prepared []
   "A deployment ready to connect: the preprocessed HOST (hostattrs computed)
@@ -48,25 +49,24 @@ host's propspec; ADDITIONAL is applied after it."
                        (hy.repr (chain->data parsed)))
   (Prepared prepared parsed))
 
-(defn run-prepared [deployment sink * [unapply False] [check False] [verbosity 0]
-                    [secrets None] [keep None]]
-  "Establish the chain of the `Prepared` DEPLOYMENT and apply its host,
-sending events to SINK; return an `Outcome`.  SECRETS seeds the
+(defn run-prepared [deployment sink [options None] * [secrets None] [keep None]]
+  "Establish the chain of the `Prepared` DEPLOYMENT and apply its host as
+OPTIONS (a `RunOptions`; default: apply) say, sending events to SINK;
+return an `Outcome`.  SECRETS seeds the
 deployment's cache (passwords asked for beforehand, see `consfig.deployer.fleet`).
 KEEP: seconds to keep the chain open afterwards for the next deployment
 of the host over it, when it is one `consfig.python_hop.keep` can keep.  A host that
 scheduled a reboot at the end of its deployment (`reboot.at-end`) is waited
 for, when the chain leaves this machine, before the deployment's summary is
 sent (`consfig.apply.rebooting`)."
-  (setv watch (RebootWatch sink deployment.hostname)
+  (setv options (or options (RunOptions))
+        watch (RebootWatch sink deployment.hostname)
         fetch (FetchWatch watch deployment.hostname)
         kept (and keep (keepable? deployment.chain)))
   (try
     (setv outcome (if kept
-                      (_run-kept deployment fetch keep :unapply unapply :check check
-                                 :verbosity verbosity :secrets secrets)
-                      (_run-fresh deployment fetch :unapply unapply :check check
-                                  :verbosity verbosity :secrets secrets)))
+                      (_run-kept deployment fetch options keep secrets)
+                      (_run-fresh deployment fetch options secrets)))
     (except [BaseException]
       (.release watch)
       (raise)))
@@ -85,16 +85,15 @@ sent (`consfig.apply.rebooting`)."
   (.release watch (not back))
   outcome)
 
-(defn _run-fresh [deployment sink * unapply check verbosity secrets]
+(defn _run-fresh [deployment sink options secrets]
   (setv prepared deployment.host)
   (with [_ (establishing-for prepared :seed secrets)
          conns (with-chain deployment.chain)]
     (setv target (get conns -1))
-    (apply-on-target target prepared sink
-                     (fn [] (apply-host prepared target sink :unapply unapply :check check))
-                     :unapply unapply :check check :verbosity verbosity)))
+    (apply-on-target target prepared sink (fn [] (apply-host prepared target sink options))
+                     options)))
 
-(defn _run-kept [deployment sink idle * unapply check verbosity secrets]
+(defn _run-kept [deployment sink options idle secrets]
   ;; Over the chain kept from the last deployment of this host, if it is
   ;; still there; else over a fresh one, kept afterwards.  A kept one that
   ;; turns out to have ended before the host reached it is replaced, once.
@@ -110,8 +109,7 @@ sent (`consfig.apply.rebooting`)."
           (setv (. (get conns -1) keeper) (Keeper))))
       (setv target (get conns -1))
       (try
-        (setv outcome (_apply-kept conns reused prepared sink
-                                   :unapply unapply :check check :verbosity verbosity))
+        (setv outcome (_apply-kept conns reused prepared sink options))
         (except [KeptSessionLost]
           (close-chain conns)
           (if reused (continue) (raise)))
@@ -121,7 +119,7 @@ sent (`consfig.apply.rebooting`)."
       (keep-chain key conns idle)
       (return outcome))))
 
-(defn _apply-kept [conns reused prepared sink * unapply check verbosity]
+(defn _apply-kept [conns reused prepared sink options]
   ;; As over a fresh chain.  Taking the lock is the first thing sent over a
   ;; POSIX chain: when that fails because a REUSED chain has died
   ;; meanwhile, nothing was applied and a fresh chain may be tried.
@@ -130,17 +128,17 @@ sent (`consfig.apply.rebooting`)."
   (defn apply-here []
     (nonlocal locked)
     (setv locked True)
-    (apply-host prepared target sink :unapply unapply :check check))
+    (apply-host prepared target sink options))
   (try
-    (apply-on-target target prepared sink apply-here :unapply unapply :check check
-                     :verbosity verbosity)
+    (apply-on-target target prepared sink apply-here options)
     (except [e ConnectionFailed]
       (if (and reused (not locked) (not (.apply-remotely? target)) (not (chain-alive? conns)))
           (raise (KeptSessionLost (str e) target.where) :from e)
           (raise)))))
 
 (defn deploy* [chain host * [propspec None] [additional None] [sink None]
-               [verbosity 0] [unapply False] [check False] [diff False] [persist None]]
+               [verbosity 0] [unapply False] [check False] [diff False] [persist None]
+               [options None]]
   "Deploy HOST (a Host or hostname) over CHAIN (its default chain when None)
 and return an `Outcome`.  PROPSPEC replaces the host's propspec; ADDITIONAL
 is applied after it.  With CHECK, change nothing: connect, run every check
@@ -157,16 +155,19 @@ HOST over it starts at once (a chain with a `:python` hop, or of `:ssh`
 and user hops: see `consfig.python_hop.keep`): True for
 `consfig.python_hop.keep.IDLE-LIMIT` seconds without a deployment, a number for that
 many, False never; None (the default) does what the REPL says, keep (in
-`consfig repl`) or not (elsewhere).  `(disconnect)` closes them."
-  (setv deployment (prepare-deployment chain host :propspec propspec :additional additional)
-        reporter (when (is sink None)
-                   (Reporter :verbosity verbosity :check check :diff diff))
+`consfig repl`) or not (elsewhere).  `(disconnect)` closes them.
+
+VERBOSITY, UNAPPLY, CHECK and DIFF make the run's `consfig.options.RunOptions`;
+or give OPTIONS, one made already, instead of them."
+  (setv options (run-options options :verbosity verbosity :unapply unapply :check check
+                             :diff diff)
+        deployment (prepare-deployment chain host :propspec propspec :additional additional)
+        reporter (when (is sink None) (Reporter :options options))
         sink (or sink reporter))
   (when (hasattr sink "expect")
     (.expect sink deployment.hostname (announced-count deployment.host.propspec)))
   (try
-    (run-prepared deployment sink :unapply unapply :check check :verbosity verbosity
-                  :keep (idle-limit persist))
+    (run-prepared deployment sink options :keep (idle-limit persist))
     (finally
       (when reporter
         (.finish reporter)

@@ -23,6 +23,7 @@ chain is the `:fabric` hop on that connection, then what follows the
         consfig.transport.chain [chain->data parse-chain]
         consfig.errors [ConsfigError]
         consfig.deployer.fleet [deploy-hosts*]
+        consfig.options [RunOptions]
         consfig.model.host [find-host]
         consfig.model.propspec [form->propspec]
         consfig.site.load [load-consfig])
@@ -91,8 +92,9 @@ by hostname.  When one failed, raise `DeploymentFailed`, unless WARN."
     (setv chains (lfor [c h] (zip connections hosts)
                        [[(Keyword "fabric") (Keyword "connection") c]
                         #* (if (is via None) (after-ssh h) (_read-chain via))])
-          outcomes (deploy-hosts* None hosts :chains chains :check check :diff diff
-                                  :verbosity verbosity
+          outcomes (deploy-hosts* None hosts :chains chains
+                                  :options (RunOptions :check check :diff diff
+                                                       :verbosity verbosity)
                                   :jobs (if (isinstance target SerialGroup) 1 jobs)))
     (except [e ConsfigError]
       (raise (DeploymentFailed (+ "consfig: " (str e))) :from e)))

@@ -23,6 +23,7 @@ once that many failed; `serial` deploys in batches (a rolling deploy)."
 
 (import fnmatch
         consfig.deployer.report [Reporter]
+        consfig.options [run-options]
         math
         threading
         consfig.transport.chain [chain->data hop-spec python-kwargs]
@@ -203,10 +204,9 @@ deployment's cache with."
   (when (hasattr sink "expect")
     (.expect sink deployment.hostname (announced-count deployment.host.propspec)))
   (try
-    (run-prepared deployment sink :secrets secrets #** options)
+    (run-prepared deployment sink options :secrets secrets)
     (except [e Exception]
-      (for [event (_failure-events deployment.hostname deployment.chain e
-                                   (.get options "check" False))]
+      (for [event (_failure-events deployment.hostname deployment.chain e options.check)]
         (sink event))
       (Outcome deployment.hostname 0 1))))
 
@@ -269,7 +269,7 @@ deployment's cache with."
 
 (defn deploy-hosts* [chain hosts * [propspec None] [additional None] [sink None]
                      [verbosity 0] [unapply False] [check False] [diff False]
-                     [jobs None] [max-fail None] [serial None] [chains None]]
+                     [jobs None] [max-fail None] [serial None] [chains None] [options None]]
   "Deploy HOSTS (Hosts or hostnames) concurrently, each over CHAIN (its own
 default chain when None), and return their `Outcome`s in HOSTS' order (None
 for a host not started).  CHAINS, a list as long as HOSTS, gives each host
@@ -278,13 +278,17 @@ are deployed at once (default: as many as there are hosts, at most 10; 1 is
 one after another).  MAX-FAIL (N, or
 \"N%\" of the hosts) stops starting hosts once that many have failed;
 SERIAL (N or \"N%\") deploys them in batches of that many, each batch
-finishing before the next starts.  The other arguments are `deploy*`'s.
+finishing before the next starts.  The other arguments are `deploy*`'s
+(OPTIONS, a `consfig.options.RunOptions`, or VERBOSITY, UNAPPLY, CHECK and
+DIFF that make one).
 
 The hostattrs of every host are computed before anything connects, and
 what a host would ask for (a sudo password, a `:prompt` data item) is
 asked for once, before the hosts start.  A host whose chain cannot be
 established fails on its own; the others carry on."
-  (setv deployments (with [_ (site-facts-scope)]
+  (setv options (run-options options :verbosity verbosity :unapply unapply :check check
+                             :diff diff)
+        deployments (with [_ (site-facts-scope)]
                       ;; Every host's hostattrs computed once, however many read them.
                       (lfor [h c] (zip hosts (or chains (* [chain] (len hosts))))
                             (prepare-deployment c h :propspec propspec
@@ -294,10 +298,8 @@ established fails on its own; the others carry on."
         max-fail (parse-count max-fail n "--max-fail")
         serial (parse-count serial n "--serial")
         secrets (if (> n 1) (ask-beforehand deployments) {})
-        reporter (when (is sink None)
-                   (Reporter :verbosity verbosity :check check :diff diff))
+        reporter (when (is sink None) (Reporter :options options))
         sink (or sink reporter)
-        options {"unapply" unapply "check" check "verbosity" verbosity}
         scheduler (_Scheduler (fn [d] (_deploy-one d sink secrets options)) jobs max-fail))
   (when (hasattr sink "grouping")
     ;; Hosts running side by side: each one's lines are printed together.
@@ -308,7 +310,7 @@ established fails on its own; the others carry on."
       (.run-batch scheduler batch))
     (for [[i d] (enumerate deployments)]
       (when (not-in i scheduler.outcomes)
-        (sink {#** (summary-event "not-started" 0 0 check) "host" d.hostname "depth" 0})))
+        (sink {#** (summary-event "not-started" 0 0 options.check) "host" d.hostname "depth" 0})))
     (lfor i (range n) (.get scheduler.outcomes i))
     (finally
       (when reporter

@@ -177,7 +177,10 @@ kept until its deployment ends and then printed together, so that hosts
 never interleave line by line; on a terminal a live table shows the hosts
 still running."
 
-  (defn __init__ [self [console None] [verbosity 0] [diff False] [check False]]
+  (defn __init__ [self [console None] [verbosity 0] [diff False] [check False] * [options None]]
+    ;; OPTIONS, the run's `RunOptions`, say VERBOSITY, DIFF and CHECK.
+    (when options
+      (setv verbosity options.verbosity diff options.diff check options.check))
     (setv self.console (or console (default-console))
           ;; Asked once: rich looks at the environment and the stream each time.
           self.live? self.console.is-terminal

@@ -50,6 +50,7 @@ Each run records its outcome on the machine it ran on (`state-file`);
         consfig.transport.local [LocalConnection]
         consfig.apply.engine [announced-count]
         consfig.deployer.deployment [Prepared prepare-deployment run-prepared]
+        consfig.options [ConvergeSettings RunOptions]
         consfig.deployer.fleet [fleet-exit-code]
         consfig.converge.agent [converge-after keeping]
         consfig.model.context [establishing-for]
@@ -240,7 +241,7 @@ its events going to SINK; return the exit status."
   (.__enter__ keeper)
   (try
     (setv outcome (run-prepared (Prepared host (parse-chain (Keyword "local"))) tally
-                                :check args.check :verbosity args.verbose))
+                                (RunOptions :check args.check :verbosity args.verbose)))
     (setv agent None)
     (when args.converge
       (_record run tally outcome.status None)
@@ -266,8 +267,9 @@ its events going to SINK; return the exit status."
   (setv lock-dir (os.path.dirname (cache-directory)))
   (os.makedirs lock-dir 0o700 :exist-ok True)
   (converge-after host (LocalConnection) sink lock-dir
-                  {"noop" args.noop "log" args.log-directory "image" (os.path.abspath archive)
-                   #** (if args.interval {"interval" args.interval} {})}
+                  (ConvergeSettings :noop args.noop :log args.log-directory
+                                    :image (os.path.abspath archive)
+                                    :interval (or args.interval None))
                   :layers directories))
 
 ;; The state of the runs (in `state-directory`, see consfig.util)

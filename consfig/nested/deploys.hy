@@ -18,7 +18,8 @@ May import: the ground, transport, model, apply and data."
         consfig.apply.rebooting [await-return back-after back-line probe-chain reboot-note]
         consfig.apply.lock [holding-target-lock lock-held? lock-request]
         consfig.model.propspec [propspec-digest]
-        consfig.apply.combinators [seqprops])
+        consfig.apply.combinators [seqprops]
+        dataclasses [replace])
 
 (defn chain-for [chain host]
   "CHAIN parsed; HOST's default chain when it is None (a `ConsfigError`
@@ -30,10 +31,11 @@ when HOST has none)."
                             "give one, e.g. (deploy :local " (get (.split host.hostname ".") 0) ")"))))
   (parse-chain chain))
 
-(defn apply-on-target [target prepared sink apply-here * [unapply False] [check False]
-                       [verbosity 0] [within None] [remote-outcome None]]
+(defn apply-on-target [target prepared sink apply-here options * [within None]
+                       [remote-outcome None]]
   "Apply the preprocessed host PREPARED on TARGET, the last connection of
-its established chain, under the target's deployment lock (`consfig.apply.lock`):
+its established chain, as OPTIONS (a `consfig.options.RunOptions`) say,
+under the target's deployment lock (`consfig.apply.lock`):
 the one place that chooses between applying here and over there.  When
 TARGET applies remotely (after a `:python` hop) the target's Python does it
 and takes the lock itself, as it applies: no round trip to start a holder
@@ -45,12 +47,14 @@ returns is returned.  WITHIN: the connection a nested deployment is made
 from, whose lock may cover TARGET already (`consfig.apply.lock.lock-held?`)."
   (if (.apply-remotely? target)
       ((or remote-outcome (fn [o] o))
-        (.apply-remotely target prepared sink :unapply unapply :verbosity verbosity :check check
+        (.apply-remotely target prepared sink options
                          :lock (when (not (lock-held? target :within within))
-                                 (lock-request prepared.hostname (_pushed-digest prepared unapply)
-                                               :check check))))
+                                 (lock-request prepared.hostname
+                                               (_pushed-digest prepared options.unapply)
+                                               :check options.check))))
       (with [_ (holding-target-lock target prepared.hostname :within within
-                                    :digest (_pushed-digest prepared unapply) :check check
+                                    :digest (_pushed-digest prepared options.unapply)
+                                    :check options.check
                                     :say (fn [text]
                                            (sink {"event" "output" "stream" "note" "text" text
                                                   "host" prepared.hostname "depth" 0})))]
@@ -149,9 +153,11 @@ connection, as part of the current deployment; return its result."
         (when outcome.failures
           (raise (Reported (FailedChange f"deploying {prepared.hostname} failed"))))
         (if outcome.changes :changed NO-CHANGE))
+      ;; As the deployment it is part of, but for UNAPPLY and `:noop`.
       (setv result (apply-on-target target prepared (_forwarding-sink) apply-here
-                                    :unapply unapply :check (checking?) :within upstream
-                                    :remote-outcome remote-outcome)))
+                                    (replace (. (.get current-run) options) :unapply unapply
+                                             :check (checking?) :converge None)
+                                    :within upstream :remote-outcome remote-outcome)))
     ;; It rebooted at the end of its deployment: carry on once it is back.
     (when (and notes (probe-chain parsed))
       (announce-action (back-line prepared.hostname)

@@ -43,6 +43,7 @@ bundle is made by `consfig.python_hop.bundle`; what data travels, `consfig.data.
         consfig.transport.frames [HEARTBEAT frame read-frame]
         consfig.apply.noservices [no-services-reason]
         consfig.python_hop.payload [host-payload]
+        consfig.options [options->data]
         consfig.model.propspec [propspec->data]
         consfig.util [write-atomically])
 
@@ -242,7 +243,8 @@ has exited or WAIT seconds have passed."
 (defn _send-host [session bundle host chain settings]
   ;; All at once: the target reads the apply message once it is ready.
   ;; The payload holds the host and its data's manifest (as an image does);
-  ;; SETTINGS: unapply, check, verbosity, command-timeout, no-services.
+  ;; SETTINGS: the run's options (`options->data`), command-timeout,
+  ;; where, no-services, and whether to persist or take the lock.
   (.send session {"op" "hello" "protocol" PROTOCOL "layers" bundle.hashes})
   (.send session {"op" "apply"
                   #** (host-payload host)
@@ -399,28 +401,32 @@ deployments: the session and the names of the layers its Python runs
                                  where)
                 :from e))))
 
-(defn apply-remotely [upstream host sink * [interpreter "python3"] [chain #()]
-                      [unapply False] [check False] [verbosity 0] [timeout 60]
-                      [modules #()] [command-timeout None] [where None] [keeper None]
-                      [lock None] [converge None]]
-  "Apply the preprocessed HOST in a Python started through UPSTREAM, passing
-each event to SINK as it arrives, and return an `Outcome`; with CHECK,
-change nothing and report what would change.  CHAIN (parsed hops) is
-established on the target first.  TIMEOUT is how many seconds the
-target may stay silent before the deployment is given up; COMMAND-TIMEOUT,
-the seconds after which a command the target runs is stopped, when the
-command gives none.
+(defn apply-remotely [hop host sink options * [lock None]]
+  "Apply the preprocessed HOST in a Python started through the `:python`
+HOP's upstream, as OPTIONS (a `consfig.options.RunOptions`) say, passing
+each event to SINK as it arrives, and return an `Outcome`; with its CHECK,
+change nothing and report what would change.  From HOP
+(`consfig.connections.python.PythonConnection`): the interpreter to start
+(its `program`), the hops after it (REST, established on the target
+first), its TIMEOUT (how many seconds the target may stay silent before the
+deployment is given up), the MODULES to ship, and its KEEPER; the chain's
+`:command-timeout` stops a command the target runs that gives none.
 
 With a `Keeper`, the Python is left running afterwards, serving the next
 deployment made through it: one it kept is used when it is still there and
 runs the same bundle.  When that one turns out to have ended before it got
 the host, `KeptSessionLost` is raised.  LOCK (a `consfig.apply.lock.lock-request`):
 the target's Python takes the deployment lock itself, for this apply.
-CONVERGE (settings of `consfig.converge.agent.converge-after`): the target's
-Python stays, keeping the host converged, until its input ends."
-  (setv where (or where upstream.where)
+With the options' CONVERGE (`consfig.options.ConvergeSettings`), the
+target's Python stays, keeping the host converged, until its input ends."
+  (setv upstream hop.upstream
+        interpreter (.program hop)
+        timeout hop.timeout
+        keeper hop.keeper
+        verbosity options.verbosity
+        where hop.where
         name host.hostname
-        bundle (bundle-for host.propspec modules)
+        bundle (bundle-for host.propspec hop.modules)
         items (items-to-carry host)
         had (and keeper keeper.session)
         alive (and had (.usable? keeper.session (* 3 HEARTBEAT))))
@@ -445,17 +451,16 @@ Python stays, keeping the host converged, until its input ends."
   (when keeper
     (setv keeper.session None))
   (try
-    (_send-host session bundle host chain
-                {"unapply" unapply "check" check "verbosity" verbosity
-                 "command-timeout" command-timeout
+    (_send-host session bundle host hop.rest
+                {"options" (options->data options)
+                 "command-timeout" (.chain-command-timeout upstream)
                  ;; For the target's messages: where its commands run.
                  "where" where
                  ;; Reached through a chroot (say), the target's Python is
                  ;; where no service may start, as the hops before it know.
                  "no-services" (no-services-reason upstream)
                  #** (if keeper {"persist" True} {})
-                 #** (if lock {"lock" lock} {})
-                 #** (if converge {"converge" converge} {})})
+                 #** (if lock {"lock" lock} {})})
     (when (>= verbosity 3)
       (_tell sink name (+ f"→ hello (layers {(.join " " bundle.hashes)}), apply {name}"
                           (if reused " (kept session)" "")) "wire"))
@@ -473,7 +478,7 @@ Python stays, keeping the host converged, until its input ends."
     (when items
       (_send-data session (lfor i items :if (not (kept? i (.get hello "data"))) i) sink name))
     (setv outcome (_converse session bundle hello items sink name where timeout verbosity)
-          outcome.check check
+          outcome.check options.check
           kept (bool keeper))
     outcome
     (finally

@@ -34,6 +34,8 @@ Nothing here imports fabric, paramiko or rich: none of them is on a target."
         consfig.model.property [forget-properties-of]
         consfig.data.transit [receive-data]
         consfig.python_hop.payload [host-on-target]
+        consfig.options [data->options]
+        dataclasses [replace]
         site)
 
 ;; How long an event may wait for others to share its frame.
@@ -165,20 +167,18 @@ they give no timeout of their own."
     (setv (get here.connattrs "no-services") (get msg "no-services")))
   here)
 
-(defn _apply-here [host msg sink]
-  (setv unapply (.get msg "unapply" False)
-        check (.get msg "check" False)
-        here (_here msg)
+(defn _apply-here [host msg options sink]
+  (setv here (_here msg)
         chain (lfor [name kwargs] (.get msg "chain" []) #(name (data->propspec kwargs))))
   (when (not chain)
-    (return (apply-host host here sink :unapply unapply :check check)))
+    (return (apply-host host here sink options)))
   ;; Hops after :python (sudo, su, …) lead to a further Python, started
-  ;; from this bundle as the hop's user sees it.
+  ;; from this bundle as the hop's user sees it.  This one keeps the host
+  ;; converged, when asked to: that one applies once.
   (when (!= (get (get chain -1) 0) "python")
     (.append chain #("python" {"interpreter" sys.executable})))
   (with [conns (with-chain chain here)]
-    (.apply-remotely (get conns -1) host sink :unapply unapply :check check
-                     :verbosity (.get msg "verbosity" 0))))
+    (.apply-remotely (get conns -1) host sink (replace options :converge None))))
 
 (defn _error-message [e]
   {"op" "error"
@@ -215,26 +215,27 @@ older ones candidates for pruning."
 (defn _apply-one [msg next-data writer layer-dirs [started None]]
   ;; One apply message: take its data, apply its host, send `done` (or
   ;; `error`).  STARTED runs once the data is in, when the input is free
-  ;; for whoever watches it.
+  ;; for whoever watches it, told whether the host is to be kept converged.
   (try
-    (setv agent (when (.get msg "converge") (_agent)))
+    (setv options (data->options (.get msg "options" {}))
+          agent (when options.converge (_agent)))
     (setv entries (receive-data msg next-data writer.message
                                 (os.path.join (_cache-root layer-dirs) "data")))
-    (when started (started))
+    (when started (started (is-not options.converge None)))
     (setv host (host-on-target msg :entries entries))
     ;; A second agent for a host is refused before it applies anything.
     (with [_ (if agent
-                 (agent.keeping host.hostname :alongside (.get (get msg "converge") "alongside" False))
+                 (agent.keeping host.hostname :alongside options.converge.alongside)
                  (contextlib.nullcontext))]
       (setv outcome (with [_ (target-lock-held (_cache-root layer-dirs) (.get msg "lock")
                                                :say (fn [text]
                                                       (writer.event {"event" "output" "stream" "note"
                                                                      "text" text "host" host.hostname
                                                                      "depth" 0})))]
-                      (_apply-here host msg writer.event)))
+                      (_apply-here host msg options writer.event)))
       (when agent
         ;; `consfig converge`: keep the host converged until told to stop.
-        (agent.converge-after host (_here msg) writer.event (_cache-root layer-dirs) (get msg "converge")
+        (agent.converge-after host (_here msg) writer.event (_cache-root layer-dirs) options.converge
                         :layers layer-dirs)))
     (.message writer {"op" "done" "changes" outcome.changes "failures" outcome.failures
                       "drift" outcome.drift})
@@ -340,10 +341,11 @@ ones until the controller closes its input."
     (_serve-kept msg in pending writer layer-dirs new))
   ;; Before the watcher takes over the input: the data comes on it.
   (_apply-one msg (fn [] (_next "data" in pending)) writer layer-dirs
-              (fn [] (.start (threading.Thread :target _watch-controller
-                                               :args #(in (bool (.get msg "converge")))
-                                               :daemon True
-                                               :name "consfig-watcher"))))
+              (fn [converging]
+                (.start (threading.Thread :target _watch-controller
+                                          :args #(in converging)
+                                          :daemon True
+                                          :name "consfig-watcher"))))
   (.set _finished)
   (.close writer)
   (tidy-cache layer-dirs new)

@@ -536,14 +536,13 @@ target (`apply-remotely`), rather than letting the controller apply it
 through `run` and the file operations."
     False)
 
-  (defn apply-remotely [self host sink * [unapply False] [check False] [verbosity 0]
-                        [lock None] [converge None]]
-    "Apply the preprocessed HOST on the target, feeding its events to SINK,
-and return the `Outcome`: for a connection that is `apply-remotely?`.
-LOCK: None, or a `consfig.apply.lock.lock-request` for the target to take the
-deployment lock itself.  CONVERGE: None, or the settings of
-`consfig.converge.agent.converge-after`, for the target's Python to stay and
-keep the host converged (`consfig converge`)."
+  (defn apply-remotely [self host sink options * [lock None]]
+    "Apply the preprocessed HOST on the target as OPTIONS say (a
+`consfig.options.RunOptions`: check, unapply, verbosity; with its CONVERGE,
+the target's Python stays and keeps the host converged, `consfig converge`),
+feeding its events to SINK, and return the `Outcome`: for a connection that
+is `apply-remotely?`.  LOCK: None, or a `consfig.apply.lock.lock-request`
+for the target to take the deployment lock itself."
     (raise (NotImplementedError f"{(. (type self) __name__)} does not apply remotely")))
 
   (defn alive? [self]

@@ -55,7 +55,8 @@ error.  A usage error exits 64."
         consfig.model.propspec [eseqprops-of form->propspec propspec->tree read-propspec-forms]
         consfig.site.load [demo-consfig find-default-consfig load-consfig]
         consfig.converge.controller [converge-host follow-host]
-        consfig.ui.command [EXIT-STATUS Parser guarded output-options output-sink])
+        consfig.ui.command [EXIT-STATUS Parser guarded output-options output-sink
+                            run-options-of])
 
 (defn _version []
   (import importlib.metadata)  ; lazy: 5 ms or more, for --version alone
@@ -339,9 +340,8 @@ argument parser SP."
         sink (output-sink args))
   (try
     (setv outcomes (deploy-hosts* chain targets :propspec propspec :sink sink
-                                  :verbosity args.verbose :check args.check
-                                  :jobs args.jobs :max-fail args.max-fail
-                                  :serial args.serial))
+                                  :options (run-options-of args) :jobs args.jobs
+                                  :max-fail args.max-fail :serial args.serial))
     (when (and args.check args.json)
       ;; The last line, for monitoring: what drifted on each host.
       (sink (drift-summary-event outcomes)))

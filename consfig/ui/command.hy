@@ -6,7 +6,8 @@ status, the sink they ask for, and how a command's errors end it."
         sys
         traceback
         consfig.errors [ConsfigError]
-        consfig.deployer.report [JsonSink Reporter error json-error])
+        consfig.deployer.report [JsonSink Reporter error json-error]
+        consfig.options [RunOptions])
 
 (setv EX-USAGE 64)
 
@@ -36,12 +37,16 @@ deploy`'s, and an image's."
   (.add-argument sp "--detailed-exitcode" :action "store_true"
                  :help "exit 0 for no changes, 2 for changes, 1 for failures"))
 
+(defn run-options-of [args]
+  "The run's `RunOptions`, as the parsed options ARGS (`output-options`) say."
+  (RunOptions :check args.check :diff args.diff :verbosity args.verbose))
+
 (defn output-sink [args]
   "The sink the parsed options ARGS (`output-options`) ask for: JSON lines
 or a report."
   (if args.json
       (JsonSink)
-      (Reporter :verbosity args.verbose :check args.check :diff args.diff)))
+      (Reporter :options (run-options-of args))))
 
 (defn guarded [args command]
   "(COMMAND ARGS), its value the exit status; a `ConsfigError` printed as an
@@ -59,4 +64,5 @@ error (with its traceback at -v) is status 1, an interrupt 130."
             (!= (getattr args "command" None) "converge") (json-error "interrupted"))
       130)))
 
-(export :objects [EX-USAGE EXIT-STATUS Parser output-options output-sink guarded])
+(export :objects [EX-USAGE EXIT-STATUS Parser output-options output-sink
+                  run-options-of guarded])
