@@ -23,7 +23,7 @@ cache directory is safe to use; 3, the controller went away first.
 import os
 import sys
 
-PROTOCOL = 4
+PROTOCOL = 5
 MANIFEST = ".consfig-manifest"
 TOO_OLD, NO_SAFE_CACHE, CONTROLLER_GONE = 97, 98, 3
 

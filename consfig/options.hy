@@ -16,7 +16,7 @@ what it reads as the constructors do.
 What a chain says (its hops' `:timeout` and `:command-timeout`) stays with
 the chain: a nested deployment's chain has its own."
 
-(import dataclasses [dataclass fields replace]
+(import dataclasses [dataclass fields]
         numbers [Real]
         consfig.errors [ConsfigError])
 
