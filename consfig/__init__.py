@@ -29,7 +29,7 @@ _MODULES = ("model.property", "model.propspec", "model.host", "deployer.deployme
             "nested.deploys", "deployer.fleet", "image.build", "apply.combinators", "apply.handlers", "model.fact",
             "apply.meta", "apply.actions", "model.context", "transport.chain",
             "transport.hop", "types", "apply.engine", "errors", "data.items", "data.sources",
-            "python_hop.keep", "model.watchspec", "model.dataspace")
+            "python_hop.keep", "model.watchspec", "model.dataspace", "options")
 
 _hy_macros = {}
 for _m in _MACRO_MODULES:

@@ -20,7 +20,7 @@ nothing of the deployer."
   ;; A bare `:local` in a function call would mark a keyword argument.
   (if (isinstance chain Keyword) `(quote ~chain) chain))
 
-(setv _DEPLOY-OPTIONS #{"check" "diff" "verbosity" "unapply" "sink" "persist"})
+(setv _DEPLOY-OPTIONS #{"check" "diff" "verbosity" "unapply" "sink" "persist" "options"})
 
 (defn _split-options [forms]
   ;; `(deploy :ssh athena :check True (extra …))`: the keywords that name

@@ -75,3 +75,20 @@
   (assert (= (events.status-of "inner") "changed") (events.ends))
   (setv depths (dfor e events.events :if (= (get e "event") "end") (get e "desc") (get e "depth")))
   (assert (= (get depths "inner") 1) depths))
+
+(defn test-deploy-macro-takes-the-runs-options-as-one-record [events]
+  (setv outcome (deploy :local inner.example.org :options (RunOptions :check True) :sink events))
+  (assert (= log []) f"a check applies nothing: {log}")
+  (assert outcome.check outcome))
+
+(defn test-deploy-refuses-options-given-twice-before-anything-applies [events]
+  (with [e (pytest.raises RunOptionError)]
+    (deploy* [:local] inner :options (RunOptions) :unapply True :sink events))
+  (assert (in ":unapply given with OPTIONS" (str e.value)) (str e.value))
+  (assert (= log []) log))
+
+(defn test-a-check-reaches-a-python-hops-target-as-run-options [events]
+  (setv outcome (deploy-these* [:local :python] inner (propapp (logged "remote"))
+                               :options (RunOptions :check True) :sink events))
+  (assert (= (events.status-of "remote") "cannot-check") (events.ends))
+  (assert outcome.check outcome))
