@@ -217,7 +217,8 @@ older ones candidates for pruning."
   ;; `error`).  STARTED runs once the data is in, when the input is free
   ;; for whoever watches it, told whether the host is to be kept converged.
   (try
-    (setv options (data->options (.get msg "options" {}))
+    ;; None from a controller that sent none: refused, never read as "apply".
+    (setv options (data->options (.get msg "options"))
           agent (when options.converge (_agent)))
     (setv entries (receive-data msg next-data writer.message
                                 (os.path.join (_cache-root layer-dirs) "data")))
