@@ -92,3 +92,10 @@
                                :options (RunOptions :check True) :sink events))
   (assert (= (events.status-of "remote") "cannot-check") (events.ends))
   (assert outcome.check outcome))
+
+(defn test-a-nested-deployment-over-a-python-hop-runs-at-the-deployments-verbosity [events]
+  ;; At -vvv a :python hop shows its frames: the nested one's too.
+  (deploy-these* [:local] outer (propapp (deploys [:local :python] inner.example.org))
+                 :sink events :verbosity 3)
+  (setv wire (lfor e events.events :if (= (.get e "stream") "wire") (get e "text")))
+  (assert (any (gfor t wire (.startswith t "→ hello"))) wire))
