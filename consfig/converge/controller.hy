@@ -49,13 +49,13 @@ consfig's state directory there).  LIMIT, BURST: how many repairs of one
 property a second, in a row (`consfig.converge.agent.RepairLimit`), where its
 meta-parameters do not say.  ALONGSIDE: run even while another agent keeps
 the host (`consfig.converge.agent.keeping`).  Return the first pass's `Outcome`."
-  (setv prepared (prepare-deployment chain host))
-  (_python-ended prepared)
   (setv options (RunOptions :check noop :verbosity verbosity
                             :converge (ConvergeSettings :noop noop :interval interval
                                                         :unit-poll unit-poll :log log
                                                         :limit limit :burst burst
-                                                        :alongside alongside)))
+                                                        :alongside alongside))
+        prepared (prepare-deployment chain host))
+  (_python-ended prepared)
   (with [_ (establishing-for prepared.host)
          conns (with-chain prepared.chain)]
     (.apply-remotely (get conns -1) prepared.host sink options

@@ -168,3 +168,11 @@ def test_a_lock_timeout_on_a_converge_json_run_is_a_json_error(tmp_path, monkeyp
     assert "deploying holder.example" in error["message"], error
     assert err == "", f"the error is on stdout, as JSON: {err!r}"
     assert f.read_text() == "drifted\n", "nothing applied"
+
+
+def test_converge_with_an_interval_of_zero_is_refused_before_connecting(tmp_path):
+    s, f = site(tmp_path, ":local :python")
+    r = consfig("converge", "--consfig", s, "drifty", "--interval", "0")
+    assert r.returncode == 1, r
+    assert "run option :interval wants a number of seconds above 0" in r.stderr, r.stderr
+    assert f.read_text() == "drifted\n", "nothing applied"
