@@ -24,9 +24,9 @@ import hy  # noqa: F401
 from hy.models import Keyword as K
 
 import consfig.deployer.deployment
-from consfig.apply.combinators import seqprops
+from consfig.apply.combinators import seqprops, unapplied
 from consfig.model.host import make_host
-from consfig.props import file
+from consfig.props import file, ssh
 
 sys.path.insert(0, os.path.dirname(__file__))
 from labservers import ssh_hop  # noqa: E402
@@ -104,6 +104,8 @@ class Decoy:
             return "etc/shadow deleted"
         if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o600:
             return f"etc/shadow mode now {oct(st.st_mode)}"
+        if (st.st_uid, st.st_gid) != (0, 0):
+            return f"etc/shadow owner now {st.st_uid}:{st.st_gid}"
         if open(shadow).read() != SECRET:
             return "etc/shadow content changed"
         if sorted(os.listdir(self.etc)) != ["shadow", "sub"]:
@@ -211,6 +213,87 @@ def test_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy, name):
     assert all("add :python" in m and decoy.home in m for m in said), said[:2]
     left = [n for n in os.listdir(f"{_hers(decoy)}/etc") if n.startswith(".consfig-")]
     assert not left, f"temporaries left in her directory: {left}"
+
+
+# Her ~/.ssh, which root writes to for her: she swaps it with her link to a
+# root-owned directory holding files of the names ssh's properties write,
+# after root has written a file and before it gives her the file.
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHm1+eUOHqPoJzz4Abc1 race@example"
+
+
+class SshDecoy(Decoy):
+    """Her ~/.ssh and ~/.ssh-decoy, a link to a root-owned directory (0755)
+    holding authorized_keys and an id_ed25519 pair, each root's, 0600."""
+
+    NAMES = ["authorized_keys", "id_ed25519", "id_ed25519.pub"]
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.root = tempfile.mkdtemp(dir=lab.root)
+        os.chmod(self.root, 0o755)
+        self.home = lab.home(lab.pwuser)
+        self.real = f"{self.home}/.ssh"
+        self.link = f"{self.home}/.ssh-decoy"
+        self.restore()
+        self.as_user("mkdir", "-m", "0700", "--", self.real)
+        self.as_user("ln", "-s", "--", self.root, self.link)
+        self.swapper = None
+
+    def restore(self):
+        for name in os.listdir(self.root):
+            p = f"{self.root}/{name}"
+            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+        for name in self.NAMES:
+            with open(f"{self.root}/{name}", "w") as f:
+                f.write(SECRET)
+            os.chmod(f"{self.root}/{name}", 0o600)
+
+    def damage(self):
+        if sorted(os.listdir(self.root)) != self.NAMES:
+            return f"the decoy now holds {sorted(os.listdir(self.root))}"
+        for name in self.NAMES:
+            st = os.lstat(f"{self.root}/{name}")
+            if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o600:
+                return f"{name} mode now {oct(st.st_mode)}"
+            if (st.st_uid, st.st_gid) != (0, 0):
+                return f"{name} owner now {st.st_uid}:{st.st_gid}"
+            if open(f"{self.root}/{name}").read() != SECRET:
+                return f"{name} content changed"
+        return None
+
+    def remove(self):
+        for p in (self.real, self.link):
+            if os.path.islink(p):
+                os.unlink(p)
+            elif os.path.isdir(p):
+                shutil.rmtree(p)
+
+
+@pytest.fixture
+def ssh_decoy(sshlab):
+    d = SshDecoy(sshlab)
+    yield d
+    d.stop_swapping()
+    d.remove()
+
+
+SSH_PROPERTIES = {
+    "authorized-keys": (lambda d: _alternating(
+        lambda p: p, ssh.authorized_keys(d.lab.pwuser, KEY),
+        unapplied(ssh.authorized_keys(d.lab.pwuser, KEY)))),
+    "has-user-key": (lambda d: _alternating(
+        lambda p: p, ssh.has_user_key(d.lab.pwuser),
+        file.does_not_exist(f"{d.real}/id_ed25519", f"{d.real}/id_ed25519.pub"))),
+}
+
+
+@pytest.mark.parametrize("name", SSH_PROPERTIES)
+def test_a_racing_user_never_wins_her_ssh_files_over_python(sshlab, ssh_decoy, name):
+    outcome, events, wins = attack(sshlab, ssh_decoy, "python", SSH_PROPERTIES[name](ssh_decoy))
+    assert not wins, f"{name}: {len(wins)} of {ATTEMPTS} attempts touched the decoy: {wins[:3]}"
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    assert changed, f"{name}: no attempt changed anything: {failures(events)[:3]}"
 
 
 # Reads over a POSIX chain: never blocked by a FIFO, and run as every other
