@@ -136,16 +136,17 @@ def decoy(sshlab):
     d.stop_swapping()
 
 
-def attack(lab, decoy, chain_id, propapps):
+def attack(lab, decoy, chain_id, propapps, leaked=lambda: None):
     """Apply PROPAPPS in one deployment while the swapper runs; return the
-    outcome, the events and the attempts that touched the decoy (each
-    found after the propapp ended, then repaired)."""
+    outcome, the events and the attempts that touched the decoy or, by
+    LEAKED, let out what it holds (each found after the propapp ended,
+    then repaired)."""
     wins, events = [], []
 
     def sink(event):
         events.append(event)
         if event.get("event") == "end":
-            what = decoy.damage()
+            what = decoy.damage() or leaked()
             if what:
                 wins.append(what)
                 decoy.restore()
@@ -156,7 +157,7 @@ def attack(lab, decoy, chain_id, propapps):
         outcome = deploy(CHAINS[chain_id](lab), host, propspec=seqprops(*propapps), sink=sink)
     finally:
         decoy.stop_swapping()
-    what = decoy.damage()
+    what = decoy.damage() or leaked()
     if what:
         wins.append(what)
     return outcome, events, wins
@@ -213,6 +214,45 @@ def test_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy, name):
     assert all("add :python" in m and decoy.home in m for m in said), said[:2]
     left = [n for n in os.listdir(f"{_hers(decoy)}/etc") if n.startswith(".consfig-")]
     assert not left, f"temporaries left in her directory: {left}"
+
+
+# A copy root makes of a file she names: her directory swapped for her link
+# to the decoy must never put the decoy's content where the copy goes.
+
+
+def _copy_leaked(decoy):
+    def leaked():
+        for name in sorted(os.listdir(f"{decoy.root}/copies")):
+            with open(f"{decoy.root}/copies/{name}") as f:
+                held = f.read() == SECRET
+            if held:
+                os.unlink(f"{decoy.root}/copies/{name}")
+                return f"copy {name} held etc/shadow"
+        return None
+    return leaked
+
+
+def _copies(decoy, n=ATTEMPTS):
+    # A new copy each time, kept: events reach the controller a little after
+    # the property ends, when a copy made over would already be gone.
+    os.makedirs(f"{decoy.root}/copies", exist_ok=True)
+    return [file.is_copy_of(f"{decoy.root}/copies/{i}", f"{decoy.real}/etc/shadow")
+            for i in range(n)]
+
+
+def test_a_racing_user_never_has_root_copy_the_decoy_over_python(sshlab, decoy):
+    outcome, events, wins = attack(sshlab, decoy, "python", _copies(decoy), _copy_leaked(decoy))
+    assert not wins, f"{len(wins)} of {ATTEMPTS} attempts leaked or touched the decoy: {wins[:3]}"
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    assert changed, f"no attempt copied her file: {failures(events)[:3]}"
+
+
+def test_a_copy_from_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy):
+    outcome, events, wins = attack(sshlab, decoy, "posix", _copies(decoy, 2), _copy_leaked(decoy))
+    assert not wins, f"attempts leaked or touched the decoy: {wins[:3]}"
+    said = failures(events)
+    assert len(said) == 2, f"the two copies were not both refused: {said}"
+    assert all("add :python" in m and decoy.home in m and "etc/shadow" in m for m in said), said
 
 
 # Her ~/.ssh, which root writes to for her: she swaps it with her link to a
