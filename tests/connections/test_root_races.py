@@ -10,6 +10,7 @@ shell cannot hold anything, so the deployment must refuse her directory up
 front, before writing anything, and say to add `:python`."""
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -26,7 +27,8 @@ from hy.models import Keyword as K
 import consfig.deployer.deployment
 from consfig.apply.combinators import seqprops, unapplied
 from consfig.model.host import make_host
-from consfig.props import file, ssh
+from consfig.props import file, mount, ssh
+from consfig.props import os as os_
 
 sys.path.insert(0, os.path.dirname(__file__))
 from labservers import ssh_hop  # noqa: E402
@@ -253,6 +255,93 @@ def test_a_copy_from_a_users_directory_is_refused_up_front_over_posix(sshlab, de
     said = failures(events)
     assert len(said) == 2, f"the two copies were not both refused: {said}"
     assert all("add :python" in m and decoy.home in m and "etc/shadow" in m for m in said), said
+
+
+# Mounts below her directory, which she may rename: root unmounting hers
+# must never unmount the decoy's, mounted at the same names under the decoy.
+
+
+def _mounts():
+    """{mount point: source} of what this process sees mounted."""
+    found = {}
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            before, after = line.split(b" - ", 1)
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]),
+                           before.split()[4]).decode("utf-8", "surrogateescape")
+            found[point] = after.split()[1].decode()
+    return found
+
+
+class MountDecoy(Decoy):
+    """Her ~/real/mnt/m0… and the decoy's mnt/m0…, each a tmpfs of its own
+    (sources consfig-hers and consfig-decoy)."""
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.root = tempfile.mkdtemp(dir=lab.root)
+        os.chmod(self.root, 0o755)
+        self.home = f"{self.root}/home"
+        os.mkdir(self.home, 0o755)
+        shutil.chown(self.home, lab.pwuser, lab.pwuser)
+        self.real = f"{self.home}/real"
+        self.link = f"{self.home}/link"
+        self.names = [f"m{i}" for i in range(ATTEMPTS)]
+        self.as_user("mkdir", "-p", *[f"{self.real}/mnt/{n}" for n in self.names])
+        self.as_user("ln", "-s", "--", self.root, self.link)
+        for n in self.names:
+            os.makedirs(f"{self.root}/mnt/{n}")
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "consfig-hers",
+                            f"{self.real}/mnt/{n}"], check=True, timeout=30)
+        self.restore()
+        self.swapper = None
+
+    def restore(self):
+        have = _mounts()
+        for n in self.names:
+            if have.get(f"{self.root}/mnt/{n}") != "consfig-decoy":
+                subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "consfig-decoy",
+                                f"{self.root}/mnt/{n}"], check=True, timeout=30)
+
+    def damage(self):
+        have = _mounts()
+        gone = [n for n in self.names if have.get(f"{self.root}/mnt/{n}") != "consfig-decoy"]
+        return f"the decoy's {gone} unmounted" if gone else None
+
+    def remove(self):
+        for p in sorted((p for p in _mounts() if p.startswith(self.root + "/")), reverse=True):
+            subprocess.run(["umount", "--lazy", "--", p], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def mount_decoy(sshlab):
+    d = MountDecoy(sshlab)
+    yield d
+    d.stop_swapping()
+    d.remove()
+
+
+def _unmounts(decoy):
+    # mount's properties are Linux's: the host says it runs Debian.
+    return [os_.debian_stable("bookworm", K("amd64")),
+            *[mount.unmounted_below(f"{decoy.real}/mnt/{n}") for n in decoy.names]]
+
+
+def test_a_racing_user_never_has_root_unmount_the_decoy_over_python(sshlab, mount_decoy):
+    outcome, events, wins = attack(sshlab, mount_decoy, "python", _unmounts(mount_decoy))
+    assert not wins, f"{len(wins)} of {ATTEMPTS} attempts unmounted the decoy's: {wins[:3]}"
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    assert changed, f"no attempt unmounted hers: {failures(events)[:3]}"
+
+
+def test_an_unmount_below_a_users_directory_is_refused_up_front_over_posix(sshlab, mount_decoy):
+    outcome, events, wins = attack(sshlab, mount_decoy, "posix", _unmounts(mount_decoy))
+    assert not wins, f"{len(wins)} of {ATTEMPTS} attempts unmounted the decoy's: {wins[:3]}"
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    said = failures(events)
+    assert not changed, f"{len(changed)} of {ATTEMPTS} attempts unmounted something"
+    assert said, "nothing was refused"
+    assert all("add :python" in m and mount_decoy.home in m for m in said), said[:2]
 
 
 # Her ~/.ssh, which root writes to for her: she swaps it with her link to a
