@@ -2,7 +2,8 @@
 
 (eval-when-compile (require consfig.model.property [defprop]))
 (import consfig.model.watchspec [watch-path watch-poll])
-(import os
+(import ctypes
+        os
         posixpath
         re
         consfig.apply.actions [NO-CHANGE run run-ok? run-script]
@@ -86,7 +87,6 @@ directory a user controls is refused before anything is unmounted."
   ;; there.  Holding it makes it busy, so it is detached (MNT_DETACH, as
   ;; umount --lazy); once the descriptor is closed, nothing else holding
   ;; it, it is gone.
-  (import ctypes)
   (setv #(dirfd name) (walk point))
   (try
     (setv fd (os.open name (| os.O-PATH os.O-DIRECTORY os.O-NOFOLLOW os.O-CLOEXEC) :dir-fd dirfd))
