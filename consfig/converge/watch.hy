@@ -376,6 +376,11 @@ time, `wait` returned every key."
 signal handler or another thread."
     (try (os.write self._wake-w b"x") (except [BlockingIOError] None)))
 
+  (defn wake-fd [self]
+    "The descriptor (non-blocking) a byte written to wakes a `wait`, as
+`wake` does: for `signal.set_wakeup_fd`."
+    self._wake-w)
+
   (defn _timeout [self timeout now]
     (setv deadlines (+ (lfor [_ due] (.values self._polls) due)
                        (if (is-not self._next-unit-poll None) [self._next-unit-poll] [])))
