@@ -774,14 +774,17 @@ fate, and the properties inside are kept only while it holds."
     ;; The host's records in the dataspace live as long as this agent: its
     ;; lease is renewed every third of the site's :ttl, and that renewal
     ;; tells the dataspace's watch whether etcd is there.
-    (setv said [None])
+    ;; The keeper's client is not the watch's (that one is made when the
+    ;; watches are registered, after this): the watch is told which member
+    ;; the keeper reached, and moves when that is another than its own.
+    (setv said [None]
+          ds (if self.watcher.dataspace self.watcher.dataspace.ds (Dataspace self.dataspace self.host.hostname)))
     (defn on-state [why]
-      (when self.watcher.dataspace (.state self.watcher.dataspace why))
+      (when self.watcher.dataspace (.state self.watcher.dataspace why ds.endpoint))
       (when (!= why (get said 0))
         (setv (get said 0) why)
         (self._report "dataspace" :message (or why "dataspace available"))))
-    (keep-leases (if self.watcher.dataspace self.watcher.dataspace.ds (Dataspace self.dataspace self.host.hostname))
-                 self.host.hostname on-state))
+    (keep-leases ds self.host.hostname on-state))
 
   (defn run [self]
     "Watch and converge until `stop`."

@@ -263,15 +263,16 @@ were lost."
         (setv self.down (str e))))
     (self._fire (list self.scopes)))
 
-  (defn state [self why]
-    ;; From the lease keeper: WHY None, the dataspace answered (through
-    ;; the member self.endpoint, or another: the watch is started afresh);
+  (defn state [self why [endpoint None]]
+    ;; From the lease keeper: WHY None, the dataspace answered through the
+    ;; member ENDPOINT (when it is another than the watch's, that one may
+    ;; be gone, and its watch with it: the watch is started afresh);
     ;; otherwise why it did not.
     (cond (is-not why None)
           (when (is self.down None)
             (setv self.down why)
             (self._fire (list self.scopes)))
-          (or self.down (!= self.ds.endpoint self.endpoint))
+          (or self.down (!= (or endpoint self.ds.endpoint) self.endpoint))
           (self.start)))
 
   (defn take [self]
