@@ -178,3 +178,23 @@ def test_an_observer_follows_on_when_the_member_it_watched_through_stops(tmp_pat
                 web2.proc.wait(10)
                 wait_until(lambda: not (out / "10.0.0.6").exists(), TTL + 10,
                            "the observer to retract web2's facet with m0 down")
+
+
+def test_an_observer_without_quorum_says_the_dataspace_is_unavailable(tmp_path):
+    # An observer holds no lease: its agent asks etcd's status instead, which
+    # a member answers on its own, quorum or not.  Two of three gone, the
+    # one left answers and has no leader.
+    out = tmp_path / "out"
+    out.mkdir()
+    with EtcdCluster(tmp_path / "etcd", members=3) as etcd:
+        s = site(tmp_path, etcd, out)
+        consfig("deploy", "--consfig", s, "web1.example.org")
+        with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb") as lb:
+            assert (out / "10.0.0.5").exists()
+            etcd.stop(0)
+            etcd.stop(1)
+            said = wait_until(lambda: [e for e in lb.of("dataspace")
+                                       if "dataspace unavailable" in e.get("message", "")],
+                              3 * TTL, "the agent to say why")
+            assert "no leader" in said[0]["message"], said[0]
+            assert (out / "10.0.0.5").exists(), "retracted nothing"
