@@ -172,6 +172,22 @@ class Fleet:
         tried = re.search(r"^X-Upstream: (.*)$", head, re.M | re.I)
         return (status, tried.group(1).strip() if tried else "", body)
 
+    def reloading(self):
+        """Whether the balancer's nginx still runs workers of its previous
+        configuration: a reload (`nginx -s reload`) returns before they
+        have finished, and until then one may take a request."""
+        root = str(self.machines["lb"].root)
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    title = f.read()
+                if (title.startswith(b"nginx: worker process is shutting down")
+                        and os.readlink(f"/proc/{pid}/root") == root):
+                    return True
+            except OSError:
+                continue
+        return False
+
     def round(self):
         """As many requests through the balancer as there are backends."""
         return [self.curl() for _ in BACKENDS]
@@ -283,9 +299,10 @@ def _dropped_within_the_lease(fleet, short):
 
     def dropped():
         answers.extend(fleet.round())
-        # Written, tested with nginx -t and reloaded: the set form's apply
-        # is over.
-        return gone not in fleet.upstream() and len(lb.of("applied")) > applied
+        # Written, tested with nginx -t and reloaded (the set form's apply
+        # is over), and nginx's workers of before are gone.
+        return (gone not in fleet.upstream() and len(lb.of("applied")) > applied
+                and not fleet.reloading() and time.time())
     # Powered off, not killed: its systemd stops its services, then sends
     # what remains (the agent) SIGTERM.  The agent's lease is renewed until
     # it ends; then the record lasts TTL seconds at most.
@@ -293,10 +310,9 @@ def _dropped_within_the_lease(fleet, short):
     stopping, stopping_wall = time.monotonic(), time.time()
     stopper.start()
     try:
-        wait_until(dropped, 60, f"the balancer to drop {short}")
+        dropped_wall = wait_until(dropped, 60, f"the balancer to drop {short}")
     finally:
         stopper.join(90)
-    dropped_wall = lb.of("applied")[applied]["time"]
     agent = fleet.agents[short]
     wait_until(agent.ended, 30, f"{short}'s agent to end with its container")
     [ended] = agent.of("stopped") or [None]
