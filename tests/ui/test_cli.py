@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import zipfile
 
 import pytest
 
@@ -271,22 +270,6 @@ def test_wrong_command_line_arguments_exit_64_with_the_subcommands_usage():
     result = consfig("deploy")
     assert result.returncode == 64, "not 2, which --detailed-exitcode means as changes made"
     assert "usage: consfig deploy" in result.stderr
-
-
-def test_wheel_contains_every_hy_file(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                    "-q", "-w", str(tmp_path), str(REPO)], check=True, timeout=300,
-                   capture_output=True)
-    wheel = next(tmp_path.glob("consfig-*.whl"))
-    names = set(zipfile.ZipFile(wheel).namelist())
-    expected = set()
-    for folder, package in [("consfig", "consfig"), ("props", "consfig/props"),
-                            ("connections", "consfig/connections"), ("hosts", "consfig/hosts")]:
-        for f in (REPO / folder).rglob("*.hy"):
-            expected.add(f"{package}/{f.relative_to(REPO / folder).as_posix()}")
-    assert expected, "found .hy files"
-    assert expected <= names, sorted(expected - names)
-    assert {n.split("/")[0] for n in names if not n.startswith("consfig-")} == {"consfig"}
 
 
 @pytest.mark.parametrize("chain", [":local", "[:local :python]"])

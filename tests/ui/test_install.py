@@ -8,6 +8,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import zipfile
 
 import pytest
 
@@ -28,7 +29,9 @@ def venv(tmp_path):
     """A fresh venv whose Python sees the test environment's packages (hy,
     rich, …) through PYTHONPATH, but not its editable consfig."""
     d = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(d)], check=True, timeout=120)
+    # No pip of its own (ensurepip costs seconds): this environment's pip
+    # installs into it (`pip --python`).
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(d)], check=True, timeout=120)
     deps = [p for p in [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
             if os.path.isdir(p)]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE",)}
@@ -41,21 +44,46 @@ def _pip(bindir, env, *args):
     # pip itself sees only the new venv: on PYTHONPATH it would also see the
     # test environment's consfig.  The build's own requirements (setuptools,
     # hy) come from the package index, as for any user.
-    _run([bindir / "python", "-m", "pip", *args], {k: v for k, v in env.items()
-                                                   if k != "PYTHONPATH"})
+    _run([sys.executable, "-m", "pip", "--python", bindir / "python", *args],
+         {k: v for k, v in env.items() if k != "PYTHONPATH"})
 
 
 def _pip_install(bindir, env, *what):
     _pip(bindir, env, "install", "-q", "--no-deps", *what)
 
 
-def test_an_install_that_has_run_uninstalls_without_a_trace(venv, tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """consfig's wheel, built once for this module as `pip install .` builds
+    it (an isolated build, its requirements from the package index): the
+    tests that look at what an install holds install this one, and only the
+    README's own sequence builds again."""
+    d = tmp_path_factory.mktemp("wheel")
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(d), str(REPO)],
+         {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    [built] = d.glob("consfig-*.whl")
+    return built
+
+
+def test_the_wheel_contains_every_hy_file_and_nothing_beside_consfig(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = set()
+    for folder, package in [("consfig", "consfig"), ("props", "consfig/props"),
+                            ("connections", "consfig/connections"), ("hosts", "consfig/hosts")]:
+        for f in (REPO / folder).rglob("*.hy"):
+            expected.add(f"{package}/{f.relative_to(REPO / folder).as_posix()}")
+    assert expected, "found .hy files"
+    assert expected <= names, sorted(expected - names)
+    assert {n.split("/")[0] for n in names if not n.startswith("consfig-")} == {"consfig"}
+
+
+def test_an_install_that_has_run_uninstalls_without_a_trace(venv, wheel):
     # What broke `pip install .` then `pip install -e .`: bytecode that Hy
     # wrote at run time into site-packages was no part of the install
     # record, so the old install's directory stayed, a namespace package
     # that shadowed the editable one (`No module named 'consfig.ui.cli'`).
     bindir, env = venv
-    _pip_install(bindir, env, str(REPO))
+    _pip_install(bindir, env, str(wheel))
     first = _run([bindir / "consfig", "deploy", "demo"], env)
     assert "demo.localhost" in first.stdout, first.stdout
     purelib = _run([bindir / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -67,6 +95,7 @@ def test_an_install_that_has_run_uninstalls_without_a_trace(venv, tmp_path):
 
 
 def test_install_then_editable_install_keeps_the_consfig_command_working(venv):
+    # The README's own sequence, word for word: this one builds from `.`.
     bindir, env = venv
     _pip_install(bindir, env, str(REPO))
     _run([bindir / "consfig", "deploy", "demo"], env)
@@ -75,9 +104,9 @@ def test_install_then_editable_install_keeps_the_consfig_command_working(venv):
     assert version.stdout.startswith("consfig "), version.stdout
 
 
-def test_an_installed_consfig_carries_its_bytecode(venv):
+def test_an_installed_consfig_carries_its_bytecode(venv, wheel):
     bindir, env = venv
-    _pip_install(bindir, env, str(REPO))
+    _pip_install(bindir, env, str(wheel))
     out = _run([bindir / "python", "-c",
                 "import consfig, os; print(os.path.dirname(consfig.__file__))"], env).stdout
     package = out.strip()
