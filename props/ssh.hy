@@ -130,7 +130,9 @@ the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
   ;; writes into a directory of root's that no one else may enter, and each
   ;; file is then installed as consfig writes any file, by the safe walk,
   ;; given its owner and mode before it is renamed to its name.
-  (setv tmp (.strip (output "mktemp" "-d")))
+  ;; In /tmp itself, never $TMPDIR: a sticky directory, where no one else
+  ;; may rename what root makes.
+  (setv tmp (.strip (output "mktemp" "-d" "/tmp/consfig-key.XXXXXXXX")))
   (try
     (run "ssh-keygen" "-q" "-t" type "-N" "" "-C" username "-f" (posixpath.join tmp "key")
          :timeout 120)
