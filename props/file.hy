@@ -17,8 +17,10 @@ unchanged, as is every line the property has no business with."
         hashlib
         difflib)
 (import consfig.types *)
-(import json
+(import errno
+        json
         os
+        stat
         posixpath
         re
         shlex
@@ -448,27 +450,105 @@ anything else at FROM is a failure.  Unapplying removes the link."
   (:unapply (remove-remote [from_])))
 
 (defprop is-copy-of :posix [#^ abs-path dest #^ abs-path source]
-  "DEST is a copy of SOURCE, a file on the target (a symlink's target is
-copied).  The copy is made beside DEST and renamed over it, keeping SOURCE's
-mode, ownership and times."
+  "DEST is a copy of SOURCE, a regular file on the target (a symlink at
+SOURCE is followed, if it may lead there: docs/security.md), with SOURCE's
+mode, ownership and times.  The copy is made beside DEST and renamed over
+it: a symlink at DEST is replaced, never written through.  Both paths are
+walked safely; a target's Python reads SOURCE and writes DEST through the
+descriptors its walks hold."
   (:watch [(watch-path dest) (watch-path source)])
   (:desc f"{dest} is a copy of {source}")
-  (:check (run-ok? (Script "test -f \"$1\" && cmp -s -- \"$1\" \"$2\"" dest source)))
-  (:apply
-    (setv r (run-script (.join "\n" [SAFE-WALK
-                                     "set -e"
-                                     "cf_walk \"$1\" 0"
-                                     "tmp=$(mktemp \"$3/.consfig-XXXXXXXX\")"
-                                     "trap 'rm -f \"$tmp\"' EXIT"
-                                     "cp -L --preserve=all -- \"$2\" \"$tmp\""
-                                     "mv -f -T -- \"$tmp\" \"$1\""
-                                     "trap - EXIT"])
-                        dest source (_parent dest) :check False))
-    (setv refusal (walk-refusal r.exit-code r.stderr dest (. (connection) where)))
-    (when refusal (raise refusal))
-    (when (not r.ok?)
-      (raise (FailedChange (+ f"could not copy {source} to {dest}: "
-                              (or (.strip r.stderr) f"exit {r.exit-code}")))))))
+  (:check (if (. (connection) python?)
+              (_copy-holds-here? dest source)
+              (_walked-copy "[ -f \"$1\" ] && [ ! -L \"$1\" ] && cmp -s -- \"$1\" \"$2\""
+                            dest source :check True)))
+  (:apply (if (. (connection) python?)
+              (_copy-here dest source)
+              (_walked-copy (.join "\n" ["[ -f \"$2\" ] || { echo \"$2 is not a regular file\" >&2; exit 1; }"
+                                        "tmp=$(mktemp \"$3/.consfig-XXXXXXXX\")"
+                                        "trap 'rm -f \"$tmp\"' EXIT"
+                                        "cp -L --preserve=all -- \"$2\" \"$tmp\""
+                                        "sync -- \"$tmp\" 2>/dev/null || true"
+                                        "mv -f -T -- \"$tmp\" \"$1\""
+                                        "trap - EXIT"])
+                            dest source))))
+
+(defn _walked-copy [code dest source * [check False]]
+  ;; Over a POSIX chain: once the walks have passed SOURCE (following a link
+  ;; at its end, by the rule) and DEST's directory, nothing on either path
+  ;; can change but as root, so CODE may act on them by name.  $1 DEST, $2
+  ;; SOURCE, $3 DEST's directory.
+  ;; Each walk says on standard output which path it is about.
+  (setv r (run-script (.join "\n" [SAFE-WALK "set -e" "echo source" "cf_walk \"$2\" 1"
+                                   "echo dest" "cf_walk \"$1\" 0" code])
+                      dest source (_parent dest) :check False)
+        refusal (walk-refusal r.exit-code r.stderr
+                              (if (= (get (.split r.stdout) -1) "source") source dest)
+                              (. (connection) where)))
+  (cond refusal (raise refusal)
+        check r.ok?
+        (not r.ok?) (raise (FailedChange (+ f"could not copy {source} to {dest}: "
+                                            (or (.strip r.stderr) f"exit {r.exit-code}"))))))
+
+(defn _open-walked [path follow]
+  ;; A descriptor, open for reading, of the regular file at PATH found by
+  ;; the safe walk (a link at its end followed only when FOLLOW), or None
+  ;; when there is no regular file there.
+  (try (setv #(dirfd name) (walk path :follow follow))
+       (except [#(FileNotFoundError NotADirectoryError)] (return None)))
+  (try
+    (setv fd (os.open name (| os.O-RDONLY os.O-NOFOLLOW os.O-NONBLOCK os.O-CLOEXEC) :dir-fd dirfd))
+    (except [e OSError]
+      (when (and follow (= e.errno errno.ELOOP))
+        ;; The walk followed it, and a link was put there since.
+        (raise (FailedChange f"{path} was replaced by a symlink while it was being read")))
+      (return None))
+    (finally (os.close dirfd)))
+  (if (stat.S-ISREG (. (os.fstat fd) st-mode))
+      fd
+      (do (os.close fd) None)))
+
+(defn _copy-holds-here? [dest source]
+  (setv a (_open-walked dest False) b None)
+  (try
+    (when (is a None) (return False))
+    (setv b (_open-walked source True))
+    (when (is b None) (return False))
+    (while True
+      (setv x (os.read a 1048576) y (os.read b 1048576))
+      (when (!= x y) (return False))
+      (when (not x) (return True)))
+    (finally
+      (for [fd [a b]] (when (is-not fd None) (os.close fd))))))
+
+(defn _copy-here [dest source]
+  ;; What the POSIX script does, through descriptors: SOURCE is read, and
+  ;; its mode, owner and times taken, from one descriptor; the copy is a
+  ;; temporary in the directory DEST's walk holds, renamed within it.
+  (setv src (_open-walked source True))
+  (when (is src None)
+    (raise (FailedChange f"could not copy {source} to {dest}: {source} is not a regular file")))
+  (try
+    (setv st (os.fstat src)
+          #(dirfd name) (walk dest))
+    (try
+      (setv #(fd tmp) (create-temporary dirfd))
+      (try
+        (with [f (os.fdopen fd "wb")]
+          (while (setx chunk (os.read src 1048576))
+            (.write f chunk))
+          (.flush f)
+          ;; Owner first: a chown clears the setuid and setgid bits.
+          (os.fchown fd st.st-uid st.st-gid)
+          (os.fchmod fd (stat.S-IMODE st.st-mode))
+          (os.utime fd :ns #(st.st-atime-ns st.st-mtime-ns))
+          (os.fsync fd))
+        (os.rename tmp name :src-dir-fd dirfd :dst-dir-fd dirfd)
+        (except [BaseException]
+          (try (os.unlink tmp :dir-fd dirfd) (except [FileNotFoundError] None))
+          (raise)))
+      (finally (os.close dirfd)))
+    (finally (os.close src))))
 
 ;; Files from prerequisite data.  The content never goes into the propspec:
 ;; the property names the item, the data layer supplies it (consfig.data.items).

@@ -6,10 +6,13 @@
 (import posixpath
         pwd
         consfig.model.watchspec [watch-path]
-        consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
+        consfig.apply.actions [NO-CHANGE Script make-remote-directory output remote-exists?
+                               remove-remote run run-ok? set-remote-mode set-remote-owner]
         consfig.data.items [get-data-bytes require-data]
         consfig.apply.engine [Drift checking?]
         consfig.errors [FailedChange]
+        consfig.model.context [connection]
+        consfig.transport.hop [walk-refusal]
         consfig.model.host [get-hostname get-hostattrs hosts-with-hostattr]
         consfig.props.file :as file
         consfig.props.file [add-lines combined-results remove-lines content->bytes read-bytes
@@ -27,10 +30,15 @@
                                                        r"[^\s,#][^\s,]*"))))
 
 (defn _ssh-dir [username]
-  "USERNAME's ~/.ssh, made (mode 0700, owned by USERNAME) if missing."
+  "USERNAME's ~/.ssh, made (mode 0700, owned by USERNAME) if missing.  It is
+in her home, so it is made, given to her and chmodded by the safe walk and
+never through a link: one she swaps in meanwhile is itself given to her, or
+refused, never followed (docs/security.md)."
   (setv d (posixpath.join (home-directory username) ".ssh"))
-  (when (not (run-ok? "test" "-d" d))
-    (run "install" "-d" "-m" "0700" "-o" username "-g" (_group-of username) "--" d))
+  (when (not (remote-exists? d))
+    (make-remote-directory d)
+    (set-remote-owner d username (_group-of username))
+    (set-remote-mode d 0o700))
   d)
 
 (defn _group-of [username]
@@ -38,9 +46,13 @@
 
 (defn _owned-private [path username]
   ;; A file sshd reads for a user must be the user's and not writable by
-  ;; others, or sshd ignores it.
-  (run "chown" f"{username}:" "--" path)
-  (run "chmod" "go-w" "--" path))
+  ;; others, or sshd ignores it.  She owns the directory, and may have put
+  ;; a link at PATH since it was written: the link itself is given to her,
+  ;; and a mode is never set through one (`set-owner`, `set-mode`).
+  (set-remote-owner path username (_group-of username))
+  (setv mode (int (.strip (output "stat" "-c" "%a" "--" path)) 8))
+  (when (& mode 0o022)
+    (set-remote-mode path (& mode (bnot 0o022)))))
 
 (defn _user-file-lines [username name lines remove [mode None]]
   ;; In check mode the lines' editors say what would change; ~/.ssh is not
@@ -111,8 +123,39 @@ the .pub gets PUBLIC-KEY: a key that survives reinstalling the host."
             (update-file (+ key ".pub") (+ public-key "\n") :mode 0o644 :owner username :group group))
         (do (when (not (run-ok? "command" "-v" "ssh-keygen"))
               (raise (FailedChange "ssh-keygen is not installed; add (apt.installed \"openssh-client\") first")))
-            (run "ssh-keygen" "-q" "-t" type "-N" "" "-C" username "-f" key :timeout 120)
-            (run "chown" f"{username}:" "--" key (+ key ".pub"))))))
+            (_generate-key-pair key type username group)))))
+
+(defn _generate-key-pair [key type username group]
+  ;; ssh-keygen writes by path and follows links, and ~/.ssh is hers: so it
+  ;; writes into a directory of root's that no one else may enter, and each
+  ;; file is then installed as consfig writes any file, by the safe walk,
+  ;; given its owner and mode before it is renamed to its name.
+  ;; In /tmp itself, never $TMPDIR: a sticky directory, where no one else
+  ;; may rename what root makes.
+  (setv tmp (.strip (output "mktemp" "-d" "/tmp/consfig-key.XXXXXXXX")))
+  (try
+    (run "ssh-keygen" "-q" "-t" type "-N" "" "-C" username "-f" (posixpath.join tmp "key")
+         :timeout 120)
+    (_install-generated (posixpath.join tmp "key") key 0o600 username group)
+    (_install-generated (posixpath.join tmp "key.pub") (+ key ".pub") 0o644 username group)
+    (finally (remove-remote [tmp] :recursive True))))
+
+(defn _install-generated [source dest mode owner group]
+  ;; The private key never leaves the target: a Python there reads it and
+  ;; writes it itself; over a POSIX chain the write's script takes it from
+  ;; SOURCE on its standard input, not from the controller.
+  (setv conn (connection))
+  (when conn.python?
+    (return (.write-file conn dest (.read-file conn source) :mode mode :owner owner :group group)))
+  (setv size (int (.strip (output "stat" "-c" "%s" "--" source)))
+        r (run (Script (+ "exec <\"$1\" || exit 1\n"
+                          (.write-script conn dest size :mode mode :owner owner :group group))
+                       source)
+               :check False :timeout 120)
+        refusal (walk-refusal r.exit-code r.stderr dest conn.where))
+  (when refusal (raise refusal))
+  (when (not r.ok?)
+    (raise (FailedChange (+ f"could not install {dest}: " (or (.strip r.stderr) f"exit {r.exit-code}"))))))
 
 (defn _known-hosts-line [hosts key]
   (+ (.join "," (if (isinstance hosts #(list tuple)) hosts [hosts])) " " key))

@@ -81,14 +81,3 @@ def pytest_unconfigure(config):
     shutil.rmtree(HERMETIC_HOME, ignore_errors=True)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist's `--dist loadgroup` (pyproject's addopts): a test
-    file's tests go to one worker, so that they share their module's chroot
-    and lab as they do in a serial run; every test of the booted container
-    goes to one worker, so that the container is booted once per run."""
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        group = ("booted-container" if "booted_container" in fixtures
-                 else item.nodeid.split("::")[0])
-        item.add_marker(pytest.mark.xdist_group(group))

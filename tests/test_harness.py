@@ -115,3 +115,28 @@ def test_a_starting_lab_removes_what_a_killed_lab_left_and_only_that(sshlab, tmp
         subprocess.run(["userdel", "--remove", user], capture_output=True, timeout=60)
         for path in [sudoers, root]:
             subprocess.run(["rm", "-rf", "--", path], timeout=60)
+
+
+def test_the_suites_workers_each_take_whole_test_files(tmp_path):
+    # A module's fixtures (a chroot with packages, a lab, a container) are
+    # made once only if all its tests run on one worker: what pyproject's
+    # addopts ask of pytest-xdist must keep a file together (loadgroup's
+    # marks once silently did not, under pytest 9).
+    record = tmp_path / "ran"
+    for name in "ab":
+        (tmp_path / f"test_{name}.py").write_text(
+            "import os, pytest\n"
+            "@pytest.mark.parametrize('i', range(8))\n"
+            f"def test_{name}(i):\n"
+            f"    with open({str(record)!r}, 'a') as f:\n"
+            f"        f.write('{name} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-c", os.path.join(PROJECT, "pyproject.toml"), "--rootdir", str(tmp_path),
+                           "-n", "2", str(tmp_path)],
+                          cwd=tmp_path, env=_env(False), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    workers = {}
+    for line in record.read_text().splitlines():
+        name, worker = line.split()
+        workers.setdefault(name, set()).add(worker)
+    assert all(len(w) == 1 for w in workers.values()), f"a file's tests were split: {workers}"

@@ -120,7 +120,14 @@ from the last that did; `DataspaceUnavailable` when none does."
     (get (get self.config "endpoints") self._preferred))
 
   (defn status [self]
-    (self.call (fn [c] (.status c))))
+    "etcd's status, from a member that has a leader.  A member answers it
+on its own, quorum or not: one that knows no leader (two of three gone)
+could serve no read, watch or lease, so it counts as not answering."
+    (self.call (fn [c]
+                 (setv s (.status c))
+                 (when (not (int (.get s "leader" 0)))
+                   (raise ((. (_etcd3gw) exceptions InternalServerError) "etcdserver: no leader")))
+                 s)))
 
   (defn hosts-prefix [self]
     f"{self.prefix}/hosts/")

@@ -775,14 +775,17 @@ fate, and the properties inside are kept only while it holds."
     ;; The host's records in the dataspace live as long as this agent: its
     ;; lease is renewed every third of the site's :ttl, and that renewal
     ;; tells the dataspace's watch whether etcd is there.
-    (setv said [None])
+    ;; The keeper's client is not the watch's (that one is made when the
+    ;; watches are registered, after this): the watch is told which member
+    ;; the keeper reached, and moves when that is another than its own.
+    (setv said [None]
+          ds (if self.watcher.dataspace self.watcher.dataspace.ds (Dataspace self.dataspace self.host.hostname)))
     (defn on-state [why]
-      (when self.watcher.dataspace (.state self.watcher.dataspace why))
+      (when self.watcher.dataspace (.state self.watcher.dataspace why ds.endpoint))
       (when (!= why (get said 0))
         (setv (get said 0) why)
         (self._report "dataspace" :message (or why "dataspace available"))))
-    (keep-leases (if self.watcher.dataspace self.watcher.dataspace.ds (Dataspace self.dataspace self.host.hostname))
-                 self.host.hostname on-state))
+    (keep-leases ds self.host.hostname on-state))
 
   (defn run [self]
     "Watch and converge until `stop`."
@@ -799,11 +802,24 @@ fate, and the properties inside are kept only while it holds."
 
 (defn [contextlib.contextmanager] stopped-by-signals [agent]
   "While the body runs, SIGTERM, SIGINT and SIGHUP stop AGENT (after the
-repair in progress) rather than the process."
-  (setv old (dfor s [signal.SIGTERM signal.SIGINT signal.SIGHUP]
+repair in progress) rather than the process.  The kernel gives a signal sent
+to the process to any of its threads that takes it (etcd's watch, the
+lease's keeper, the hop's reader), and Python runs the handler in the main
+thread only once that one wakes: so each signal also wakes the agent's wait
+(`signal.set_wakeup_fd`), or an idle agent would sleep on in poll(2) until
+its interval, its dataspace lease renewed all the while (a container's
+shutdown waited for the SIGKILL)."
+  ;; A descriptor of its own, closed only once it is no longer the wakeup
+  ;; one: the watcher closes its own when the agent ends, and a signal then
+  ;; must not write into whatever file reuses the number.
+  (setv fd (os.dup (.wake-fd agent.watcher))
+        old-fd (signal.set-wakeup-fd fd :warn-on-full-buffer False)
+        old (dfor s [signal.SIGTERM signal.SIGINT signal.SIGHUP]
                   s (signal.signal s (fn [#* _] (.stop agent)))))
   (try (yield)
-       (finally (for [[s h] (.items old)] (signal.signal s h)))))
+       (finally (for [[s h] (.items old)] (signal.signal s h))
+                (signal.set-wakeup-fd old-fd)
+                (os.close fd))))
 
 (defn tee [#* sinks]
   "A sink that passes each event, `bounded`, to every one of SINKS."

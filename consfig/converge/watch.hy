@@ -263,15 +263,16 @@ were lost."
         (setv self.down (str e))))
     (self._fire (list self.scopes)))
 
-  (defn state [self why]
-    ;; From the lease keeper: WHY None, the dataspace answered (through
-    ;; the member self.endpoint, or another: the watch is started afresh);
+  (defn state [self why [endpoint None]]
+    ;; From the lease keeper: WHY None, the dataspace answered through the
+    ;; member ENDPOINT (when it is another than the watch's, that one may
+    ;; be gone, and its watch with it: the watch is started afresh);
     ;; otherwise why it did not.
     (cond (is-not why None)
           (when (is self.down None)
             (setv self.down why)
             (self._fire (list self.scopes)))
-          (or self.down (!= self.ds.endpoint self.endpoint))
+          (or self.down (!= (or endpoint self.ds.endpoint) self.endpoint))
           (self.start)))
 
   (defn take [self]
@@ -375,6 +376,11 @@ time, `wait` returned every key."
     "Make a `wait` in progress (or the next one) return at once: safe from a
 signal handler or another thread."
     (try (os.write self._wake-w b"x") (except [BlockingIOError] None)))
+
+  (defn wake-fd [self]
+    "The descriptor (non-blocking) a byte written to wakes a `wait`, as
+`wake` does: for `signal.set_wakeup_fd`."
+    self._wake-w)
 
   (defn _timeout [self timeout now]
     (setv deadlines (+ (lfor [_ due] (.values self._polls) due)

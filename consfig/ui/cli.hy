@@ -20,7 +20,7 @@
   consfig run [--consfig FILE] PATTERN… [--limit PATTERN] [--via CHAIN] [-j N]
                  [--max-fail N|N%] [--timeout S] [-v…] [--json] -- CMD…
   consfig facts [--consfig FILE] PATTERN [FACT…] [--limit PATTERN] [--via CHAIN] [-j N] [-v…]
-  consfig dataspace [--consfig FILE] serve|ls|watch|tls …
+  consfig dataspace [--consfig FILE] serve|ls|watch|tls|grant …
   consfig repl [FILE]
   consfig doc [--consfig FILE] PROPERTY
   consfig doc [--consfig FILE] --list [PATTERN]
@@ -271,6 +271,12 @@ argument parser SP."
                  :help "an etcd member's certificate, serving on IP")
   (.add-argument dsc "--host" :action "append" :default [] :metavar "HOSTNAME"
                  :help "a host's client certificate")
+  (setv dsg (.add-parser dsub "grant"
+                        :help (+ "make each HOSTNAME an etcd user that may write only its own "
+                                 "records, with a password in DIR; turn etcd's authentication on")))
+  (.add-argument dsg "directory" :metavar "DIR"
+                 :help "the site's CA and certificates (consfig dataspace tls); passwords go here")
+  (.add-argument dsg "hosts" :nargs "+" :metavar "HOSTNAME")
   (for [[name help] [["ls" "print the records now, as Hy, with their host and age"]
                      ["watch" "print the records, then each change as it comes"]]]
     (setv x (.add-parser dsub name :help help))
@@ -569,6 +575,10 @@ in order (an implicit `eseqprops`)."
   (setv path (_consfig-path args.consfig))
   (load-consfig path)
   (setv config (d.site-config path))
+  (when (= args.action "grant")
+    (import consfig.ui.dataspace_tls :as t)  ; lazy: the controller's
+    (for [f (t.grant-site config args.directory args.hosts)] (print f))
+    (return 0))
   (cond (= args.action "serve") (d.serve config args.data-dir)
         (= args.action "ls") (d.ls config args.type args.json)
         True (d.watch config args.type args.json)))

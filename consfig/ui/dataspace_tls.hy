@@ -6,6 +6,7 @@ under its own prefix.
   (issue DIR \"m0\" :server-ips [\"10.0.0.1\"])  DIR/m0.pem, DIR/m0.key: an etcd member
   (issue DIR \"web1.example.org\")             a host's client certificate (its CN the host)
   (grant-hosts ADMIN [\"web1.example.org\" …] DIR)   etcd users and roles, auth on
+  (grant-site CONFIG DIR [\"web1.example.org\" …])   the same as root, for `consfig dataspace grant`
 
 Keys and passwords are written mode 0600.  The certificates are TLS's:
 who may connect.  Who may write where is etcd's authentication: etcd's JSON
@@ -128,9 +129,19 @@ site's :password-file."
          (except [e ConsfigError]
            (when (not-in "already exists" (str e)) (raise)))))
   (defn user [name]
-    (setv password (secrets.token-urlsafe 24))
-    (_write (os.path.join directory f"{name}.password") (.encode password) 0o600)
-    (ensure "/auth/user/add" {"name" name "password" password}))
+    ;; A user etcd has already keeps its password, and its file: a grant
+    ;; run again, for a host added later, changes no one else's.  The new
+    ;; one is kept beside the file until etcd has taken it.
+    (setv password (secrets.token-urlsafe 24)
+          path (os.path.join directory f"{name}.password")
+          new (+ path ".new"))
+    (_write new (.encode password) 0o600)
+    (try
+      (post "/auth/user/add" {"name" name "password" password})
+      (os.replace new path)
+      (except [e ConsfigError]
+        (os.unlink new)
+        (when (not-in "already exists" (str e)) (raise)))))
   (os.makedirs directory :mode 0o700 :exist-ok True)
   (setv site (+ admin.prefix "/"))
   (user "root")
@@ -149,4 +160,24 @@ site's :password-file."
     (ensure "/auth/user/grant" {"user" h "role" role}))
   (ensure "/auth/enable" {}))
 
-(export :objects [make-ca issue grant-hosts])
+(defn grant-site [config directory hostnames]
+  "`grant-hosts` for the site's dataspace CONFIG (its endpoints and prefix),
+as root: root's certificate and key from DIRECTORY (`consfig dataspace tls
+DIR --host root`) when the site uses TLS, and root's password from there
+once a first grant has written it.  Return the password files of
+HOSTNAMES."
+  (import consfig.apply.dataspace [Dataspace])  ; lazy: the controller's
+  (setv admin {"endpoints" (get config "endpoints") "prefix" (get config "prefix")}
+        in-dir (fn [name] (os.path.join directory name)))
+  (when (.get config "ca")
+    (for [[option name] [["ca" "ca.pem"] ["cert" "root.pem"] ["key" "root.key"]]]
+      (when (not (os.path.exists (in-dir name)))
+        (raise (ConsfigError (+ f"{(in-dir name)} is missing: the site's etcd takes TLS, and root "
+                                f"needs its certificate (consfig dataspace tls {directory} --host root)"))))
+      (setv (get admin option) (in-dir name))))
+  (when (os.path.exists (in-dir "root.password"))
+    (setv (get admin "password-file") (in-dir "root.password")))
+  (grant-hosts (Dataspace admin "root") hostnames directory)
+  (lfor h hostnames (in-dir f"{h}.password")))
+
+(export :objects [make-ca issue grant-hosts grant-site])

@@ -10,6 +10,7 @@ shell cannot hold anything, so the deployment must refuse her directory up
 front, before writing anything, and say to add `:python`."""
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -24,9 +25,10 @@ import hy  # noqa: F401
 from hy.models import Keyword as K
 
 import consfig.deployer.deployment
-from consfig.apply.combinators import seqprops
+from consfig.apply.combinators import seqprops, unapplied
 from consfig.model.host import make_host
-from consfig.props import file
+from consfig.props import file, mount, ssh
+from consfig.props import os as os_
 
 sys.path.insert(0, os.path.dirname(__file__))
 from labservers import ssh_hop  # noqa: E402
@@ -104,6 +106,8 @@ class Decoy:
             return "etc/shadow deleted"
         if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o600:
             return f"etc/shadow mode now {oct(st.st_mode)}"
+        if (st.st_uid, st.st_gid) != (0, 0):
+            return f"etc/shadow owner now {st.st_uid}:{st.st_gid}"
         if open(shadow).read() != SECRET:
             return "etc/shadow content changed"
         if sorted(os.listdir(self.etc)) != ["shadow", "sub"]:
@@ -134,16 +138,17 @@ def decoy(sshlab):
     d.stop_swapping()
 
 
-def attack(lab, decoy, chain_id, propapps):
+def attack(lab, decoy, chain_id, propapps, leaked=lambda: None):
     """Apply PROPAPPS in one deployment while the swapper runs; return the
-    outcome, the events and the attempts that touched the decoy (each
-    found after the propapp ended, then repaired)."""
+    outcome, the events and the attempts that touched the decoy or, by
+    LEAKED, let out what it holds (each found after the propapp ended,
+    then repaired)."""
     wins, events = [], []
 
     def sink(event):
         events.append(event)
         if event.get("event") == "end":
-            what = decoy.damage()
+            what = decoy.damage() or leaked()
             if what:
                 wins.append(what)
                 decoy.restore()
@@ -154,7 +159,7 @@ def attack(lab, decoy, chain_id, propapps):
         outcome = deploy(CHAINS[chain_id](lab), host, propspec=seqprops(*propapps), sink=sink)
     finally:
         decoy.stop_swapping()
-    what = decoy.damage()
+    what = decoy.damage() or leaked()
     if what:
         wins.append(what)
     return outcome, events, wins
@@ -211,6 +216,213 @@ def test_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy, name):
     assert all("add :python" in m and decoy.home in m for m in said), said[:2]
     left = [n for n in os.listdir(f"{_hers(decoy)}/etc") if n.startswith(".consfig-")]
     assert not left, f"temporaries left in her directory: {left}"
+
+
+# A copy root makes of a file she names: her directory swapped for her link
+# to the decoy must never put the decoy's content where the copy goes.
+
+
+def _copy_leaked(decoy):
+    def leaked():
+        for name in sorted(os.listdir(f"{decoy.root}/copies")):
+            with open(f"{decoy.root}/copies/{name}") as f:
+                held = f.read() == SECRET
+            if held:
+                os.unlink(f"{decoy.root}/copies/{name}")
+                return f"copy {name} held etc/shadow"
+        return None
+    return leaked
+
+
+def _copies(decoy, n=ATTEMPTS):
+    # A new copy each time, kept: events reach the controller a little after
+    # the property ends, when a copy made over would already be gone.
+    os.makedirs(f"{decoy.root}/copies", exist_ok=True)
+    return [file.is_copy_of(f"{decoy.root}/copies/{i}", f"{decoy.real}/etc/shadow")
+            for i in range(n)]
+
+
+def test_a_racing_user_never_has_root_copy_the_decoy_over_python(sshlab, decoy):
+    outcome, events, wins = attack(sshlab, decoy, "python", _copies(decoy), _copy_leaked(decoy))
+    assert not wins, f"{len(wins)} of {ATTEMPTS} attempts leaked or touched the decoy: {wins[:3]}"
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    assert changed, f"no attempt copied her file: {failures(events)[:3]}"
+
+
+def test_a_copy_from_a_users_directory_is_refused_up_front_over_posix(sshlab, decoy):
+    outcome, events, wins = attack(sshlab, decoy, "posix", _copies(decoy, 2), _copy_leaked(decoy))
+    assert not wins, f"attempts leaked or touched the decoy: {wins[:3]}"
+    said = failures(events)
+    assert len(said) == 2, f"the two copies were not both refused: {said}"
+    assert all("add :python" in m and decoy.home in m and "etc/shadow" in m for m in said), said
+
+
+# Mounts below her directory, which she may rename: root unmounting hers
+# must never unmount the decoy's, mounted at the same names under the decoy.
+
+
+def _mounts():
+    """{mount point: source} of what this process sees mounted."""
+    found = {}
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            before, after = line.split(b" - ", 1)
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]),
+                           before.split()[4]).decode("utf-8", "surrogateescape")
+            found[point] = after.split()[1].decode()
+    return found
+
+
+class MountDecoy(Decoy):
+    """Her ~/real/mnt/m0… and the decoy's mnt/m0…, each a tmpfs of its own
+    (sources consfig-hers and consfig-decoy)."""
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.root = tempfile.mkdtemp(dir=lab.root)
+        os.chmod(self.root, 0o755)
+        self.home = f"{self.root}/home"
+        os.mkdir(self.home, 0o755)
+        shutil.chown(self.home, lab.pwuser, lab.pwuser)
+        self.real = f"{self.home}/real"
+        self.link = f"{self.home}/link"
+        self.names = [f"m{i}" for i in range(ATTEMPTS)]
+        self.as_user("mkdir", "-p", *[f"{self.real}/mnt/{n}" for n in self.names])
+        self.as_user("ln", "-s", "--", self.root, self.link)
+        for n in self.names:
+            os.makedirs(f"{self.root}/mnt/{n}")
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "consfig-hers",
+                            f"{self.real}/mnt/{n}"], check=True, timeout=30)
+        self.restore()
+        self.swapper = None
+
+    def restore(self):
+        have = _mounts()
+        for n in self.names:
+            if have.get(f"{self.root}/mnt/{n}") != "consfig-decoy":
+                subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "consfig-decoy",
+                                f"{self.root}/mnt/{n}"], check=True, timeout=30)
+
+    def damage(self):
+        have = _mounts()
+        gone = [n for n in self.names if have.get(f"{self.root}/mnt/{n}") != "consfig-decoy"]
+        return f"the decoy's {gone} unmounted" if gone else None
+
+    def remove(self):
+        for p in sorted((p for p in _mounts() if p.startswith(self.root + "/")), reverse=True):
+            subprocess.run(["umount", "--lazy", "--", p], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def mount_decoy(sshlab):
+    d = MountDecoy(sshlab)
+    yield d
+    d.stop_swapping()
+    d.remove()
+
+
+def _unmounts(decoy):
+    # mount's properties are Linux's: the host says it runs Debian.
+    return [os_.debian_stable("bookworm", K("amd64")),
+            *[mount.unmounted_below(f"{decoy.real}/mnt/{n}") for n in decoy.names]]
+
+
+def test_a_racing_user_never_has_root_unmount_the_decoy_over_python(sshlab, mount_decoy):
+    outcome, events, wins = attack(sshlab, mount_decoy, "python", _unmounts(mount_decoy))
+    assert not wins, f"{len(wins)} of {ATTEMPTS} attempts unmounted the decoy's: {wins[:3]}"
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    assert changed, f"no attempt unmounted hers: {failures(events)[:3]}"
+
+
+def test_an_unmount_below_a_users_directory_is_refused_up_front_over_posix(sshlab, mount_decoy):
+    outcome, events, wins = attack(sshlab, mount_decoy, "posix", _unmounts(mount_decoy))
+    assert not wins, f"{len(wins)} of {ATTEMPTS} attempts unmounted the decoy's: {wins[:3]}"
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    said = failures(events)
+    assert not changed, f"{len(changed)} of {ATTEMPTS} attempts unmounted something"
+    assert said, "nothing was refused"
+    assert all("add :python" in m and mount_decoy.home in m for m in said), said[:2]
+
+
+# Her ~/.ssh, which root writes to for her: she swaps it with her link to a
+# root-owned directory holding files of the names ssh's properties write,
+# after root has written a file and before it gives her the file.
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHm1+eUOHqPoJzz4Abc1 race@example"
+
+
+class SshDecoy(Decoy):
+    """Her ~/.ssh and ~/.ssh-decoy, a link to a root-owned directory (0755)
+    holding authorized_keys and an id_ed25519 pair, each root's, 0600."""
+
+    NAMES = ["authorized_keys", "id_ed25519", "id_ed25519.pub"]
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.root = tempfile.mkdtemp(dir=lab.root)
+        os.chmod(self.root, 0o755)
+        self.home = lab.home(lab.pwuser)
+        self.real = f"{self.home}/.ssh"
+        self.link = f"{self.home}/.ssh-decoy"
+        self.restore()
+        self.as_user("mkdir", "-m", "0700", "--", self.real)
+        self.as_user("ln", "-s", "--", self.root, self.link)
+        self.swapper = None
+
+    def restore(self):
+        for name in os.listdir(self.root):
+            p = f"{self.root}/{name}"
+            shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
+        for name in self.NAMES:
+            with open(f"{self.root}/{name}", "w") as f:
+                f.write(SECRET)
+            os.chmod(f"{self.root}/{name}", 0o600)
+
+    def damage(self):
+        if sorted(os.listdir(self.root)) != self.NAMES:
+            return f"the decoy now holds {sorted(os.listdir(self.root))}"
+        for name in self.NAMES:
+            st = os.lstat(f"{self.root}/{name}")
+            if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != 0o600:
+                return f"{name} mode now {oct(st.st_mode)}"
+            if (st.st_uid, st.st_gid) != (0, 0):
+                return f"{name} owner now {st.st_uid}:{st.st_gid}"
+            if open(f"{self.root}/{name}").read() != SECRET:
+                return f"{name} content changed"
+        return None
+
+    def remove(self):
+        for p in (self.real, self.link):
+            if os.path.islink(p):
+                os.unlink(p)
+            elif os.path.isdir(p):
+                shutil.rmtree(p)
+
+
+@pytest.fixture
+def ssh_decoy(sshlab):
+    d = SshDecoy(sshlab)
+    yield d
+    d.stop_swapping()
+    d.remove()
+
+
+SSH_PROPERTIES = {
+    "authorized-keys": (lambda d: _alternating(
+        lambda p: p, ssh.authorized_keys(d.lab.pwuser, KEY),
+        unapplied(ssh.authorized_keys(d.lab.pwuser, KEY)))),
+    "has-user-key": (lambda d: _alternating(
+        lambda p: p, ssh.has_user_key(d.lab.pwuser),
+        file.does_not_exist(f"{d.real}/id_ed25519", f"{d.real}/id_ed25519.pub"))),
+}
+
+
+@pytest.mark.parametrize("name", SSH_PROPERTIES)
+def test_a_racing_user_never_wins_her_ssh_files_over_python(sshlab, ssh_decoy, name):
+    outcome, events, wins = attack(sshlab, ssh_decoy, "python", SSH_PROPERTIES[name](ssh_decoy))
+    assert not wins, f"{name}: {len(wins)} of {ATTEMPTS} attempts touched the decoy: {wins[:3]}"
+    changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
+    assert changed, f"{name}: no attempt changed anything: {failures(events)[:3]}"
 
 
 # Reads over a POSIX chain: never blocked by a FIFO, and run as every other

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "ui"))
 
 from agentcli import Converging  # noqa: E402
 from clirun import REPO  # noqa: E402
+from etcdlab import EtcdCluster  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 TTL = 3
@@ -157,3 +158,43 @@ def test_an_agent_that_restarts_within_its_lease_leaves_no_gap(tmp_path, etcd):
         after = _kv(etcd, "web2.example.org")
     # Deleted and put again, a key gets a new create_revision: it never was.
     assert after["create_revision"] == before["create_revision"], (before, after)
+
+
+def test_an_observer_follows_on_when_the_member_it_watched_through_stops(tmp_path):
+    # The agents talk to the first member that answers: the observer's
+    # watch is on m0.  With m0 gone the cluster has quorum still, and a
+    # record that goes must go from the observer's view too.
+    out = tmp_path / "out"
+    out.mkdir()
+    with EtcdCluster(tmp_path / "etcd", members=3) as etcd:
+        s = site(tmp_path, etcd, out)
+        with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb"):
+            with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2") as web2:
+                wait_until(lambda: (out / "10.0.0.6").exists(), 15, "the observer to see web2")
+                wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 15,
+                           "web2's record to be held by its agent's short lease")
+                etcd.stop(0)
+                web2.proc.send_signal(signal.SIGKILL)
+                web2.proc.wait(10)
+                wait_until(lambda: not (out / "10.0.0.6").exists(), TTL + 10,
+                           "the observer to retract web2's facet with m0 down")
+
+
+def test_an_observer_without_quorum_says_the_dataspace_is_unavailable(tmp_path):
+    # An observer holds no lease: its agent asks etcd's status instead, which
+    # a member answers on its own, quorum or not.  Two of three gone, the
+    # one left answers and has no leader.
+    out = tmp_path / "out"
+    out.mkdir()
+    with EtcdCluster(tmp_path / "etcd", members=3) as etcd:
+        s = site(tmp_path, etcd, out)
+        consfig("deploy", "--consfig", s, "web1.example.org")
+        with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb") as lb:
+            assert (out / "10.0.0.5").exists()
+            etcd.stop(0)
+            etcd.stop(1)
+            said = wait_until(lambda: [e for e in lb.of("dataspace")
+                                       if "dataspace unavailable" in e.get("message", "")],
+                              3 * TTL, "the agent to say why")
+            assert "no leader" in said[0]["message"], said[0]
+            assert (out / "10.0.0.5").exists(), "retracted nothing"

@@ -5,6 +5,10 @@ a host writing under another's prefix is etcd, not consfig.  (etcd 3.4's
 JSON gateway refuses requests whose certificate CN it would have to map to
 a user, so --client-cert-auth is off and the user is the password's.)"""
 
+import os
+import subprocess
+import sys
+
 import hy  # noqa: F401
 import pytest
 
@@ -12,6 +16,9 @@ from consfig.apply.dataspace import Dataspace, DataspaceUnavailable, EtcdRefused
 from consfig.ui.dataspace_tls import grant_hosts, issue, make_ca
 from etcdlab import EtcdCluster
 from harness import wait_until
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ui"))
+from clirun import REPO  # noqa: E402
 
 PREFIX = "/consfig/secure"
 
@@ -92,3 +99,54 @@ def test_a_client_without_a_certificate_is_turned_away(secure):
     with pytest.raises(DataspaceUnavailable) as e:
         anonymous.range(PREFIX + "/")
     assert "SSL" in str(e.value), str(e.value)
+
+
+def test_grant_through_the_cli_gives_hosts_their_roles_and_a_later_grant_adds_one(tmp_path):
+    # As docs/dataspace.md says: the CA and certificates with `consfig
+    # dataspace tls`, then `consfig dataspace grant`, once and again for a
+    # host added later, which must keep root's and the first host's passwords.
+    pki = tmp_path / "pki"
+
+    def consfig(*args):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        r = subprocess.run([sys.executable, "-m", "consfig", *map(str, args)], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    consfig("dataspace", "tls", pki, "--member", "m0=127.0.0.1", "--host", "root",
+            "--host", "web1.example.org", "--host", "web2.example.org")
+    tls = {"ca": str(pki / "ca.pem"), "cert": [str(pki / "m0.pem")], "key": [str(pki / "m0.key")]}
+    with EtcdCluster(tmp_path / "etcd", members=1, tls=tls) as etcd:
+        site = tmp_path / "site.hy"
+        site.write_text(f"""(require consfig *)
+(import consfig *)
+(defdataspace {{:endpoints ["{etcd.endpoints[0]}"] :prefix "{PREFIX}"
+               :ca "/etc/consfig/dataspace/ca.pem"
+               :cert "/etc/consfig/dataspace/{{hostname}}.pem"
+               :key "/etc/consfig/dataspace/{{hostname}}.key"
+               :password-file "/etc/consfig/dataspace/{{hostname}}.password"}})
+""")
+        wait_until(lambda: _answers(Dataspace({"endpoints": etcd.endpoints, "prefix": PREFIX,
+                                               "ca": str(pki / "ca.pem"), "cert": str(pki / "root.pem"),
+                                               "key": str(pki / "root.key")}, "root")),
+                   60, "the TLS etcd to answer")
+        out = consfig("dataspace", "--consfig", site, "grant", pki, "web1.example.org")
+        assert str(pki / "web1.example.org.password") in out, out
+        # The host's view: its own certificate and password, from DIR here.
+        here = {"endpoints": etcd.endpoints, "prefix": PREFIX, "ca": str(pki / "ca.pem"),
+                "cert": str(pki / "{hostname}.pem"), "key": str(pki / "{hostname}.key"),
+                "password-file": str(pki / "{hostname}.password")}
+        web1 = Dataspace(here, "web1.example.org")
+        web1.put(web1.host_prefix("web1.example.org") + "t/x", "v", 0)
+        with pytest.raises(EtcdRefused):
+            web1.put(web1.host_prefix("web2.example.org") + "t/x", "forged", 0)
+        web1_password = (pki / "web1.example.org.password").read_text()
+        consfig("dataspace", "--consfig", site, "grant", pki, "web2.example.org", "web1.example.org")
+        assert (pki / "web1.example.org.password").read_text() == web1_password, \
+            "a grant again keeps a host's password"
+        web2 = Dataspace(here, "web2.example.org")
+        web2.put(web2.host_prefix("web2.example.org") + "t/y", "v", 0)
+        Dataspace(here, "web1.example.org").put(web1.host_prefix("web1.example.org") + "t/z", "v", 0)
+        assert [p.name for p in pki.iterdir() if ".new" in p.name or p.name.startswith(".")] == [], \
+            "no temporary file"

@@ -24,6 +24,12 @@
 (defn test-abs-path []
   (accepts abs-path "/" "/etc/x y" "/-dash")
   (refuses abs-path "relative/path" "" "/a\x00b" 5))
+;; A path a site names goes into fstab, units and sources, one per line:
+;; a newline or carriage return in it is refused when the consfig is loaded.
+;; Quotes, $(…), spaces and a leading dash are ordinary (docs/security.md).
+(defn test-abs-path-refuses-a-line-break-and-takes-other-hostile-names []
+  (accepts abs-path "/srv/it's \"q\"" "/srv/$(id -u)" "/srv/-rf" "/srv/a\tb" "/srv/café")
+  (refuses abs-path "/srv/a\nb" "/srv/a\rb" "/srv/a\n"))
 (defn test-path [] (accepts path "a/b" "/c") (refuses path "" "a\x00" None))
 (defn test-file-mode []
   (accepts file-mode 0o640 0 0o7777)

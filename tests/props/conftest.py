@@ -37,7 +37,7 @@ Contract (for anyone writing tests under tests/props/):
     installed by apt from the cached .debs, so after the first run without
     the mirror): for tests that need a real service manager, such as
     starting units.  Its ``name``, ``root`` and ``chain``
-    (``[[:nspawn :machine NAME]]``).  Shared by the whole run (tests must
+    (``[[:nspawn :machine NAME]]``).  Shared by the tests of one pytest-xdist worker (tests must
     leave it running); stopped and deleted at the end.  Needs
     systemd-container.
 

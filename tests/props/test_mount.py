@@ -9,7 +9,7 @@ import hy  # noqa: F401
 from consfig.apply.combinators import unapplied
 from consfig.props import fstab, mount
 
-from proptest import apply_twice, deploy_propspec, this_os, unapply
+from proptest import LOCAL, apply_twice, deploy_propspec, this_os, unapply
 
 pytestmark = pytest.mark.chroot
 
@@ -66,3 +66,24 @@ def test_unmounted_below_unmounts_nested_mounts(chroot_chain, debian_chroot):
     finally:
         for p in (inner, base):
             subprocess.run(["umount", str(p)], capture_output=True, timeout=30)
+
+
+def test_unmounted_below_over_python_detaches_nested_and_stacked_mounts(tmp_path):
+    # The target's Python detaches each mount through a descriptor of it:
+    # a name with a space (\040 in mountinfo), a mount inside another, and
+    # two mounted at the same place.
+    base = tmp_path / "a b"
+    inner = base / "inner"
+    base.mkdir()
+    try:
+        for p in (base, base):
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(p)],
+                           check=True, timeout=30)
+        inner.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(inner)],
+                       check=True, timeout=30)
+        apply_twice(LOCAL, [this_os(), mount.unmounted_below(str(base))])
+        assert not mounted(inner) and not mounted(base), "something is still mounted"
+    finally:
+        for p in (inner, base, base):
+            subprocess.run(["umount", "--lazy", str(p)], capture_output=True, timeout=30)

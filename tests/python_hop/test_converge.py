@@ -166,3 +166,23 @@ def test_follow_reads_a_running_agents_events_over_the_chain(sshlab, tmp_path):
     assert any(e.get("what") == "drift" and e["host"] == "follow.example" for e in seen), seen
     agent.stop()
     assert not children_of(agent.pid)
+
+
+def test_an_idle_agent_ends_on_a_sigterm_that_another_of_its_threads_takes(tmp_path):
+    # A signal sent to a process goes to any of its threads that does not
+    # block it: systemd's shutdown ("Sending SIGTERM to remaining
+    # processes") reached the agent's reader thread, and the agent slept on
+    # in poll(2) until its interval, renewing its dataspace lease, until
+    # the SIGKILL.  tgkill(2) sends it to one thread that is not the main one.
+    import ctypes
+    motd = tmp_path / "motd"
+    agent = Agent([K("local"), K("python")], Host("converge.example", has_content(str(motd), "hi\n")),
+                  interval=600, log=str(tmp_path / "log"))
+    others = [int(t) for t in os.listdir(f"/proc/{agent.pid}/task") if int(t) != agent.pid]
+    assert others, "the agent's Python runs threads besides its main one"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.tgkill(agent.pid, others[0], signal.SIGTERM) == 0, os.strerror(ctypes.get_errno())
+    wait_until(lambda: agent.of("stopped"), 10, "the agent to stop on SIGTERM")
+    agent.thread.join(30)
+    assert not agent.thread.is_alive(), "the controller's side ended with the agent"
+    wait_until(lambda: not alive(agent.pid), 10, "the agent's process to end")
