@@ -32,6 +32,36 @@ def _hermetic_directories():
 
 HERMETIC_HOME = _hermetic_directories()
 
+
+# What the environment cannot cover: where consfig falls back to the home
+# the password database gives (an XDG_CACHE_HOME that is relative or that
+# others can write, a $HOME that is not the user's: the tests of exactly
+# that), root's cache is root's real ~/.cache/consfig, holding the
+# deployment lock of any other consfig run on the machine.  So the test run
+# takes a mount namespace of its own, in which that directory is one of the
+# run's: done once, in the process pytest starts, before it starts a thread
+# or a worker; the workers, the lab's sshd and all they start inherit it.
+def _private_roots_cache(top):
+    if os.geteuid() != 0 or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newns, ms_bind, ms_rec, ms_private = 0x20000, 0x1000, 0x4000, 0x40000
+    real = os.path.join(os.path.expanduser("~root"), ".cache", "consfig")
+    os.makedirs(real, mode=0o700, exist_ok=True)
+    private = os.path.join(top, "roots-cache")
+    os.makedirs(private, mode=0o700)
+    for what, call in (("unshare the mount namespace", lambda: libc.unshare(clone_newns)),
+                       ("make / private", lambda: libc.mount(b"none", b"/", None,
+                                                             ms_rec | ms_private, None)),
+                       (f"bind {private} over {real}",
+                        lambda: libc.mount(private.encode(), real.encode(), None, ms_bind, None))):
+        if call() != 0:
+            raise RuntimeError(f"the test run could not {what}: {os.strerror(ctypes.get_errno())}")
+
+
+_private_roots_cache(HERMETIC_HOME)
+
 from sshlab import sshlab  # noqa: E402,F401  -- the SSH test lab, a fixture (after the above)
 
 
