@@ -124,15 +124,20 @@ def test_two_agents_fighting_over_a_file_report_the_fight_once_and_keep_to_the_l
                     name="one") as one, \
          Converging(tmp_path, "--consfig", site, "two", "--limit", "2", "--burst", "3",
                     name="two") as two:
-        wait_until(lambda: one.of("fight") and two.of("fight"), 20, "the fight reported")
+        wait_until(lambda: one.of("fight") and two.of("fight"), 60, "the fight reported")
         start = [len(a.of("repaired")) for a in (one, two)]
         first = [a.of("repaired")[-1]["time"] if a.of("repaired") else 0 for a in (one, two)]
-        wait_until(lambda: min(len(a.of("repaired")) for a in (one, two)) >= max(start) + 6, 30,
+        wait_until(lambda: min(len(a.of("repaired")) for a in (one, two)) >= max(start) + 6, 90,
                    "the fight going on")
         for a, n, t in zip((one, two), start, first):
             last = a.of("repaired")[-1]["time"]
-            rate = (len(a.of("repaired")) - n) / (last - t)
-            assert rate <= 2 * 1.5, f"{rate:.1f} repairs a second, above the limit of 2"
+            made = len(a.of("repaired")) - n
+            # A token bucket: in T seconds at most the burst plus T times
+            # the limit (an agent the machine's load held back may find its
+            # burst refilled), and one for the repair under way at the start.
+            allowed = 3 + 2 * (last - t) + 1
+            assert made <= allowed, (f"{made} repairs in {last - t:.1f} s, above the limit "
+                                     f"of 2 a second with a burst of 3")
             assert len(a.of("fight")) <= 2, f"the fight reported once (or once more): {a.of('fight')}"
 
 
