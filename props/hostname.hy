@@ -22,11 +22,19 @@ chroots and containers, whose deployment names them after their parent."
 
 (defn _short [fqdn] (get (.split fqdn ".") 0))
 
+(defn _names-localhost? [line]
+  (in "localhost" (cut (.split (get (.split line "#") 0)) 1 None)))
+
 (defn _hosts-lines [lines fqdn]
   ;; Debian's convention: the host's own names on 127.0.1.1, so that they
   ;; resolve without DNS; the line is replaced, or added after localhost.
+  ;; A file that maps no localhost (one made from nothing: debootstrap makes
+  ;; none) gets Debian's lines for it first, or every service that listens
+  ;; on "localhost" (PostgreSQL by default) fails to start.
   (setv entry (.join "\t" ["127.0.1.1" #* (dict.fromkeys [fqdn (_short fqdn)])])
         out (lfor l lines (if (.startswith (.strip l) "127.0.1.1") entry l)))
+  (when (not (any (map _names-localhost? out)))
+    (setv out ["127.0.0.1\tlocalhost" #* out "::1\tlocalhost ip6-localhost ip6-loopback"]))
   (when (not-in entry out)
     (setv at (next (gfor [i l] (enumerate out) :if (re.match r"^\s*127\.0\.0\.1\s" l) (+ i 1))
                    (len out)))
@@ -42,7 +50,8 @@ chroots and containers, whose deployment names them after their parent."
 
 (defprop configured :posix [* #^ hostname [hostname None]]
   "/etc/hostname holds the short name of HOSTNAME (by default the host's
-hostname), and /etc/hosts maps 127.0.1.1 to it and its short name.  The
+hostname), and /etc/hosts maps 127.0.1.1 to it and its short name (and
+localhost to the loopback addresses, when the file maps it nowhere).  The
 running system's hostname is set too, except in a chroot."
   (:desc f"Hostname {(or hostname (get-hostattr "hostname"))} configured")
   (:watch [(watch-path "/etc/hostname") (watch-path "/etc/hosts") (watch-poll POLL)])
