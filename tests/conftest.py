@@ -62,6 +62,22 @@ def _private_roots_cache(top):
 
 _private_roots_cache(HERMETIC_HOME)
 
+
+# A suite started in the background of a non-interactive shell (`cmd &`,
+# as CI runners may) inherits SIGINT and SIGQUIT ignored, and so does every
+# program a test starts: a `consfig converge` that a test stops as Ctrl-C
+# does would never hear it (each such test then waited 60 s and failed).
+# The tests' programs start as they would from a terminal.
+def _signals_as_from_a_terminal():
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+_signals_as_from_a_terminal()
+
 from sshlab import sshlab  # noqa: E402,F401  -- the SSH test lab, a fixture (after the above)
 
 

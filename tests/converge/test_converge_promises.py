@@ -124,7 +124,10 @@ def test_two_agents_fighting_over_a_file_report_the_fight_once_and_keep_to_the_l
                     name="one") as one, \
          Converging(tmp_path, "--consfig", site, "two", "--limit", "2", "--burst", "3",
                     name="two") as two:
-        wait_until(lambda: one.of("fight") and two.of("fight"), 60, "the fight reported")
+        # In a ping-pong only the agent whose repairs are held back meets
+        # its limit (the other's bucket fills while it waits): that one
+        # reports the fight.
+        wait_until(lambda: one.of("fight") or two.of("fight"), 60, "the fight reported")
         start = [len(a.of("repaired")) for a in (one, two)]
         first = [a.of("repaired")[-1]["time"] if a.of("repaired") else 0 for a in (one, two)]
         wait_until(lambda: min(len(a.of("repaired")) for a in (one, two)) >= max(start) + 6, 90,
