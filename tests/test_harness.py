@@ -140,3 +140,23 @@ def test_the_suites_workers_each_take_whole_test_files(tmp_path):
         name, worker = line.split()
         workers.setdefault(name, set()).add(worker)
     assert all(len(w) == 1 for w in workers.values()), f"a file's tests were split: {workers}"
+
+
+def test_a_suite_started_with_sigint_ignored_starts_its_programs_hearing_it(tmp_path):
+    # `cmd &` in a script starts the suite with SIGINT ignored, and every
+    # program a test starts would inherit that: an agent a test stops as
+    # Ctrl-C does would never stop.  conftest starts them as a terminal would.
+    (tmp_path / "test_child.py").write_text(
+        "import subprocess\n"
+        "def test_child():\n"
+        "    status = subprocess.run(['grep', 'SigIgn', '/proc/self/status'],\n"
+        "                            capture_output=True, text=True).stdout\n"
+        "    ignored = int(status.split()[1], 16)\n"
+        "    assert not ignored & (1 << 1), f'SIGINT ignored: {status}'\n")
+    import signal
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                           "-p", "conftest", str(tmp_path / "test_child.py")],
+                          cwd=tmp_path, env=_env(False, PYTHONPATH=TESTS), capture_output=True,
+                          text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
