@@ -419,8 +419,16 @@ SSH_PROPERTIES = {
 
 @pytest.mark.parametrize("name", SSH_PROPERTIES)
 def test_a_racing_user_never_wins_her_ssh_files_over_python(sshlab, ssh_decoy, name):
-    outcome, events, wins = attack(sshlab, ssh_decoy, "python", SSH_PROPERTIES[name](ssh_decoy))
-    assert not wins, f"{name}: {len(wins)} of {ATTEMPTS} attempts touched the decoy: {wins[:3]}"
+    # Under load her loop may hold the link in place through all of a
+    # round's attempts, each then refused: the attack goes on for up to
+    # three rounds, until one attempt found her real directory.
+    events = []
+    for _ in range(3):
+        outcome, more, wins = attack(sshlab, ssh_decoy, "python", SSH_PROPERTIES[name](ssh_decoy))
+        assert not wins, f"{name}: {len(wins)} of {ATTEMPTS} attempts touched the decoy: {wins[:3]}"
+        events += more
+        if any(e["event"] == "end" and e["status"] == "changed" for e in more):
+            break
     changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
     assert changed, f"{name}: no attempt changed anything: {failures(events)[:3]}"
 
