@@ -57,7 +57,15 @@ def _private_roots_cache(top):
                        (f"bind {private} over {real}",
                         lambda: libc.mount(private.encode(), real.encode(), None, ms_bind, None))):
         if call() != 0:
-            raise RuntimeError(f"the test run could not {what}: {os.strerror(ctypes.get_errno())}")
+            why = f"the test run could not {what}: {os.strerror(ctypes.get_errno())}"
+            # In CI that is an error (a run that could wait on the machine's
+            # lock must not pass as hermetic); elsewhere, the tests of the
+            # fallback location may then wait on it, and say so.
+            if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
+                raise RuntimeError(why)
+            import warnings
+            warnings.warn(why)
+            return
 
 
 _private_roots_cache(HERMETIC_HOME)
