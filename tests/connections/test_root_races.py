@@ -130,12 +130,22 @@ class Decoy:
             os.killpg(self.swapper.pid, signal.SIGKILL)
             self.swapper.wait(timeout=30)
 
+    def remove(self):
+        """Remove what this decoy made outside the lab's own tree (none:
+        its tree goes with the lab)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.stop_swapping()
+        self.remove()
+
 
 @pytest.fixture
 def decoy(sshlab):
-    d = Decoy(sshlab)
-    yield d
-    d.stop_swapping()
+    with Decoy(sshlab) as d:
+        yield d
 
 
 def attack(lab, decoy, chain_id, propapps, leaked=lambda: None):
@@ -315,10 +325,8 @@ class MountDecoy(Decoy):
 
 @pytest.fixture
 def mount_decoy(sshlab):
-    d = MountDecoy(sshlab)
-    yield d
-    d.stop_swapping()
-    d.remove()
+    with MountDecoy(sshlab) as d:
+        yield d
 
 
 def _unmounts(decoy):
@@ -401,10 +409,8 @@ class SshDecoy(Decoy):
 
 @pytest.fixture
 def ssh_decoy(sshlab):
-    d = SshDecoy(sshlab)
-    yield d
-    d.stop_swapping()
-    d.remove()
+    with SshDecoy(sshlab) as d:
+        yield d
 
 
 SSH_PROPERTIES = {

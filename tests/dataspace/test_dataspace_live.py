@@ -80,16 +80,22 @@ def test_an_observing_agent_follows_records_as_they_come_and_go(tmp_path, etcd):
                    10, "the set form without it")
 
 
+def _observed_and_held_by_its_agent(out, etcd):
+    """Wait until the observer's view has web2, and web2's record is held by
+    its agent's lease: the agent moves its records to a lease of the
+    site's :ttl."""
+    wait_until(lambda: (out / "10.0.0.6").exists(), 15, "the observer to see web2")
+    wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 15,
+               "web2's record to be held by its agent's short lease")
+
+
 def test_an_agents_records_die_with_it_within_the_lease(tmp_path, etcd):
     out = tmp_path / "out"
     out.mkdir()
     s = site(tmp_path, etcd, out)
     with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb"):
         with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2") as web2:
-            wait_until(lambda: (out / "10.0.0.6").exists(), 15, "the observer to see web2")
-            # The agent moves its records to a lease of the site's :ttl.
-            wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 15,
-                       "web2's record to be held by its agent's short lease")
+            _observed_and_held_by_its_agent(out, etcd)
             web2.proc.send_signal(signal.SIGKILL)
             web2.proc.wait(10)
             killed = time.monotonic()
@@ -170,9 +176,7 @@ def test_an_observer_follows_on_when_the_member_it_watched_through_stops(tmp_pat
         s = site(tmp_path, etcd, out)
         with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb"):
             with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2") as web2:
-                wait_until(lambda: (out / "10.0.0.6").exists(), 15, "the observer to see web2")
-                wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 15,
-                           "web2's record to be held by its agent's short lease")
+                _observed_and_held_by_its_agent(out, etcd)
                 etcd.stop(0)
                 web2.proc.send_signal(signal.SIGKILL)
                 web2.proc.wait(10)
