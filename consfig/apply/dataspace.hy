@@ -47,15 +47,18 @@ value is the record as JSON with the time it was first asserted."
           self._clients {}
           self._preferred 0))
 
-  (defn _client [self url]
-    (when (not-in url self._clients)
+  (defn _client [self url [timeout None]]
+    ;; One client per member and per time limit: the lease keeper's
+    ;; requests have a shorter one than the rest.
+    (setv timeout (or timeout (.get self.config "timeout" 5)))
+    (when (not-in #(url timeout) self._clients)
       (setv u (urllib.parse.urlsplit url)
             c self.config
             client ((. (_etcd3gw) Etcd3Client)
                     :host u.hostname :port (or u.port 2379) :protocol u.scheme
                     :ca-cert (.get c "ca") :cert-cert (self._path "cert")
                     :cert-key (self._path "key")
-                    :timeout (.get c "timeout" 5) :api-path "/v3/"))
+                    :timeout timeout :api-path "/v3/"))
       ;; Not the environment's: REQUESTS_CA_BUNDLE would replace the site's
       ;; CA, and HTTP_PROXY send the dataspace through a proxy.
       (setv client.session.trust-env False)
@@ -68,8 +71,8 @@ value is the record as JSON with the time it was first asserted."
                                 :json {"name" user "password" password})
                          "token")
               (get client.session.headers "Authorization") token))
-      (setv (get self._clients url) client))
-    (get self._clients url))
+      (setv (get self._clients #(url timeout)) client))
+    (get self._clients #(url timeout)))
 
   (defn _path [self option]
     (setv p (.get self.config option))
@@ -83,9 +86,11 @@ value is the record as JSON with the time it was first asserted."
         (with [h (open f)] (.strip (.read h)))
         (.get self.config "password")))
 
-  (defn call [self f * [retried False]]
+  (defn call [self f * [retried False] [timeout None]]
     "F applied to a client of a member that answers, trying each in turn
-from the last that did; `DataspaceUnavailable` when none does."
+from the last that did; `DataspaceUnavailable` when none does.  TIMEOUT,
+if given, is the seconds each member has to answer (else the site's
+:timeout, 5)."
     (setv exc (. (_etcd3gw) exceptions)
           urls (get self.config "endpoints")
           n (len urls)
@@ -94,32 +99,41 @@ from the last that did; `DataspaceUnavailable` when none does."
       (setv j (% (+ self._preferred i) n)
             url (get urls j))
       (try
-        (setv r (f (self._client url)))
+        (setv r (f (self._client url timeout)))
         (setv self._preferred j)
         (return r)
         (except [e [exc.ConnectionFailedError exc.ConnectionTimeoutError]]
-          (.pop self._clients url None)
+          (self._forget url)
           (.append errors f"{url}: {(_why e)}"))
         (except [e exc.InternalServerError]
           ;; A member without quorum answers "etcdserver: request timed out"
           ;; or "no leader" (503 or 500): another may have it.
-          (.pop self._clients url None)
+          (self._forget url)
           (.append errors f"{url}: {(_why e)}"))
         (except [e exc.Etcd3Exception]
-          (.pop self._clients url None)
+          (self._forget url)
           (when (and (in "invalid auth token" (_why e)) (not retried))
             ;; The token expired (etcd's --auth-token-ttl): once more, anew.
-            (return (self.call f :retried True)))
+            (return (self.call f :retried True :timeout timeout)))
           ;; etcd answered, and said no (permission denied, say): not
           ;; something another member would say otherwise.
           (raise (EtcdRefused f"etcd at {url} refused: {(_why e)}")))))
     (raise (DataspaceUnavailable (+ "dataspace unavailable: " (.join "; " errors)))))
 
+  (defn _forget [self url]
+    (for [k (list self._clients)]
+      (when (= (get k 0) url) (.pop self._clients k None))))
+
+  (defn prefer [self endpoint]
+    "Ask ENDPOINT first from now on (another client found it answering)."
+    (when (in endpoint (get self.config "endpoints"))
+      (setv self._preferred (.index (get self.config "endpoints") endpoint))))
+
   (defn [property] endpoint [self]
     "The member that answered last."
     (get (get self.config "endpoints") self._preferred))
 
-  (defn status [self]
+  (defn status [self [timeout None]]
     "etcd's status, from a member that has a leader.  A member answers it
 on its own, quorum or not: one that knows no leader (two of three gone)
 could serve no read, watch or lease, so it counts as not answering."
@@ -127,7 +141,8 @@ could serve no read, watch or lease, so it counts as not answering."
                  (setv s (.status c))
                  (when (not (int (.get s "leader" 0)))
                    (raise ((. (_etcd3gw) exceptions InternalServerError) "etcdserver: no leader")))
-                 s)))
+                 s)
+               :timeout timeout))
 
   (defn hosts-prefix [self]
     f"{self.prefix}/hosts/")
@@ -162,9 +177,10 @@ with \"key\", \"value\" (bytes), \"lease\" and \"create_revision\"."
                                          :json {"ID" lease-id})))
                "TTL" -1)))
 
-  (defn refresh [self lease-id]
+  (defn refresh [self lease-id [timeout None]]
     "Keep LEASE-ID alive for its TTL again; the TTL left (0 or less: it was gone)."
-    (setv r (self.call (fn [c] (.post c (.get-url c "/lease/keepalive") :json {"ID" lease-id}))))
+    (setv r (self.call (fn [c] (.post c (.get-url c "/lease/keepalive") :json {"ID" lease-id}))
+                       :timeout timeout))
     (int (.get (.get r "result" r) "TTL" 0)))
 
   (defn put [self key value lease-id]
@@ -265,18 +281,24 @@ site's :ttl (`lease-for`).  ON-STATE, if given, is called after each
 round: with None when etcd answered, with why when it did not."
   (setv stop (threading.Event))
   (with [_lock] (setv (get _keeping hostname) stop))
-  (setv ttl (int (.get ds.config "ttl" 10)))
+  (setv ttl (int (.get ds.config "ttl" 10))
+        ;; A member that takes the request and never answers (frozen, or
+        ;; cut off by a firewall that drops) must not hold the keep-alive
+        ;; past the lease's end: between two rounds a third of the TTL
+        ;; apart, every member gets its share of another third.
+        patience (min (float (.get ds.config "timeout" 5))
+                      (max 0.2 (/ ttl (* 3 (len (get ds.config "endpoints")))))))
   (defn keeper []
     (while (not (.wait stop (/ ttl 3)))
       (try
         (setv lease (.get _current hostname))
         (if lease
-            (when (<= (ds.refresh lease) 0)
+            (when (<= (ds.refresh lease patience) 0)
               ;; It ran out while etcd was away: the records went with it,
               ;; and are put again, under a new one, by those who hold them.
               (with [_lock] (when (= (.get _current hostname) lease)
                               (.pop _current hostname None))))
-            (ds.status))
+            (ds.status patience))
         (when on-state (on-state None))
         (except [e Exception]
           (when on-state (on-state (str e)))))))

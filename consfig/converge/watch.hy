@@ -231,7 +231,9 @@ were lost."
           self.lock (threading.Lock)
           self.cancel None
           self.endpoint None
-          self.down None))
+          self.down None
+          self.restarting False
+          self.closed False))
 
   (defn add [self key scope]
     (.add (.setdefault self.scopes key (set)) scope)
@@ -261,7 +263,23 @@ were lost."
             self.down None)
       (except [e DataspaceUnavailable]
         (setv self.down (str e))))
+    (when (and self.closed self.cancel)
+      ;; Closed while this start ran in its thread (`_restart`).
+      (self.close))
     (self._fire (list self.scopes)))
+
+  (defn _restart [self endpoint]
+    ;; Start afresh, from ENDPOINT (the member the lease keeper reached),
+    ;; in a thread of its own: the keeper that tells of it must get back to
+    ;; the lease, which a member that hangs on the way would let run out.
+    (with [self.lock]
+      (when (or self.restarting self.closed) (return))
+      (setv self.restarting True))
+    (when endpoint (.prefer self.ds endpoint))
+    (defn run []
+      (try (self.start)
+           (finally (with [self.lock] (setv self.restarting False)))))
+    (.start (threading.Thread :target run :daemon True :name "consfig-dataspace-restart")))
 
   (defn state [self why [endpoint None]]
     ;; From the lease keeper: WHY None, the dataspace answered through the
@@ -273,7 +291,7 @@ were lost."
             (setv self.down why)
             (self._fire (list self.scopes)))
           (or self.down (!= (or endpoint self.ds.endpoint) self.endpoint))
-          (self.start)))
+          (self._restart endpoint)))
 
   (defn take [self]
     (with [self.lock]
@@ -282,6 +300,7 @@ were lost."
     keys)
 
   (defn close [self]
+    (setv self.closed True)
     (when self.cancel
       (try (self.cancel) (except [Exception] None))
       (setv self.cancel None))))

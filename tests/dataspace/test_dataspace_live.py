@@ -184,6 +184,33 @@ def test_an_observer_follows_on_when_the_member_it_watched_through_stops(tmp_pat
                            "the observer to retract web2's facet with m0 down")
 
 
+def test_a_member_that_hangs_never_lets_an_agents_lease_run_out(tmp_path):
+    # The agent talks to m0 first.  Stopped (SIGSTOP, as a frozen VM or a
+    # partition that drops packets), m0 takes connections and answers
+    # nothing: the keep-alive must reach m1 or m2 within the lease's TTL,
+    # or etcd deletes the record and every observer drops the host.
+    out = tmp_path / "out"
+    out.mkdir()
+    with EtcdCluster(tmp_path / "etcd", members=3) as etcd:
+        s = site(tmp_path, etcd, out)
+        with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2") as web2:
+            wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 15,
+                       "web2's record to be held by its agent's short lease")
+            before = _kv(etcd, "web2.example.org")
+            etcd.procs[0].send_signal(signal.SIGSTOP)
+            try:
+                # Three TTLs: time enough for etcd to delete it thrice over.
+                deadline = time.monotonic() + 3 * TTL
+                wait_until(lambda: time.monotonic() > deadline or web2.ended(), 4 * TTL,
+                           "three TTLs to pass")
+            finally:
+                etcd.procs[0].send_signal(signal.SIGCONT)
+            assert not web2.ended(), web2.stderr()[-3000:]
+            after = _kv(etcd, "web2.example.org")
+    assert after and after["create_revision"] == before["create_revision"], \
+        f"web2's record was deleted while m0 hung, and put again: {before} then {after}"
+
+
 def test_an_observer_without_quorum_says_the_dataspace_is_unavailable(tmp_path):
     # An observer holds no lease: its agent asks etcd's status instead, which
     # a member answers on its own, quorum or not.  Two of three gone, the

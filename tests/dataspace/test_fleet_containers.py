@@ -298,11 +298,16 @@ def _dropped_within_the_lease(fleet, short):
     answers = []
 
     def dropped():
-        answers.extend(fleet.round())
+        got = fleet.round()
+        answers.extend(got)
         # Written, tested with nginx -t and reloaded (the set form's apply
-        # is over), and nginx's workers of before are gone.
+        # is over), nginx's workers of before are gone, and a whole round
+        # (which round-robin sends once to each backend listed) went
+        # elsewhere.  A reload returns once nginx's master has its SIGHUP,
+        # before it has read the new file: until then the old workers serve.
         return (gone not in fleet.upstream() and len(lb.of("applied")) > applied
-                and not fleet.reloading() and time.time())
+                and not fleet.reloading() and not any(gone in tried for _, tried, _ in got)
+                and time.time())
     # Powered off, not killed: its systemd stops its services, then sends
     # what remains (the agent) SIGTERM.  The agent's lease is renewed until
     # it ends; then the record lasts TTL seconds at most.
@@ -369,8 +374,9 @@ def _said(agent, message):
 
 def test_without_quorum_the_balancer_keeps_its_upstream_retracts_nothing_and_says_why(fleet):
     lb = fleet.agents["lb"]
+    wait_until(lambda: all(fleet.port_of(b) in fleet.upstream() for b in BACKENDS), 30,
+               "the upstream block to list the three backends")
     before = fleet.upstream()
-    assert all(fleet.port_of(b) in before for b in BACKENDS), before
     unavailable_before = len(_said(lb, "dataspace unavailable"))
     fleet.etcd.stop(0)
     fleet.etcd.stop(1)
@@ -389,4 +395,6 @@ def test_without_quorum_the_balancer_keeps_its_upstream_retracts_nothing_and_say
         fleet.etcd.wait_healthy()
     wait_until(lambda: lb.of("dataspace")[-1].get("message") == "dataspace available", 30,
                "the balancer's agent to find the dataspace again")
-    assert fleet.upstream() == before, "the upstream block changed when quorum came back"
+    assert fleet.upstream() == before, \
+        (f"the upstream block changed when quorum came back: {fleet.upstream()!r}; the balancer's "
+         f"agent said {[(e.get('what'), e.get('message') or e.get('desc') or e.get('event')) for e in lb.events()[-14:]]}")
