@@ -452,8 +452,21 @@ need be; `PropspecError` when there is none."
     (return (get properties name)))
   (setv #(module _ attr) (.rpartition name "."))
   (when module
-    (try (importlib.import-module (module-named module))
-         (except [ImportError] None)))
+    (setv qualified (module-named module))
+    (try (importlib.import-module qualified)
+         (except [e ImportError]
+           ;; No such module (or package above it): no such property.  A
+           ;; module that is there but whose own imports fail is another
+           ;; matter, and the user must learn which import, not that the
+           ;; property is unknown.
+           (when (not (and (isinstance e ModuleNotFoundError) e.name
+                           (or (= qualified e.name) (.startswith qualified (+ e.name ".")))))
+             (raise (PropspecError
+                      (+ f"property {name}: its module {module} cannot be imported here: {e}. "
+                         "Install what it imports where it is applied (for a :python hop, "
+                         "in that Python's site-packages), or ship a module of the site's "
+                         "with (consfig.python_hop.bundle.ship-modules \"NAME\")"))
+                    :from e)))))
   (when (not-in name properties)
     (raise (PropspecError (+ f"unknown property {name}" (did-you-mean name)))))
   (get properties name))

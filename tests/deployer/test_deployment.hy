@@ -1,19 +1,12 @@
 ;; The deploy macros, and deployments as properties (a host deploying others).
 
 (require consfig *)
+(import os
+        sys)
+(.insert sys.path 0 (os.path.dirname __file__))
 (import consfig *
-        pytest)
-
-(setv log [])
-
-(defprop logged :posix [name]
-  "Record NAME and the host it is applied to."
-  (:desc name)
-  (:apply (.append log #(name (get-hostname) (get-parent-hostattrs "hostname")))))
-
-(defprop debian-only :posix []
-  "Only for Debian hosts."
-  (:hostattrs (hy.I.consfig/props/os.required "debian")))
+        pytest
+        deployment-testprops [log logged debian-only])
 
 (defhost outer.example {:deploy :local}
   (logged "outer-1")

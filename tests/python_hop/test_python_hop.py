@@ -342,3 +342,34 @@ def test_the_conversation_with_the_target_is_reported_at_vvv(tmp_path):
     assert frames[0].startswith("→ hello (layers "), frames
     assert any(f.startswith("← events ×") for f in frames), frames
     assert frames[-1].startswith("← done changes "), frames
+
+
+def test_a_site_module_that_cannot_import_on_the_target_says_which_import_failed(tmp_path):
+    # The site's file imports a module that the controller has (on its
+    # PYTHONPATH) and the target has not: the target cannot import the
+    # site, so it knows no property of it.  Which import failed, and what to
+    # do about it, is what the user needs; not "unknown property".
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ui"))
+    from clirun import REPO
+    import subprocess
+    (tmp_path / "onlyhere").mkdir()
+    (tmp_path / "onlyhere" / "controller_only_helper.py").write_text("GREETING = 'hi'\n")
+    site = tmp_path / "site.hy"
+    site.write_text(f"""(require consfig *)
+(import consfig * controller_only_helper)
+(defprop greeted :posix []
+  "A property whose module imports what only the controller has."
+  (:apply (run "true")))
+(defhost h.example {{:deploy [:local :python]}}
+  (greeted))
+""")
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+           "PYTHONPATH": str(tmp_path / "onlyhere")}
+    r = subprocess.run([sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), "h.example"],
+                       capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    said = r.stdout + r.stderr
+    assert r.returncode != 0, said
+    assert "controller_only_helper" in said, f"does not name the import that failed: {said}"
+    assert "unknown property" not in said, said
+    assert "install" in said.lower() and "ship-modules" in said, f"does not say what to do: {said}"
+    assert "Traceback" not in said, said
