@@ -112,15 +112,16 @@ success."
                f"TimeoutStartSec={timeout}"
                ""]))
 
-(defn timer-text [desc seconds random-delay]
-  "The unit file of a timer that starts its service every SECONDS, a few
-minutes after boot and then SECONDS after each start, each time after a
-random delay of up to RANDOM-DELAY seconds."
+(defn timer-text [desc seconds random-delay [first-after None]]
+  "The unit file of a timer that starts its service every SECONDS: FIRST-AFTER
+seconds after boot (by default SECONDS, at most five minutes), then SECONDS
+after each start, each time after a random delay of up to RANDOM-DELAY
+seconds."
   (.join "\n" ["[Unit]"
                f"Description={(_unit-desc desc)}"
                ""
                "[Timer]"
-               f"OnBootSec={(span (min 300 seconds))}"
+               f"OnBootSec={(span (or first-after (min 300 seconds)))}"
                f"OnUnitActiveSec={(span seconds)}"
                f"RandomizedDelaySec={random-delay}"
                ""
@@ -185,7 +186,8 @@ the timer is stopped and disabled first, where systemd allows."
 (defpropspec scheduled :posix [#^ systemd.unit-name name #^ non-empty-line desc
                                #^ (non-empty-list-of line) argv #^ interval every
                                * #^ scheduler [via :auto] #^ (optional (int-range 0 86400)) [random-delay None]
-                               #^ boolean [network False] #^ (int-range 1 604800) [timeout 7200]]
+                               #^ boolean [network False] #^ (int-range 1 604800) [timeout 7200]
+                               #^ (optional (int-range 1 86400)) [first-after None]]
   "ARGV runs as root every EVERY (see `interval-seconds`), one run at a
 time, each for at most TIMEOUT seconds: from the systemd timer NAME.timer
 and the oneshot service NAME.service (output in the journal; NETWORK: after
@@ -196,7 +198,10 @@ quarter of EVERY, at most an hour), so that a fleet does not run all at
 once; the cron job sleeps first only when RANDOM-DELAY is given, since its
 script is also what an admin runs by hand.  VIA `:systemd` or `:cron`
 chooses instead of looking (`:systemd` in an image built to boot later).
-Unapplying removes both."
+The timer's first run is FIRST-AFTER seconds after boot (by default EVERY,
+at most five minutes): an image that should apply as the machine comes up
+says `:first-after 5`; cron knows no such time, and its job keeps to its
+own.  Unapplying removes both."
   (:desc f"{desc}, every {(span (interval-seconds every))}")
   (setv seconds (interval-seconds every)
         delay (_random-delay seconds random-delay)
@@ -206,7 +211,7 @@ Unapplying removes both."
     (with-unapply
       (on-change (eseqprops (file.exists-with-content service (service-text desc argv network timeout)
                                                       :mode 0o644)
-                            (file.exists-with-content timer (timer-text desc seconds delay)
+                            (file.exists-with-content timer (timer-text desc seconds delay first-after)
                                                       :mode 0o644))
                  (systemd.daemon-reloaded))
       (systemd.enabled f"{name}.timer")
@@ -261,6 +266,7 @@ saying what to add."
                                  #^ signer-identity [identity IDENTITY]
                                  #^ interval [every "1h"] #^ scheduler [via :auto]
                                  #^ (optional (int-range 0 86400)) [random-delay None]
+                                 #^ (optional (int-range 1 86400)) [first-after None]
                                  #^ abs-path [python "/usr/bin/python3"]
                                  #^ (list-of non-empty-line) [arguments []]
                                  #^ boolean [noop False]]
@@ -279,7 +285,7 @@ fails, in the journal or cron's mail) and nothing is applied.  The puller
 ssh-keygen: `ssh-keygen -Y verify -n consfig-image -I IDENTITY` checks each
 signature against `/etc/consfig/allowed_signers`, which lists the keys for
 IDENTITY in the consfig-image namespace.  Scheduling is `scheduled`'s (VIA,
-RANDOM-DELAY).  Unapplying removes the puller, its allowed signers, its
+RANDOM-DELAY, FIRST-AFTER).  Unapplying removes the puller, its allowed signers, its
 schedule and its state (the last good image)."
   (:desc f"pulls its image from {url} every {(span (interval-seconds every))}{(_noop-desc noop)}")
   (setv keys (if (isinstance public-key str) [public-key] public-key)
@@ -288,7 +294,8 @@ schedule and its state (the last good image)."
         old-verifier (os.path.join LIB-DIR "ed25519.py")
         schedule (scheduled "consfig-pull" f"consfig: pull and apply this host's image from {url}"
                             [python puller PULL-CONFIG] every
-                            :via via :random-delay random-delay :network True))
+                            :via via :random-delay random-delay :network True
+                            :first-after first-after))
   ;; The puller before its configuration: a new puller reads an older
   ;; configuration, should this stop in between.
   (with-unapply
@@ -388,6 +395,7 @@ the controller).  Unapplying removes the image."
 
 (defpropspec applied-periodically :posix [* #^ interval [every "1h"] #^ scheduler [via :auto]
                                           #^ (optional (int-range 0 86400)) [random-delay None]
+                                          #^ (optional (int-range 1 86400)) [first-after None]
                                           #^ abs-path [python "/usr/bin/python3"]
                                           #^ (list-of non-empty-line) [arguments []]
                                           #^ boolean [noop False]]
@@ -396,7 +404,7 @@ every EVERY, as Consfigurator's `cron:runs-consfigurator` does: one
 application at a time (under flock(1) on `APPLY-LOCK`, the lock the puller
 takes too), from the systemd timer consfig-apply.timer (output in the
 journal) or, where systemd does not run, a cron job.  Scheduling is
-`scheduled`'s (VIA, RANDOM-DELAY); ARGUMENTS are the image's options
+`scheduled`'s (VIA, RANDOM-DELAY, FIRST-AFTER); ARGUMENTS are the image's options
 (`[\"-v\"]`, `[\"--as-host\"]`).  NOOP runs the image with `--noop`: each
 run reports drift (in the journal, and in the run's state file) and repairs
 nothing.  Unapplying removes both."
@@ -404,7 +412,8 @@ nothing.  Unapplying removes both."
   (setv schedule (scheduled "consfig-apply" "consfig: apply this host's image"
                             ["/usr/bin/flock" "-n" "-E" (str EX-BUSY) APPLY-LOCK python IMAGE-PATH
                              #* (_image-arguments noop arguments)]
-                            every :via via :random-delay random-delay))
+                            every :via via :random-delay random-delay
+                            :first-after first-after))
   (with-unapply
     (file.directory-exists STATE-DIR)
     (file.has-mode STATE-DIR 0o700)

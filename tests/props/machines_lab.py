@@ -31,7 +31,7 @@ def self_applying_host(name):
         apt.installed_minimally("python3"),
         file.has_content(f"/etc/systemd/system/{MARKER_UNIT}", marker_unit_text()),
         image.installed(),
-        image.applied_periodically(every="1min", via=K("systemd"), random_delay=0),
+        image.applied_periodically(every="1min", via=K("systemd"), random_delay=0, first_after=1),
         # Skipped while building (no services start in the chroot): only an
         # application on the booted machine starts it.
         systemd.started(MARKER_UNIT)))

@@ -290,11 +290,26 @@ def test_applied_periodically_runs_the_image_from_a_timer(chroot_chain, root):
     verified(root, "consfig-apply.service", "consfig-apply.timer")
     timer = unit_text(root, "consfig-apply.timer")
     assert "OnUnitActiveSec=1d\n" in timer and "RandomizedDelaySec=3600\n" in timer, timer
+    assert "OnBootSec=5min\n" in timer, f"the first run is not five minutes after boot: {timer}"
     install_stand_in(root, "periodic")
     command = exec_start(root, "consfig-apply.service")
     r = run_in(root, command)
     assert r.returncode == 0, r.stderr
     assert applied(root) == ["periodic"]
+
+
+def test_applied_periodically_first_runs_as_soon_after_boot_as_told(chroot_chain, root):
+    reset(root)
+    apply_twice(chroot_chain, [this_os(), image.applied_periodically(via=SYSTEMD, first_after=5)])
+    verified(root, "consfig-apply.service", "consfig-apply.timer")
+    timer = unit_text(root, "consfig-apply.timer")
+    assert "OnBootSec=5s\n" in timer and "OnUnitActiveSec=1h\n" in timer, timer
+
+
+@pytest.mark.parametrize("first_after", [0, "5s", -1, 86401, True])
+def test_applied_periodically_refuses_a_first_run_that_is_not_whole_seconds_after_boot(first_after):
+    with pytest.raises(PropspecError, match="first-after"):
+        image.applied_periodically(first_after=first_after)
 
 
 def test_applied_periodically_runs_one_application_at_a_time(chroot_chain, root):

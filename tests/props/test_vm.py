@@ -18,7 +18,7 @@ from consfig.errors import PropspecError
 from consfig.props import disk, vm
 
 # How long the guest may take, under emulation on a busy 2-core machine, to
-# boot and apply its image (the timer fires a minute after boot).
+# boot and apply its image (the timer fires a second after boot).
 BOOT_BOUND = 600
 NAME = f"cfvm{os.getpid()}"
 
