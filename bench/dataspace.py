@@ -5,8 +5,8 @@
 Each agent is a process running what the converging agent runs for the
 dataspace: consfig.converge.watch's dataspace watch (a snapshot, then an
 etcd watch from its revision) and consfig.apply.dataspace's lease keeper
-(a keep-alive every TTL/3), reading the matches of a pattern on each change
-as a `during` over `dataspace.observed` does.  (Not the whole `consfig
+(a keep-alive every TTL/3), reading the records on each change as a
+`during` over `dataspace.observed` does (from the watch's live view).  (Not the whole `consfig
 converge`: fifty of those, each compiling and applying a host, do not fit
 the machines this runs on.)
 
@@ -40,7 +40,7 @@ PREFIX = "/consfig/bench"
 AGENT = r"""
 import json, os, sys, time, threading
 import hy
-from consfig.apply.dataspace import keep_leases
+from consfig.apply.dataspace import keep_leases, records
 from consfig.converge.watch import Watcher
 config = json.loads(sys.argv[1]); name = sys.argv[2]; out = sys.argv[3]; assert_too = sys.argv[4] == "1"
 w = Watcher(dataspace=(config, name))
@@ -58,7 +58,8 @@ f = open(out, "a", buffering=1)
 while True:
     keys = w.wait(None)
     if "all" in keys:
-        _, kvs = w.dataspace.ds.range(w.dataspace.ds.hosts_prefix())
+        # What dataspace.observed reads: the agent's live view, else etcd.
+        _, kvs = records(w.dataspace.ds)
         now = set(kv["key"] for kv in kvs)
         t = time.time()
         for k in now - seen:

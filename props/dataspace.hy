@@ -21,7 +21,7 @@ See docs/dataspace.md."
                             consfig.model.fact [deffact]))
 (import json
         time
-        consfig.apply.dataspace [Dataspace decode-entry encode-record
+        consfig.apply.dataspace [Dataspace decode-entry encode-record records
                                  keeping? lease-for]
         consfig.apply.engine [emit]
         consfig.apply.events [output-event]
@@ -116,10 +116,11 @@ as it runs, renewing a lease of :ttl."
   (:watch [["dataspace" "self"]]))
 
 (defn snapshot [ds]
-  "#(REVISION ENTRIES): the records in DS at one revision, each entry
+  "#(REVISION ENTRIES): the records in DS at one revision (the agent's live
+view, else etcd's), each entry
 #(KEY HOSTNAME RECORD SINCE).  An entry that is not a record of this site's
 types is left out, with an event naming its key and its writer."
-  (setv #(revision kvs) (ds.range (ds.hosts-prefix))
+  (setv #(revision kvs) (records ds)
         out [])
   (for [kv kvs]
     (try (.append out #((get kv "key") #* (decode-entry ds (get kv "key") (get kv "value"))))

@@ -204,6 +204,78 @@ what stops it."
                  (.start t)
                  cancel))))
 
+(defn _text [k]
+  (if (isinstance k bytes) (.decode k "utf-8" "surrogateescape") k))
+
+(defclass View []
+  "The records under a prefix as a live watch keeps them: the snapshot it
+started from, then each event, so that an observer reads them without
+asking etcd again (one range a change, of every record, for every observer
+of a fleet, was n² reads a round).  `read` is None while the view is not
+live (before its watch started, and once it is lost): the reader then asks
+etcd, and fails as it would."
+  (defn __init__ [self]
+    (setv self._lock (threading.Lock)
+          self._kvs None
+          self._base None
+          self._revision None))
+
+  (defn reset [self revision kvs]
+    "Start from a snapshot: KVS, as `Dataspace.range` gives them, at REVISION."
+    (with [self._lock]
+      (setv self._base revision
+            self._revision revision
+            self._kvs (dfor kv kvs (get kv "key") kv))))
+
+  (defn apply [self event]
+    "An event of the watch started after the snapshot.  One of a watch
+before it (its revision is in the snapshot already) changes nothing."
+    (with [self._lock]
+      (setv kv (get event "kv")
+            revision (int (.get kv "mod_revision" 0)))
+      (when (or (is self._kvs None) (<= revision self._base))
+        (return))
+      (setv key (_text (get kv "key")))
+      ;; etcd's JSON leaves out a field at its default: PUT is type 0.
+      (if (= (.get event "type") "DELETE")
+          (.pop self._kvs key None)
+          (setv (get self._kvs key)
+                {"key" key
+                 "value" (.get kv "value" b"")
+                 "lease" (int (.get kv "lease" 0))
+                 "create_revision" (int (.get kv "create_revision" 0))}))
+      (setv self._revision (max self._revision revision))))
+
+  (defn invalidate [self]
+    (with [self._lock]
+      (setv self._kvs None self._base None self._revision None)))
+
+  (defn read [self prefix]
+    "#(REVISION KVS) under PREFIX, sorted by key as etcd's range is; None
+when the view is not live."
+    (with [self._lock]
+      (when (is-not self._kvs None)
+        #(self._revision (lfor k (sorted self._kvs) :if (.startswith k prefix) (get self._kvs k)))))))
+
+;; The live views of this process, by the prefix they keep (the agent's
+;; dataspace watch publishes its own).
+(setv _views {})
+
+(defn publish-view [prefix view]
+  (setv (get _views prefix) view))
+
+(defn withdraw-view [prefix view]
+  (when (is (.get _views prefix) view)
+    (del (get _views prefix))))
+
+(defn records [ds]
+  "#(REVISION KVS): the site's records now, from this process's live view
+when it has one, else from etcd (one range, at one revision)."
+  (setv prefix (ds.hosts-prefix)
+        view (.get _views prefix)
+        seen (when view (.read view prefix)))
+  (or seen (ds.range prefix)))
+
 (defn _why [e]
   ;; etcd3gw's exceptions keep etcd's answer in detail_text, and their
   ;; str is often empty.
@@ -307,5 +379,5 @@ round: with None when etcd answered, with why when it did not."
     (.set stop)
     (with [_lock] (.pop _keeping hostname None))))
 
-(export :objects [Dataspace DataspaceUnavailable EtcdRefused decode-entry encode-record lease-for keeping?
-                  keep-leases])
+(export :objects [Dataspace DataspaceUnavailable EtcdRefused View decode-entry encode-record lease-for
+                  keeping? keep-leases publish-view withdraw-view records])

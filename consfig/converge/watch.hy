@@ -34,7 +34,7 @@ deployment never imports them."
         threading
         time
         importlib
-        consfig.apply.dataspace [Dataspace DataspaceUnavailable])
+        consfig.apply.dataspace [Dataspace DataspaceUnavailable View publish-view withdraw-view])
 
 (setv DPKG-STATUS "/var/lib/dpkg/status")
 ;; How often a unit is polled when there is no system bus.
@@ -221,9 +221,11 @@ were lost."
   ;; dataspace fires them too (they fail, saying why, and retract nothing);
   ;; so does finding it again, after a fresh start.  Whether it is there is
   ;; learnt from the agent's lease keep-alive (`state`): an idle agent sends
-  ;; nothing else.
+  ;; nothing else.  The snapshot and the events keep a `View`, which the
+  ;; facts over the dataspace read in this process, while it is live.
   (defn __init__ [self config hostname wake]
     (setv self.ds (Dataspace config hostname)
+          self.view (View)
           self.hostname hostname
           self.wake wake
           self.scopes {}
@@ -233,7 +235,8 @@ were lost."
           self.endpoint None
           self.down None
           self.restarting False
-          self.closed False))
+          self.closed False)
+    (publish-view (self.ds.hosts-prefix) self.view))
 
   (defn add [self key scope]
     (.add (.setdefault self.scopes key (set)) scope)
@@ -248,6 +251,7 @@ were lost."
     (setv k (get (get event "kv") "key")
           k (if (isinstance k bytes) (.decode k "utf-8" "surrogateescape") k)
           mine (.startswith k (self.ds.host-prefix self.hostname)))
+    (.apply self.view event)
     (self._fire (lfor [key scopes] (.items self.scopes)
                       :if (or (in "all" scopes) (and mine (in "self" scopes)))
                       key)))
@@ -256,12 +260,15 @@ were lost."
     (when self.cancel
       (try (self.cancel) (except [Exception] None))
       (setv self.cancel None))
+    (.invalidate self.view)
     (try
-      (setv #(revision _) (self.ds.range (self.ds.hosts-prefix))
-            self.cancel (self.ds.watch (self.ds.hosts-prefix) (+ revision 1) self._event)
+      (setv #(revision kvs) (self.ds.range (self.ds.hosts-prefix)))
+      (.reset self.view revision kvs)
+      (setv self.cancel (self.ds.watch (self.ds.hosts-prefix) (+ revision 1) self._event)
             self.endpoint self.ds.endpoint
             self.down None)
       (except [e DataspaceUnavailable]
+        (.invalidate self.view)
         (setv self.down (str e))))
     (when (and self.closed self.cancel)
       ;; Closed while this start ran in its thread (`_restart`).
@@ -288,6 +295,9 @@ were lost."
     ;; otherwise why it did not.
     (cond (is-not why None)
           (when (is self.down None)
+            ;; Read from etcd again, and fail as that does, until the
+            ;; watch is started afresh.
+            (.invalidate self.view)
             (setv self.down why)
             (self._fire (list self.scopes)))
           (or self.down (!= (or endpoint self.ds.endpoint) self.endpoint))
@@ -301,6 +311,8 @@ were lost."
 
   (defn close [self]
     (setv self.closed True)
+    (.invalidate self.view)
+    (withdraw-view (self.ds.hosts-prefix) self.view)
     (when self.cancel
       (try (self.cancel) (except [Exception] None))
       (setv self.cancel None))))

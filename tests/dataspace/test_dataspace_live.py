@@ -149,6 +149,46 @@ def _kv(etcd, host):
     return kvs[0] if kvs else None
 
 
+def _ranges(etcd):
+    """How many Range requests etcd has answered, by its own counters."""
+    import urllib.request
+    total = 0
+    for e in etcd.endpoints:
+        with urllib.request.urlopen(e + "/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("grpc_server_handled_total{") and 'grpc_method="Range"' in line:
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_an_observing_agent_reads_each_change_from_its_watch_not_from_etcd_again(tmp_path, etcd):
+    # One range of every record a change, in every observer of a fleet, is
+    # n² reads a round: the agent keeps its view from the watch's events.
+    out = tmp_path / "out"
+    out.mkdir()
+    s = site(tmp_path, etcd, out)
+    consfig("deploy", "--consfig", s, "web1.example.org")
+    key = _kv(etcd, "web1.example.org")
+    import base64
+    name, value = (base64.b64decode(key[k]).decode() for k in ("key", "value"))
+    env = {**os.environ, "ETCDCTL_API": "3"}
+
+    def etcdctl(*args):
+        subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), *args],
+                       check=True, capture_output=True, env=env, timeout=30)
+    with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb") as lb:
+        assert (out / "10.0.0.5").exists()
+        before, retracted = _ranges(etcd), len(lb.of("retracted"))
+        for i in range(5):
+            etcdctl("del", name)
+            wait_until(lambda: not (out / "10.0.0.5").exists(), 15, "the observer to retract web1")
+            etcdctl("put", name, value)
+            wait_until(lambda: (out / "10.0.0.5").exists(), 15, "the observer to see web1 again")
+        ranges = _ranges(etcd) - before
+    assert len(lb.of("retracted")) - retracted >= 5, "the facet did not follow each change"
+    assert ranges <= 2, f"the observer read etcd {ranges:.0f} times for 10 changes"
+
+
 def test_an_agent_that_restarts_within_its_lease_leaves_no_gap(tmp_path, etcd):
     out = tmp_path / "out"
     out.mkdir()
