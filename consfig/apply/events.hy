@@ -47,7 +47,9 @@ The converging agent (`consfig converge`, docs/converge.md) adds a sixth:
            check or repair raised: \"message\"), \"fight\" (repairs come
            faster than its limit allows: something keeps undoing it;
            \"limit\", \"burst\", \"retry-in\"), \"rescan\" (every property is
-           checked again: after a push, or when events were lost), \"replaced\"
+           checked again: after a push, or when events were lost), \"waiting\"
+           (for the deployment lock, which another holds: \"why\" says who
+           and since when), \"replaced\"
            (its image was), \"superseded\" (a push deployed another
            propspec of its host: it stops rather than undo it), \"applied\"
            and \"retracted\" (a `during`'s fact began or stopped holding:

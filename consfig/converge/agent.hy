@@ -657,8 +657,11 @@ fate, and the properties inside are kept only while it holds."
             item.said-at (time.monotonic))))
 
   (defn [contextlib.contextmanager] _locked [self]
+    ;; Waiting for a push is said, once a wait, with who holds the lock: a
+    ;; repair that does not come has a reason the admin can see.
     (with [_ (target-lock-held self.lock-dir {"wait" (* 10 365 86400) "holder" self.holder}
-                               :stopping self.stopping.is-set)]
+                               :stopping self.stopping.is-set
+                               :say (fn [text] (self._report "waiting" :why text)))]
       (yield)))
 
   (defn repair [self leaf]

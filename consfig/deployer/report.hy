@@ -91,7 +91,8 @@ with STDERR, `sys.stderr` is when a line is printed)."
 (setv CONVERGE-STYLES {"drift" "bold yellow" "repaired" "green" "failed" "bold red"
                        "applied" "green" "retracted" "green" "repeated" "bold red" "log" "bold red"
                        "fight" "bold red" "rescan" "cyan" "watching" "cyan" "stopped" "dim"
-                       "replaced" "cyan" "superseded" "bold yellow" "not-kept" "yellow"})
+                       "replaced" "cyan" "superseded" "bold yellow" "not-kept" "yellow"
+                       "waiting" "yellow"})
 
 (defn converge-text [event]
   "What follows the kind of an agent's event, as a line says it."
@@ -104,7 +105,7 @@ with STDERR, `sys.stderr` is when a line is printed)."
         (= what "fight")
         (+ f": {(.get event "desc" "")}: repaired {(.get event "burst")} times in a row, "
            f"something keeps undoing it; next repair in {(.get event "retry-in")} s")
-        (in what #("rescan" "replaced" "superseded" "not-kept")) f": {(.get event "why" "")}"
+        (in what #("rescan" "replaced" "superseded" "not-kept" "waiting")) f": {(.get event "why" "")}"
         (= what "repeated")
         f": {(.get event "desc" "")}: {(.get event "of")} {(.get event "count")} more times, as said"
         (= what "stopped")

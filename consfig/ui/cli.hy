@@ -42,6 +42,7 @@ error.  A usage error exits 64."
         json
         consfig.image.build [format-status host-status make-image write-image]
         os
+        signal
         sys
         consfig.transport.chain [chain->data parse-chain]
         consfig.data.items [resolve-data]
@@ -504,7 +505,18 @@ in order (an implicit `eseqprops`)."
     (raise (ConsfigError f"consfig converge: {args.host} names {(+ 1 (len more))} hosts; name one")))
   (setv args.check args.noop
         sink (output-sink args)
-        tally (_AgentTally sink))
+        tally (_AgentTally sink)
+        ;; `kill`, or a service manager stopping it: as Ctrl-C, but asked
+        ;; for, so a success.  The agent on the target finishes its repair
+        ;; in progress either way (the controller's going away stops it).
+        old-term (signal.signal signal.SIGTERM (fn [#* _] (raise (_Terminated)))))
+  (defn say-stopped [why]
+    ;; The controller stops reading: the agent's own `stopped` may never
+    ;; come, so say it for it, once.
+    (when (not tally.stopped)
+      (sink {#** (converge-event "stopped" :repairs tally.repairs :failures tally.failures
+                                 :why why)
+             "host" host.hostname "depth" 0})))
   (try
     (if args.follow
         (follow-host host sink :chain chain :lines args.lines)
@@ -514,17 +526,25 @@ in order (an implicit `eseqprops`)."
                                        :limit args.limit :burst args.burst
                                        :log args.log-directory :alongside args.alongside))
           (except [KeyboardInterrupt]
-            ;; Interrupted, the controller stops reading: the agent's own
-            ;; `stopped` may never come, so say it for it, once.
-            (when (not tally.stopped)
-              (sink {#** (converge-event "stopped" :repairs tally.repairs :failures tally.failures
-                                         :why "interrupted")
-                     "host" host.hostname "depth" 0}))
+            (say-stopped "interrupted")
             (.finish sink)
-            (raise))))
+            (raise))
+          (except [_Terminated]
+            (say-stopped "terminated (SIGTERM)")
+            (.finish sink)
+            (return 0))))
     (.finish sink)
-    (finally (.close sink)))
+    (except [_Terminated]
+      ;; Following: nothing to stop but this.
+      (.finish sink)
+      (return 0))
+    (finally
+      (signal.signal signal.SIGTERM old-term)
+      (.close sink)))
   (if (and (not args.follow) (= outcome.status "failed")) 1 0))
+
+(defclass _Terminated [BaseException]
+  "SIGTERM to `consfig converge`, raised where the controller waits.")
 
 (defclass _AgentTally []
   ;; A sink passing events on to SINK, counting the agent's repairs and

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agentcli import Converging, write_site  # noqa: E402
 from clirun import REPO, consfig  # noqa: E402
@@ -236,3 +238,106 @@ def test_follow_shows_the_events_of_an_agent_running_on_the_host(tmp_path):
             f.write_text("edited\n")
             wait_until(lambda: follower.of("repaired"), 10, "the follower to see the repair")
             assert follower.watching["host"] == "followed.example"
+
+
+def _descendants(pid):
+    """PID's children, theirs, and so on (from /proc)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(c) for c in f.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+# A site whose property takes two seconds to repair, saying when it began
+# (MARKER), with something said halfway.
+SLOW_SITE = """(require consfig *)
+(import consfig *
+        consfig.apply.actions [read-remote-file remote-exists? write-remote-file]
+        consfig.model.watchspec [watch-path])
+{uses}
+(defprop slowly-written :posix [marker path content]
+  "PATH holds CONTENT, written whole two seconds after the repair began,
+which it says by creating MARKER, and says something halfway."
+  (:desc f"{{path}} slowly written")
+  (:watch [(watch-path path)])
+  (:check (and (remote-exists? path) (= (read-remote-file path) content)))
+  (:apply (run "sh" "-c" "touch -- \\"$1\\"; sleep 1; echo halfway; sleep 1" "sh" marker)
+          (write-remote-file path content)))
+(defhost sigterm.example {{:deploy {chain}}}
+  (slowly-written "{marker}" "{slow}" "whole\\n"){more})
+"""
+
+
+@pytest.mark.parametrize("to", ["the controller", "every process", "the controller, SIGKILL, over ssh"])
+def test_a_sigterm_mid_repair_lets_the_repair_finish_whole_and_ends_the_agent(tmp_path, to, request):
+    # `kill` of the command, or a service manager stopping all of it, while
+    # a repair is half done; or the controller killed outright, which an
+    # agent over ssh hears of as its connection's end, the repair's output
+    # finding no reader.  (Over [:local :python] the controller's reaper
+    # ends its local children with it, as it ends a push's.)
+    chain = LOCAL
+    if "ssh" in to:
+        from agentcli import lab_chain
+        chain = lab_chain(request.getfixturevalue("sshlab"), ":sudo :python")
+    slow, marker = tmp_path / "slow", tmp_path / "started"
+    site = tmp_path / "site.hy"
+    site.write_text(SLOW_SITE.format(chain=chain, marker=marker, slow=slow, more="", uses=""))
+    with Converging(tmp_path, "--consfig", site, "sigterm") as agent:
+        target = agent.watching["pid"]
+        processes = [agent.proc.pid, *_descendants(agent.proc.pid)]
+        assert target in processes or "ssh" in to, f"no Python on the target under the controller: {processes}"
+        processes.append(target)
+        marker.unlink()
+        slow.write_text("partial")
+        wait_until(marker.exists, 10, "the slow repair to begin")
+        for p in (processes if to == "every process" else processes[:1]):
+            os.kill(p, 9 if "SIGKILL" in to else 15)
+        status = agent.proc.wait(60)
+        if "SIGKILL" in to:
+            wait_until(lambda: not os.path.exists(f"/proc/{target}"), 30,
+                       "the agent to end after its repair")
+        assert slow.read_text() == "whole\n", "the repair in progress did not finish whole"
+        if "SIGKILL" not in to:
+            assert agent.of("stopped"), f"the agent did not say it stopped: {agent.stderr()[-2000:]}"
+            assert status == 0, f"exit status {status}: {agent.stderr()[-2000:]}"
+            assert "Traceback" not in agent.stderr(), agent.stderr()
+    wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in processes), 10,
+               "every process of the agent to end")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "a temporary is left"
+
+
+def test_events_lost_to_an_inotify_overflow_are_made_up_by_a_rescan(tmp_path):
+    # While the agent is busy with a slow repair, a local user's churn
+    # overflows its inotify queue, and a change that matters is among the
+    # events lost.  The agent must say so, rescan, and repair it.
+    slow, marker, noise = tmp_path / "slow", tmp_path / "started", tmp_path / "noise"
+    other = tmp_path / "other"
+    noise.write_text("")
+    site = tmp_path / "site.hy"
+    site.write_text(SLOW_SITE.format(chain=LOCAL, marker=marker, slow=slow, more=f"""
+  (file.has-mode "{noise}" 0o644)
+  (file.has-content "{other}" "x")""", uses="(use-props consfig.props [file])"))
+    limit = int(open("/proc/sys/fs/inotify/max_queued_events").read())
+    with Converging(tmp_path, "--consfig", site, "sigterm") as agent:
+        marker.unlink()
+        slow.write_text("partial")
+        wait_until(marker.exists, 10, "the slow repair to begin")
+        # Two files in turn: inotify folds an event into the one before it
+        # when they are the same.
+        for _ in range(limit):
+            os.utime(slow)
+            os.utime(other)
+        # Past the queue's end: this event is lost.
+        os.chmod(noise, 0o600)
+        said = wait_until(lambda: [e for e in agent.of("rescan") if "overflowed" in e.get("why", "")],
+                          30, "the agent to rescan for the events lost")
+        assert not agent.of("waiting"), "a push, not the overflow, made it rescan"
+        wait_until(lambda: noise.stat().st_mode & 0o777 == 0o644, 30, "the lost change repaired")
+        assert said and slow.read_text() == "whole\n"
