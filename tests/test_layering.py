@@ -9,6 +9,7 @@ modules and edges.  An import inside a function must say what it saves
 (docs/python-hop.md)."""
 
 import ast
+import functools
 import os
 
 import hy
@@ -55,6 +56,19 @@ def modules():
     return found
 
 
+# Each test reads every module: read once (and the planted ones are new paths).
+@functools.lru_cache(maxsize=None)
+def _forms(path):
+    with open(path) as f:
+        return tuple(hy.read_many(f.read(), filename=path))
+
+
+@functools.lru_cache(maxsize=None)
+def _python_tree(path):
+    with open(path) as f:
+        return ast.parse(f.read(), path)
+
+
 def _walk(model):
     yield model
     if isinstance(model, Sequence):
@@ -84,7 +98,7 @@ def _hy_imports(path):
             for x in m:
                 walk(x)
 
-    for form in hy.read_many(open(path).read(), filename=path):
+    for form in _forms(path):
         walk(form)
     return {n.replace("/", ".").replace("-", "_") for n in names}
 
@@ -121,7 +135,7 @@ def _dotted(model):
 
 def _py_imports(path):
     names = set()
-    for node in ast.walk(ast.parse(open(path).read(), path)):
+    for node in ast.walk(_python_tree(path)):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "import_module" and node.args
                 and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
@@ -240,7 +254,7 @@ def function_imports(path):
             for m in model:
                 yield from walk(m, depth + 1)
 
-    for form in hy.read_many(open(path).read(), filename=path):
+    for form in _forms(path):
         yield from walk(form, 0)
 
 
@@ -353,13 +367,13 @@ def name_checks(path):
             for m in model:
                 walk(m, model)
 
-    for form in hy.read_many(open(path).read(), filename=path):
+    for form in _forms(path):
         walk(form, form)
     return sorted(found)
 
 
 def _py_name_checks(path):
-    return sorted(node.lineno for node in ast.walk(ast.parse(open(path).read(), path))
+    return sorted(node.lineno for node in ast.walk(_python_tree(path))
                   if isinstance(node, ast.Constant) and isinstance(node.value, str)
                   and _stored_property_name(node.value))
 

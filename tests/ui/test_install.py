@@ -56,8 +56,8 @@ def _pip_install(bindir, env, *what):
 def wheel(tmp_path_factory):
     """consfig's wheel, built once for this module as `pip install .` builds
     it (an isolated build, its requirements from the package index): the
-    tests that look at what an install holds install this one, and only the
-    README's own sequence builds again."""
+    tests install this one (building is most of their time: the Hy modules
+    are compiled into the wheel)."""
     d = tmp_path_factory.mktemp("wheel")
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(d), str(REPO)],
          {k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
@@ -94,10 +94,12 @@ def test_an_install_that_has_run_uninstalls_without_a_trace(venv, wheel):
     assert not left, f"left in site-packages after uninstall: {left[:10]}"
 
 
-def test_install_then_editable_install_keeps_the_consfig_command_working(venv):
-    # The README's own sequence, word for word: this one builds from `.`.
+def test_install_then_editable_install_keeps_the_consfig_command_working(venv, wheel):
+    # The README's own sequence: `pip install .` is the module's wheel,
+    # built as that builds it, installed (.ci/run types the very words,
+    # before the tests, in CI's own environment).
     bindir, env = venv
-    _pip_install(bindir, env, str(REPO))
+    _pip_install(bindir, env, str(wheel))
     _run([bindir / "consfig", "deploy", "demo"], env)
     _pip_install(bindir, env, "-e", f"{REPO}[test]")
     version = _run([bindir / "consfig", "--version"], env)
