@@ -89,6 +89,14 @@ _signals_as_from_a_terminal()
 from sshlab import sshlab  # noqa: E402,F401  -- the SSH test lab, a fixture (after the above)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: a worker per core and one more.  Many tests wait (a
+    container booting, a lease running out, a timer to fire, a server's
+    slow answer) and leave their core idle: on 2 cores, 3 workers took the
+    suite from 17 min 39 s to 15 min 20 s."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
 # pytest rewrites the assertions of any file named on its command line, and
 # would parse a .hy file as Python; Hy tests give `assert` a message instead.
 _should_rewrite = _rewrite.AssertionRewritingHook._should_rewrite
