@@ -178,14 +178,13 @@ def test_an_observing_agent_reads_each_change_from_its_watch_not_from_etcd_again
                        check=True, capture_output=True, env=env, timeout=30)
     with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb") as lb:
         assert (out / "10.0.0.5").exists()
-        before, retracted = _ranges(etcd), len(lb.of("retracted"))
+        before = _ranges(etcd)
         for i in range(5):
             etcdctl("del", name)
             wait_until(lambda: not (out / "10.0.0.5").exists(), 15, "the observer to retract web1")
             etcdctl("put", name, value)
             wait_until(lambda: (out / "10.0.0.5").exists(), 15, "the observer to see web1 again")
         ranges = _ranges(etcd) - before
-    assert len(lb.of("retracted")) - retracted >= 5, "the facet did not follow each change"
     assert ranges <= 2, f"the observer read etcd {ranges:.0f} times for 10 changes"
 
 

@@ -332,12 +332,19 @@ def rooted_in(root):
     return pids
 
 
+# What a command run into a chroot by hand gets for an environment: none of
+# this process's TMPDIR (which names a directory outside it: mariadbd,
+# among others, then fails to start) or XDG directories, as consfig's own
+# :chroot hop does.
+CHROOT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+
+
 def in_chroot(root, script, *, check=True, input=None):
     """Run SCRIPT with /bin/sh inside the chroot ROOT (from outside any
     deployment) and return the CompletedProcess, text mode."""
     proc = subprocess.run(["chroot", str(root), "/bin/sh", "-c", script],
                           capture_output=True, text=True, timeout=300, input=input,
-                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+                          env=CHROOT_ENV)
     if check:
         assert proc.returncode == 0, \
             f"in chroot: {script!r} exited {proc.returncode}: {proc.stdout}{proc.stderr}"

@@ -32,7 +32,7 @@ from consfig.apply.combinators import eseqprops
 from consfig.data.items import forget_data_source, register_data_source
 from consfig.deployer.deployment import __dict__ as _deployment
 from consfig.model.host import make_host
-from proptest import (HOSTNAME, apply_twice, deploy_propspec, failure_text, in_chroot, this_os,
+from proptest import (CHROOT_ENV, HOSTNAME, apply_twice, deploy_propspec, failure_text, in_chroot, this_os,
                       unapply)
 
 deploy = _deployment[hy.mangle("deploy*")]
@@ -382,7 +382,7 @@ def test_a_cron_job_does_not_start_while_its_last_run_hangs(chroot_chain, root):
     runs = root / "var/tmp/runs"
     runs.unlink(missing_ok=True)
     first = subprocess.Popen(["chroot", str(root), "/usr/local/bin/consfig-test_cronjob"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=CHROOT_ENV)
     try:
         wait_until(lambda: runs.exists(), 30, "the first run to start")
         r = in_chroot(root, "/usr/local/bin/consfig-test_cronjob", check=False)

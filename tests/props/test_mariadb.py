@@ -21,7 +21,7 @@ from consfig.errors import PropspecError
 from consfig.props import mariadb, service
 
 from harness import wait_until
-from proptest import (HOSTNAME, apply_twice, data_item, deploy_propspec, failure_text,
+from proptest import (CHROOT_ENV, HOSTNAME, apply_twice, data_item, deploy_propspec, failure_text,
                       in_chroot, rooted_in, said, this_os, unapply, unmount_below)
 
 pytestmark = pytest.mark.chroot
@@ -38,7 +38,7 @@ class Server:
         self.proc = None
 
     def _sh(self, *argv):
-        subprocess.run(argv, check=True, timeout=120, capture_output=True)
+        subprocess.run(argv, check=True, timeout=120, capture_output=True, env=CHROOT_ENV)
 
     def start(self):
         self._sh("mount", "--bind", str(self.root), str(self.view))
@@ -50,7 +50,7 @@ class Server:
         self.proc = subprocess.Popen(
             ["chroot", str(self.view), "/usr/sbin/mariadbd", "--user=mysql", "--skip-networking",
              "--socket=/run/mysqld/mysqld.sock", "--pid-file=/run/mysqld/mysqld.pid"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=CHROOT_ENV)
         wait_until(lambda: (self.root / "run/mysqld/mysqld.sock").exists()
                    or self.proc.poll() is not None, 60, "the server's socket")
         assert self.proc.poll() is None, "mariadbd did not start"

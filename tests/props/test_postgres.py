@@ -22,7 +22,7 @@ from consfig.props import postgres, service
 
 from harness import wait_until
 from sshlab import free_port
-from proptest import (HOSTNAME, apply_twice, data_item, deploy_propspec, diffs, failure_text,
+from proptest import (CHROOT_ENV, HOSTNAME, apply_twice, data_item, deploy_propspec, diffs, failure_text,
                       in_chroot, rooted_in, said, this_os, unapply, unmount_below)
 
 pytestmark = pytest.mark.chroot
@@ -39,7 +39,7 @@ class Server:
         self.view = pathlib.Path(tempfile.mkdtemp(prefix="consfig-pgview-"))
 
     def _sh(self, *argv):
-        subprocess.run(argv, check=True, timeout=120, capture_output=True)
+        subprocess.run(argv, check=True, timeout=120, capture_output=True, env=CHROOT_ENV)
 
     def start(self):
         self._sh("mount", "--bind", str(self.root), str(self.view))
@@ -52,7 +52,7 @@ class Server:
 
     def stop(self):
         subprocess.run(["chroot", str(self.view), "pg_ctlcluster", VERSION, "consfig", "stop",
-                        "-m", "fast"], timeout=120, capture_output=True)
+                        "-m", "fast"], timeout=120, capture_output=True, env=CHROOT_ENV)
         wait_until(lambda: not rooted_in(self.view), 30, "the server to stop")
         unmount_below(self.view)
         self.view.rmdir()
