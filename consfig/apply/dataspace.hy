@@ -18,6 +18,7 @@ value is the record as JSON with the time it was first asserted."
 (import base64
         importlib
         json
+        socket
         threading
         urllib.parse
         consfig.errors [ConsfigError PropspecError]
@@ -192,17 +193,62 @@ with \"key\", \"value\" (bytes), \"lease\" and \"create_revision\"."
   (defn delete [self key]
     (self.call (fn [c] (.delete c key))))
 
-  (defn watch [self prefix revision callback]
+  (defn watch [self prefix revision callback [on-end None]]
     "Call CALLBACK with each event under PREFIX from REVISION on (a dict:
-\"type\", PUT or DELETE, and \"kv\"), in a thread of etcd3gw's; return
-what stops it."
-    (self.call (fn [c]
-                 (setv #(events cancel) (.watch-prefix c prefix :start-revision revision))
-                 (setv t (threading.Thread :target (fn [] (for [e events] (callback e)))
-                                           :daemon True
-                                           :name "consfig-dataspace-watch"))
-                 (.start t)
-                 cancel))))
+\"type\", PUT or DELETE, and \"kv\", its key and value as bytes), in a
+thread of its own; then ON-END, if given, when the stream ends without being
+stopped (its member went away or restarted, or etcd canceled the watch):
+whoever keeps a view must start afresh.  Return what stops it.
+
+etcd3gw's own watch is not used for this: its events never end when its
+stream does, so a member that restarts between two keep-alives would leave
+the watch dead and its view stale, with nothing said."
+    (setv gw (_etcd3gw)
+          requests (importlib.import-module "requests")
+          end (. gw _increment-last-byte)
+          exc (. gw exceptions)
+          request {"create_request" {"key" (gw._encode prefix)
+                                     "range_end" (gw._encode (end prefix))
+                                     "start_revision" revision}})
+    (defn open-stream [c]
+      (try
+        (setv resp (.post c.session (.get-url c "/watch") :json request :stream True
+                          :timeout #((.get self.config "timeout" 5) None)))
+        (except [e requests.exceptions.RequestException]
+          (raise (exc.ConnectionFailedError (str e)))))
+      (when (!= resp.status-code 200)
+        (.close resp)
+        (raise ((if (>= resp.status-code 500) exc.InternalServerError exc.Etcd3Exception)
+                 resp.text resp.reason)))
+      resp)
+    (setv resp (self.call open-stream)
+          stopped (threading.Event))
+    (defn read []
+      (try
+        (for [line (.iter-lines resp)]
+          (when (not line) (continue))
+          (setv result (.get (json.loads line) "result" {}))
+          (when (.get result "canceled")
+            ;; Compacted past its revision, or refused: a new snapshot.
+            (break))
+          (for [e (.get result "events" [])]
+            (setv kv (get e "kv")
+                  (get kv "key") (base64.b64decode (get kv "key")))
+            (when (in "value" kv)
+              (setv (get kv "value") (base64.b64decode (get kv "value"))))
+            (callback e)))
+        (except [Exception] None)
+        (finally (.close resp)))
+      (when (and on-end (not (.is-set stopped)))
+        (on-end)))
+    (.start (threading.Thread :target read :daemon True :name "consfig-dataspace-watch"))
+    (defn stop []
+      (.set stopped)
+      ;; Wakes the reader in its recv: closing alone may wait for it.
+      (try (.shutdown (. resp raw connection sock) socket.SHUT-RDWR)
+           (except [Exception] None))
+      (try (.close resp) (except [Exception] None)))
+    stop))
 
 (defn _text [k]
   (if (isinstance k bytes) (.decode k "utf-8" "surrogateescape") k))

@@ -256,7 +256,9 @@ were lost."
                       :if (or (in "all" scopes) (and mine (in "self" scopes)))
                       key)))
 
-  (defn start [self]
+  (defn start [self [quiet-if-down False]]
+    ;; QUIET-IF-DOWN: a start that fails fires nothing (one of a series
+    ;; retrying, whose first said it).
     (when self.cancel
       (try (self.cancel) (except [Exception] None))
       (setv self.cancel None))
@@ -264,7 +266,8 @@ were lost."
     (try
       (setv #(revision kvs) (self.ds.range (self.ds.hosts-prefix)))
       (.reset self.view revision kvs)
-      (setv self.cancel (self.ds.watch (self.ds.hosts-prefix) (+ revision 1) self._event)
+      (setv self.cancel (self.ds.watch (self.ds.hosts-prefix) (+ revision 1) self._event
+                                       :on-end self._watch-ended)
             self.endpoint self.ds.endpoint
             self.down None)
       (except [e DataspaceUnavailable]
@@ -273,7 +276,31 @@ were lost."
     (when (and self.closed self.cancel)
       ;; Closed while this start ran in its thread (`_restart`).
       (self.close))
-    (self._fire (list self.scopes)))
+    (when (not (and quiet-if-down self.down))
+      (self._fire (list self.scopes))))
+
+  (defn _watch-ended [self]
+    ;; The watch's stream ended on its own: its member went away, or
+    ;; restarted between two keep-alives.  The view is stale from now; the
+    ;; facts read etcd until the watch is started afresh, at once, then
+    ;; again after 0.2, 0.4, … (at most 5) s while the member is coming
+    ;; back, or when the lease keeper finds another.
+    (.invalidate self.view)
+    (self._fire (list self.scopes))
+    (with [self.lock]
+      (when (or self.restarting self.closed) (return))
+      (setv self.restarting True))
+    (defn run []
+      (try
+        (setv delay 0.2 first True)
+        (while (not self.closed)
+          (self.start :quiet-if-down (not first))
+          (when (is self.down None) (break))
+          (setv first False)
+          (time.sleep delay)
+          (setv delay (min 5 (* 2 delay))))
+        (finally (with [self.lock] (setv self.restarting False)))))
+    (.start (threading.Thread :target run :daemon True :name "consfig-dataspace-restart")))
 
   (defn _restart [self endpoint]
     ;; Start afresh, from ENDPOINT (the member the lease keeper reached),

@@ -188,6 +188,22 @@ def test_an_observing_agent_reads_each_change_from_its_watch_not_from_etcd_again
     assert ranges <= 2, f"the observer read etcd {ranges:.0f} times for 10 changes"
 
 
+def test_an_observer_whose_etcd_restarts_between_two_keep_alives_follows_on(tmp_path, etcd):
+    # With a TTL of 60 s the agent's keeper asks etcd every 20 s: the member
+    # stops and starts again in between, and the watch's stream with it.
+    # The observer must notice its watch ended, not wait for the keeper.
+    out = tmp_path / "out"
+    out.mkdir()
+    s = site(tmp_path, etcd, out, ttl=60)
+    with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb"):
+        etcd.stop(0)
+        etcd.start(0)
+        etcd.wait_healthy()
+        consfig("deploy", "--consfig", s, "web1.example.org")
+        wait_until(lambda: (out / "10.0.0.5").exists(), 10,
+                   "the observer to see web1 (its keeper asks etcd only every 20 s)")
+
+
 def test_an_agent_that_restarts_within_its_lease_leaves_no_gap(tmp_path, etcd):
     out = tmp_path / "out"
     out.mkdir()
