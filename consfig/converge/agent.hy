@@ -81,6 +81,11 @@ failed attempt a note among the repair's events."
 ;; repeats are counted and told, as one event, when it changes, or after
 ;; this many seconds.
 (setv REPEAT-WINDOW 60)
+;; A fight is over once nothing has been held back for this many seconds
+;; (or, if longer, as long as its bucket takes to fill up again): a fight
+;; that pauses while the other side is slow (a loaded machine) is the same
+;; fight, and is not reported again.
+(setv FIGHT-QUIET 10)
 ;; The event log is rotated (one old file kept) past this size.
 (setv LOG-LIMIT (* 1024 1024))
 (setv _PUSH "push")
@@ -623,10 +628,10 @@ fate, and the properties inside are kept only while it holds."
     (when (<= wait 0) (return False))
     (setv (get self.deferred item.key) (+ (time.monotonic) wait))
     (when (is-not limit item.limit) (return True))
-    ;; A fight is over once nothing has been held back for as long as the
-    ;; bucket takes to fill up again.
+    ;; A fight is over once nothing has been held back for FIGHT-QUIET
+    ;; seconds, or as long as the bucket takes to fill up again.
     (when (and item.fighting item.held
-               (> (- now item.held) (/ item.limit.burst item.limit.limit)))
+               (> (- now item.held) (max FIGHT-QUIET (/ item.limit.burst item.limit.limit))))
       (setv item.fighting False))
     (setv item.held now)
     (when (not item.fighting)
