@@ -244,17 +244,26 @@ def _copy_leaked(decoy):
     return leaked
 
 
-def _copies(decoy, n=ATTEMPTS):
+def _copies(decoy, n=ATTEMPTS, round=0):
     # A new copy each time, kept: events reach the controller a little after
     # the property ends, when a copy made over would already be gone.
     os.makedirs(f"{decoy.root}/copies", exist_ok=True)
-    return [file.is_copy_of(f"{decoy.root}/copies/{i}", f"{decoy.real}/etc/shadow")
+    return [file.is_copy_of(f"{decoy.root}/copies/{round}-{i}", f"{decoy.real}/etc/shadow")
             for i in range(n)]
 
 
 def test_a_racing_user_never_has_root_copy_the_decoy_over_python(sshlab, decoy):
-    outcome, events, wins = attack(sshlab, decoy, "python", _copies(decoy), _copy_leaked(decoy))
-    assert not wins, f"{len(wins)} of {ATTEMPTS} attempts leaked or touched the decoy: {wins[:3]}"
+    # Under load her loop may hold the link in place through all of a
+    # round's attempts, each then refused: as for her ssh files, the attack
+    # goes on for up to three rounds, until one attempt copied her file.
+    events = []
+    for round in range(3):
+        outcome, more, wins = attack(sshlab, decoy, "python", _copies(decoy, round=round),
+                                     _copy_leaked(decoy))
+        assert not wins, f"{len(wins)} of {ATTEMPTS} attempts leaked or touched the decoy: {wins[:3]}"
+        events += more
+        if any(e["event"] == "end" and e["status"] == "changed" for e in more):
+            break
     changed = [e for e in events if e["event"] == "end" and e["status"] == "changed"]
     assert changed, f"no attempt copied her file: {failures(events)[:3]}"
 
