@@ -195,8 +195,8 @@ with \"key\", \"value\" (bytes), \"lease\" and \"create_revision\"."
 
   (defn watch [self prefix revision callback [on-end None]]
     "Call CALLBACK with each event under PREFIX from REVISION on (a dict:
-\"type\", PUT or DELETE, and \"kv\", its key and value as bytes), in a
-thread of its own; then ON-END, if given, when the stream ends without being
+\"type\", PUT or DELETE, and \"kv\": its key as text, as `range` gives
+it, its value as bytes), in a thread of its own; then ON-END, if given, when the stream ends without being
 stopped (its member went away or restarted, or etcd canceled the watch):
 whoever keeps a view must start afresh.  Return what stops it.
 
@@ -233,7 +233,8 @@ the watch dead and its view stale, with nothing said."
             (break))
           (for [e (.get result "events" [])]
             (setv kv (get e "kv")
-                  (get kv "key") (base64.b64decode (get kv "key")))
+                  (get kv "key") (.decode (base64.b64decode (get kv "key")) "utf-8"
+                                          "surrogateescape"))
             (when (in "value" kv)
               (setv (get kv "value") (base64.b64decode (get kv "value"))))
             (callback e)))
@@ -249,9 +250,6 @@ the watch dead and its view stale, with nothing said."
            (except [Exception] None))
       (try (.close resp) (except [Exception] None)))
     stop))
-
-(defn _text [k]
-  (if (isinstance k bytes) (.decode k "utf-8" "surrogateescape") k))
 
 (defclass View []
   "The records under a prefix as a live watch keeps them: the snapshot it
@@ -281,7 +279,7 @@ before it (its revision is in the snapshot already) changes nothing."
             revision (int (.get kv "mod_revision" 0)))
       (when (or (is self._kvs None) (<= revision self._base))
         (return))
-      (setv key (_text (get kv "key")))
+      (setv key (get kv "key"))
       ;; etcd's JSON leaves out a field at its default: PUT is type 0.
       (if (= (.get event "type") "DELETE")
           (.pop self._kvs key None)

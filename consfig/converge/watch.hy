@@ -248,9 +248,7 @@ were lost."
     (self.wake))
 
   (defn _event [self event]
-    (setv k (get (get event "kv") "key")
-          k (if (isinstance k bytes) (.decode k "utf-8" "surrogateescape") k)
-          mine (.startswith k (self.ds.host-prefix self.hostname)))
+    (setv mine (.startswith (get (get event "kv") "key") (self.ds.host-prefix self.hostname)))
     (.apply self.view event)
     (self._fire (lfor [key scopes] (.items self.scopes)
                       :if (or (in "all" scopes) (and mine (in "self" scopes)))
@@ -283,36 +281,31 @@ were lost."
     ;; The watch's stream ended on its own: its member went away, or
     ;; restarted between two keep-alives.  The view is stale from now; the
     ;; facts read etcd until the watch is started afresh, at once, then
-    ;; again after 0.2, 0.4, … (at most 5) s while the member is coming
-    ;; back, or when the lease keeper finds another.
+    ;; again while the member is coming back, or when the lease keeper
+    ;; finds another.
     (.invalidate self.view)
     (self._fire (list self.scopes))
-    (with [self.lock]
-      (when (or self.restarting self.closed) (return))
-      (setv self.restarting True))
-    (defn run []
-      (try
-        (setv delay 0.2 first True)
-        (while (not self.closed)
-          (self.start :quiet-if-down (not first))
-          (when (is self.down None) (break))
-          (setv first False)
-          (time.sleep delay)
-          (setv delay (min 5 (* 2 delay))))
-        (finally (with [self.lock] (setv self.restarting False)))))
-    (.start (threading.Thread :target run :daemon True :name "consfig-dataspace-restart")))
+    (self._restart :retry True))
 
-  (defn _restart [self endpoint]
-    ;; Start afresh, from ENDPOINT (the member the lease keeper reached),
-    ;; in a thread of its own: the keeper that tells of it must get back to
-    ;; the lease, which a member that hangs on the way would let run out.
+  (defn _restart [self [endpoint None] [retry False]]
+    ;; Start afresh, from ENDPOINT when given (the member the lease keeper
+    ;; reached), in a thread of its own: the keeper that tells of it must
+    ;; get back to the lease, which a member that hangs on the way would
+    ;; let run out.  RETRY: again after 0.2, 0.4, … (at most 5) s until a
+    ;; start holds, quietly after the first.  One restart at a time.
     (with [self.lock]
       (when (or self.restarting self.closed) (return))
       (setv self.restarting True))
     (when endpoint (.prefer self.ds endpoint))
     (defn run []
-      (try (self.start)
-           (finally (with [self.lock] (setv self.restarting False)))))
+      (try
+        (self.start)
+        (setv delay 0.2)
+        (while (and retry self.down (not self.closed))
+          (time.sleep delay)
+          (setv delay (min 5 (* 2 delay)))
+          (self.start :quiet-if-down True))
+        (finally (with [self.lock] (setv self.restarting False)))))
     (.start (threading.Thread :target run :daemon True :name "consfig-dataspace-restart")))
 
   (defn state [self why [endpoint None]]

@@ -528,14 +528,10 @@ in order (an implicit `eseqprops`)."
           (except [KeyboardInterrupt]
             (say-stopped "interrupted")
             (.finish sink)
-            (raise))
-          (except [_Terminated]
-            (say-stopped "terminated (SIGTERM)")
-            (.finish sink)
-            (return 0))))
+            (raise))))
     (.finish sink)
     (except [_Terminated]
-      ;; Following: nothing to stop but this.
+      (when (not args.follow) (say-stopped "terminated (SIGTERM)"))
       (.finish sink)
       (return 0))
     (finally

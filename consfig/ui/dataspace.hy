@@ -128,7 +128,7 @@ is set)."
       (try (setv e (.get q :timeout 0.5))
            (except [queue.Empty] (continue)))
       (setv kv (get e "kv")
-            key (.decode (get kv "key") "utf-8" "surrogateescape"))
+            key (get kv "key"))
       (if (= (.get e "type") "DELETE")
           (when (in key known)
             (setv #(host rec since) (.pop known key))

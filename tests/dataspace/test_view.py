@@ -13,13 +13,14 @@ def kv(key, value=b"v", lease=0, create=1):
 
 
 def put(key, revision, value=b"v"):
-    # As etcd's gateway sends it: a PUT has no "type", its key is bytes.
-    return {"kv": {"key": key.encode(), "value": value, "mod_revision": str(revision),
+    # As the watch gives it: a PUT has no "type" (etcd's JSON leaves out a
+    # field at its default), its key is text, its value bytes.
+    return {"kv": {"key": key, "value": value, "mod_revision": str(revision),
                    "create_revision": str(revision), "lease": "7"}}
 
 
 def delete(key, revision):
-    return {"type": "DELETE", "kv": {"key": key.encode(), "mod_revision": str(revision)}}
+    return {"type": "DELETE", "kv": {"key": key, "mod_revision": str(revision)}}
 
 
 def test_a_view_is_not_live_before_its_snapshot():
