@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -68,16 +67,6 @@ while True:
             f.write(json.dumps({"agent": name, "key": k, "seen": t, "event": "delete"}) + "\n")
         seen = now
 """
-
-
-def grpc_requests(endpoints):
-    total = 0
-    for e in endpoints:
-        with urllib.request.urlopen(e + "/metrics", timeout=5) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("grpc_server_handled_total{"):
-                    total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def seen_by_all(log, key, event, n, since):
@@ -166,9 +155,9 @@ def main():
                                    "consfig.converge.watch, etcd3gw.client, time, re; "
                                    "print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"],
                                   capture_output=True, text=True, env=env).stdout
-            c0, r0, q0, t0 = cpu(), rss(), grpc_requests(etcd.endpoints), time.monotonic()
+            c0, r0, q0, t0 = cpu(), rss(), etcd.grpc_handled(), time.monotonic()
             time.sleep(30)
-            c1, q1, t1 = cpu(), grpc_requests(etcd.endpoints), time.monotonic()
+            c1, q1, t1 = cpu(), etcd.grpc_handled(), time.monotonic()
             share = (c1 - c0) / (t1 - t0) * 100
             print(f"idle agent observing {a.records} records: CPU {share:.2f} %, "
                   f"memory {r0:.1f} MB ({r0 - int(base) / 1024:.1f} MB more than a process that "

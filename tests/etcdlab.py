@@ -95,6 +95,18 @@ class EtcdCluster:
                 p.wait()
         self.procs[i] = None
 
+    def grpc_handled(self, method=None):
+        """How many gRPC requests (of METHOD, such as "Range", or any) the
+        members have answered, by etcd's own counters."""
+        total = 0
+        for e in self.endpoints:
+            with urllib.request.urlopen(e + "/metrics", timeout=10) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith("grpc_server_handled_total{") and (
+                            method is None or f'grpc_method="{method}"' in line):
+                        total += float(line.rsplit(" ", 1)[1])
+        return total
+
     def wait_healthy(self, timeout=30):
         if self.tls:
             return  # /health needs a client certificate; callers wait with theirs

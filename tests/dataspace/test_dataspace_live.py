@@ -3,6 +3,8 @@
 as they come and go, an agent's records die with it (its lease runs out),
 and an observer that loses etcd keeps its last view and says why."""
 
+import base64
+import json
 import os
 import signal
 import subprocess
@@ -105,20 +107,20 @@ def test_an_agents_records_die_with_it_within_the_lease(tmp_path, etcd):
             assert took <= TTL + 2, f"retracted {took:.1f} s after the kill (TTL {TTL} s)"
 
 
+def _etcdctl(etcd, *args):
+    """etcdctl ARGS against the cluster, from outside consfig: its output."""
+    return subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), *args],
+                          check=True, capture_output=True, text=True,
+                          env={**os.environ, "ETCDCTL_API": "3"}, timeout=30).stdout
+
+
 def _lease_ttl(etcd, host):
-    import json
-    env = {**os.environ, "ETCDCTL_API": "3"}
-    r = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "get", "--prefix",
-                        f"/consfig/live/hosts/{host}/", "-w", "json"], capture_output=True,
-                       text=True, env=env, timeout=30)
-    kvs = json.loads(r.stdout).get("kvs", [])
-    if not kvs:
+    kv = _kv(etcd, host)
+    if not kv:
         return 10 ** 9
-    lease = format(kvs[0]["lease"], "x")
-    r = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "lease",
-                        "timetolive", lease, "-w", "json"], capture_output=True, text=True,
-                       env=env, timeout=30)
-    return json.loads(r.stdout).get("granted-ttl", 10 ** 9)
+    lease = format(kv["lease"], "x")
+    return json.loads(_etcdctl(etcd, "lease", "timetolive", lease, "-w", "json")).get(
+        "granted-ttl", 10 ** 9)
 
 
 def test_an_observer_that_loses_etcd_keeps_its_view_and_resumes(tmp_path, etcd):
@@ -141,24 +143,9 @@ def test_an_observer_that_loses_etcd_keeps_its_view_and_resumes(tmp_path, etcd):
 
 
 def _kv(etcd, host):
-    import json
-    r = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "get", "--prefix",
-                        f"/consfig/live/hosts/{host}/", "-w", "json"], capture_output=True,
-                       text=True, env={**os.environ, "ETCDCTL_API": "3"}, timeout=30)
-    kvs = json.loads(r.stdout).get("kvs", [])
+    kvs = json.loads(_etcdctl(etcd, "get", "--prefix", f"/consfig/live/hosts/{host}/",
+                              "-w", "json")).get("kvs", [])
     return kvs[0] if kvs else None
-
-
-def _ranges(etcd):
-    """How many Range requests etcd has answered, by its own counters."""
-    import urllib.request
-    total = 0
-    for e in etcd.endpoints:
-        with urllib.request.urlopen(e + "/metrics", timeout=10) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("grpc_server_handled_total{") and 'grpc_method="Range"' in line:
-                    total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def test_an_observing_agent_reads_each_change_from_its_watch_not_from_etcd_again(tmp_path, etcd):
@@ -169,22 +156,16 @@ def test_an_observing_agent_reads_each_change_from_its_watch_not_from_etcd_again
     s = site(tmp_path, etcd, out)
     consfig("deploy", "--consfig", s, "web1.example.org")
     key = _kv(etcd, "web1.example.org")
-    import base64
     name, value = (base64.b64decode(key[k]).decode() for k in ("key", "value"))
-    env = {**os.environ, "ETCDCTL_API": "3"}
-
-    def etcdctl(*args):
-        subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), *args],
-                       check=True, capture_output=True, env=env, timeout=30)
-    with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb") as lb:
+    with Converging(tmp_path, "--consfig", s, "lb.example.org", name="lb"):
         assert (out / "10.0.0.5").exists()
-        before = _ranges(etcd)
+        before = etcd.grpc_handled("Range")
         for i in range(5):
-            etcdctl("del", name)
+            _etcdctl(etcd, "del", name)
             wait_until(lambda: not (out / "10.0.0.5").exists(), 15, "the observer to retract web1")
-            etcdctl("put", name, value)
+            _etcdctl(etcd, "put", name, value)
             wait_until(lambda: (out / "10.0.0.5").exists(), 15, "the observer to see web1 again")
-        ranges = _ranges(etcd) - before
+        ranges = etcd.grpc_handled("Range") - before
     assert ranges <= 2, f"the observer read etcd {ranges:.0f} times for 10 changes"
 
 
