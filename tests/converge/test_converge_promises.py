@@ -341,3 +341,27 @@ def test_events_lost_to_an_inotify_overflow_are_made_up_by_a_rescan(tmp_path):
         assert not agent.of("waiting"), "a push, not the overflow, made it rescan"
         wait_until(lambda: noise.stat().st_mode & 0o777 == 0o644, 30, "the lost change repaired")
         assert said and slow.read_text() == "whole\n"
+
+
+def test_a_repair_that_waits_for_a_push_says_who_holds_the_lock(tmp_path):
+    f = tmp_path / "motd"
+    site = write_site(tmp_path / "site.hy", "waiting.example", LOCAL,
+                      f'(file.has-content "{f}" "hello\\n")')
+    lockdir = os.path.join(os.environ["XDG_CACHE_HOME"], "consfig")
+    with Converging(tmp_path, "--consfig", site, "waiting") as agent:
+        # -o: the lock is flock's alone, so that killing it lets it go.
+        holder = subprocess.Popen(
+            ["flock", "-o", os.path.join(lockdir, "deploy.lock"), "sh", "-c",
+             'echo "a push from the test (pid $$)" >"$1/deploy.holder"; exec sleep 120', "sh", lockdir])
+        try:
+            wait_until(lambda: "a push from the test" in open(os.path.join(lockdir, "deploy.holder")).read(),
+                       10, "the test's push to hold the lock")
+            f.write_text("edited\n")
+            [said] = wait_until(lambda: agent.of("waiting"), 10, "the agent to say it waits")
+            assert "a push from the test" in said["why"], said
+            assert f.read_text() == "edited\n", "repaired while the push held the lock"
+        finally:
+            holder.kill()
+            holder.wait(10)
+        wait_until(lambda: f.read_text() == "hello\n", 30, "the repair once the push ended")
+        assert len(agent.of("waiting")) == 1, "the wait said more than once"
