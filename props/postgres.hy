@@ -16,7 +16,7 @@ the password itself never reaches the target."
 (eval-when-compile
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
-(import consfig.model.watchspec [watch-path watch-poll])
+(import consfig.model.watchspec [watch-path watch-poll watching-on-target?])
 (import base64
         hashlib
         hmac
@@ -72,14 +72,15 @@ which makes a cluster `main` of its version unless
 
 (defn clusters []
   "The clusters on the target, as `pg_lsclusters` lists them: a list of dicts
-with \"version\", \"name\", \"port\" and \"status\" (\"online\", \"down\", …)."
+with \"version\", \"name\", \"port\", \"status\" (\"online\", \"down\", …)
+and \"data\" (its data directory)."
   (setv r (run "pg_lsclusters" "-h" :check False :timeout 60))
   (when (= r.exit-code 127)
     (raise (FailedChange "pg_lsclusters is not there: install PostgreSQL first (postgres.installed)")))
   (when (not r.ok?)
     (raise (FailedChange f"pg_lsclusters failed: {(.strip (+ r.stdout r.stderr))}")))
   (lfor l (.splitlines r.stdout) :if (>= (len (.split l)) 4)
-        (dict (zip ["version" "name" "port" "status"] (cut (.split l) 4)))))
+        (dict (zip ["version" "name" "port" "status" "owner" "data"] (cut (.split l) 6)))))
 
 (defn _find [clusters version name]
   (next (gfor c clusters :if (and (= (get c "version") version) (= (get c "name") name)) c)
@@ -136,6 +137,21 @@ with what to do when the server is not running."
 ;; How often the agent re-checks what lives in a server (roles, databases,
 ;; a cluster's state): nothing outside it says when they change.
 (setv POLL 2)
+
+(defn _databases-watch [cluster]
+  ;; The directory a database's files come and go in, `base/` of the
+  ;; cluster's data directory: watched by the agent on the target, where the
+  ;; cluster is there when it starts (`watching-on-target?`).  Elsewhere, or
+  ;; with no such cluster yet, nothing: the poll finds it.
+  (when (not (watching-on-target?)) (return []))
+  (try
+    (setv c (resolve-cluster cluster)
+          #(version name) (.split c "/")
+          found (_find (clusters) version name))
+    (except [FailedChange] (return [])))
+  (if (and found (.startswith (.get found "data" "") "/"))
+      [(watch-path (+ (.rstrip (get found "data") "/") "/base"))]
+      []))
 
 (defn _stopped? [c]
   ;; A cluster that is down, where services may be started: it is to run.
@@ -365,9 +381,11 @@ must exist) when given.  A new database gets ENCODING and LOCALE when given
 An existing one with another owner is given to OWNER; one with another
 encoding or locale is a failure, as PostgreSQL cannot change them (dump,
 drop and create it again).  The server must be running.  Never unapplied:
-that would drop its data."
+that would drop its data.  The converging agent sees a database dropped at
+once (it watches the cluster's `base/` directory), and other changes by a
+poll."
   (:desc f"PostgreSQL database {database}")
-  (:watch [(watch-poll POLL)])
+  (:watch [(watch-poll POLL) #* (_databases-watch cluster)])
   (:check
     (setv have (_database (resolve-cluster cluster) database))
     (cond (is have None) (Drift f"database {database} would be created")

@@ -64,6 +64,7 @@ failed attempt a note among the repair's events."
                                 propapp-watches template? trigger-of]
         consfig.apply.dataspace [Dataspace keep-leases]
         consfig.model.propspec [propspec-digest]
+        consfig.model.watchspec [arming]
         consfig.converge.watch [Watcher UNIT-POLL]
         consfig.util [state-directory])
 
@@ -196,9 +197,16 @@ nothing (it is polled)."
           self.reported None
           self.desc (try (propapp-desc propapp)
                          (except [Exception] (. (find-property propapp.name) short-name)))
-          self.specs (or (watches-of propapp) [["poll" interval]]))
-    (when (and (.get meta "poll") (not-in "poll" (gfor s self.specs (get s 0))))
-      (.append self.specs ["poll" (get meta "poll")]))))
+          self.interval interval
+          ;; Asked on the target when the agent arms its watches (`arm`).
+          self.specs None))
+
+  (defn arm [self]
+    ;; What to watch, asked on the target (`consfig.model.watchspec.arming`),
+    ;; plus a poll its meta-parameters ask for.
+    (setv self.specs (or (watches-of self.propapp) [["poll" self.interval]]))
+    (when (and (.get self.meta "poll") (not-in "poll" (gfor s self.specs (get s 0))))
+      (.append self.specs ["poll" (get self.meta "poll")]))))
 
 (defclass _Block []
   ;; A `during` block: its fact watched, its properties kept while it holds.
@@ -529,6 +537,9 @@ replaced, say)."
 
   (defn register [self]
     "Watch every leaf's resources, and the lock's holder (pushes)."
+    (with [_ (arming)]
+      (for [leaf self.leaves]
+        (.arm leaf)))
     (for [leaf self.leaves]
       (.add self.watcher leaf.key leaf.specs))
     (for [block self.blocks]

@@ -13,10 +13,29 @@ undo the property:
 The converging agent (`consfig.converge.agent`) registers them with a
 `consfig.converge.watch.Watcher` on the target.  They are checked when the propapp is
 preprocessed on the controller, so that a relative path is refused with the
-consfig's file and line.  This module imports nothing: the controller, the
-target and an image all read it."
+consfig's file and line.  The agent asks them again on the target when it
+arms its watches (`arming`), where a `:watch` may look at the target to name
+what only the target knows.  This module imports only the standard library
+and consfig's errors: the controller, the target and an image all read it."
 
-(import consfig.errors [PropspecError])
+(import contextlib
+        contextvars
+        consfig.errors [PropspecError])
+
+(setv _arming (contextvars.ContextVar "consfig-arming-watches" :default False))
+
+(defn [contextlib.contextmanager] arming []
+  "The context in which the converging agent, on the target, asks each
+property what to watch (`watching-on-target?`)."
+  (setv token (.set _arming True))
+  (try (yield) (finally (.reset _arming token))))
+
+(defn watching-on-target? []
+  "Whether a `:watch` is being asked by the converging agent on the target,
+in a deployment's context, where it may run commands to find what to watch
+(a PostgreSQL cluster's data directory).  Elsewhere (preprocessing on the
+controller, `consfig doc`) it must say only what its parameters say."
+  (.get _arming))
 
 (setv KINDS #("path" "unit" "dpkg" "poll" "dataspace"))
 
@@ -91,4 +110,5 @@ host's records; \"self\", this host's own.  Also fired when the dataspace
 is lost and when it is back."
   (_checked ["dataspace" scope]))
 
-(export :objects [watch-path watch-unit watch-dpkg watch-poll watch-dataspace check-watch-specs])
+(export :objects [watch-path watch-unit watch-dpkg watch-poll watch-dataspace check-watch-specs
+                  arming watching-on-target?])
