@@ -185,7 +185,10 @@ def test_a_check_failing_at_every_event_is_limited_and_told_once_with_a_count(tm
             os.utime(p)
         wait_until(lambda: agent.of("failed"), 10, "the failure reported")
         used = cpu_seconds(pid) - start
-        p.write_text("broken otherwise\n")
+        # Renamed into place: written in place, the file is empty for a moment,
+        # and a check that reads it then fails with a third message, "".
+        (tmp_path / "p.new").write_text("broken otherwise\n")
+        os.replace(tmp_path / "p.new", p)
         wait_until(lambda: agent.of("repeated"), 10, "the repeats told")
         failed = agent.of("failed")
         assert [f["message"] for f in failed] in (["broken"], ["broken", "broken otherwise"]), \
