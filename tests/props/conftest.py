@@ -26,7 +26,8 @@ Contract (for anyone writing tests under tests/props/):
     copies, so packages are fetched from the mirror once, not once per run.
 
 ``fresh_chroot`` (function scope)
-    The same, but private to one test (costs an unpack, ~1–2 s).
+    The same, but private to one test (an overlay on the tarball's tree,
+    unpacked once: a mount).
 
 ``chroot_chain`` (module scope)
     ``[[:chroot :into "<debian_chroot>"]]``, the chain to deploy into it.
@@ -63,7 +64,7 @@ from hy.models import Keyword
 sys.path.insert(0, os.path.dirname(__file__))
 
 from harness import unavailable  # noqa: E402
-from proptest import ensure_tarball, keep_debs, remove_tree, unpack  # noqa: E402
+from proptest import ensure_tarball, keep_debs, overlay_copy, remove_tree  # noqa: E402
 
 
 def pytest_configure(config):
@@ -82,12 +83,12 @@ def debian_chroot_tarball():
 
 
 def _chroot_copy(tarball, tmp_path_factory):
-    root = unpack(tarball, tmp_path_factory.getbasetemp())
+    box, root = overlay_copy(tarball, tmp_path_factory.getbasetemp())
     try:
         yield root
     finally:
         keep_debs(root, tarball)
-        remove_tree(root)
+        remove_tree(box)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def booted_container(debian_chroot_tarball, tmp_path_factory):
     if not shutil.which("systemd-nspawn"):
         unavailable("systemd-nspawn is not installed (apt-get install systemd-container)")
     name = f"cfshared{os.getpid()}"
-    root = unpack(debian_chroot_tarball, tmp_path_factory.getbasetemp())
+    box, root = overlay_copy(debian_chroot_tarball, tmp_path_factory.getbasetemp())
     try:
         outcome, events = deploy_propspec(
             [Keyword("local")], container.nspawn_running(name, {Keyword("root"): str(root)}, this_os()),
@@ -140,4 +141,4 @@ def booted_container(debian_chroot_tarball, tmp_path_factory):
             if os.path.islink(p) or os.path.isfile(p):
                 os.unlink(p)
         keep_debs(root, debian_chroot_tarball)
-        remove_tree(root)
+        remove_tree(box)

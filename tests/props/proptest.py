@@ -211,6 +211,89 @@ def unpack(tarball, parent):
     return root
 
 
+def _tree(tarball):
+    """TARBALL unpacked once for every chroot made from it, the lower layer
+    of their overlays (`overlay_copy`), which nothing writes to.  Named by
+    the tarball's size and time, so that a rebuilt tarball gets a tree of its
+    own; made under a lock, and renamed into place whole."""
+    st = tarball.stat()
+    stem = tarball.name.split(".")[0] + "-tree-"
+    tree = tarball.parent / f"{stem}{st.st_size}-{st.st_mtime_ns}"
+    if tree in _trees_used:
+        return tree
+    with open(tarball.parent / "tree.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for killed in tarball.parent.glob(stem + "part-*"):
+            remove_tree(killed)  # what an unpack that was killed left
+        if not tree.is_dir():
+            part = pathlib.Path(tempfile.mkdtemp(prefix=stem + "part-", dir=tarball.parent))
+            try:
+                _sh("tar", "-C", str(part), "--numeric-owner", "--xattrs", "-xpf", str(tarball),
+                    timeout=600)
+                os.chmod(part, 0o755)
+                os.rename(part, tree)
+            finally:
+                remove_tree(part)
+        # Held shared by every process whose overlays read the tree (in any
+        # test run, whatever its mount namespace) until it ends.
+        used = open(tree.with_name(tree.name + ".lock"), "w")
+        fcntl.flock(used, fcntl.LOCK_SH)
+        _trees_used[tree] = used
+        # Trees of older tarballs, unless a process still reads one.
+        for old in tarball.parent.glob(stem + "*"):
+            if old.is_dir() and old != tree and not old.name.startswith(stem + "part-"):
+                with open(old.with_name(old.name + ".lock"), "w") as f:
+                    try:
+                        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    remove_tree(old)
+                    os.unlink(f.name)
+    return tree
+
+
+# tree -> its lock file, held shared while this process lives (`_tree`).
+_trees_used = {}
+
+
+def overlay_copy(tarball, parent):
+    """A chroot made from TARBALL, in a new directory below PARENT: an
+    overlay whose lower layer is the tarball's tree, unpacked once
+    (`_tree`), and whose upper layer holds what the chroot changes.  Costs
+    a mount, where an unpack costs seconds of a core.  Returns #(box, root):
+    the chroot is ROOT; `remove_tree(box)` removes it all.  The cached .debs
+    are in its apt archives, linked from the upper layer."""
+    lower = _tree(tarball)
+    box = pathlib.Path(tempfile.mkdtemp(prefix="chroot-", dir=parent))
+    upper, work, root = box / "upper", box / "work", box / "root"
+    for d in (upper, work, root):
+        d.mkdir()
+    # The upper layer's directories have the lower layer's modes and owners:
+    # the merged directory takes them from the upper one.
+    path = upper
+    for part in ["", "var", "cache", "apt", "archives"]:
+        path = path / part if part else path
+        below = lower / path.relative_to(upper)
+        path.mkdir(exist_ok=True)
+        st = below.stat()
+        os.chown(path, st.st_uid, st.st_gid)
+        os.chmod(path, st.st_mode & 0o7777)
+    archives = upper / "var/cache/apt/archives"
+    for deb in debs_dir(tarball).glob("*.deb"):
+        try:
+            os.link(deb, archives / deb.name)
+        except OSError:
+            shutil.copyfile(deb, archives / deb.name)
+    try:
+        _sh("mount", "-t", "overlay", "overlay", "-o",
+            f"lowerdir={lower},upperdir={upper},workdir={work}", str(root),
+            capture_output=True, timeout=60)
+    except subprocess.CalledProcessError as e:
+        remove_tree(box)
+        raise RuntimeError(f"no overlay for a chroot: {e.stderr.decode(errors='replace')}") from e
+    return box, root
+
+
 def keep_debs(root, tarball):
     """Keep the .debs apt downloaded into ROOT for the next chroots."""
     store = debs_dir(tarball)

@@ -29,7 +29,7 @@ import hy  # noqa: F401
 from hy.models import Keyword as K
 
 from proptest import (deploy_propspec, failure_text, host_arch, host_suite, keep_debs,
-                      remove_tree, this_os, unpack)
+                      overlay_copy, remove_tree, this_os)
 
 PACKAGES = ["openssh-server", "sudo", "nginx-light", "postgresql", "nftables", "procps", "tzdata"]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBvJ0FTE7GkVxvOiLh4C8PvbxhvYbpG8xAr5Hq1d2ruo e2e@test"
@@ -107,12 +107,12 @@ def inside(machine, script, timeout=120):
 
 @contextlib.contextmanager
 def site_container(tarball, workdir):
-    """A container booted from TARBALL (unpacked in WORKDIR) with PACKAGES
+    """A container booted from TARBALL (an overlay in WORKDIR) with PACKAGES
     installed and a network of its own; its name.  Removed at the end."""
     from consfig.apply.combinators import eseqprops
     from consfig.props import apt, container, service
     name = f"cfkinds{os.getpid()}"
-    root = unpack(tarball, workdir)
+    box, root = overlay_copy(tarball, workdir)
     try:
         deploy_propspec([[K("chroot"), K("into"), str(root)]],
                         eseqprops(this_os(), service.without_starting_services(
@@ -131,7 +131,7 @@ def site_container(tarball, workdir):
             if os.path.islink(p) or os.path.isfile(p):
                 os.unlink(p)
         keep_debs(root, tarball)
-        remove_tree(root)
+        remove_tree(box)
 
 
 class Converging:

@@ -116,10 +116,10 @@ def plant(root, name, marker, uid):
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to make a second user")
 
 
-def deploy_over_planted(tmp_path, monkeypatch, root, uid):
+def deploy_over_planted(tmp_path, monkeypatch, root, uid, warmed):
     """Deploy with the cache ROOT where UID planted code as the bundle the
-    deployment uses; whether that code ran."""
-    name = bundle_hash(tmp_path, monkeypatch, mixed_host(tmp_path / "d"))
+    deployment uses (named as in WARMED); whether that code ran."""
+    name = library_layer(warmed / "consfig" / "bundles").name
     marker = tmp_path / "marker"
     plant(root, name, marker, uid)
     monkeypatch.setenv("XDG_CACHE_HOME", str(root))
@@ -130,27 +130,26 @@ def deploy_over_planted(tmp_path, monkeypatch, root, uid):
 
 @needs_root
 def test_code_planted_under_a_world_writable_cache_root_is_never_run(tmp_path, monkeypatch,
-                                                                    other_user):
+                                                                    other_user, warmed):
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)
-    assert not deploy_over_planted(tmp_path, monkeypatch, shared, other_user.pw_uid), \
+    assert not deploy_over_planted(tmp_path, monkeypatch, shared, other_user.pw_uid, warmed), \
         "another user's code ran as root"
 
 
 @needs_root
-def test_code_planted_below_a_private_cache_root_is_never_run(tmp_path, monkeypatch, other_user):
+def test_code_planted_below_a_private_cache_root_is_never_run(tmp_path, monkeypatch, other_user,
+                                                             warmed):
     # Left there by the other user while the directory was open, say.
     root = tmp_path / "root-cache"
     root.mkdir(mode=0o700)
-    assert not deploy_over_planted(tmp_path, monkeypatch, root, other_user.pw_uid), \
+    assert not deploy_over_planted(tmp_path, monkeypatch, root, other_user.pw_uid, warmed), \
         "another user's code ran as root"
 
 
-def test_a_bundle_directory_writable_by_others_is_replaced(tmp_path, monkeypatch):
-    host = mixed_host(tmp_path / "d")
-    name = bundle_hash(tmp_path, monkeypatch, host)
-    directory = tmp_path / "probe-cache" / "consfig" / "bundles" / name
+def test_a_bundle_directory_writable_by_others_is_replaced(tmp_path, monkeypatch, warmed):
+    directory = warm_cache(tmp_path, monkeypatch, warmed)
     os.chmod(directory, 0o777)
     (directory / "planted").write_text("x")
     outcome = deploy(LOCAL_PYTHON, mixed_host(tmp_path / "e"), sink=lambda e: None)
@@ -189,12 +188,26 @@ def test_no_safe_cache_directory_is_a_clear_error(tmp_path, monkeypatch):
 
 # Damage, and healing
 
-def warm_cache(tmp_path, monkeypatch):
-    """A cache holding the bundle of a deployment, and that bundle's directory."""
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    outcome = deploy(LOCAL_PYTHON, mixed_host(tmp_path / "first"), sink=lambda e: None)
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory):
+    """A cache a deployment filled (on the controller, its compiled code;
+    on the target, the bundle it sent and the bytecode made there), made
+    once for the module: each test damages a copy of it.  A cold cache
+    costs a deployment seconds of a core, compiling every Hy module."""
+    top = tmp_path_factory.mktemp("warmed")
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("XDG_CACHE_HOME", str(top / "cache"))
+        outcome = deploy(LOCAL_PYTHON, mixed_host(top / "first"), sink=lambda e: None)
     assert outcome.status == "changed"
+    return top / "cache"
+
+
+def warm_cache(tmp_path, monkeypatch, warmed):
+    """A cache holding the bundle of a deployment (a copy of WARMED), and
+    that bundle's directory."""
+    cache = tmp_path / "cache"
+    shutil.copytree(warmed, cache, symlinks=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     return library_layer(cache / "consfig" / "bundles")
 
 
@@ -213,16 +226,18 @@ def deploy_again(tmp_path, events):
         remote.stats["bundles-sent"] - before
 
 
-def test_a_truncated_source_in_the_cache_is_fetched_again(tmp_path, monkeypatch, events):
-    directory = warm_cache(tmp_path, monkeypatch)
+def test_a_truncated_source_in_the_cache_is_fetched_again(tmp_path, monkeypatch, warmed,
+                                                          events):
+    directory = warm_cache(tmp_path, monkeypatch, warmed)
     truncate(directory / "consfig" / "apply" / "engine.hy")
     notes, sent = deploy_again(tmp_path, events)
     assert sent == 1, "the bundle was not sent again"
     assert any("damaged" in n and "engine.hy" in n for n in notes), notes
 
 
-def test_a_truncated_bytecode_file_in_the_cache_is_fetched_again(tmp_path, monkeypatch, events):
-    directory = warm_cache(tmp_path, monkeypatch)
+def test_a_truncated_bytecode_file_in_the_cache_is_fetched_again(tmp_path, monkeypatch, warmed,
+                                                                 events):
+    directory = warm_cache(tmp_path, monkeypatch, warmed)
     [pyc] = [p for p in (directory / "consfig" / "apply" / "__pycache__").iterdir()
              if p.name.startswith("engine.")]
     truncate(pyc)
@@ -231,8 +246,8 @@ def test_a_truncated_bytecode_file_in_the_cache_is_fetched_again(tmp_path, monke
     assert any("damaged" in n for n in notes), notes
 
 
-def test_an_empty_bundle_directory_is_fetched_again(tmp_path, monkeypatch, events):
-    directory = warm_cache(tmp_path, monkeypatch)
+def test_an_empty_bundle_directory_is_fetched_again(tmp_path, monkeypatch, warmed, events):
+    directory = warm_cache(tmp_path, monkeypatch, warmed)
     shutil.rmtree(directory)
     directory.mkdir(mode=0o700)
     notes, sent = deploy_again(tmp_path, events)
@@ -240,8 +255,9 @@ def test_an_empty_bundle_directory_is_fetched_again(tmp_path, monkeypatch, event
     assert any("never completely unpacked" in n for n in notes), notes
 
 
-def test_a_file_damaged_at_its_own_size_is_caught_when_imported(tmp_path, monkeypatch, events):
-    directory = warm_cache(tmp_path, monkeypatch)
+def test_a_file_damaged_at_its_own_size_is_caught_when_imported(tmp_path, monkeypatch, warmed,
+                                                               events):
+    directory = warm_cache(tmp_path, monkeypatch, warmed)
     init = directory / "hy" / "__init__.py"
     init.write_bytes(b"(" * os.path.getsize(init))
     notes, sent = deploy_again(tmp_path, events)
@@ -249,9 +265,9 @@ def test_a_file_damaged_at_its_own_size_is_caught_when_imported(tmp_path, monkey
     assert any("importing" in n and "SyntaxError" in n for n in notes), notes
 
 
-def test_a_truncated_compiled_archive_on_the_controller_is_made_again(tmp_path, monkeypatch,
+def test_a_truncated_compiled_archive_on_the_controller_is_made_again(tmp_path, monkeypatch, warmed,
                                                                     events):
-    directory = warm_cache(tmp_path, monkeypatch)
+    directory = warm_cache(tmp_path, monkeypatch, warmed)
     shutil.rmtree(directory)
     compiled = tmp_path / "cache" / "consfig" / "compiled"
     [archive] = [p for p in compiled.iterdir() if p.name.startswith(directory.name)]
@@ -262,8 +278,8 @@ def test_a_truncated_compiled_archive_on_the_controller_is_made_again(tmp_path, 
     gzip.decompress(archive.read_bytes())
 
 
-def test_the_manifest_lists_the_bytecode_made_on_the_target(tmp_path, monkeypatch):
-    directory = warm_cache(tmp_path, monkeypatch)
+def test_the_manifest_lists_the_bytecode_made_on_the_target(tmp_path, monkeypatch, warmed):
+    directory = warm_cache(tmp_path, monkeypatch, warmed)
     manifest = json.loads((directory / ".consfig-manifest").read_text())
     made = [os.path.relpath(os.path.join(d, f), directory)
             for d, _, fs in os.walk(directory) for f in fs if f.endswith(".pyc")]
