@@ -19,7 +19,8 @@ Contract (for anyone writing tests under tests/props/):
 
 ``debian_chroot`` (module scope)
     A ``pathlib.Path`` to a fresh copy of that chroot, private to one test
-    module: tests in a module share it (and each other's changes), tests in
+    module (an overlay whose lower layer is the tarball unpacked once, next
+    to it, and never written; ``proptest.overlay_copy``): tests in a module share it (and each other's changes), tests in
     different modules do not.  Whatever is mounted below it is unmounted and
     it is deleted when the module is done.  .debs downloaded into its
     /var/cache/apt/archives are kept in the cache and given to the next

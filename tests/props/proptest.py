@@ -93,6 +93,15 @@ def _sh(*argv, timeout=600, **kw):
     return subprocess.run(argv, check=True, timeout=timeout, **kw)
 
 
+def mounts_below(root):
+    """The mount points strictly below ROOT (a chroot made by `overlay_copy`
+    is itself a mount)."""
+    root = os.path.realpath(root)
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in f]
+    return [p for p in points if p.startswith(root + "/")]
+
+
 def unmount_below(root):
     """Lazily unmount everything mounted at or below ROOT.  Only the topmost
     mounts are unmounted, each with its subtree: unmounting a submount of a
