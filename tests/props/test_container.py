@@ -59,6 +59,13 @@ def _rooted_in(root):
     return found
 
 
+def _zombie(pid):
+    try:
+        return "State:\tZ" in pathlib.Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
 def _nspawn_pids(name):
     out = subprocess.run(["pgrep", "-f", f"systemd-nspawn .*--machine={name} "],
                          capture_output=True, text=True).stdout
@@ -82,8 +89,18 @@ def _running(root, *props, options=None):
 
 def _force_down(name):
     # Whatever a failed test left: the runner's container, its link and settings.
+    # The container's PID 1 (nspawn's child) first: killed alone, nspawn left
+    # the container's systemd running for ever, reparented to this machine's
+    # init, where no wait on processes rooted in the tree sees it (its root
+    # is in the container's own mount namespace).
     for pid in _nspawn_pids(name):
-        subprocess.run(["kill", "-KILL", pid])
+        leaders = subprocess.run(["pgrep", "-P", pid], capture_output=True,
+                                 text=True).stdout.split()
+        for p in leaders + [pid]:
+            subprocess.run(["kill", "-KILL", p], capture_output=True)
+        wait_until(lambda: not any(os.path.exists(f"/proc/{p}") and not _zombie(p)
+                                   for p in leaders + [pid]),
+                   30, f"the container {name} to end")
     for p in [f"/var/lib/machines/{name}", f"/etc/systemd/nspawn/{name}.nspawn",
               f"{RUN_DIR}/{name}.pid", f"{RUN_DIR}/{name}.log"]:
         if os.path.islink(p) or os.path.isfile(p):
