@@ -9,7 +9,8 @@ the propapps it holds in check mode, so nothing changes.  `with-flagfile`
 answers from its flag file."
 
 (eval-when-compile (require consfig.model.property [defprop]))
-(import posixpath
+(import contextvars
+        posixpath
         hy.models [Keyword]
         consfig.apply.actions [NO-CHANGE run remote-exists?]
         consfig.model.context [commands-bounded-by current-host]
@@ -307,12 +308,23 @@ the fact."
   (save-state-file path (when blocks
                           {"host" (. (.get current-host) hostname) "applied" blocks})))
 
+;; While `during-reevaluated` runs with a list to fill: #(FACT HOLDS) for each
+;; `during` it evaluated, outermost first, so that the converging agent says
+;; what was done, not what the fact says a moment later.
+(setv _decisions (contextvars.ContextVar "consfig-during-decisions" :default None))
+
+(defn _decided [fact holds]
+  (setv d (.get _decisions))
+  (when (is-not d None) (.append d #(fact holds))))
+
 (defn _during [fact propapps]
   (setv matches (fact-matches fact))
   (when (is-not matches None)
+    (_decided fact (bool matches))
     (return (_during-facets fact propapps matches)))
   (setv holds (fact-holds? fact)
         label (propapp-desc fact))
+  (_decided fact holds)
   (inform f"during {label}: {(if holds "holds" "does not hold")}")
   (if holds
       ;; Recorded first: a deployment that fails half-way still retracts
@@ -475,16 +487,22 @@ A deployment of another host inside PROPSPEC is not looked into."
   (when propspec (walk propspec))
   found)
 
-(defn during-reevaluated [block]
+(defn during-reevaluated [block [decisions None]]
   "Evaluate the `during` BLOCK (a propapp, as `during-facts` gives) again,
 as a deployment does: announced, its fact asked, its properties applied or
 retracted, its record on the target kept.  Return `:no-change` or a changed
 result; a failure is shown, counted and raised as a `Reported`.  Call it
 while the host is applied (`consfig.model.context.applying`, in a
-`consfig.apply.engine.Run`), when a watch of its fact fired."
+`consfig.apply.engine.Run`), when a watch of its fact fired.  DECISIONS, a
+list, gets #(FACT HOLDS) for each `during` evaluated, outermost first:
+whether its fact held when it was asked, which is what was applied or
+retracted (the fact may have changed since)."
   (when (not (and (isinstance block Propapp) (fact-of block)))
     (raise (ValueError f"during-reevaluated: {block !r} is not a during block")))
-  (apply-and-announce block))
+  (setv token (.set _decisions decisions))
+  (try
+    (apply-and-announce block)
+    (finally (.reset _decisions token))))
 
 (export :objects [eseqprops seqprops silent-seqprops eseqprops-until unapplied
                   reapplied with-unapply on-change on-apply-change desc

@@ -569,6 +569,16 @@ replaced, say)."
     (try (self._run (fn [_] None) True (fn [] (fact-holds? block.fact)))
          (except [Exception] None)))
 
+  (defn _decided [self block decisions]
+    ;; Whether BLOCK's fact held when its evaluation asked it (DECISIONS, as
+    ;; `during-reevaluated` fills them): what was applied or retracted, said
+    ;; so even if the fact changed since.  Asked now when it was not asked
+    ;; then (a failure came first).
+    (for [[fact holds] decisions]
+      (when (or (is fact block.fact) (= fact block.fact))
+        (return holds)))
+    (self._holds block))
+
   (defn reevaluate [self block]
     "Evaluate the `during` BLOCK again, as a deployment does
 (`consfig.apply.combinators.during-reevaluated`): its properties applied
@@ -577,20 +587,21 @@ when that changed something, or failed; the blocks inside it follow its
 fate, and the properties inside are kept only while it holds."
     (setv seen []
           was block.holds
-          failed None)
+          failed None
+          decisions [])
     (try
       (with [_ (if self.noop (contextlib.nullcontext) (self._locked))]
         (setv result (self._run (fn [e] (.append seen e)) self.noop
-                                (fn [] (during-reevaluated block.propapp)))))
+                                (fn [] (during-reevaluated block.propapp :decisions decisions)))))
       (except [r Reported]
         (setv failed r
               result None))
       (except [ConsfigError]
         ;; Told to stop while a push held the lock.
         (return)))
-    (setv block.holds (self._holds block))
+    (setv block.holds (self._decided block decisions))
     (for [b self.blocks :if (_within? b block)]
-      (setv b.holds (when (_kept-now? b.parent) (self._holds b))))
+      (setv b.holds (when (_kept-now? b.parent) (self._decided b decisions))))
     (when (or (and failed (!= #("failed" (str failed.cause)) block.said))
               (!= result NO-CHANGE) (!= was block.holds))
       (for [e seen] (self.sink e)))

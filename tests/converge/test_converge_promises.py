@@ -203,6 +203,25 @@ def test_a_polled_fact_is_kept_live_like_a_watched_one(tmp_path):
         wait_until(lambda: agent.of("applied") and agent.of("retracted"), 10, "the agent to say so")
 
 
+def test_the_agent_says_applied_when_it_applied_though_the_fact_went_at_once(tmp_path):
+    # The agent said what a second asking of the fact gave, after the apply:
+    # a fact gone in between made an applied branch "retracted" (seen under
+    # load with a flag removed as soon as the page appeared).  This fact is
+    # gone as soon as it was asked.
+    flag, page = tmp_path / "flag", tmp_path / "page"
+    site = write_site(tmp_path / "site.hy", "once.example", LOCAL, f"""
+  (during (fact.command-succeeds ["sh" "-c" "test -e {flag} && rm -- {flag}"] :poll 0.2)
+    (file.exists-with-content "{page}" "down\\n"))""")
+    with Converging(tmp_path, "--consfig", site, "once") as agent:
+        flag.touch()
+        wait_until(lambda: agent.of("applied") or agent.of("retracted"), 10, "the agent to say")
+        said = [e["what"] for e in agent.events() if e.get("event") == "converge"
+                and e["what"] in ("applied", "retracted")]
+        assert said[0] == "applied", said
+        wait_until(lambda: agent.of("retracted"), 10, "retracted at the next poll")
+        assert not page.exists(), "retracted, the page is gone"
+
+
 def test_the_agents_lines_say_when_what_and_which_property(tmp_path):
     f = tmp_path / "motd"
     site = write_site(tmp_path / "site.hy", "lines.example", LOCAL,
