@@ -190,11 +190,19 @@ def test_a_repair_is_retried_under_its_retry_meta_parameter(tmp_path):
         assert not agent.of("failed"), agent.events()
 
 
-def test_a_polled_fact_is_kept_live_like_a_watched_one(tmp_path):
+def _polled_page_site(tmp_path, hostname, command):
+    """A site whose page is there while COMMAND succeeds (polled every 0.2 s):
+    its path, the flag file and the page."""
     flag, page = tmp_path / "flag", tmp_path / "page"
-    site = write_site(tmp_path / "site.hy", "polled.example", LOCAL, f"""
-  (during (fact.command-succeeds ["test" "-e" "{flag}"] :poll 0.2)
+    site = write_site(tmp_path / "site.hy", hostname, LOCAL, f"""
+  (during (fact.command-succeeds {command(flag)} :poll 0.2)
     (file.exists-with-content "{page}" "down\\n"))""")
+    return site, flag, page
+
+
+def test_a_polled_fact_is_kept_live_like_a_watched_one(tmp_path):
+    site, flag, page = _polled_page_site(tmp_path, "polled.example",
+                                         lambda f: f'["test" "-e" "{f}"]')
     with Converging(tmp_path, "--consfig", site, "polled") as agent:
         flag.touch()
         wait_until(page.exists, 10, "the branch applied at the next poll")
@@ -208,10 +216,8 @@ def test_the_agent_says_applied_when_it_applied_though_the_fact_went_at_once(tmp
     # a fact gone in between made an applied branch "retracted" (seen under
     # load with a flag removed as soon as the page appeared).  This fact is
     # gone as soon as it was asked.
-    flag, page = tmp_path / "flag", tmp_path / "page"
-    site = write_site(tmp_path / "site.hy", "once.example", LOCAL, f"""
-  (during (fact.command-succeeds ["sh" "-c" "test -e {flag} && rm -- {flag}"] :poll 0.2)
-    (file.exists-with-content "{page}" "down\\n"))""")
+    site, flag, page = _polled_page_site(tmp_path, "once.example",
+                                         lambda f: f'["sh" "-c" "test -e {f} && rm -- {f}"]')
     with Converging(tmp_path, "--consfig", site, "once") as agent:
         flag.touch()
         wait_until(lambda: agent.of("applied") or agent.of("retracted"), 10, "the agent to say")
