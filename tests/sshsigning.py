@@ -10,6 +10,7 @@ keys of consfig's old format, allowed-signers files, and a real ssh-agent.
 import base64
 import os
 import signal
+import socket
 import subprocess
 
 import hy  # noqa: F401
@@ -59,11 +60,21 @@ class SshAgent:
         self.proc = subprocess.Popen(["ssh-agent", "-D", "-a", self.socket],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_until(lambda: os.path.exists(self.socket), 10, "ssh-agent's socket")
+            # Not its socket file: ssh-agent binds it before it listens, and
+            # an ssh-add that came in between failed ("could not connect").
+            wait_until(self._listening, 10, "ssh-agent to listen on its socket")
         except BaseException:
             self.__exit__()
             raise
         self.env = {**os.environ, "SSH_AUTH_SOCK": self.socket}
+
+    def _listening(self):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(self.socket)
+            except OSError:
+                return False
+        return True
 
     def add(self, key_path):
         subprocess.run(["ssh-add", "-q", str(key_path)], env=self.env, check=True, timeout=30,
