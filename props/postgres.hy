@@ -86,10 +86,11 @@ and \"data\" (its data directory)."
   (next (gfor c clusters :if (and (= (get c "version") version) (= (get c "name") name)) c)
         None))
 
-(defn resolve-cluster [given]
-  "The cluster GIVEN as \"VERSION/NAME\", or the only one there is; a
-failure when it is not there, or when none is given and there are several."
-  (setv have (clusters))
+(defn resolve-cluster [given [have None]]
+  "The cluster GIVEN as \"VERSION/NAME\", or the only one there is, among
+HAVE (`clusters`, asked when not given); a failure when it is not there, or
+when none is given and there are several."
+  (when (is have None) (setv have (clusters)))
   (if given
       (do (setv #(version name) (.split given "/"))
           (when (not (_find have version name))
@@ -145,12 +146,12 @@ with what to do when the server is not running."
   ;; with no such cluster yet, nothing: the poll finds it.
   (when (not (watching-on-target?)) (return []))
   (try
-    (setv c (resolve-cluster cluster)
-          #(version name) (.split c "/")
-          found (_find (clusters) version name))
+    (setv have (clusters)
+          #(version name) (.split (resolve-cluster cluster have) "/")
+          data (.get (_find have version name) "data" ""))
     (except [FailedChange] (return [])))
-  (if (and found (.startswith (.get found "data" "") "/"))
-      [(watch-path (+ (.rstrip (get found "data") "/") "/base"))]
+  (if (.startswith data "/")
+      [(watch-path (+ (.rstrip data "/") "/base"))]
       []))
 
 (defn _stopped? [c]

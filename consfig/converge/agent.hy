@@ -575,7 +575,7 @@ replaced, say)."
     ;; so even if the fact changed since.  Asked now when it was not asked
     ;; then (a failure came first).
     (for [[fact holds] decisions]
-      (when (or (is fact block.fact) (= fact block.fact))
+      (when (= fact block.fact)
         (return holds)))
     (self._holds block))
 

@@ -93,13 +93,16 @@ def _sh(*argv, timeout=600, **kw):
     return subprocess.run(argv, check=True, timeout=timeout, **kw)
 
 
+def _mount_points():
+    with open("/proc/self/mountinfo") as f:
+        return {line.split()[4].encode().decode("unicode_escape") for line in f}
+
+
 def mounts_below(root):
     """The mount points strictly below ROOT (a chroot made by `overlay_copy`
     is itself a mount)."""
     root = os.path.realpath(root)
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4].encode().decode("unicode_escape") for line in f]
-    return [p for p in points if p.startswith(root + "/")]
+    return [p for p in _mount_points() if p.startswith(root + "/")]
 
 
 def unmount_below(root):
@@ -108,9 +111,7 @@ def unmount_below(root):
     bind of /dev one by one could, under shared propagation, take the
     host's own /dev/pts with it."""
     root = os.path.realpath(root)
-    with open("/proc/self/mountinfo") as f:
-        points = {line.split()[4].encode().decode("unicode_escape") for line in f}
-    below = [p for p in points if p == root or p.startswith(root + "/")]
+    below = [p for p in _mount_points() if p == root or p.startswith(root + "/")]
     top = [p for p in below
            if not any(q != p and p.startswith(q.rstrip("/") + "/") for q in below)]
     for p in top:
@@ -279,14 +280,11 @@ def overlay_copy(tarball, parent):
         d.mkdir()
     # The upper layer's directories have the lower layer's modes and owners:
     # the merged directory takes them from the upper one.
-    path = upper
-    for part in ["", "var", "cache", "apt", "archives"]:
-        path = path / part if part else path
-        below = lower / path.relative_to(upper)
-        path.mkdir(exist_ok=True)
-        st = below.stat()
-        os.chown(path, st.st_uid, st.st_gid)
-        os.chmod(path, st.st_mode & 0o7777)
+    for rel in ["", "var", "var/cache", "var/cache/apt", "var/cache/apt/archives"]:
+        (upper / rel).mkdir(exist_ok=True)
+        st = (lower / rel).stat()
+        os.chown(upper / rel, st.st_uid, st.st_gid)
+        os.chmod(upper / rel, st.st_mode & 0o7777)
     archives = upper / "var/cache/apt/archives"
     for deb in debs_dir(tarball).glob("*.deb"):
         try:

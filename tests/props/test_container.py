@@ -59,7 +59,8 @@ def _rooted_in(root):
     return found
 
 
-def _zombie(pid):
+def _ended(pid):
+    # Whether PID has ended: gone, or a zombie.
     try:
         return "State:\tZ" in pathlib.Path(f"/proc/{pid}/status").read_text()
     except OSError:
@@ -69,8 +70,7 @@ def _zombie(pid):
 def _nspawn_pids(name):
     out = subprocess.run(["pgrep", "-f", f"systemd-nspawn .*--machine={name} "],
                          capture_output=True, text=True).stdout
-    return [p for p in out.split() if pathlib.Path(f"/proc/{p}/status").exists()
-            and "State:\tZ" not in pathlib.Path(f"/proc/{p}/status").read_text()]
+    return [p for p in out.split() if not _ended(p)]
 
 
 def _inside(*argv, timeout=60):
@@ -98,8 +98,7 @@ def _force_down(name):
                                  text=True).stdout.split()
         for p in leaders + [pid]:
             subprocess.run(["kill", "-KILL", p], capture_output=True)
-        wait_until(lambda: not any(os.path.exists(f"/proc/{p}") and not _zombie(p)
-                                   for p in leaders + [pid]),
+        wait_until(lambda: all(_ended(p) for p in leaders + [pid]),
                    30, f"the container {name} to end")
     for p in [f"/var/lib/machines/{name}", f"/etc/systemd/nspawn/{name}.nspawn",
               f"{RUN_DIR}/{name}.pid", f"{RUN_DIR}/{name}.log"]:
