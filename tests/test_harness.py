@@ -142,6 +142,28 @@ def test_the_suites_workers_each_take_whole_test_files(tmp_path):
     assert all(len(w) == 1 for w in workers.values()), f"a file's tests were split: {workers}"
 
 
+def test_the_suites_workers_take_files_in_collection_order(tmp_path):
+    # tests/conftest.py puts the longest files first (LONGEST_FIRST); that
+    # holds only if pytest-xdist keeps the collection's order.  Since 3.8 it
+    # reorders files by their number of tests unless told not to: the
+    # 380 quick lint tests went first and the 2-minute VM boot last.
+    record = tmp_path / "ran"
+    for name, count in (("a", 1), ("b", 8)):
+        (tmp_path / f"test_{name}.py").write_text(
+            "import pytest\n"
+            f"@pytest.mark.parametrize('i', range({count}))\n"
+            f"def test_{name}(i):\n"
+            f"    with open({str(record)!r}, 'a') as f:\n"
+            f"        f.write('{name}\\n')\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-c", os.path.join(PROJECT, "pyproject.toml"), "--rootdir", str(tmp_path),
+                           "-n", "1", str(tmp_path / "test_a.py"), str(tmp_path / "test_b.py")],
+                          cwd=tmp_path, env=_env(False), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = record.read_text().split()
+    assert ran[0] == "a", f"the file collected first ran first: {ran}"
+
+
 def test_a_suite_started_with_sigint_ignored_starts_its_programs_hearing_it(tmp_path):
     # `cmd &` in a script starts the suite with SIGINT ignored, and every
     # program a test starts would inherit that: an agent a test stops as
