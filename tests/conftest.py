@@ -118,6 +118,26 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: rank.get(str(item.path), len(rank)))
 
 
+def pytest_sessionstart(session):
+    # Before pytest-xdist starts the workers (its own hook runs last): the
+    # Hy bytecode they would each compile, compiled once (tests/hybytecode.py).
+    if session.config.pluginmanager.has_plugin("dsession"):
+        import hybytecode
+        session.config.stash[_HY_WARMED] = hybytecode.warm(len(os.sched_getaffinity(0)))
+
+
+_HY_WARMED = pytest.StashKey()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    warmed = config.stash.get(_HY_WARMED, None)
+    if warmed and warmed[0]:
+        compiled, failed, seconds = warmed
+        terminalreporter.write_line(
+            f"Hy bytecode: {compiled} modules compiled before the workers started, in {seconds:.1f} s"
+            + (f" ({failed} left to the workers: they did not compile alone)" if failed else ""))
+
+
 # pytest rewrites the assertions of any file named on its command line, and
 # would parse a .hy file as Python; Hy tests give `assert` a message instead.
 _should_rewrite = _rewrite.AssertionRewritingHook._should_rewrite

@@ -182,3 +182,26 @@ def test_a_suite_started_with_sigint_ignored_starts_its_programs_hearing_it(tmp_
                           text=True, timeout=300,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_hy_module_is_stale_until_compiled_and_again_once_changed(tmp_path):
+    # What the controller compiles before the workers start
+    # (tests/hybytecode.py): only what Python would not take as it is.
+    import hybytecode
+    from consfig.python_hop.precompile import compile_modules
+    path = tmp_path / "m.hy"
+    path.write_text("(setv X 1)\n")
+    module = [("m", str(path))]
+    assert hybytecode.stale(module) == module, "no bytecode yet"
+    assert compile_modules(module, str(tmp_path)) == [], "it compiles"
+    assert hybytecode.stale(module) == [], "compiled: Python takes its bytecode"
+    path.write_text("(setv X 2)\n")
+    assert hybytecode.stale(module) == module, "its source changed"
+
+
+def test_every_hy_module_of_the_project_and_its_tests_is_warmed():
+    import hybytecode
+    names = {name for name, _ in hybytecode.hy_modules()}
+    for expected in ("consfig.apply.engine", "consfig.props.file", "consfig.connections.sudo",
+                     "tests.props.test_file"):
+        assert expected in names, f"{expected} is compiled before the workers start"

@@ -136,15 +136,22 @@ def _remembering_imports():
 def compile_tree(root, under=None, only=None, suffixes=(".py", ".hy")):
     """Write the bytecode of the modules under ROOT; the list of those that
     failed, as "NAME: why"."""
+    modules = [(module_name(root, path), path)
+               for path in sources(os.path.join(root, under) if under else root, suffixes)]
+    return compile_modules([(name, path) for name, path in modules
+                            if only is None or name in only], root)
+
+
+def compile_modules(modules, root):
+    """Write the bytecode of each (NAME, PATH) of MODULES beside its source,
+    the code named by its path under ROOT; the list of those that failed,
+    as "NAME: why"."""
     import importlib.util
     from importlib.machinery import SourceFileLoader
     import hy  # noqa: F401 -- lets SourceFileLoader compile .hy files
     _remembering_imports()
     failed = []
-    for path in sources(os.path.join(root, under) if under else root, suffixes):
-        name = module_name(root, path)
-        if only is not None and name not in only:
-            continue
+    for name, path in modules:
         with open(path, "rb") as f:
             source = f.read()
         try:
