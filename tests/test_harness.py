@@ -205,3 +205,11 @@ def test_every_hy_module_of_the_project_and_its_tests_is_warmed():
     for expected in ("consfig.apply.engine", "consfig.props.file", "consfig.connections.sudo",
                      "tests.props.test_file"):
         assert expected in names, f"{expected} is compiled before the workers start"
+
+
+def test_every_file_scheduled_first_is_a_test_file_of_the_suite():
+    # A file renamed or removed would silently fall back to its usual place.
+    [conftest] = [m for m in list(sys.modules.values())
+                  if getattr(m, "__file__", None) == os.path.join(TESTS, "conftest.py")]
+    missing = [f for f in conftest.LONGEST_FIRST if not os.path.isfile(os.path.join(TESTS, f))]
+    assert not missing, f"LONGEST_FIRST names files the suite does not have: {missing}"
