@@ -135,7 +135,8 @@ def pytest_terminal_summary(terminalreporter, config):
     if warmed and warmed[0]:
         compiled, failed, seconds = warmed
         terminalreporter.write_line(
-            f"Hy bytecode: {compiled} modules compiled before the workers started, in {seconds:.1f} s"
+            f"Hy bytecode: compiled {compiled} module{'s' if compiled > 1 else ''} before the "
+            f"workers started, in {seconds:.1f} s"
             + (f" ({failed} left to the workers: they did not compile alone)" if failed else ""))
 
 
