@@ -1,0 +1,252 @@
+"Podman: images, and containers kept running by systemd.
+
+  (use-props consfig.props [podman])
+  (podman.image-present \"docker.io/library/debian:bookworm\")
+  (podman.container-running \"web\" \"docker.io/library/nginx:stable\"
+                            :publish [\"8080:80\"] :volumes [\"/srv/www:/usr/share/nginx/html:ro\"])
+
+These are root's (the system's) images and containers.  A container is
+described by a systemd unit, /etc/systemd/system/podman-NAME.service, in
+the shape `podman generate systemd --new` gives: `podman run --replace` in
+ExecStart, the container removed when the unit stops.  Where systemd runs,
+the unit is enabled and started (restarted when its text changed); where
+no systemd runs (a container, a CI runner), consfig runs the same `podman
+run` itself, detached, so the container runs now and the unit is ready for
+a machine that boots with systemd.  A chroot (services not started) gets
+the unit only.
+
+Why a unit of our own and not Quadlet (a .container file that systemd's
+generator turns into a unit): Quadlet came with Podman 4.4, and Debian
+bookworm has 4.3.  A unit consfig writes works with both.
+
+Every container consfig runs carries the label consfig.spec, a digest of
+what it was asked for (image, command, ports, volumes, environment): one
+running with another digest, or not running, drifts.  An image updated in
+its registry under the same name does not: pull it anew, then restart.
+
+Images and containers live in Podman's storage, not in files consfig can
+watch: the converging agent polls them.
+
+To configure a container from the inside, deploy to it through the
+`:podman` hop (`consfig.connections.podman`), with `:python` after it where
+the image has Python."
+
+(eval-when-compile (require consfig.model.property [defprop]))
+(import difflib
+        hashlib
+        json
+        re
+        consfig.apply.actions [NO-CHANGE Script run run-ok? output remote-exists?]
+        consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
+        consfig.connections.podman [container-name?]
+        consfig.errors [FailedChange]
+        consfig.model.watchspec [watch-path watch-poll]
+        consfig.props.file [read-text update-file]
+        consfig.props.service [no-services? skip-for-no-services]
+        consfig.props.systemd [exec-line manager-running? systemctl unit-path]
+        consfig.types *)
+
+(setv container-name (predicate "container-name"
+                                "a container name (letters, digits, _ . and -, not starting with _ . or -; at most 128)"
+                                container-name?)
+      ;; REGISTRY/PATH:TAG@DIGEST, as podman parses it: lower-case path
+      ;; components, no whitespace, no leading dash.
+      image-reference (matching "image-reference"
+                                "an image reference such as docker.io/library/debian:bookworm (no whitespace, not starting with -)"
+                                (+ r"[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)*"
+                                   r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"))
+      port-mapping (matching "port-mapping"
+                             "a port mapping: [ADDRESS:]HOST-PORT:CONTAINER-PORT[/tcp|udp]"
+                             r"(\d{1,3}(\.\d{1,3}){3}:)?\d{1,5}:\d{1,5}(/(tcp|udp))?")
+      volume (matching "volume"
+                       "a volume: /HOST/PATH:/CONTAINER/PATH[:OPTIONS] or NAME:/CONTAINER/PATH[:OPTIONS] (no whitespace, comma-separated options)"
+                       r"(/[^\s:,\x00]*|[A-Za-z0-9][A-Za-z0-9_.-]*):/[^\s:,\x00]*(:[a-zA-Z,]+)?")
+      env-name (matching "env-name" "an environment variable name (letters, digits and _)"
+                         r"[A-Za-z_][A-Za-z0-9_]*"))
+
+(setv SPEC-LABEL "consfig.spec")
+
+(defn _podman [#* args [check True] [timeout 300]]
+  (setv r (run "podman" #* args :check False :timeout timeout))
+  (when (= r.exit-code 127)
+    (raise (FailedChange "podman is not installed here (apt.installed \"podman\")")))
+  (when (and check (not r.ok?))
+    (raise (FailedChange (+ f"podman {(get args 0)} failed: " (.strip (+ r.stderr r.stdout))))))
+  r)
+
+;; Images
+
+(defn image-exists? [reference]
+  "Whether Podman's storage holds the image REFERENCE."
+  (. (_podman "image" "exists" "--" reference :check False :timeout 60) ok?))
+
+(defprop image-present :posix [#^ image-reference reference * #^ (optional abs-path) [archive None]]
+  "Podman's storage holds the image REFERENCE: pulled from its registry,
+or, with ARCHIVE, imported from that root file system tarball on the
+target (`podman import`; .tar, .tar.gz, .tar.zst…), for a host that has no
+registry to pull from.  An image that is there is not pulled again.
+Unapplying removes the image (which fails while a container uses it)."
+  (:watch [(watch-poll 300)])
+  (:desc f"podman image {reference} present")
+  (:check (or (image-exists? reference) (Drift f"image {reference}: absent → present")))
+  (:apply (if archive
+              (do (when (not (remote-exists? archive))
+                    (raise (FailedChange f"cannot import {reference}: there is no {archive}")))
+                  (_podman "import" "--" archive reference :timeout 900))
+              (_podman "pull" "--quiet" "--" reference :timeout 1800))
+          None)
+  (:unapply (if (image-exists? reference)
+                (do (_podman "rmi" "--" reference) None)
+                NO-CHANGE)))
+
+;; Containers
+
+(defn unit-name [name] f"podman-{name}.service")
+
+(defn spec-digest [image command publish volumes env]
+  "The digest of what a container is asked to be, its consfig.spec label."
+  (cut (.hexdigest (hashlib.sha256 (.encode (json.dumps [image command publish volumes env]
+                                                        :sort-keys True)
+                                            "utf-8")))
+       0 16))
+
+(defn run-arguments [name image command publish volumes env]
+  "The arguments of `podman run` (after the word `run`) for the container,
+but for what only systemd adds."
+  [#* (gfor p publish x ["--publish" p] x)
+   #* (gfor v volumes x ["--volume" v] x)
+   #* (gfor [k v] (sorted (.items env)) x ["--env" f"{k}={v}"] x)
+   "--label" f"{SPEC-LABEL}={(spec-digest image command publish volumes env)}"
+   "--name" name "--replace" "--" image #* command])
+
+(defn unit-text [name image command publish volumes env]
+  "The systemd unit that runs the container NAME, as `podman generate
+systemd --new` would write it."
+  (+ f"[Unit]\nDescription=Podman container {name} (consfig)\n"
+     "Wants=network-online.target\nAfter=network-online.target\nRequiresMountsFor=%t/containers\n\n"
+     "[Service]\nEnvironment=PODMAN_SYSTEMD_UNIT=%n\nRestart=on-failure\nTimeoutStopSec=70\n"
+     "ExecStart=/usr/bin/podman run --cidfile=%t/%n.ctr-id --cgroups=no-conmon --rm"
+     " --sdnotify=conmon -d "
+     (exec-line (run-arguments name image command publish volumes env)) "\n"
+     "ExecStop=/usr/bin/podman stop --ignore -t 10 --cidfile=%t/%n.ctr-id\n"
+     "ExecStopPost=/usr/bin/podman rm -f --ignore -t 10 --cidfile=%t/%n.ctr-id\n"
+     "Type=notify\nNotifyAccess=all\n\n[Install]\nWantedBy=multi-user.target default.target\n"))
+
+(defn container-state [name]
+  "#(STATUS DIGEST) of the container NAME (its state, \"running\", \"exited\"…,
+and its consfig.spec label), or None when there is no such container."
+  (setv r (_podman "container" "inspect" "--format"
+                   (+ "{{.State.Status}} {{index .Config.Labels \"" SPEC-LABEL "\"}}")
+                   "--" name :check False :timeout 60))
+  (when r.ok?
+    (setv words (.split r.stdout))
+    #((get words 0) (if (> (len words) 1) (get words 1) ""))))
+
+(defn _container-drift [name digest]
+  ;; None when the container NAME runs as DIGEST asks; else what is wrong.
+  (setv state (container-state name))
+  (cond (is state None) f"container {name}: absent → running"
+        (!= (get state 1) digest) f"container {name}: runs another specification → {digest}"
+        (!= (get state 0) "running") f"container {name}: {(get state 0)} → running"
+        True None))
+
+(defn _running-by [unit]
+  ;; What starts the container: :systemd, :none (services not started
+  ;; here) or :podman (consfig itself, where no systemd runs).
+  (cond (no-services?) :none
+        (manager-running?) :systemd
+        True :podman))
+
+(defn _check-running [name image command publish volumes env]
+  (setv unit (unit-name name)
+        path (unit-path unit)
+        text (unit-text name image command publish volumes env)
+        have (read-text path))
+  (cond (!= have text)
+        (Drift (if (is have None) f"{path}: absent → written" f"{path}: differs → rewritten")
+               :path path
+               :diff (.join "" (difflib.unified-diff (.splitlines (or have "") True)
+                                                     (.splitlines text True)
+                                                     (+ "a" path) (+ "b" path))))
+        (= (_running-by unit) :none) True
+        True (or (not (_container-drift name (spec-digest image command publish volumes env)))
+                 (Drift (_container-drift name (spec-digest image command publish volumes env))))))
+
+(defn _apply-running [name image command publish volumes env]
+  (setv unit (unit-name name)
+        digest (spec-digest image command publish volumes env)
+        written (update-file (unit-path unit) (unit-text name image command publish volumes env)
+                             :mode 0o644 :owner "root" :group "root")
+        by (_running-by unit)
+        drift (when (!= by :none) (_container-drift name digest)))
+  (cond (= by :none)
+        (do (skip-for-no-services f"starting the container {name}") written)
+        (checking?)
+        (if drift (do (inform f"{drift} (would be started)") WOULD-CHANGE) written)
+        (= by :systemd)
+        (do (when (!= written NO-CHANGE) (systemctl False "daemon-reload"))
+            (when (not (run-ok? "systemctl" "is-enabled" "--quiet" "--" unit))
+              (systemctl False "enable" "--" unit))
+            (if (or drift (!= written NO-CHANGE))
+                (do (systemctl False "restart" "--" unit) None)
+                written))
+        drift
+        (do (_podman "run" "--detach" #* (run-arguments name image command publish volumes env)
+                     :timeout 600)
+            None)
+        True written))
+
+(defn _remove-container [name]
+  (setv unit (unit-name name)
+        path (unit-path unit)
+        has-unit (remote-exists? path)
+        has-container (is-not (container-state name) None))
+  (cond (not (or has-unit has-container)) NO-CHANGE
+        (checking?) (do (inform (+ f"the container {name}"
+                                   (if has-unit f" and {path}" "") " would be removed"))
+                        WOULD-CHANGE)
+        True
+        (do (when (and has-unit (not (no-services?)) (manager-running?))
+              (systemctl False "disable" "--now" "--" unit))
+            (when has-container
+              (_podman "rm" "--force" "--ignore" "--time" "10" "--" name :timeout 120))
+            (when has-unit
+              (run "rm" "-f" "--" path :timeout 60)
+              (when (and (not (no-services?)) (manager-running?))
+                (systemctl False "daemon-reload")))
+            None)))
+
+(defprop container-running :posix [#^ container-name name #^ image-reference image
+                                   * #^ (list-of line) [command []]
+                                   #^ (list-of port-mapping) [publish []]
+                                   #^ (list-of volume) [volumes []]
+                                   #^ (dict-of env-name line) [env {}]]
+  "The container NAME runs the image IMAGE (COMMAND, or the image's own),
+with the ports PUBLISH (\"8080:80\"), the VOLUMES (\"/srv/data:/data:ro\") and
+the environment ENV, from the systemd unit podman-NAME.service, which this
+writes and enables; where no systemd runs, consfig starts the same `podman
+run` itself (see `consfig.props.podman`).  A container of another
+specification is replaced.  The image must be there, or be pullable:
+`podman.image-present` first.  Check mode shows the unit's diff.  Unapplying
+stops and removes the container and the unit."
+  (:watch [(watch-path (unit-path (unit-name name))) (watch-poll 60)])
+  (:desc f"podman container {name} running {image}")
+  (:check (_check-running name image command publish volumes env))
+  (:apply (_apply-running name image command publish volumes env))
+  (:unapply (_remove-container name)))
+
+(defprop container-removed :posix [#^ container-name name]
+  "There is no container NAME, and no unit podman-NAME.service: a running
+one is stopped (its unit disabled) and removed.  Nothing to unapply: a
+container is made by `container-running`."
+  (:watch [(watch-path (unit-path (unit-name name))) (watch-poll 60)])
+  (:desc f"podman container {name} removed")
+  (:check (cond (remote-exists? (unit-path (unit-name name)))
+                (Drift f"{(unit-path (unit-name name))}: present → absent")
+                (is-not (container-state name) None)
+                (Drift f"container {name}: present → absent")
+                True True))
+  (:apply (_remove-container name)))
+
+(export :objects [image-present container-running container-removed image-exists? container-state
+                  unit-name unit-text run-arguments spec-digest SPEC-LABEL])

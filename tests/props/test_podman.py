@@ -1,0 +1,199 @@
+"""Podman (props/podman.hy) and the :podman hop (connections/podman.hy),
+against the real podman of this machine, offline: the image is imported
+from the cached chroot tarball, never pulled.
+
+This machine runs no systemd, so podman.container-running starts its
+container with `podman run` itself (the unit is written all the same).
+
+The module's podman reads a containers.conf of its own (CONTAINERS_CONF):
+in CI's sandbox the default runtime, crun, refuses hybrid cgroups, and the
+limits podman gives a container by default are above the hard limits here,
+which a process without CAP_SYS_RESOURCE cannot raise (see
+docs/properties.md, podman)."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword
+
+from harness import unavailable, wait_until
+from proptest import apply_twice, deploy_propspec, diffs, failure_text, statuses, this_os, unapply
+
+from consfig.errors import CommandTimedOut, ConnectionFailed, PropspecError
+from consfig.props import file, podman
+from consfig.transport.chain import close_chain, establish_chain, parse_chain
+
+pytestmark = pytest.mark.chroot
+
+LOCAL = [Keyword("local")]
+IMAGE = f"localhost/consfig-test-{os.getpid()}:1"
+NAME = f"cftest-{os.getpid()}"
+SHELL = f"cftest-sh-{os.getpid()}"
+UNIT = pathlib.Path(f"/etc/systemd/system/podman-{NAME}.service")
+
+
+def _podman(*argv, check=True):
+    return subprocess.run(["podman", *argv], capture_output=True, text=True, timeout=120,
+                          check=check)
+
+
+@pytest.fixture(scope="module")
+def conf(tmp_path_factory, debian_chroot_tarball):
+    if not shutil.which("podman"):
+        unavailable("podman is not installed (apt-get install podman)")
+    path = tmp_path_factory.mktemp("podman") / "containers.conf"
+    lines = ["[containers]", 'default_ulimits = ["nofile=1024:1024", "nproc=32768:32768"]']
+    if shutil.which("runc"):
+        lines += ["[engine]", 'runtime = "runc"']
+    path.write_text("\n".join(lines) + "\n")
+    old = os.environ.get("CONTAINERS_CONF")
+    os.environ["CONTAINERS_CONF"] = str(path)
+    try:
+        yield debian_chroot_tarball
+    finally:
+        for c in [NAME, SHELL]:
+            _podman("rm", "--force", "--ignore", "--time", "0", c, check=False)
+        _podman("rmi", "--ignore", IMAGE, check=False)
+        UNIT.unlink(missing_ok=True)
+        if old is None:
+            del os.environ["CONTAINERS_CONF"]
+        else:
+            os.environ["CONTAINERS_CONF"] = old
+
+
+@pytest.fixture(scope="module")
+def image(conf):
+    apply_twice(LOCAL, podman.image_present(IMAGE, archive=str(conf)))
+    return IMAGE
+
+
+def _state(name):
+    # (status, consfig.spec label) of the container NAME, None when there is none.
+    r = _podman("container", "inspect", "--format",
+                '{{.State.Status}} {{index .Config.Labels "consfig.spec"}}', name, check=False)
+    return tuple(r.stdout.split()) if r.returncode == 0 else None
+
+
+def _running(**kw):
+    return podman.container_running(NAME, IMAGE, command=["sleep", "infinity"], **kw)
+
+
+def test_image_present_imports_the_archive_once(image):
+    assert _podman("image", "exists", image, check=False).returncode == 0, "not imported"
+
+
+def test_container_running_starts_it_labelled_and_writes_its_unit(image):
+    apply_twice(LOCAL, _running())
+    state = _state(NAME)
+    assert state and state[0] == "running", f"not running: {state}"
+    assert UNIT.read_text() == podman.unit_text(NAME, IMAGE, ["sleep", "infinity"], [], [], {}), \
+        "the unit is not the one described"
+    assert "ExecStart=/usr/bin/podman run " in UNIT.read_text(), "no podman run in the unit"
+
+
+def test_container_running_replaces_a_stopped_container(image):
+    _podman("stop", "--time", "0", NAME)
+    apply_twice(LOCAL, _running())
+    assert _state(NAME)[0] == "running", "not started again"
+
+
+def test_container_running_check_mode_shows_the_new_unit_and_changes_nothing(image):
+    before = UNIT.read_text()
+    digest = _state(NAME)[1]
+    outcome, events = deploy_propspec(LOCAL, _running(env={"GREETING": "$(reboot) 50%"}),
+                                      check_mode=True)
+    assert outcome.exit_code(True) == 2, f"no change foreseen: {statuses(events)}"
+    assert any("GREETING" in str(d) for d in diffs(events)), f"no diff of the unit: {diffs(events)}"
+    assert UNIT.read_text() == before, "check mode wrote the unit"
+    assert _state(NAME)[1] == digest, "check mode replaced the container"
+
+
+def test_container_running_with_another_specification_replaces_it(image):
+    apply_twice(LOCAL, _running(env={"GREETING": "$(reboot) 50%"}))
+    out = _podman("exec", NAME, "sh", "-c", 'printf %s "$GREETING"').stdout
+    assert out == "$(reboot) 50%", f"the environment did not reach the container as given: {out!r}"
+    assert 'GREETING=$$(reboot) 50%%' in UNIT.read_text(), "the unit does not escape $ and %"
+
+
+@pytest.mark.parametrize("bad", [
+    dict(name="-rm"), dict(name="a/b"), dict(name="x\ny"), dict(image="--privileged"),
+    dict(image="debian bookworm"), dict(command=["sleep", "1\n"]), dict(publish=["80"]),
+    dict(volumes=["/a:/b,relabel=shared"]), dict(env={"A=B": "1"}), dict(env={"A": "x\0"})])
+def test_container_running_refuses_hostile_values_at_load(bad):
+    args = dict(name=NAME, image=IMAGE)
+    args.update(bad)
+    name, image_ = args.pop("name"), args.pop("image")
+    with pytest.raises(PropspecError):
+        podman.container_running(name, image_, **args)
+
+
+def test_image_present_refuses_a_leading_dash_and_a_relative_archive():
+    with pytest.raises(PropspecError):
+        podman.image_present("-q")
+    with pytest.raises(PropspecError):
+        podman.image_present(IMAGE, archive="x.tar")
+
+
+def test_podman_hop_passes_exit_codes_and_binary_data(image):
+    conns = establish_chain(parse_chain([[Keyword("podman"), Keyword("container"), NAME]]))
+    try:
+        c = conns[-1]
+        assert c.where == f"local > podman:{NAME}", c.where
+        assert c.run(["sh", "-c", "exit 7"], check=False).exit_code == 7, "exit code lost"
+        data = bytes(range(256)) * 64
+        p = c.start_process(["cat"])
+        p.stdin.write(data)
+        p.stdin.close()
+        assert p.stdout.read(len(data)) == data, "stdin/stdout is not a clean binary pipe"
+        assert p.wait(30) == 0, "cat in the container failed"
+    finally:
+        close_chain(conns)
+
+
+def test_podman_hop_timeout_kills_the_command_inside(image):
+    conns = establish_chain(parse_chain([[Keyword("podman"), Keyword("container"), NAME]]))
+    try:
+        with pytest.raises(CommandTimedOut):
+            conns[-1].run(["sleep", "4244"], timeout=1)
+    finally:
+        close_chain(conns)
+    wait_until(lambda: "sleep 4244" not in _podman("top", NAME, "args").stdout,
+               15, "the timed-out sleep in the container to be killed")
+
+
+def test_podman_hop_to_a_missing_container_says_so():
+    with pytest.raises(ConnectionFailed, match="cannot enter the container cf-none"):
+        establish_chain(parse_chain([[Keyword("podman"), Keyword("container"), "cf-none"]]))
+
+
+def test_podman_hop_then_python_applies_inside(conf, debian_chroot):
+    # The minbase image has no Python: a container of the test chroot's tree
+    # (podman's --rootfs), where :install puts it from the cached packages.
+    _podman("run", "--detach", "--network", "none", "--name", SHELL, "--rootfs",
+            str(debian_chroot), "sleep", "infinity")
+    chain = [[Keyword("podman"), Keyword("container"), SHELL],
+             [Keyword("python"), Keyword("install"), True]]
+    apply_twice(chain, [this_os(), file.has_content("/etc/from-python", "py\n")])
+    assert (debian_chroot / "etc/from-python").read_text() == "py\n", "not written inside"
+
+
+def test_container_removed_removes_container_and_unit(image):
+    apply_twice(LOCAL, podman.container_removed(NAME))
+    assert _state(NAME) is None, "the container is still there"
+    assert not UNIT.exists(), "the unit is still there"
+
+
+def test_container_running_unapplied_leaves_nothing(image):
+    apply_twice(LOCAL, _running())
+    unapply(LOCAL, _running())
+    assert _state(NAME) is None and not UNIT.exists(), "something is left"
+
+
+def test_image_present_unapplied_removes_the_image(image):
+    unapply(LOCAL, podman.image_present(IMAGE, archive="/nonexistent.tar"))
+    assert _podman("image", "exists", IMAGE, check=False).returncode != 0, "the image is left"
