@@ -5,6 +5,12 @@
   (podman.container-running \"web\" \"docker.io/library/nginx:stable\"
                             :publish [\"8080:80\"] :volumes [\"/srv/www:/usr/share/nginx/html:ro\"])
 
+Where there is no registry to pull from, an image comes from a root file
+system tarball on the target:
+
+  (podman.image-present \"localhost/bookworm:1\" :archive \"/srv/images/bookworm.tar.zst\")
+  (podman.container-running \"box\" \"localhost/bookworm:1\" :command [\"sleep\" \"infinity\"])
+
 These are root's (the system's) images and containers.  A container is
 described by a systemd unit, /etc/systemd/system/podman-NAME.service, in
 the shape `podman generate systemd --new` gives: `podman run --replace` in

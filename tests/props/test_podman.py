@@ -12,10 +12,12 @@ which a process without CAP_SYS_RESOURCE cannot raise (podman itself
 lowers its own nproc limit to 32768 first); and containers get no network.
 Those are this sandbox's; a site needs none of it."""
 
+import json
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -23,7 +25,8 @@ import hy  # noqa: F401
 from hy.models import Keyword
 
 from harness import unavailable, wait_until
-from proptest import apply_twice, deploy_propspec, diffs, failure_text, statuses, this_os, unapply
+from proptest import (apply_twice, deploy_propspec, diffs, host_arch, host_suite, statuses, this_os,
+                      unapply)
 
 from consfig.errors import CommandTimedOut, ConnectionFailed, PropspecError
 from consfig.props import file, podman
@@ -187,6 +190,36 @@ def test_podman_hop_then_python_applies_inside(image):
     apply_twice(chain, [this_os(), file.has_content("/etc/from-python", "py\n")])
     out = _podman("exec", SHELL, "cat", "/etc/from-python").stdout
     assert out == "py\n", f"not written inside: {out!r}"
+
+
+def test_documented_offline_example_deploys_through_the_cli_then_checks_clean(conf, tmp_path):
+    # The module's second example, with this machine's tarball and names.
+    name, image_ = f"cfdoc-{os.getpid()}", f"localhost/consfig-doc-{os.getpid()}:1"
+    site = tmp_path / "site.hy"
+    site.write_text(f"""(require consfig *)
+(import consfig *)
+(use-props consfig.props [os podman])
+(defhost podman.test {{:deploy :local}}
+  (os.debian-stable "{host_suite()}" :{host_arch()})
+  (podman.image-present "{image_}" :archive "{conf}")
+  (podman.container-running "{name}" "{image_}" :command ["sleep" "infinity"]))
+""")
+
+    def cli(*flags):
+        return subprocess.run([sys.executable, "-m", "consfig", "deploy", "--consfig", str(site),
+                               "podman.test", "--detailed-exitcode", *flags],
+                              capture_output=True, text=True, timeout=180)
+    try:
+        first = cli()
+        assert first.returncode == 2, f"not deployed:\n{first.stdout}{first.stderr}"
+        assert _state(name)[0] == "running", "the documented container does not run"
+        checked = cli("--check", "--json")
+        assert checked.returncode == 0, f"drifted right after deploying:\n{checked.stdout}{checked.stderr}"
+        assert json.loads(checked.stdout.splitlines()[-1]), "no JSON summary"
+    finally:
+        _podman("rm", "--force", "--ignore", "--time", "0", name, check=False)
+        _podman("rmi", "--ignore", image_, check=False)
+        pathlib.Path(f"/etc/systemd/system/podman-{name}.service").unlink(missing_ok=True)
 
 
 def test_container_removed_removes_container_and_unit(image):
