@@ -273,6 +273,12 @@ WALK = {
     "postgres.hba-contains-lines": [(CONTAINER, '(postgres.hba-contains-lines "local walkdb walk peer")')],
     "postgres.has-role": [(CONTAINER, '(postgres.has-role "walk" :login True :createdb False)')],
     "postgres.has-database": [(CONTAINER, '(postgres.has-database "walkdb" :owner "walk")')],
+    "dpkg.stat-overridden": [(CHROOT, '(dpkg.stat-overridden "/usr/bin/ls" "root" "walkers" 0o755)')],
+    "apt.configured": [(CHROOT, '(apt.configured "80walk" "Acquire::Retries" 3)')],
+    "user.lacks-group": [(CHROOT, '(user.lacks-group "nobody-groups")')],
+    "user.not-in-groups": [(CHROOT, '(user.not-in-groups "walker" "sudo")')],
+    "user.has-password-aging": [(CHROOT, '(user.has-password-aging "walker" :max-days 90 :warn-days 14)')],
+    "user.login-shell-listed": [(CHROOT, '(user.login-shell-listed "/usr/local/bin/walksh")')],
 }
 
 EXAMPLE_SITE = "applied and checked in the booted container by test_the_example_site_deployed_then_checks_clean"
