@@ -41,8 +41,7 @@ the image has Python."
 (import difflib
         hashlib
         json
-        re
-        consfig.apply.actions [NO-CHANGE Script run run-ok? output remote-exists?]
+        consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
         consfig.connections.podman [container-name?]
         consfig.errors [FailedChange]

@@ -25,7 +25,7 @@ import hy  # noqa: F401
 from hy.models import Keyword
 
 from harness import unavailable, wait_until
-from proptest import (apply_twice, deploy_propspec, diffs, host_arch, host_suite, statuses, this_os,
+from proptest import (apply_twice, assert_hop_passes_exit_codes_and_binary_data, deploy_propspec, diffs, host_arch, host_suite, statuses, this_os,
                       unapply)
 
 from consfig.errors import CommandTimedOut, ConnectionFailed, PropspecError
@@ -150,19 +150,8 @@ def test_image_present_refuses_a_leading_dash_and_a_relative_archive():
 
 
 def test_podman_hop_passes_exit_codes_and_binary_data(image):
-    conns = establish_chain(parse_chain([[Keyword("podman"), Keyword("container"), NAME]]))
-    try:
-        c = conns[-1]
-        assert c.where == f"local > podman:{NAME}", c.where
-        assert c.run(["sh", "-c", "exit 7"], check=False).exit_code == 7, "exit code lost"
-        data = bytes(range(256)) * 64
-        p = c.start_process(["cat"])
-        p.stdin.write(data)
-        p.stdin.close()
-        assert p.stdout.read(len(data)) == data, "stdin/stdout is not a clean binary pipe"
-        assert p.wait(30) == 0, "cat in the container failed"
-    finally:
-        close_chain(conns)
+    assert_hop_passes_exit_codes_and_binary_data([Keyword("podman"), Keyword("container"), NAME],
+                                                 f"local > podman:{NAME}")
 
 
 def test_podman_hop_timeout_kills_the_command_inside(image):
