@@ -155,7 +155,7 @@ and its consfig.spec label), or None when there is no such container."
         (!= (get state 0) "running") f"container {name}: {(get state 0)} → running"
         True None))
 
-(defn _running-by [unit]
+(defn _running-by []
   ;; What starts the container: :systemd, :none (services not started
   ;; here) or :podman (consfig itself, where no systemd runs).
   (cond (no-services?) :none
@@ -173,7 +173,7 @@ and its consfig.spec label), or None when there is no such container."
                :diff (.join "" (difflib.unified-diff (.splitlines (or have "") True)
                                                      (.splitlines text True)
                                                      (+ "a" path) (+ "b" path))))
-        (= (_running-by unit) :none) True
+        (= (_running-by) :none) True
         True (or (not (_container-drift name (spec-digest image command publish volumes env)))
                  (Drift (_container-drift name (spec-digest image command publish volumes env))))))
 
@@ -182,7 +182,7 @@ and its consfig.spec label), or None when there is no such container."
         digest (spec-digest image command publish volumes env)
         written (update-file (unit-path unit) (unit-text name image command publish volumes env)
                              :mode 0o644 :owner "root" :group "root")
-        by (_running-by unit)
+        by (_running-by)
         drift (when (!= by :none) (_container-drift name digest)))
   (cond (= by :none)
         (do (skip-for-no-services f"starting the container {name}") written)

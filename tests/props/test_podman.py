@@ -130,6 +130,21 @@ def test_container_running_with_another_specification_replaces_it(image):
     assert 'GREETING=$$(reboot) 50%%' in UNIT.read_text(), "the unit does not escape $ and %"
 
 
+def test_container_unit_with_hostile_values_is_one_systemd_loads_cleanly(tmp_path):
+    # This machine runs no systemd to start the unit: systemd-analyze says
+    # whether one would load it, with no complaint (`%`, `$`, quotes and
+    # backslashes in values escaped).
+    if not shutil.which("systemd-analyze"):
+        unavailable("systemd-analyze is not installed (apt-get install systemd)")
+    unit = tmp_path / "podman-web.service"
+    unit.write_text(podman.unit_text("web", IMAGE, ["sh", "-c", 'echo "$HOME" 100% \\'],
+                                     ["8080:80"], ["/srv/a:/a:ro"], {"A": '$(x) \\ " %t'}))
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, SYSTEMD_UNIT_PATH=f"{tmp_path}:"))
+    complaints = [line for line in (r.stdout + r.stderr).splitlines() if str(unit) in line]
+    assert r.returncode == 0 and not complaints, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("bad", [
     dict(name="-rm"), dict(name="a/b"), dict(name="x\ny"), dict(image="--privileged"),
     dict(image="debian bookworm"), dict(command=["sleep", "1\n"]), dict(publish=["80"]),
