@@ -2,7 +2,10 @@
 
 `[:podman :container \"web\"]` runs each script in the running container web
 with `podman exec -i web /bin/sh -c SCRIPT` on the upstream machine (root
-there: the system's containers, as `consfig.props.podman` runs them).  The
+there: the system's containers, as `consfig.props.podman` runs them).
+`[:podman :container \"web\" :user \"alice\"]` enters alice's rootless
+container web instead: podman runs as alice (through runuser(1) when the
+upstream is root), with her runtime directory.  The
 command gets the container's own environment, user and capabilities;
 standard input and output are plain pipes (no terminal), so binary data
 and a `:python` hop after this one pass through, and the exit code is the
@@ -31,6 +34,29 @@ process-group kill cannot reach."
   "Whether V is a name Podman accepts for a container (and safe in an argv)."
   (bool (and (isinstance v str) (re.fullmatch _CONTAINER-NAME v))))
 
+(setv USER-NAME (ArgType "a user name (lower-case letters, digits, _ and -, not starting with a digit or -)"
+                         (fn [v] (if (and (isinstance v str) (re.fullmatch r"[a-z_][a-z0-9_-]{0,31}" v))
+                                     v
+                                     (raise (ValueError))))))
+
+;; `sh -c AS-USER sh USER ARGV…`: ARGV run as USER (directly when that is who
+;; runs it already, else through runuser, which needs root), from /, with
+;; USER's runtime directory where there is one (/run/user/UID, made by
+;; logind or lingering); elsewhere podman picks its own under /tmp.
+(setv _AS-USER (.join "\n" [
+  "u=$1; shift"
+  "cd / || exit 1"
+  "d=/run/user/$(id -u -- \"$u\") || exit 1"
+  "if [ -d \"$d\" ]; then export XDG_RUNTIME_DIR=\"$d\"; else unset XDG_RUNTIME_DIR; fi"
+  "unset DBUS_SESSION_BUS_ADDRESS"
+  "if [ \"$(id -un)\" = \"$u\" ]; then exec \"$@\"; fi"
+  "exec runuser -u \"$u\" -- \"$@\""]))
+
+(defn as-podman-user [user argv]
+  "ARGV as USER runs podman: as USER, with USER's runtime directory; ARGV
+itself when USER is None (root's containers)."
+  (if user ["/bin/sh" "-c" _AS-USER "sh" user #* argv] argv))
+
 (setv CONTAINER-NAME (ArgType "a container name (letters, digits, _ . and -, not starting with _ . or -; at most 128)"
                               (fn [v] (if (container-name? v) v (raise (ValueError))))))
 
@@ -56,40 +82,44 @@ process-group kill cannot reach."
      " kill -KILL $p 2>/dev/null; exit 143' TERM INT HUP")
   "wait $p"]))
 
-(defn exec-argv [container argv [token None]]
-  "The argv that runs ARGV inside the running CONTAINER, on the machine
-that runs it, with TOKEN (a new one if None) marking what it starts."
-  ["env" f"k={_KILL-TOKEN}" "/bin/sh" "-c" _EXEC "sh" (or token (secrets.token-hex 12))
-   container #* argv])
+(defn exec-argv [container argv [token None] * [user None]]
+  "The argv that runs ARGV inside the running CONTAINER (USER's rootless
+one, when given), on the machine that runs it, with TOKEN (a new one if
+None) marking what it starts."
+  (as-podman-user user ["env" f"k={_KILL-TOKEN}" "/bin/sh" "-c" _EXEC "sh"
+                        (or token (secrets.token-hex 12)) container #* argv]))
 
 (defclass PodmanConnection [Connection]
   "Scripts run with `podman exec -i CONTAINER /bin/sh -c` on the upstream."
   (setv hop-name "podman")
 
-  (defn __init__ [self upstream container]
+  (defn __init__ [self upstream container user]
     (.__init__ (super) upstream)
-    (setv self.container container))
+    (setv self.container container
+          self.user user))
 
-  (defn describe [self] f"podman:{self.container}")
+  (defn describe [self] (+ f"podman:{self.container}" (if self.user f"@{self.user}" "")))
 
   (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (.run-script self.upstream
-                  (shlex.join ["exec" #* (exec-argv self.container ["/bin/sh" "-c" script])])
+                  (shlex.join ["exec" #* (exec-argv self.container ["/bin/sh" "-c" script]
+                                                    :user self.user)])
                   input timeout :limit limit))
 
   (defn start-process [self argv]
-    (.start-process self.upstream (exec-argv self.container argv))))
+    (.start-process self.upstream (exec-argv self.container argv :user self.user))))
 
 (setv _PROBE (+ "command -v podman >/dev/null || { echo 'podman is not installed' >&2; exit 254; }\n"
                 "s=$(podman container inspect --format '{{.State.Status}}' -- \"$1\" 2>&1) ||"
                 " { echo \"$s\" >&2; exit 255; }\n"
                 "[ \"$s\" = running ] || { echo \"the container $1 is $s\" >&2; exit 253; }"))
 
-(defn establish [upstream * container]
-  (setv probe (.run upstream (Script _PROBE container) :check False :timeout PROBE-TIMEOUT))
+(defn establish [upstream * container [user None]]
+  (setv probe (.run upstream (as-podman-user user ["/bin/sh" "-c" _PROBE "sh" container])
+                    :check False :timeout PROBE-TIMEOUT))
   (when (not probe.ok?)
     (raise (ConnectionFailed
-             (+ f"cannot enter the container {container}: "
+             (+ f"cannot enter the container {container}" (if user f" of {user}" "") ": "
                 (.strip (+ probe.stderr probe.stdout))
                 (cond (= probe.exit-code 255)
                       " (`podman ps -a` lists the containers; podman.container-running runs one)"
@@ -97,8 +127,9 @@ that runs it, with TOKEN (a new one if None) marking what it starts."
                       " (start it with podman.container-running)"
                       True ""))
              upstream.where)))
-  (PodmanConnection upstream container))
+  (PodmanConnection upstream container user))
 
-(setv HOP (Hop "podman" {"container" CONTAINER-NAME} establish :required ["container"]))
+(setv HOP (Hop "podman" {"container" CONTAINER-NAME "user" USER-NAME} establish
+               :required ["container"]))
 
-(export :objects [PodmanConnection HOP CONTAINER-NAME container-name? exec-argv])
+(export :objects [PodmanConnection HOP CONTAINER-NAME container-name? exec-argv as-podman-user])

@@ -21,6 +21,15 @@ run` itself, detached, so the container runs now and the unit is ready for
 a machine that boots with systemd.  A chroot (services not started) gets
 the unit only.
 
+With `:user`, images and containers are that user's own, rootless ones
+(podman run as the user, through runuser(1)), the unit is the user's
+(~/.config/systemd/user/podman-NAME.service) for the user's own service
+manager, which runs while the user is logged in or lingers
+(`systemd.lingering-enabled`); the user needs subordinate ids in
+/etc/subuid and /etc/subgid (useradd gives them) and Debian's `uidmap`.
+
+  (podman.container-running \"app\" \"docker.io/library/redis:7\" :user \"alice\")
+
 Why a unit of our own and not Quadlet (a .container file that systemd's
 generator turns into a unit): Quadlet came with Podman 4.4, and Debian
 bookworm has 4.3.  A unit consfig writes works with both.
@@ -43,12 +52,13 @@ the image has Python."
         json
         consfig.apply.actions [NO-CHANGE run run-ok? remote-exists?]
         consfig.apply.engine [Drift WOULD-CHANGE checking? inform]
-        consfig.connections.podman [container-name?]
+        consfig.connections.podman [as-podman-user container-name?]
         consfig.errors [FailedChange]
         consfig.model.watchspec [watch-path watch-poll]
         consfig.props.file [read-text update-file]
         consfig.props.service [no-services? skip-for-no-services]
         consfig.props.systemd [exec-line manager-running? systemctl unit-path]
+        consfig.props.user [home-directory]
         consfig.types *)
 
 (setv container-name (predicate "container-name"
@@ -71,8 +81,9 @@ the image has Python."
 
 (setv SPEC-LABEL "consfig.spec")
 
-(defn _podman [#* args [check True] [timeout 300]]
-  (setv r (run "podman" #* args :check False :timeout timeout))
+(defn _podman [#* args [check True] [timeout 300] [user None]]
+  ;; podman ARGS, as USER (rootless) when given.
+  (setv r (run (as-podman-user user ["podman" #* args]) :check False :timeout timeout))
   (when (= r.exit-code 127)
     (raise (FailedChange "podman is not installed here (apt.installed \"podman\")")))
   (when (and check (not r.ok?))
@@ -81,27 +92,31 @@ the image has Python."
 
 ;; Images
 
-(defn image-exists? [reference]
-  "Whether Podman's storage holds the image REFERENCE."
-  (. (_podman "image" "exists" "--" reference :check False :timeout 60) ok?))
+(defn image-exists? [reference [user None]]
+  "Whether Podman's storage (USER's, when given) holds the image REFERENCE."
+  (. (_podman "image" "exists" "--" reference :check False :timeout 60 :user user) ok?))
 
-(defprop image-present :posix [#^ image-reference reference * #^ (optional abs-path) [archive None]]
+(defn _for [user] (if user f" of {user}" ""))
+
+(defprop image-present :posix [#^ image-reference reference * #^ (optional abs-path) [archive None]
+                               #^ (optional user-name) [user None]]
   "Podman's storage holds the image REFERENCE: pulled from its registry,
 or, with ARCHIVE, imported from that root file system tarball on the
 target (`podman import`; .tar, .tar.gz, .tar.zst…), for a host that has no
-registry to pull from.  An image that is there is not pulled again.
-Unapplying removes the image (which fails while a container uses it)."
+registry to pull from.  With USER, it is in USER's own (rootless) storage,
+and ARCHIVE must be readable by USER.  An image that is there is not pulled
+again.  Unapplying removes the image (which fails while a container uses it)."
   (:watch [(watch-poll 300)])
-  (:desc f"podman image {reference} present")
-  (:check (or (image-exists? reference) (Drift f"image {reference}: absent → present")))
+  (:desc f"podman image {reference} present{(_for user)}")
+  (:check (or (image-exists? reference user) (Drift f"image {reference}{(_for user)}: absent → present")))
   (:apply (if archive
               (do (when (not (remote-exists? archive))
                     (raise (FailedChange f"cannot import {reference}: there is no {archive}")))
-                  (_podman "import" "--" archive reference :timeout 900))
-              (_podman "pull" "--quiet" "--" reference :timeout 1800))
+                  (_podman "import" "--" archive reference :timeout 900 :user user))
+              (_podman "pull" "--quiet" "--" reference :timeout 1800 :user user))
           None)
-  (:unapply (if (image-exists? reference)
-                (do (_podman "rmi" "--" reference) None)
+  (:unapply (if (image-exists? reference user)
+                (do (_podman "rmi" "--" reference :user user) None)
                 NO-CHANGE)))
 
 ;; Containers
@@ -135,123 +150,169 @@ systemd --new` would write it."
      (exec-line (run-arguments name image command publish volumes env)) "\n"
      "ExecStop=/usr/bin/podman stop --ignore -t 10 --cidfile=%t/%n.ctr-id\n"
      "ExecStopPost=/usr/bin/podman rm -f --ignore -t 10 --cidfile=%t/%n.ctr-id\n"
-     "Type=notify\nNotifyAccess=all\n\n[Install]\nWantedBy=multi-user.target default.target\n"))
+     "Type=notify\nNotifyAccess=all\n\n[Install]\nWantedBy=default.target\n"))
 
-(defn container-state [name]
-  "#(STATUS DIGEST) of the container NAME (its state, \"running\", \"exited\"…,
-and its consfig.spec label), or None when there is no such container."
+(defn container-state [name [user None]]
+  "#(STATUS DIGEST) of the container NAME (USER's, when given: its state,
+\"running\", \"exited\"…, and its consfig.spec label), or None when there is
+no such container."
   (setv r (_podman "container" "inspect" "--format"
                    (+ "{{.State.Status}} {{index .Config.Labels \"" SPEC-LABEL "\"}}")
-                   "--" name :check False :timeout 60))
+                   "--" name :check False :timeout 60 :user user))
   (when r.ok?
     (setv words (.split r.stdout))
     #((get words 0) (if (> (len words) 1) (get words 1) ""))))
 
-(defn _container-drift [name digest]
+(defn _container-drift [name digest user]
   ;; None when the container NAME runs as DIGEST asks; else what is wrong.
-  (setv state (container-state name))
-  (cond (is state None) f"container {name}: absent → running"
-        (!= (get state 1) digest) f"container {name}: runs another specification → {digest}"
-        (!= (get state 0) "running") f"container {name}: {(get state 0)} → running"
+  (setv state (container-state name user)
+        it f"container {name}{(_for user)}")
+  (cond (is state None) f"{it}: absent → running"
+        (!= (get state 1) digest) f"{it}: runs another specification → {digest}"
+        (!= (get state 0) "running") f"{it}: {(get state 0)} → running"
         True None))
 
-(defn _running-by []
+;; Where a container's unit is, and what reads, writes and starts it: the
+;; system's manager's, or USER's own (in ~/.config/systemd/user, written as
+;; USER, the manager reached as USER).
+
+(defn container-unit-path [name [user None]]
+  "Where the unit of the container NAME (USER's, when given) is written."
+  (if user
+      (+ (.rstrip (home-directory user) "/") "/.config/systemd/user/" (unit-name name))
+      (unit-path (unit-name name))))
+
+(defn _read-unit [path user]
+  (if user
+      (let [r (run (as-podman-user user ["cat" "--" path]) :check False :timeout 60)]
+        (when r.ok? r.stdout))
+      (read-text path)))
+
+(setv _WRITE-AS-USER "d=${1%/*}; mkdir -p -- \"$d\" && t=$(mktemp \"$d/.consfig-unit.XXXXXXXX\") &&
+{ cat > \"$t\" && chmod 644 \"$t\" && mv -f -- \"$t\" \"$1\"; } || { rm -f -- \"$t\"; exit 1; }")
+
+(defn _write-unit [path text user]
+  ;; NO-CHANGE, or None once PATH holds TEXT.
+  (cond (= (_read-unit path user) text) NO-CHANGE
+        user (do (run (as-podman-user user ["/bin/sh" "-c" _WRITE-AS-USER "sh" path])
+                      :input text :timeout 60)
+                 None)
+        True (update-file path text :mode 0o644 :owner "root" :group "root")))
+
+(defn _manager-running? [user]
+  (if user
+      (run-ok? (as-podman-user user ["/bin/sh" "-c" "test -S \"$XDG_RUNTIME_DIR/systemd/private\""]))
+      (manager-running?)))
+
+(defn _systemctl [user #* args]
+  (if user
+      (run (as-podman-user user ["systemctl" "--user" #* args]) :timeout 300)
+      (systemctl False #* args)))
+
+(defn _running-by [user]
   ;; What starts the container: :systemd, :none (services not started
-  ;; here) or :podman (consfig itself, where no systemd runs).
+  ;; here) or :podman (consfig itself, where no systemd runs for it).
   (cond (no-services?) :none
-        (manager-running?) :systemd
+        (_manager-running? user) :systemd
         True :podman))
 
-(defn _check-running [name image command publish volumes env]
-  (setv unit (unit-name name)
-        path (unit-path unit)
-        text (unit-text name image command publish volumes env)
-        have (read-text path))
-  (cond (!= have text)
-        (Drift (if (is have None) f"{path}: absent → written" f"{path}: differs → rewritten")
-               :path path
-               :diff (.join "" (difflib.unified-diff (.splitlines (or have "") True)
-                                                     (.splitlines text True)
-                                                     (+ "a" path) (+ "b" path))))
-        (= (_running-by) :none) True
-        True (or (not (_container-drift name (spec-digest image command publish volumes env)))
-                 (Drift (_container-drift name (spec-digest image command publish volumes env))))))
+(defn _unit-drift [path text user]
+  (setv have (_read-unit path user))
+  (when (!= have text)
+    (Drift (if (is have None) f"{path}: absent → written" f"{path}: differs → rewritten")
+           :path path
+           :diff (.join "" (difflib.unified-diff (.splitlines (or have "") True)
+                                                 (.splitlines text True)
+                                                 (+ "a" path) (+ "b" path))))))
 
-(defn _apply-running [name image command publish volumes env]
+(defn _check-running [name image command publish volumes env user]
+  (setv path (container-unit-path name user)
+        drift (_unit-drift path (unit-text name image command publish volumes env) user))
+  (cond (is-not drift None) drift
+        (= (_running-by user) :none) True
+        True (let [d (_container-drift name (spec-digest image command publish volumes env) user)]
+               (if d (Drift d) True))))
+
+(defn _apply-running [name image command publish volumes env user]
   (setv unit (unit-name name)
         digest (spec-digest image command publish volumes env)
-        written (update-file (unit-path unit) (unit-text name image command publish volumes env)
-                             :mode 0o644 :owner "root" :group "root")
-        by (_running-by)
-        drift (when (!= by :none) (_container-drift name digest)))
+        written (_write-unit (container-unit-path name user)
+                             (unit-text name image command publish volumes env) user)
+        by (_running-by user)
+        drift (when (!= by :none) (_container-drift name digest user)))
   (cond (= by :none)
         (do (skip-for-no-services f"starting the container {name}") written)
-        (checking?)
-        (if drift (do (inform f"{drift} (would be started)") WOULD-CHANGE) written)
         (= by :systemd)
-        (do (when (!= written NO-CHANGE) (systemctl False "daemon-reload"))
-            (when (not (run-ok? "systemctl" "is-enabled" "--quiet" "--" unit))
-              (systemctl False "enable" "--" unit))
+        (do (when (!= written NO-CHANGE) (_systemctl user "daemon-reload"))
+            (when (not (run-ok? (as-podman-user user ["systemctl" #* (if user ["--user"] [])
+                                                      "is-enabled" "--quiet" "--" unit])))
+              (_systemctl user "enable" "--" unit))
             (if (or drift (!= written NO-CHANGE))
-                (do (systemctl False "restart" "--" unit) None)
+                (do (_systemctl user "restart" "--" unit) None)
                 written))
         drift
         (do (_podman "run" "--detach" #* (run-arguments name image command publish volumes env)
-                     :timeout 600)
+                     :timeout 600 :user user)
             None)
         True written))
 
-(defn _remove-container [name]
+(defn _remove-container [name user]
   (setv unit (unit-name name)
-        path (unit-path unit)
-        has-unit (remote-exists? path)
-        has-container (is-not (container-state name) None))
+        path (container-unit-path name user)
+        has-unit (is-not (_read-unit path user) None)
+        has-container (is-not (container-state name user) None))
   (cond (not (or has-unit has-container)) NO-CHANGE
-        (checking?) (do (inform (+ f"the container {name}"
+        (checking?) (do (inform (+ f"the container {name}{(_for user)}"
                                    (if has-unit f" and {path}" "") " would be removed"))
                         WOULD-CHANGE)
         True
-        (do (when (and has-unit (not (no-services?)) (manager-running?))
-              (systemctl False "disable" "--now" "--" unit))
+        (do (setv managed (and (not (no-services?)) (_manager-running? user)))
+            (when (and has-unit managed)
+              (_systemctl user "disable" "--now" "--" unit))
             (when has-container
-              (_podman "rm" "--force" "--ignore" "--time" "10" "--" name :timeout 120))
+              (_podman "rm" "--force" "--ignore" "--time" "10" "--" name :timeout 120 :user user))
             (when has-unit
-              (run "rm" "-f" "--" path :timeout 60)
-              (when (and (not (no-services?)) (manager-running?))
-                (systemctl False "daemon-reload")))
+              (run (as-podman-user user ["rm" "-f" "--" path]) :timeout 60)
+              (when managed (_systemctl user "daemon-reload")))
             None)))
 
 (defprop container-running :posix [#^ container-name name #^ image-reference image
                                    * #^ (list-of line) [command []]
                                    #^ (list-of port-mapping) [publish []]
                                    #^ (list-of volume) [volumes []]
-                                   #^ (dict-of env-name line) [env {}]]
+                                   #^ (dict-of env-name line) [env {}]
+                                   #^ (optional user-name) [user None]]
   "The container NAME runs the image IMAGE (COMMAND, or the image's own),
 with the ports PUBLISH (\"8080:80\"), the VOLUMES (\"/srv/data:/data:ro\") and
 the environment ENV, from the systemd unit podman-NAME.service, which this
 writes and enables; where no systemd runs, consfig starts the same `podman
-run` itself (see `consfig.props.podman`).  A container of another
-specification is replaced.  The image must be there, or be pullable:
-`podman.image-present` first.  Check mode shows the unit's diff.  Unapplying
-stops and removes the container and the unit."
-  (:watch [(watch-path (unit-path (unit-name name))) (watch-poll 60)])
-  (:desc f"podman container {name} running {image}")
-  (:check (_check-running name image command publish volumes env))
-  (:apply (_apply-running name image command publish volumes env))
-  (:unapply (_remove-container name)))
+run` itself (see `consfig.props.podman`).  With USER, the container is
+USER's, rootless: the unit is USER's (~/.config/systemd/user), for USER's
+own manager, which runs while USER is logged in or lingers
+(`systemd.lingering-enabled`), and USER needs subordinate ids (/etc/subuid,
+and Debian's uidmap).  A container of another specification is replaced.
+The image must be there, or be pullable: `podman.image-present` first.
+Check mode shows the unit's diff.  Unapplying stops and removes the
+container and the unit."
+  (:watch [(watch-poll 60) #* (if user [] [(watch-path (container-unit-path name))])])
+  (:desc f"podman container {name}{(_for user)} running {image}")
+  (:check (_check-running name image command publish volumes env user))
+  (:apply (_apply-running name image command publish volumes env user))
+  (:unapply (_remove-container name user)))
 
-(defprop container-removed :posix [#^ container-name name]
-  "There is no container NAME, and no unit podman-NAME.service: a running
-one is stopped (its unit disabled) and removed.  Nothing to unapply: a
-container is made by `container-running`."
-  (:watch [(watch-path (unit-path (unit-name name))) (watch-poll 60)])
-  (:desc f"podman container {name} removed")
-  (:check (cond (remote-exists? (unit-path (unit-name name)))
-                (Drift f"{(unit-path (unit-name name))}: present → absent")
-                (is-not (container-state name) None)
-                (Drift f"container {name}: present → absent")
+(defprop container-removed :posix [#^ container-name name * #^ (optional user-name) [user None]]
+  "There is no container NAME (USER's, when given), and no unit
+podman-NAME.service for it: a running one is stopped (its unit disabled)
+and removed.  Nothing to unapply: a container is made by
+`container-running`."
+  (:watch [(watch-poll 60) #* (if user [] [(watch-path (container-unit-path name))])])
+  (:desc f"podman container {name}{(_for user)} removed")
+  (:check (setv path (container-unit-path name user))
+          (cond (is-not (_read-unit path user) None) (Drift f"{path}: present → absent")
+                (is-not (container-state name user) None)
+                (Drift f"container {name}{(_for user)}: present → absent")
                 True True))
-  (:apply (_remove-container name)))
+  (:apply (_remove-container name user)))
 
 (export :objects [image-present container-running container-removed image-exists? container-state
-                  unit-name unit-text run-arguments spec-digest SPEC-LABEL])
+                  unit-name container-unit-path unit-text run-arguments spec-digest SPEC-LABEL])

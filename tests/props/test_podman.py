@@ -18,6 +18,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -47,10 +48,13 @@ def _podman(*argv, check=True):
 
 
 @pytest.fixture(scope="module")
-def conf(tmp_path_factory, debian_chroot_tarball):
+def conf(debian_chroot_tarball):
     if not shutil.which("podman"):
         unavailable("podman is not installed (apt-get install podman)")
-    path = tmp_path_factory.mktemp("podman") / "containers.conf"
+    # Readable by the rootless tests' user too (pytest's own are root's only).
+    box = pathlib.Path(tempfile.mkdtemp(prefix="consfig-podman-"))
+    box.chmod(0o755)
+    path = box / "containers.conf"
     # No network: nothing here needs one, and then no bridge (CNI, iptables) is set up.
     lines = ["[containers]", 'default_ulimits = ["nofile=1024:1024", "nproc=32768:32768"]',
              'netns = "none"']
@@ -66,6 +70,7 @@ def conf(tmp_path_factory, debian_chroot_tarball):
             _podman("rm", "--force", "--ignore", "--time", "0", c, check=False)
         _podman("rmi", "--ignore", IMAGE, check=False)
         UNIT.unlink(missing_ok=True)
+        shutil.rmtree(box)
         if old is None:
             del os.environ["CONTAINERS_CONF"]
         else:
@@ -241,3 +246,68 @@ def test_container_running_unapplied_leaves_nothing(image):
 def test_image_present_unapplied_removes_the_image(image):
     unapply(LOCAL, podman.image_present(IMAGE, archive="/nonexistent.tar"))
     assert _podman("image", "exists", IMAGE, check=False).returncode != 0, "the image is left"
+
+
+USER = f"cfpod{os.getpid() % 100000}"
+
+
+def _as_user(*argv, check=True):
+    return subprocess.run(["runuser", "-u", USER, "--", "env", "-u", "XDG_RUNTIME_DIR", *argv],
+                          capture_output=True, text=True, timeout=120, check=check, cwd="/")
+
+
+@pytest.fixture(scope="module")
+def rootless(conf):
+    if not shutil.which("newuidmap"):
+        unavailable("rootless podman needs newuidmap (apt-get install uidmap)")
+    subprocess.run(["useradd", "-m", USER], check=True, timeout=60)
+    archive = pathlib.Path(os.environ["CONTAINERS_CONF"]).parent / "image.tar.zst"
+    shutil.copyfile(conf, archive)
+    archive.chmod(0o644)
+    try:
+        yield str(archive)
+    finally:
+        _as_user("podman", "rm", "--all", "--force", "--time", "0", check=False)
+        # Rootless podman leaves a pause process holding its user namespace.
+        uid = subprocess.run(["id", "-u", USER], capture_output=True, text=True).stdout.strip()
+        for pid in subprocess.run(["pgrep", "-u", uid], capture_output=True, text=True).stdout.split():
+            subprocess.run(["kill", "-KILL", pid], capture_output=True)
+        wait_until(lambda: subprocess.run(["pgrep", "-u", uid]).returncode == 1, 15,
+                   f"the processes of {USER} to end")
+        subprocess.run(["userdel", "-r", USER], capture_output=True, timeout=60)
+        for d in [f"/tmp/podman-run-{uid}", f"/tmp/containers-user-{uid}"]:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_rootless_image_present_imports_into_the_users_own_storage(rootless):
+    apply_twice(LOCAL, podman.image_present(IMAGE, archive=rootless, user=USER))
+    assert _as_user("podman", "image", "exists", IMAGE, check=False).returncode == 0, \
+        "not in the user's storage"
+
+
+def test_rootless_container_running_runs_as_the_user_from_the_users_unit(rootless):
+    apply_twice(LOCAL, podman.container_running(NAME, IMAGE, command=SLEEP, user=USER))
+    out = _as_user("podman", "container", "inspect", "--format", "{{.State.Status}}", NAME).stdout
+    assert out.strip() == "running", f"not running in the user's podman: {out!r}"
+    unit = pathlib.Path(f"/home/{USER}/.config/systemd/user/podman-{NAME}.service")
+    assert unit.owner() == USER and "ExecStart=/usr/bin/podman run" in unit.read_text(), \
+        "the user's unit is not there, the user's"
+
+
+def test_rootless_podman_hop_runs_in_the_users_container_as_its_root(rootless):
+    hop = [Keyword("podman"), Keyword("container"), NAME, Keyword("user"), USER]
+    conns = establish_chain(parse_chain([hop]))
+    try:
+        c = conns[-1]
+        assert c.where == f"local > podman:{NAME}@{USER}", c.where
+        assert c.run(["id", "-u"]).stdout == "0\n", "not root inside the user's container"
+        assert c.run(["sh", "-c", "exit 5"], check=False).exit_code == 5, "exit code lost"
+    finally:
+        close_chain(conns)
+
+
+def test_rootless_container_removed_leaves_no_container_nor_unit(rootless):
+    apply_twice(LOCAL, podman.container_removed(NAME, user=USER))
+    assert _as_user("podman", "container", "exists", NAME, check=False).returncode == 1, "left"
+    assert not pathlib.Path(f"/home/{USER}/.config/systemd/user/podman-{NAME}.service").exists(), \
+        "the unit is left"
