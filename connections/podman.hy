@@ -24,7 +24,7 @@ process-group kill cannot reach."
         shlex
         consfig.errors [ConnectionFailed]
         consfig.transport.frames [OUTPUT-LIMIT]
-        consfig.transport.hop [ArgType Connection Hop Script PROBE-TIMEOUT])
+        consfig.transport.hop [ArgType Connection Hop PROBE-TIMEOUT])
 
 ;; Podman's own rule for container names, with a bound on the length: no
 ;; `/`, no newline, no leading dash or dot.

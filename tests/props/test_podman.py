@@ -195,10 +195,13 @@ def test_podman_hop_then_python_applies_inside(image):
     # lends it one, read-only, so that nothing is installed.
     _podman("run", "--detach", "--name", SHELL, "--volume", "/usr:/usr:ro",
             image, *SLEEP)
-    chain = [[Keyword("podman"), Keyword("container"), SHELL], Keyword("python")]
-    apply_twice(chain, [this_os(), file.has_content("/etc/from-python", "py\n")])
-    out = _podman("exec", SHELL, "cat", "/etc/from-python").stdout
-    assert out == "py\n", f"not written inside: {out!r}"
+    try:
+        chain = [[Keyword("podman"), Keyword("container"), SHELL], Keyword("python")]
+        apply_twice(chain, [this_os(), file.has_content("/etc/from-python", "py\n")])
+        out = _podman("exec", SHELL, "cat", "/etc/from-python").stdout
+        assert out == "py\n", f"not written inside: {out!r}"
+    finally:
+        _podman("rm", "--force", "--time", "0", SHELL)
 
 
 def test_documented_offline_example_deploys_through_the_cli_then_checks_clean(conf, tmp_path):
