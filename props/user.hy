@@ -2,7 +2,8 @@
 
 (eval-when-compile (require consfig.model.property [defprop]))
 (import consfig.model.watchspec [watch-path])
-(import re
+(import datetime
+        re
         consfig.apply.actions [NO-CHANGE Script run run-ok? output]
         consfig.data.items [get-data-string require-data]
         consfig.apply.engine [Drift]
@@ -356,6 +357,40 @@ replaced are not kept.
                                 :if (is-not v None) x [f (str v)] x)
                "--" username :timeout 60)))
 
+(setv expiry-date (predicate "expiry-date"
+                             "a date as YYYY-MM-DD (a real one, from 1970-01-02), or \"never\""
+                             (fn [v] (and (isinstance v str)
+                                          (or (= v "never")
+                                              (and (re.fullmatch r"\d{4}-\d{2}-\d{2}" v)
+                                                   (try (> (. (datetime.date.fromisoformat v) year) 1969)
+                                                        (except [ValueError] False))
+                                                   (!= v "1970-01-01")))))))
+
+(defn _expiry-days [date]
+  ;; shadow(5)'s eighth field for DATE: days since 1970-01-01, or "".
+  (if (= date "never")
+      ""
+      (str (. (- (datetime.date.fromisoformat date) (datetime.date 1970 1 1)) days))))
+
+(defn _shown-expiry [field]
+  (if field
+      (.isoformat (+ (datetime.date 1970 1 1) (datetime.timedelta :days (int field))))
+      "never"))
+
+(defprop account-expires :posix [#^ user-name username #^ expiry-date date]
+  "USERNAME's account expires at the start of DATE (YYYY-MM-DD: it can no
+longer log in from that day), or \"never\" (`chage -E`): the end of a
+contractor's access, written down with the account.  Nothing to unapply:
+the date it replaced is not kept.
+
+  (user.account-expires \"contractor\" \"2027-03-31\")"
+  (:watch ACCOUNT-WATCHES)
+  (:desc f"{username}'s account expires {date}")
+  (:check (setv have (get (_shadow-fields username) 7))
+          (or (= have (_expiry-days date))
+              (Drift f"{username}: expires {(_shown-expiry have)} → {date}")))
+  (:apply (run "chage" "-E" (if (= date "never") "-1" date) "--" username :timeout 60)))
+
 (setv SHELLS "/etc/shells")
 
 (defn _shell-listed? [shell]
@@ -374,7 +409,7 @@ Unapplying takes it out with remove-shell(8).
   (:unapply (if (_shell-listed? shell) (run "remove-shell" shell :timeout 60) NO-CHANGE)))
 
 (export :objects [has-password password-iden1
-                  lacks-group not-in-groups has-password-aging login-shell-listed SHELLS
+                  lacks-group not-in-groups has-password-aging account-expires login-shell-listed SHELLS
                   has-account has-account-with-uid group-exists has-groups
                   group-has-members group-members
                   has-login-shell has-locked-password has-enabled-password

@@ -94,6 +94,21 @@ def test_has_password_aging_needs_a_setting():
         user.has_password_aging("gil")
 
 
+def test_account_expires_on_the_date_and_never_clears_it(chroot_chain, debian_chroot):
+    deploy_propspec(chroot_chain, user.has_account("hal"))
+    apply_twice(chroot_chain, user.account_expires("hal", "2027-03-31"))
+    assert in_chroot(debian_chroot, "getent shadow hal").stdout.split(":")[7] == "20908", \
+        "the expiry is not 2027-03-31 (day 20908)"
+    apply_twice(chroot_chain, user.account_expires("hal", "never"))
+    assert in_chroot(debian_chroot, "getent shadow hal").stdout.split(":")[7] == "", "still expires"
+
+
+def test_account_expires_refuses_what_is_not_a_date():
+    for bad in ["2027-02-30", "31/03/2027", "-1", "2027-03-31\n", "1970-01-01"]:
+        with pytest.raises(PropspecError):
+            user.account_expires("hal", bad)
+
+
 def test_login_shell_listed_adds_and_unapplying_removes(chroot_chain, debian_chroot):
     p = user.login_shell_listed("/usr/local/bin/walksh")
     apply_twice(chroot_chain, p)

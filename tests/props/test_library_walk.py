@@ -279,6 +279,7 @@ WALK = {
     "user.not-in-groups": [(CHROOT, '(user.not-in-groups "walker" "sudo")')],
     "user.has-password-aging": [(CHROOT, '(user.has-password-aging "walker" :max-days 90 :warn-days 14)')],
     "user.login-shell-listed": [(CHROOT, '(user.login-shell-listed "/usr/local/bin/walksh")')],
+    "user.account-expires": [(CHROOT, '(user.account-expires "walker" "2099-12-31")')],
 }
 
 EXAMPLE_SITE = "applied and checked in the booted container by test_the_example_site_deployed_then_checks_clean"
