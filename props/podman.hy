@@ -84,7 +84,9 @@ the image has Python."
 (defn _podman [#* args [check True] [timeout 300] [user None]]
   ;; podman ARGS, as USER (rootless) when given.
   (setv r (run (as-podman-user user ["podman" #* args]) :check False :timeout timeout))
-  (when (= r.exit-code 127)
+  ;; Unchecked, a podman that is not there has no images nor containers:
+  ;; check mode says what would be made, after the apt.installed before it.
+  (when (and check (= r.exit-code 127))
     (raise (FailedChange "podman is not installed here (apt.installed \"podman\")")))
   (when (and check (not r.ok?))
     (raise (FailedChange (+ f"podman {(get args 0)} failed: " (.strip (+ r.stderr r.stdout))))))
@@ -209,6 +211,10 @@ no such container."
       (run (as-podman-user user ["systemctl" "--user" #* args]) :timeout 300)
       (systemctl False #* args)))
 
+(defn _enabled? [user unit]
+  (run-ok? (as-podman-user user ["systemctl" #* (if user ["--user"] []) "is-enabled" "--quiet"
+                                 "--" unit])))
+
 (defn _running-by [user]
   ;; What starts the container: :systemd, :none (services not started
   ;; here) or :podman (consfig itself, where no systemd runs for it).
@@ -228,8 +234,11 @@ no such container."
 (defn _check-running [name image command publish volumes env user]
   (setv path (container-unit-path name user)
         drift (_unit-drift path (unit-text name image command publish volumes env) user))
+  (setv by (_running-by user))
   (cond (is-not drift None) drift
-        (= (_running-by user) :none) True
+        (= by :none) True
+        (and (= by :systemd) (not (_enabled? user (unit-name name))))
+        (Drift f"{(unit-name name)}{(_for user)}: not enabled → enabled")
         True (let [d (_container-drift name (spec-digest image command publish volumes env) user)]
                (if d (Drift d) True))))
 
@@ -244,8 +253,7 @@ no such container."
         (do (skip-for-no-services f"starting the container {name}") written)
         (= by :systemd)
         (do (when (!= written NO-CHANGE) (_systemctl user "daemon-reload"))
-            (when (not (run-ok? (as-podman-user user ["systemctl" #* (if user ["--user"] [])
-                                                      "is-enabled" "--quiet" "--" unit])))
+            (when (not (_enabled? user unit))
               (_systemctl user "enable" "--" unit))
             (if (or drift (!= written NO-CHANGE))
                 (do (_systemctl user "restart" "--" unit) None)

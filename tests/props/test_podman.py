@@ -26,7 +26,8 @@ import hy  # noqa: F401
 from hy.models import Keyword
 
 from harness import unavailable, wait_until
-from proptest import (apply_twice, assert_hop_passes_exit_codes_and_binary_data, deploy_propspec, diffs, host_arch, host_suite, statuses, this_os,
+from proptest import (apply_twice, assert_hop_passes_exit_codes_and_binary_data, deploy_propspec,
+                      failure_text, diffs, host_arch, host_suite, statuses, this_os,
                       unapply)
 
 from consfig.errors import CommandTimedOut, ConnectionFailed, PropspecError
@@ -167,6 +168,16 @@ def test_image_present_refuses_a_leading_dash_and_a_relative_archive():
         podman.image_present("-q")
     with pytest.raises(PropspecError):
         podman.image_present(IMAGE, archive="x.tar")
+
+
+def test_without_podman_check_mode_foresees_the_image_and_applying_says_to_install(chroot_chain):
+    # The test chroot has no podman.
+    p = [this_os(), podman.image_present(IMAGE)]
+    outcome, events = deploy_propspec(chroot_chain, p, check_mode=True)
+    assert outcome.exit_code(True) == 2, f"not foreseen as a change: {statuses(events)}"
+    outcome, events = deploy_propspec(chroot_chain, p, check=False)
+    assert outcome.status == "failed" and 'apt.installed "podman"' in failure_text(events), \
+        failure_text(events)
 
 
 def test_podman_hop_passes_exit_codes_and_binary_data(image):
