@@ -30,7 +30,7 @@ from proptest import (apply_twice, assert_hop_passes_exit_codes_and_binary_data,
                       failure_text, diffs, host_arch, host_suite, statuses, this_os,
                       unapply)
 
-from consfig.errors import CommandTimedOut, ConnectionFailed, PropspecError
+from consfig.errors import ChainError, CommandTimedOut, ConnectionFailed, PropspecError
 from consfig.props import file, podman
 from consfig.transport.chain import close_chain, establish_chain, parse_chain
 
@@ -194,6 +194,17 @@ def test_podman_hop_timeout_kills_the_command_inside(image):
         close_chain(conns)
     wait_until(lambda: "sleep 4244" not in _podman("top", NAME, "args").stdout,
                15, "the timed-out sleep in the container to be killed")
+
+
+@pytest.mark.parametrize("hop", [
+    [Keyword("podman"), Keyword("container"), "-rm"],
+    [Keyword("podman"), Keyword("container"), "a/../b"],
+    [Keyword("podman"), Keyword("container"), "web\nx"],
+    [Keyword("podman"), Keyword("container"), "web", Keyword("user"), "-root"],
+    [Keyword("podman")]])
+def test_podman_hop_refuses_a_name_that_is_not_one_when_the_chain_is_read(hop):
+    with pytest.raises(ChainError):
+        parse_chain([hop])
 
 
 def test_podman_hop_to_a_missing_container_says_so():
