@@ -273,6 +273,13 @@ WALK = {
     "postgres.hba-contains-lines": [(CONTAINER, '(postgres.hba-contains-lines "local walkdb walk peer")')],
     "postgres.has-role": [(CONTAINER, '(postgres.has-role "walk" :login True :createdb False)')],
     "postgres.has-database": [(CONTAINER, '(postgres.has-database "walkdb" :owner "walk")')],
+    "dpkg.stat-overridden": [(CHROOT, '(dpkg.stat-overridden "/usr/bin/ls" "root" "walkers" 0o755)')],
+    "apt.configured": [(CHROOT, '(apt.configured "80walk" "Acquire::Retries" 3)')],
+    "user.lacks-group": [(CHROOT, '(user.lacks-group "nobody-groups")')],
+    "user.not-in-groups": [(CHROOT, '(user.not-in-groups "walker" "sudo")')],
+    "user.has-password-aging": [(CHROOT, '(user.has-password-aging "walker" :max-days 90 :warn-days 14)')],
+    "user.login-shell-listed": [(CHROOT, '(user.login-shell-listed "/usr/local/bin/walksh")')],
+    "user.account-expires": [(CHROOT, '(user.account-expires "walker" "2099-12-31")')],
 }
 
 EXAMPLE_SITE = "applied and checked in the booted container by test_the_example_site_deployed_then_checks_clean"
@@ -396,6 +403,9 @@ LEFT_OUT = {
     "wait.port-closed": NEWER,
     "wait.port-open": NEWER,
     "wait.until": NEWER,
+    "podman.image-present": "needs podman, which the walk's chroot has not: tests/props/test_podman.py",
+    "podman.container-running": "runs a container with podman, which the walk's chroot has not: tests/props/test_podman.py",
+    "podman.container-removed": "removes a container with podman, which the walk's chroot has not: tests/props/test_podman.py",
 }
 
 
