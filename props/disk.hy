@@ -619,11 +619,16 @@ build changed it or PATH is missing."
   (:opaque-type True)
   (:simulates True)
   (:preprocess [(dfor [k v] (.items (or options {})) (_name k) v) (_host-data host) image])
-  (:hostattrs
-    (setv prepared (_image-host host))
-    (_volumes-of prepared)
-    (bootstrappable-os prepared))
+  (:hostattrs (image-host-checked host))
   (:apply (build-image host image options)))
+
+(defn image-host-checked [host]
+  "Refuse, as a property's hostattrs do, HOST (host data) where an image of
+it cannot be built: no volumes declared, or an OS that cannot be
+bootstrapped."
+  (setv prepared (_image-host host))
+  (_volumes-of prepared)
+  (bootstrappable-os prepared))
 
 (defn _host-data [host]
   (if (isinstance host dict)
@@ -711,6 +716,6 @@ convert`, written aside and renamed)."
 
 (export :objects [TABLES FILESYSTEMS PARTITION-TYPES mebibytes normalise-volumes volumes-problem
                   disk-mebibytes sfdisk-script fstab-lines OpenedImage release-image
-                  partitioned-image build-image has-volumes raw-image-built-for
-                  BOOT-PACKAGES grub-cfg install-grub-bios write-image image-written-to
+                  partitioned-image build-image image-host-checked image-options has-volumes
+                  raw-image-built-for BOOT-KERNEL BOOT-PACKAGES grub-cfg install-grub-bios write-image image-written-to
                   boot-packages-installed convert-to-qcow2])

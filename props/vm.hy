@@ -3,6 +3,15 @@
   (disk.raw-image-built-for \"web1.example.org\" \"/srv/images/web1.img\")
   (vm.running \"web1\" {:disk \"/srv/images/web1.img\" :memory 512})
 
+or, the image built from the VM's own propspec when it is started:
+
+  (vm.running* \"web1\" {:disk \"/srv/images/web1.img\"}
+    (os.debian-stable \"bookworm\" :amd64)
+    (disk.has-volumes {:table :gpt
+                       :partitions [{:size \"1M\" :type :bios-boot}
+                                    {:size :rest :fs :ext4 :mount \"/\"}]})
+    (apt.installed \"nginx\"))
+
 QEMU runs with KVM where /dev/kvm is there for root and the CPU has hardware
 virtualisation (vmx or svm in /proc/cpuinfo), and with plain emulation (TCG)
 otherwise; `:accel` chooses instead.  Not QEMU's own fallback
@@ -26,6 +35,8 @@ own supervision would replace this one rather than add to it."
         consfig.connections.nspawn [machine-name?]
         consfig.apply.engine [Drift inform]
         consfig.errors [FailedChange]
+        consfig.props.container [container-data container-host-type]
+        consfig.props.disk [build-image image-host-checked image-options]
         consfig.util [keyword-name]
         consfig.types *)
 
@@ -53,13 +64,15 @@ own supervision would replace this one rather than add to it."
                                  f":format {(hy.repr v)} is not :raw or :qcow2")
                 (= k "accel") (when (not-in (_key v) #{"auto" "kvm" "tcg"})
                                 f":accel {(hy.repr v)} is not :auto, :kvm or :tcg")
-                True f"unknown option :{k} (a VM takes :disk :memory :cpus :format :accel)"))
+                (= k "image") (when (not (.accepts image-options v))
+                                f":image {(hy.repr v)} is not {image-options.phrase}")
+                True f"unknown option :{k} (a VM takes :disk :memory :cpus :format :accel :image)"))
     (when problem (return problem)))
   (when (not-in "disk" (lfor k options (_key k)))
     (return "no :disk (the image to boot)"))
   None)
 
-(setv vm-options (predicate "vm-options" "a dict of :disk, :memory, :cpus, :format and :accel"
+(setv vm-options (predicate "vm-options" "a dict of :disk, :memory, :cpus, :format, :accel and :image"
                             (fn [v] (isinstance v dict))))
 
 (defn pid-file [name] (posixpath.join RUN-DIR f"{name}.pid"))
@@ -126,19 +139,53 @@ rm -f \"$3/$1.pid\"
   "Stop the machine NAME's QEMU, waiting for it."
   (run (Script _STOP name (str STOP-TIMEOUT) RUN-DIR) :timeout (+ STOP-TIMEOUT 30)))
 
-(defprop running :posix [#^ machine-name name #^ vm-options options]
+(defn _image-problem [options host]
+  ;; What keeps OPTIONS from building the image of HOST, or None.
+  (when (is host None)
+    (return (when (in "image" options) ":image is for building the disk from the VM's host: give one")))
+  (when (or (= (_key (.get options "format" "raw")) "qcow2")
+            (and (not-in "format" options) (.endswith (str (.get options "disk" "")) ".qcow2")))
+    ":disk must be a raw image to be built from the VM's host (the image's own :qcow2 writes a copy)"))
+
+(defn _preprocessed [options]
+  (dfor [k v] (.items options)
+        (_key k) (cond (isinstance v hy.models.Keyword) (_key v)
+                       (= (_key k) "image") (dfor [ik iv] (.items v) (_key ik) iv)
+                       True v)))
+
+(defprop running :posix [#^ machine-name name #^ vm-options options
+                         #^ (optional container-host-type) [host None]]
   "The virtual machine NAME runs under QEMU from OPTIONS' `:disk` (a raw
 image, or qcow2 by its extension or `:format`), with `:memory` MiB (512)
 and `:cpus` (1), under KVM or emulation as `:accel` says (:auto, :kvm,
 :tcg; :auto by default: see the module's documentation), user-mode networking and no display; its serial console
 goes to /run/consfig/vm/NAME.log.  A QEMU that is gone is started again.
-The image is not built here: `disk.raw-image-built-for` does that, before."
+
+Without HOST the image is not built here: `disk.raw-image-built-for` does
+that, before.  With HOST (a propspec, which the dotted form `vm.running*`
+takes as its trailing forms, or a host defined with defhost, or its name),
+every start of the VM first builds its raw `:disk` as
+`disk.raw-image-built-for` does, with `:image`'s options (`:tarball`,
+`:bootstrap`, `:bootloader`, `:qcow2`): made when it is missing, HOST's
+propspec applied inside it again when it is there.  A running VM's disk is
+left alone (it is in use): a running VM keeps itself with its own consfig
+image (`image.applied-periodically`), or gets HOST's changes at its next
+start by consfig."
   (:unwatched "a VM is a qemu process consfig started, with no unit to watch: re-checked at the host's interval")
   (:desc f"VM {name} running")
   (:invariant (not (_options-problem options)) (_options-problem options))
-  (:preprocess [name (dfor [k v] (.items options) (_key k) (if (isinstance v hy.models.Keyword) (_key v) v))])
-  (:check (or (running? name) (Drift f"the VM {name} would be booted from {(get options "disk")}")))
-  (:apply (start name options)))
+  (:invariant (not (_image-problem (_preprocessed options) host))
+              (_image-problem (_preprocessed options) host))
+  (:opaque-type True)
+  (:preprocess [name (_preprocessed options) (when (is-not host None) (container-data name host))])
+  (:hostattrs (when host (image-host-checked host)))
+  (:check (or (running? name)
+              (Drift (+ f"the VM {name} would be booted from {(get options "disk")}"
+                        (if host ", its image built from its host first" "")))))
+  (:apply
+    (when host
+      (build-image host (get options "disk") (.get options "image" {})))
+    (start name options)))
 
 (defprop stopped :posix [#^ machine-name name]
   "The virtual machine NAME is not running (QEMU is ended: TERM, then KILL
