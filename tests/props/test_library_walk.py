@@ -4,9 +4,13 @@ checks clean (issue 31, items 2 and 3).
 
 WALK is the table: for each property (by the name a user writes), example
 propapps as Hy source, each with the environment it runs in: "chroot" (the
-Debian chroot of tests/props/conftest.py) or "container" (the booted
-container, for what needs a service manager).  LEFT_OUT says, for each
-property that is not walked, why.  The propapps of one environment are one
+Debian chroot of tests/props/conftest.py), "container" (the booted
+container, for what needs a service manager) or "netns" (this machine over
+:local, in a network namespace of its own whose /etc/ufw, /etc/default,
+/etc/sysctl.d and /etc/lvm are private, with a loop device: firewall,
+links, NAT and storage).  Each site registers a files tree of prerequisite
+data (DATA).  LEFT_OUT says, for each property that is not walked, why, and
+which test covers it instead.  The propapps of one environment are one
 host of one site file, deployed by the real CLI and then checked by it
 (`consfig deploy --check --detailed-exitcode --json`): one deployment per
 environment, not one per property, so that the walk stays quick."""
@@ -109,6 +113,11 @@ WALK = {
     "file.tree-has-ownership": [(CHROOT, f'(file.tree-has-ownership "{W}/dir" :user "root")')],
     "file.copied-from-site": [(CHROOT, f'(file.copied-from-site "{W}/from-site" "files/motd")')],
     "file.templated": [(CHROOT, f'(file.templated "{W}/templated" "files/greeting.j2" :vars {{"who" "walk"}})')],
+    # From the files tree of data the walk's site registers (DATA).
+    "file.data-uploaded": [(CHROOT, f'(file.data-uploaded "walk" "plain" "{W}/data" :mode 0o644)')],
+    "file.secret-uploaded": [(CHROOT, f'(file.secret-uploaded "walk" "secret" "{W}/secret")')],
+    "file.host-data-uploaded": [(CHROOT, f'(file.host-data-uploaded "{W}/host-data")')],
+    "file.host-secret-uploaded": [(CHROOT, f'(file.host-secret-uploaded "{W}/host-secret")')],
     "file.data-cache-purged": [(CHROOT, "(file.data-cache-purged)")],
     "cmd.single": [(CHROOT, f'(cmd.single "touch" "{W}/made" :creates "{W}/made")')],
     "cmd.script": [(CHROOT, f'(cmd.script "touch \\"$1\\"" "{W}/made2" :creates "{W}/made2")')],
@@ -131,6 +140,7 @@ WALK = {
     "user.group-has-members": [(CHROOT, '(user.group-has-members "walkers" "walker")')],
     "user.has-full-name": [(CHROOT, '(user.has-full-name "walker" "Walk Er")')],
     "user.has-account-with-uid": [(CHROOT, '(user.has-account-with-uid "walker2" 2345)')],
+    "user.has-password": [(CHROOT, '(user.has-password "walker2")')],
     "user.has-system-account": [(CHROOT, '(user.has-system-account "walkd")')],
     "user.lacks-account": [(CHROOT, '(user.lacks-account "nobody-walks")')],
     "ssh.authorized-keys": [(CHROOT, f'(ssh.authorized-keys "walker" "{KEY}" "{KEY2}")')],
@@ -328,8 +338,14 @@ WALK = {
 }
 
 EXAMPLE_SITE = "applied and checked in the booted container by test_the_example_site_deployed_then_checks_clean"
-NEWER = "not walked yet: it came into the library (from main) after the walk was written"
-DATA = "needs prerequisite data from a data source of the site, which the walk's site has not"
+# The files tree of prerequisite data of the walk's sites: (iden1, iden2) -> content.
+DATA = {("walk", "plain"): b"plain data\n", ("walk", "secret"): b"a secret\n",
+        ("walk-chroot.test", "/srv/walk/host-data"): b"the host's\n",
+        ("walk-chroot.test", "/srv/walk/host-secret"): b"the host's secret\n",
+        # crypt(3) of "walked" (openssl passwd -6 -salt walkwalk walked).
+        ("--user-passwd--walk-chroot.test", "walker2"):
+            b"$6$walkwalk$0cs2p9ExwQ8n2dCi6TjFAXmWTdmp3FxhcQkYQPFeJcw1qDw1B0lrAL4ysZpI3SfeXPbfTpLSJBRZZ3pCijSuX0\n",
+        ("walk", "luks"): b"walk's key\n"}
 
 # Property -> why it is not walked.
 LEFT_OUT = {
@@ -342,46 +358,69 @@ LEFT_OUT = {
     "os.debian-testing": "a host declares one OS; the walked hosts are Debian stable",
     "os.debian-unstable": "a host declares one OS; the walked hosts are Debian stable",
     "os.linux": "a host declares one OS; the walked hosts are Debian stable",
-    "chroot.os-bootstrapped": "not walked yet: debootstraps a whole system (tests/props/test_chroot.py)",
+    "chroot.os-bootstrapped": "debootstraps a whole system, minutes of the walk: "
+                              "tests/props/test_chroot.py::test_os_bootstrapped_debootstraps_applies_and_unapply_removes",
     "dataspace.asserted": "needs a site's etcd: tests/dataspace/test_dataspace.hy",
     "dataspace.observed": "a fact of a site's etcd: tests/dataspace/test_dataspace.hy",
     "dataspace.collected": "a fact of a site's etcd: tests/dataspace/test_dataspace.hy",
     "dataspace.etcd-member": "runs an etcd member: tests/dataspace/test_dataspace_cluster.py",
-    "container.nspawn-running": "not walked yet: boots a container of its own (tests/props/test_container.py)",
-    "container.nspawn-enabled": "not walked yet: a container's (tests/props/test_container.py)",
-    "container.nspawn-stopped": "not walked yet: a container's (tests/props/test_container.py)",
-    "container.nspawn-removed": "not walked yet: a container's (tests/props/test_container.py)",
+    "container.nspawn-running": "boots a container of its own (the walk's is booted by it, in the "
+                                "booted_container fixture): "
+                                "tests/props/test_container.py::test_nspawn_running_again_changes_nothing",
+    "container.nspawn-enabled": "a booted container's, which the walk's shared one must stay: "
+                                "tests/props/test_container.py::test_nspawn_enabled_writes_the_boot_links_and_unapplying_removes_them",
+    "container.nspawn-stopped": "powers off a container, which the walk's shared one must not be: "
+                                "tests/props/test_container.py::test_nspawn_stopped_powers_off_and_leaves_nothing",
+    "container.nspawn-removed": "deletes a container, which the walk's shared one must not be: "
+                                "tests/props/test_container.py::test_nspawn_removed_deletes_tree_link_and_settings",
     "converge.running": "installs the agent as a service: tests/props/test_converge_container.py",
-    "vm.running": "not walked yet: needs qemu and a disk image (tests/props/test_vm.py)",
-    "vm.stopped": "not walked yet: needs qemu and a disk image (tests/props/test_vm.py)",
-    "vm.removed": "not walked yet: needs qemu and a disk image (tests/props/test_vm.py)",
-    "disk.has-volumes": "not walked yet: needs loop devices (tests/props/test_disk.py)",
-    "disk.raw-image-built-for": "not walked yet: needs loop devices (tests/props/test_disk.py)",
-    "disk.image-written-to": "not walked yet: needs loop devices (tests/props/test_disk.py)",
-    "disk.boot-packages-installed": "not walked yet: installs a kernel and GRUB (tests/props/test_disk.py)",
-    "grub.has-kernel-options": "not walked yet: needs GRUB installed (tests/props/test_grub.py)",
+    "vm.running": "boots a bootable image of a host under QEMU, minutes of the walk: "
+                  "tests/props/test_vm.py::test_vm_running_again_changes_nothing_and_stopped_ends_qemu",
+    "vm.stopped": "as vm.running: "
+                  "tests/props/test_vm.py::test_vm_running_again_changes_nothing_and_stopped_ends_qemu",
+    "vm.removed": "as vm.running; tests/props/test_vm.py removes its machine at the end",
+    "disk.has-volumes": "a declaration of the volumes a disk image gets, applied by "
+                        "disk.raw-image-built-for: "
+                        "tests/props/test_disk.py::test_has_volumes_accepts_a_gpt_disk_and_records_it",
+    "disk.raw-image-built-for": "builds a disk image of a whole host from the tarball, a minute of "
+                                "the walk: "
+                                "tests/props/test_disk.py::test_raw_image_is_built_from_the_hosts_definition_and_rebuilt_as_a_no_change",
+    "disk.image-written-to": "needs a disk image built first (disk.raw-image-built-for): "
+                             "tests/props/test_disk.py::test_image_written_to_a_blank_device_then_changes_nothing",
+    "disk.boot-packages-installed": "installs a kernel, initramfs-tools and GRUB, minutes of the "
+                                    "walk; applied inside the bootable image of "
+                                    "tests/props/test_vm.py::test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot",
+    "grub.has-kernel-options": "needs GRUB's /etc/default/grub, which only installing GRUB gives: "
+                               "tests/props/test_grub.py::test_has_kernel_options_adds_and_replaces_keys",
     "reboot.at-end": "reboots the host",
-    "file.data-uploaded": DATA,
-    "file.secret-uploaded": DATA,
-    "file.host-data-uploaded": DATA,
-    "file.host-secret-uploaded": DATA,
-    "fact.data-version-is": DATA,
-    "git.snapshot-extracted": DATA,
-    "sshd.has-host-key": DATA,
-    "tls.certificate-installed": DATA,
-    "user.has-password": DATA,
+    "fact.data-version-is": "the version of an item of a files tree is its file's modification "
+                            "time, not known when the walk's site is written: "
+                            "tests/apply/test_during.hy::test-data-version-is-holds-for-the-version-the-host-is-deployed-with",
+    "git.snapshot-extracted": "needs a :git-snapshot data source (a git repository), which the "
+                              "walk's site has not: "
+                              "tests/props/test_data_props.hy::test-git-snapshot-extracted-and-replaced",
+    "sshd.has-host-key": "needs a host key pair as data, which the walk's files tree has not: "
+                         "tests/props/test_data_props.hy::test-sshd-host-key-from-data",
+    "tls.certificate-installed": "needs a certificate and its key as data, which the walk's files "
+                                 "tree has not: "
+                                 "tests/props/test_web.py::test_certificate_and_key_are_installed_from_data",
     "user.has-enabled-password": "sets a password from a secret: tests/props/test_user.hy",
-    "postgres.has-password": DATA,
+    "postgres.has-password": "its password item is not in the walk's files tree: "
+                             "tests/props/test_postgres.py::test_password_from_data_lets_the_role_log_in",
     "sshd.has-host-public-key": "the key is the host's own, made when openssh-server is installed "
                                 "(tests/props/test_ssh.hy)",
     "file.downloaded": "needs an HTTP server (tests/props/test_file_network.py)",
-    "pip.pipx-installed": "not walked yet: installs from a package index (tests/props/test_pip.py)",
-    "pip.venv-installed": "not walked yet: installs from a package index (tests/props/test_pip.py)",
+    "pip.pipx-installed": "installs from a package index, which the walk has none of: "
+                          "tests/props/test_pip.py::test_pipx_installs_an_application_for_everyone",
+    "pip.venv-installed": "installs from a package index, which the walk has none of: "
+                          "tests/props/test_pip.py::test_venv_is_made_with_its_pins_and_left_alone_after",
     "nftables.has-ruleset": "loads a ruleset into the network namespace, which the booted container "
                             "shares with the machine (tests/props/test_nftables.py)",
     "nftables.has-ruleset-from-site": "as nftables.has-ruleset",
-    "apache.installed": "not walked yet: Apache and the walk's nginx both want port 80 in the one "
-                        "booted container (tests/props/test_web.py)",
+    "apache.installed": "Apache and the walk's nginx would both listen on port 80 in the one booted "
+                        "container: "
+                        "tests/props/test_web.py::test_apache_site_is_written_enabled_and_tested "
+                        "and the apache tests after it",
     "apache.conf-enabled": "as apache.installed",
     "apache.module-enabled": "as apache.installed",
     "apache.module-disabled": "as apache.installed",
@@ -389,35 +428,61 @@ LEFT_OUT = {
     "apache.site-enabled": "as apache.installed",
     "apache.site-disabled": "as apache.installed",
     "apache.reloaded": "as apache.installed",
-    "apt.upgraded": "not walked yet: upgrades every package of the test tarball (tests/props/test_apt.hy)",
-    "apt.source": "not walked yet: adds an archive that every later install fetches (tests/props/test_apt_repo.py)",
-    "apt.backports-enabled": "as apt.source",
-    "apt.trusts-key": "as apt.source",
-    "apt.additional-sources": "as apt.source",
-    "apt.unattended-upgrades-enabled": "not walked yet: installs unattended-upgrades and Python "
-                                       "(tests/props/test_apt.hy)",
-    "timesyncd.uses-servers": "not walked yet: timesyncd does not run in a container",
-    "image.installed": "not walked yet: installs the host's own image (tests/image/)",
-    "image.applied-periodically": "as image.installed",
-    "image.pulled-from": "as image.installed",
-    "image.scheduled": "as image.installed",
-    "image.systemd-or-cron": "as image.installed",
-    "acme.certificate": NEWER,
-    "acme.installed": NEWER,
-    "mariadb.has-database": NEWER,
-    "mariadb.has-grant": NEWER,
-    "mariadb.has-server-settings": NEWER,
-    "mariadb.has-user": NEWER,
-    "mariadb.installed": NEWER,
-    "postfix.has-alias": NEWER,
-    "postfix.has-settings": NEWER,
-    "postfix.installed": NEWER,
-    "postfix.relay-password": NEWER,
-    "postfix.satellite": NEWER,
-    "postfix.sender-canonical": NEWER,
-    "postfix.sender-relay": NEWER,
-    "postfix.transport": NEWER,
-    "postfix.virtual-alias": NEWER,
+    "apt.upgraded": "upgrades every package of the test tarball, as old as its build, minutes of "
+                    "the walk: "
+                    "tests/props/test_apt.hy::test-updated-upgraded-autoremoved-configured",
+    "apt.source": "adds an archive (tests/props/aptrepo.py serves one) that every later install of "
+                  "the walk would fetch from: "
+                  "tests/props/test_apt_repo.py::test_a_package_installs_from_a_source_signed_by_its_key",
+    "apt.backports-enabled": "adds the backports archive, whose lists every later install of the "
+                             "walk would fetch: "
+                             "tests/props/test_apt_repo.py::test_backports_of_the_hosts_suite_are_enabled",
+    "apt.trusts-key": "as apt.source: "
+                      "tests/props/test_apt_repo.py::test_a_package_installs_from_a_source_signed_by_its_key",
+    "apt.additional-sources": "as apt.source: "
+                              "tests/props/test_apt.hy::test-standard-sources-list-and-additional",
+    "apt.unattended-upgrades-enabled": "installs unattended-upgrades and python3-apt: as "
+                                       "timesyncd.uses-servers, no room in the walk's budget: "
+                                       "tests/props/test_apt_repo.py::test_unattended_upgrades_run_daily_as_apt_reads_it",
+    "timesyncd.uses-servers": "installs systemd-timesyncd: the walk's budget (20 s for what it "
+                              "added, spent on the network namespace's walk and gpg) has no room: "
+                              "tests/props/test_systemd_conf.py::test_timesyncd_uses_servers",
+    "image.installed": "builds the walked host's own image (a bundle of the whole library) on the "
+                       "controller, at the deployment and again at the check: "
+                       "tests/props/test_image_props.py::test_installed_puts_the_hosts_own_image_on_it",
+    "image.applied-periodically": "as image.installed, with a timer: "
+                                  "tests/props/test_image_props.py::test_applied_periodically_runs_the_image_from_a_timer",
+    "image.pulled-from": "needs a server of signed images: "
+                         "tests/props/test_image_props.py::test_pulled_from_installs_a_timer_systemd_accepts",
+    "image.scheduled": "as image.applied-periodically, which it schedules: "
+                       "tests/props/test_image_props.py::test_applied_periodically_uses_cron_where_systemd_does_not_run",
+    "image.systemd-or-cron": "chooses between the schedulers of image.applied-periodically: "
+                             "tests/props/test_image_props.py::test_switching_to_systemd_removes_the_cron_job",
+    "acme.certificate": "needs an ACME server (pebble) and its mock DNS: "
+                        "tests/props/test_acme.py::test_a_certificate_is_issued_once_its_key_private",
+    "acme.installed": "as acme.certificate",
+    "mariadb.has-database": "as mariadb.installed",
+    "mariadb.has-grant": "as mariadb.installed",
+    "mariadb.has-server-settings": "as mariadb.installed: "
+                                   "tests/props/test_mariadb.py::test_server_settings_are_checked_by_the_server_before_they_are_written",
+    "mariadb.has-user": "as mariadb.installed",
+    "mariadb.installed": "installing mariadb-server costs 22 s under load even after the "
+                         "container's postgres (29 s in the bare chroot), more than the walk's "
+                         "whole budget: "
+                         "tests/props/test_mariadb.py::test_a_database_a_user_and_grants_then_nothing_to_do",
+    "postfix.has-alias": "as postfix.installed",
+    "postfix.has-settings": "as postfix.installed",
+    "postfix.installed": "installing postfix costs 12 s under load even after the container's "
+                         "postgres (16 s in the bare chroot), over the walk's budget beside the "
+                         "network namespace's: "
+                         "tests/props/test_postfix.py::test_a_satellite_with_aliases_and_a_relay_login_then_nothing_to_do",
+    "postfix.relay-password": "as postfix.installed",
+    "postfix.satellite": "as postfix.installed",
+    "postfix.sender-canonical": "as postfix.virtual-alias",
+    "postfix.sender-relay": "as postfix.installed",
+    "postfix.transport": "as postfix.virtual-alias",
+    "postfix.virtual-alias": "as postfix.installed: "
+                             "tests/props/test_postfix.py::test_virtual_aliases_transports_and_sender_rewriting_are_tables_then_removed",
     "ufw.disabled": "a host's ufw is on or off: the walk's is on; tests/props/test_ufw.py turns it off",
 }
 
@@ -490,16 +555,18 @@ def site_text(name, environment, values=()):
         """) + body + ")\n")
 
 
-def write_site(tmp_path, name, environment, values=(), data=()):
-    """The site of ENVIRONMENT's walk (see `site_text`), with DATA (a dict,
-    (iden1, iden2) -> bytes) in its files tree of prerequisite data."""
+def write_site(tmp_path, name, environment, values=()):
+    """The site of ENVIRONMENT's walk (see `site_text`), with DATA in its
+    files tree of prerequisite data."""
     site = tmp_path / "site"
     (site / "files").mkdir(parents=True)
     (site / "files" / "motd").write_text("walked\n")
     (site / "files" / "greeting.j2").write_text("hello {{ who }}\n")
-    for (iden1, iden2), content in dict(data).items():
-        (site / "data" / iden1).mkdir(parents=True, exist_ok=True)
-        (site / "data" / iden1 / iden2).write_bytes(content)
+    for (iden1, iden2), content in DATA.items():
+        # An absolute IDEN2 is relative in the tree (docs/data.md).
+        path = site / "data" / iden1 / iden2.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
     (site / "consfig.hy").write_text(site_text(name, environment, values))
     return site / "consfig.hy"
 
@@ -554,6 +621,8 @@ def test_the_chroot_walk_applies_and_then_checks_clean(tmp_path, debian_chroot):
     deploy_then_check(site, "walk-chroot.test", f'[[:chroot :into "{debian_chroot}"]]')
     assert fetched.read_bytes() == (debian_chroot / "srv/walk/dir/content").read_bytes(), \
         "file.fetched brought the chroot's file to the controller"
+    assert (debian_chroot / "srv/walk/host-secret").read_bytes() == \
+        DATA[("walk-chroot.test", "/srv/walk/host-secret")], "the host's item came from the files tree"
 
 
 @pytest.mark.chroot
@@ -639,8 +708,7 @@ def loop_disk(tmp_path, walk_netns):
 def test_the_netns_walk_applies_and_then_checks_clean(tmp_path, walk_netns, loop_disk):
     device, vg = loop_disk
     site = write_site(tmp_path, "walk-netns.test", NETNS,
-                      {"WALK-DISK": device, "WALK-VG": hy.repr(vg)},
-                      data={("walk", "luks"): b"walk's key\n"})
+                      {"WALK-DISK": device, "WALK-VG": hy.repr(vg)})
     deploy_then_check(site, "walk-netns.test", ":local", prefix=["ip", "netns", "exec", walk_netns])
     assert "Status: active" in sh("ip", "netns", "exec", walk_netns, "ufw", "status").stdout
     assert "ENABLED=no" in Path("/etc/ufw/ufw.conf").read_text(), "this machine's ufw is as it was"
