@@ -709,9 +709,13 @@ def test_the_netns_walk_applies_and_then_checks_clean(tmp_path, walk_netns, loop
     device, vg = loop_disk
     site = write_site(tmp_path, "walk-netns.test", NETNS,
                       {"WALK-DISK": device, "WALK-VG": hy.repr(vg)})
+    ours = {p: p.read_bytes() if p.exists() else None
+            for p in [Path("/etc/ufw/ufw.conf"), Path("/etc/ufw/user.rules"), Path("/etc/default/ufw"),
+                      Path("/etc/sysctl.d/90-consfig-forwarding.conf")]}
     deploy_then_check(site, "walk-netns.test", ":local", prefix=["ip", "netns", "exec", walk_netns])
     assert "Status: active" in sh("ip", "netns", "exec", walk_netns, "ufw", "status").stdout
-    assert "ENABLED=no" in Path("/etc/ufw/ufw.conf").read_text(), "this machine's ufw is as it was"
+    assert all((p.read_bytes() if p.exists() else None) == text for p, text in ours.items()), \
+        "this machine's ufw and sysctl files are as they were: the namespace's were written"
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "hosts" / "example.hy"
