@@ -149,6 +149,8 @@ WALK = {
     "sshd.installed": [(CHROOT, "(sshd.installed)")],
     "sshd.configured": [(CHROOT, '(sshd.configured "PermitRootLogin" "prohibit-password" "X11Forwarding" "no")')],
     "sshd.no-passwords": [(CHROOT, "(sshd.no-passwords)")],
+    # A key pair made by ssh-keygen at test time; the private key from data.
+    "sshd.has-host-key": [(CHROOT, '(sshd.has-host-key "ed25519" HOST-PUBLIC-KEY)')],
     "timezone.configured": [(CHROOT, '(timezone.configured "Etc/UTC")')],
 
     # Packages.
@@ -301,6 +303,10 @@ WALK = {
     "postgres.hba-contains-lines": [(CONTAINER, '(postgres.hba-contains-lines "local walkdb walk peer")')],
     "postgres.has-role": [(CONTAINER, '(postgres.has-role "walk" :login True :createdb False)')],
     "postgres.has-database": [(CONTAINER, '(postgres.has-database "walkdb" :owner "walk")')],
+    "postgres.has-password": [(CONTAINER, '(postgres.has-password "walk" :iden1 "walk" :iden2 "pg")')],
+    # openssl is there by now (ssl-cert, for postgres); the certificate and
+    # its key are made by openssl at test time.
+    "tls.certificate-installed": [(CONTAINER, '(tls.certificate-installed "walk" :iden1 "walk")')],
     # gpg alone, not gnupg's agents and tools: 3 s of the walk, not 10.
     "gnupg.has-public-key": [(CONTAINER, '(apt.installed-minimally "gpg")'),
                              (CONTAINER, '(gnupg.has-public-key "cwalker" PGP-FINGERPRINT PGP-KEY)')],
@@ -345,7 +351,7 @@ DATA = {("walk", "plain"): b"plain data\n", ("walk", "secret"): b"a secret\n",
         # crypt(3) of "walked" (openssl passwd -6 -salt walkwalk walked).
         ("--user-passwd--walk-chroot.test", "walker2"):
             b"$6$walkwalk$0cs2p9ExwQ8n2dCi6TjFAXmWTdmp3FxhcQkYQPFeJcw1qDw1B0lrAL4ysZpI3SfeXPbfTpLSJBRZZ3pCijSuX0\n",
-        ("walk", "luks"): b"walk's key\n"}
+        ("walk", "luks"): b"walk's key\n", ("walk", "pg"): b"pg-walk-pw\n"}
 
 # Property -> why it is not walked.
 LEFT_OUT = {
@@ -399,14 +405,7 @@ LEFT_OUT = {
     "git.snapshot-extracted": "needs a :git-snapshot data source (a git repository), which the "
                               "walk's site has not: "
                               "tests/props/test_data_props.hy::test-git-snapshot-extracted-and-replaced",
-    "sshd.has-host-key": "needs a host key pair as data, which the walk's files tree has not: "
-                         "tests/props/test_data_props.hy::test-sshd-host-key-from-data",
-    "tls.certificate-installed": "needs a certificate and its key as data, which the walk's files "
-                                 "tree has not: "
-                                 "tests/props/test_web.py::test_certificate_and_key_are_installed_from_data",
     "user.has-enabled-password": "sets a password from a secret: tests/props/test_user.hy",
-    "postgres.has-password": "its password item is not in the walk's files tree: "
-                             "tests/props/test_postgres.py::test_password_from_data_lets_the_role_log_in",
     "sshd.has-host-public-key": "the key is the host's own, made when openssh-server is installed "
                                 "(tests/props/test_ssh.hy)",
     "file.downloaded": "needs an HTTP server (tests/props/test_file_network.py)",
@@ -555,14 +554,14 @@ def site_text(name, environment, values=()):
         """) + body + ")\n")
 
 
-def write_site(tmp_path, name, environment, values=()):
-    """The site of ENVIRONMENT's walk (see `site_text`), with DATA in its
-    files tree of prerequisite data."""
+def write_site(tmp_path, name, environment, values=(), data=()):
+    """The site of ENVIRONMENT's walk (see `site_text`), with DATA and DATA
+    (a dict as it is) in its files tree of prerequisite data."""
     site = tmp_path / "site"
     (site / "files").mkdir(parents=True)
     (site / "files" / "motd").write_text("walked\n")
     (site / "files" / "greeting.j2").write_text("hello {{ who }}\n")
-    for (iden1, iden2), content in DATA.items():
+    for (iden1, iden2), content in {**DATA, **dict(data)}.items():
         # An absolute IDEN2 is relative in the tree (docs/data.md).
         path = site / "data" / iden1 / iden2.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -617,7 +616,12 @@ def deploy_then_check(site, name, via, prefix=()):
 @pytest.mark.chroot
 def test_the_chroot_walk_applies_and_then_checks_clean(tmp_path, debian_chroot):
     fetched = tmp_path / "fetched"
-    site = write_site(tmp_path, "walk-chroot.test", CHROOT, {"FETCHED": hy.repr(str(fetched))})
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "walk", "-f", str(tmp_path / "hostkey"))
+    site = write_site(tmp_path, "walk-chroot.test", CHROOT,
+                      {"FETCHED": hy.repr(str(fetched)),
+                       "HOST-PUBLIC-KEY": hy.repr((tmp_path / "hostkey.pub").read_text().strip())},
+                      {("walk-chroot.test", "/etc/ssh/ssh_host_ed25519_key"):
+                       (tmp_path / "hostkey").read_bytes()})
     deploy_then_check(site, "walk-chroot.test", f'[[:chroot :into "{debian_chroot}"]]')
     assert fetched.read_bytes() == (debian_chroot / "srv/walk/dir/content").read_bytes(), \
         "file.fetched brought the chroot's file to the controller"
@@ -628,8 +632,14 @@ def test_the_chroot_walk_applies_and_then_checks_clean(tmp_path, debian_chroot):
 @pytest.mark.chroot
 def test_the_container_walk_applies_and_then_checks_clean(tmp_path, booted_container):
     fingerprint, key = pgp_key(tmp_path / "gnupg")
+    r = sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+           "-subj", "/CN=walk.example.org", "-days", "2", "-keyout", str(tmp_path / "tls.key"),
+           "-out", str(tmp_path / "tls.pem"))
+    assert r.returncode == 0, r.stderr
     site = write_site(tmp_path, "walk-container.test", CONTAINER,
-                      {"PGP-FINGERPRINT": hy.repr(fingerprint), "PGP-KEY": hy.repr(key)})
+                      {"PGP-FINGERPRINT": hy.repr(fingerprint), "PGP-KEY": hy.repr(key)},
+                      {("walk", "/etc/ssl/certs/walk.pem"): (tmp_path / "tls.pem").read_bytes(),
+                       ("walk", "/etc/ssl/private/walk.key"): (tmp_path / "tls.key").read_bytes()})
     # With a Python, as a user would deploy a booted system: postgres's
     # configuration is in directories the postgres user owns, which a
     # shell alone is refused (issue 30).
