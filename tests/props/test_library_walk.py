@@ -361,9 +361,10 @@ LEFT_OUT = {
     "removed-unapplied": "applied by the engine itself at the end of every deployment of a whole host",
     "deploys": "deploys another host, over its own chain: tests/deployer/test_deployment.hy",
     "deploys-these": "deploys another host, over its own chain: tests/deployer/test_deployment.hy",
-    "os.debian-testing": "a host declares one OS; the walked hosts are Debian stable",
-    "os.debian-unstable": "a host declares one OS; the walked hosts are Debian stable",
-    "os.linux": "a host declares one OS; the walked hosts are Debian stable",
+    "os.debian-testing": "a host declares one OS; the walked hosts are Debian stable: "
+                         "tests/props/test_os.hy::test-declarations-push-os",
+    "os.debian-unstable": "as os.debian-testing",
+    "os.linux": "as os.debian-testing",
     "chroot.os-bootstrapped": "debootstraps a whole system, minutes of the walk: "
                               "tests/props/test_chroot.py::test_os_bootstrapped_debootstraps_applies_and_unapply_removes",
     "dataspace.asserted": "needs a site's etcd: tests/dataspace/test_dataspace.hy",
@@ -398,7 +399,8 @@ LEFT_OUT = {
                                     "tests/props/test_vm.py::test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot",
     "grub.has-kernel-options": "needs GRUB's /etc/default/grub, which only installing GRUB gives: "
                                "tests/props/test_grub.py::test_has_kernel_options_adds_and_replaces_keys",
-    "reboot.at-end": "reboots the host",
+    "reboot.at-end": "reboots the host (in a chroot it does nothing): "
+                     "tests/props/test_reboot.py::test_a_reboot_asked_for_twice_is_scheduled_once_at_the_end_after_the_handlers",
     "fact.data-version-is": "the version of an item of a files tree is its file's modification "
                             "time, not known when the walk's site is written: "
                             "tests/apply/test_during.hy::test-data-version-is-holds-for-the-version-the-host-is-deployed-with",
@@ -413,8 +415,9 @@ LEFT_OUT = {
                           "tests/props/test_pip.py::test_pipx_installs_an_application_for_everyone",
     "pip.venv-installed": "installs from a package index, which the walk has none of: "
                           "tests/props/test_pip.py::test_venv_is_made_with_its_pins_and_left_alone_after",
-    "nftables.has-ruleset": "loads a ruleset into the network namespace, which the booted container "
-                            "shares with the machine (tests/props/test_nftables.py)",
+    "nftables.has-ruleset": "replaces the whole ruleset of the network namespace: the booted "
+                            "container's is the machine's, and in the walk's own namespace it would "
+                            "flush the rules of ufw and nat walked there (tests/props/test_nftables.py)",
     "nftables.has-ruleset-from-site": "as nftables.has-ruleset",
     "apache.installed": "Apache and the walk's nginx would both listen on port 80 in the one booted "
                         "container: "
