@@ -190,6 +190,9 @@ WALK = {
     "git.pulled": [(CHROOT, f'(on-change (file.has-content "{W}/t-pulled" "t\\n") '
                             f'(git.pulled "{W}/origin" "{W}/clone3"))')],
     "git.repo-configured": [(CHROOT, f'(git.repo-configured "{W}/clone" "core.walked" "yes")')],
+    # From the :git-snapshot source of the chroot's site: a repository made
+    # at test time.
+    "git.snapshot-extracted": [(CHROOT, f'(git.snapshot-extracted "{W}/snapshots" "walk")')],
     "git.head-pulled": [(CHROOT, f'(on-change (file.has-content "{W}/pull-now" "p\\n") (git.head-pulled "{W}/clone"))')],
     "apt.recommends-not-installed": [(CHROOT, "(apt.recommends-not-installed)")],
     "dpkg.architecture-added": [(CHROOT, '(unapplied (dpkg.architecture-added "s390x"))')],
@@ -409,9 +412,6 @@ LEFT_OUT = {
     "fact.data-version-is": "the version of an item of a files tree is its file's modification "
                             "time, not known when the walk's site is written: "
                             "tests/apply/test_during.hy::test-data-version-is-holds-for-the-version-the-host-is-deployed-with",
-    "git.snapshot-extracted": "needs a :git-snapshot data source (a git repository), which the "
-                              "walk's site has not: "
-                              "tests/props/test_data_props.hy::test-git-snapshot-extracted-and-replaced",
     "user.has-enabled-password": "sets a password from a secret: tests/props/test_user.hy",
     "sshd.has-host-public-key": "the key is the host's own, made when openssh-server is installed "
                                 "(tests/props/test_ssh.hy)",
@@ -551,10 +551,11 @@ def nameserver():
     return "127.0.0.1"
 
 
-def site_text(name, environment, values=()):
+def site_text(name, environment, values=(), sources=""):
     """A site file with one host, NAME, holding every propapp WALK runs in
     ENVIRONMENT, in the table's order; each placeholder of VALUES (a dict)
-    replaced by its Hy source."""
+    replaced by its Hy source; SOURCES, Hy source registering data sources
+    besides the files tree."""
     modules = sorted({n.split(".")[0] for n in LIBRARY if "." in n})
     body = "\n".join(f"  {src}" for entries in WALK.values()
                      for env, src in entries if env == environment)
@@ -568,13 +569,14 @@ def site_text(name, environment, values=()):
         (import consfig *)
         (use-props consfig.props [{" ".join(modules)}])
         (try-register-data-source :files-tree :location "data")
+        {sources}
 
         (defhost {name} {{:groups ["walkers"]}}
           (os.debian-stable "{host_suite()}" :{host_arch()})
         """) + body + ")\n")
 
 
-def write_site(tmp_path, name, environment, values=(), data=()):
+def write_site(tmp_path, name, environment, values=(), data=(), sources=""):
     """The site of ENVIRONMENT's walk (see `site_text`), with DATA and DATA
     (a dict as it is) in its files tree of prerequisite data."""
     site = tmp_path / "site"
@@ -586,7 +588,7 @@ def write_site(tmp_path, name, environment, values=(), data=()):
         path = site / "data" / iden1 / iden2.lstrip("/")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
-    (site / "consfig.hy").write_text(site_text(name, environment, values))
+    (site / "consfig.hy").write_text(site_text(name, environment, values, sources))
     return site / "consfig.hy"
 
 
@@ -637,16 +639,23 @@ def deploy_then_check(site, name, via, prefix=()):
 def test_the_chroot_walk_applies_and_then_checks_clean(tmp_path, debian_chroot):
     fetched = tmp_path / "fetched"
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "walk", "-f", str(tmp_path / "hostkey"))
+    repo = tmp_path / "repo"
+    r = sh("sh", "-c", 'git init -q -b main "$1" && echo walked > "$1/README" && git -C "$1" add README '
+           '&& git -C "$1" -c user.email=w@x -c user.name=w commit -q -m walk', "sh", str(repo))
+    assert r.returncode == 0, r.stderr
     site = write_site(tmp_path, "walk-chroot.test", CHROOT,
                       {"FETCHED": hy.repr(str(fetched)),
                        "HOST-PUBLIC-KEY": hy.repr((tmp_path / "hostkey.pub").read_text().strip())},
                       {("walk-chroot.test", "/etc/ssh/ssh_host_ed25519_key"):
-                       (tmp_path / "hostkey").read_bytes()})
+                       (tmp_path / "hostkey").read_bytes()},
+                      f'(try-register-data-source :git-snapshot :name "walk" :repo {hy.repr(str(repo))} '
+                      ':branch "main")')
     deploy_then_check(site, "walk-chroot.test", f'[[:chroot :into "{debian_chroot}"]]')
     assert fetched.read_bytes() == (debian_chroot / "srv/walk/dir/content").read_bytes(), \
         "file.fetched brought the chroot's file to the controller"
     assert (debian_chroot / "srv/walk/host-secret").read_bytes() == \
         DATA[("walk-chroot.test", "/srv/walk/host-secret")], "the host's item came from the files tree"
+    assert (debian_chroot / "srv/walk/snapshots/walk/README").read_text() == "walked\n"
 
 
 @pytest.mark.chroot
