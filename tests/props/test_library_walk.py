@@ -15,6 +15,10 @@ host of one site file, deployed by the real CLI and then checked by it
 (`consfig deploy --check --detailed-exitcode --json`): one deployment per
 environment, not one per property, so that the walk stays quick."""
 
+import contextlib
+import functools
+import hashlib
+import http.server
 import importlib
 import json
 import os
@@ -23,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -242,6 +247,9 @@ WALK = {
     "wait.until": [(CHROOT, f'(wait.until (fact.file-exists "{W}/exists") :timeout 10)')],
     # Nothing listens on port 1 (tcpmux).
     "wait.port-closed": [(CHROOT, '(wait.port-closed "127.0.0.1" 1 :timeout 10)')],
+    # An item of a :local-file source of the chroot's site, of a version it says.
+    "fact.data-version-is": [(CHROOT, f'(during (fact.data-version-is "walk" "versioned" "7") '
+                                      f'(file.exists "{W}/f8"))')],
     "fact.command-output": [(CHROOT, f'(during (fact.command-output ["echo" "hi"] "hi\\n") '
                                      f'(file.exists "{W}/f7"))')],
 
@@ -306,6 +314,9 @@ WALK = {
     "postgres.hba-contains-lines": [(CONTAINER, '(postgres.hba-contains-lines "local walkdb walk peer")')],
     "postgres.has-role": [(CONTAINER, '(postgres.has-role "walk" :login True :createdb False)')],
     "postgres.has-database": [(CONTAINER, '(postgres.has-database "walkdb" :owner "walk")')],
+    # From an HTTP server of the test's, on the loopback the container
+    # shares with this machine.
+    "file.downloaded": [(CONTAINER, '(file.downloaded DOWNLOAD-URL "/srv/walk-downloaded" :sha256 DOWNLOAD-SHA256)')],
     "postgres.has-password": [(CONTAINER, '(postgres.has-password "walk" :iden1 "walk" :iden2 "pg")')],
     # openssl is there by now (ssl-cert, for postgres); the certificate and
     # its key are made by openssl at test time.
@@ -409,13 +420,9 @@ LEFT_OUT = {
                                "tests/props/test_grub.py::test_has_kernel_options_adds_and_replaces_keys",
     "reboot.at-end": "reboots the host (in a chroot it does nothing): "
                      "tests/props/test_reboot.py::test_a_reboot_asked_for_twice_is_scheduled_once_at_the_end_after_the_handlers",
-    "fact.data-version-is": "the version of an item of a files tree is its file's modification "
-                            "time, not known when the walk's site is written: "
-                            "tests/apply/test_during.hy::test-data-version-is-holds-for-the-version-the-host-is-deployed-with",
     "user.has-enabled-password": "sets a password from a secret: tests/props/test_user.hy",
     "sshd.has-host-public-key": "the key is the host's own, made when openssh-server is installed "
                                 "(tests/props/test_ssh.hy)",
-    "file.downloaded": "needs an HTTP server (tests/props/test_file_network.py)",
     "pip.pipx-installed": "installs from a package index, which the walk has none of: "
                           "tests/props/test_pip.py::test_pipx_installs_an_application_for_everyone",
     "pip.venv-installed": "installs from a package index, which the walk has none of: "
@@ -649,31 +656,54 @@ def test_the_chroot_walk_applies_and_then_checks_clean(tmp_path, debian_chroot):
                       {("walk-chroot.test", "/etc/ssh/ssh_host_ed25519_key"):
                        (tmp_path / "hostkey").read_bytes()},
                       f'(try-register-data-source :git-snapshot :name "walk" :repo {hy.repr(str(repo))} '
-                      ':branch "main")')
+                      ':branch "main") (try-register-data-source :local-file :location "data/walk/plain" '
+                      ':iden1 "walk" :iden2 "versioned" :version "7")')
     deploy_then_check(site, "walk-chroot.test", f'[[:chroot :into "{debian_chroot}"]]')
     assert fetched.read_bytes() == (debian_chroot / "srv/walk/dir/content").read_bytes(), \
         "file.fetched brought the chroot's file to the controller"
     assert (debian_chroot / "srv/walk/host-secret").read_bytes() == \
         DATA[("walk-chroot.test", "/srv/walk/host-secret")], "the host's item came from the files tree"
     assert (debian_chroot / "srv/walk/snapshots/walk/README").read_text() == "walked\n"
+    assert (debian_chroot / "srv/walk/f8").exists(), "the item is at version 7"
 
 
 @pytest.mark.chroot
 def test_the_container_walk_applies_and_then_checks_clean(tmp_path, booted_container):
     fingerprint, key = pgp_key(tmp_path / "gnupg")
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "walk.txt").write_bytes(b"downloaded\n")
     r = sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
            "-subj", "/CN=walk.example.org", "-days", "2", "-keyout", str(tmp_path / "tls.key"),
            "-out", str(tmp_path / "tls.pem"))
     assert r.returncode == 0, r.stderr
-    site = write_site(tmp_path, "walk-container.test", CONTAINER,
-                      {"PGP-FINGERPRINT": hy.repr(fingerprint), "PGP-KEY": hy.repr(key)},
-                      {("walk", "/etc/ssl/certs/walk.pem"): (tmp_path / "tls.pem").read_bytes(),
-                       ("walk", "/etc/ssl/private/walk.key"): (tmp_path / "tls.key").read_bytes()})
-    # With a Python, as a user would deploy a booted system: postgres's
-    # configuration is in directories the postgres user owns, which a
-    # shell alone is refused (issue 30).
-    deploy_then_check(site, "walk-container.test",
-                      f'[[:nspawn :machine "{booted_container.name}"] [:python :install True]]')
+    with http_server(served) as port:
+        site = write_site(tmp_path, "walk-container.test", CONTAINER,
+                          {"PGP-FINGERPRINT": hy.repr(fingerprint), "PGP-KEY": hy.repr(key),
+                           "DOWNLOAD-URL": hy.repr(f"http://127.0.0.1:{port}/walk.txt"),
+                           "DOWNLOAD-SHA256": hy.repr(hashlib.sha256(b"downloaded\n").hexdigest())},
+                          {("walk", "/etc/ssl/certs/walk.pem"): (tmp_path / "tls.pem").read_bytes(),
+                           ("walk", "/etc/ssl/private/walk.key"): (tmp_path / "tls.key").read_bytes()})
+        # With a Python, as a user would deploy a booted system: postgres's
+        # configuration is in directories the postgres user owns, which a
+        # shell alone is refused (issue 30).
+        deploy_then_check(site, "walk-container.test",
+                          f'[[:nspawn :machine "{booted_container.name}"] [:python :install True]]')
+
+
+@contextlib.contextmanager
+def http_server(root):
+    """An HTTP server of ROOT on 127.0.0.1, in a thread of this process: its port."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 def pgp_key(home):
