@@ -214,6 +214,13 @@ WALK = {
     # A tmpfs, listed in the chroot's fstab, mounted below the chroot (which
     # the debian_chroot fixture unmounts).
     "mount.mounted": [(CHROOT, f'(mount.mounted "{W}/tmp")')],
+    # GRUB's defaults, made once as its package would make them, without
+    # GRUB (as tests/props/test_grub.py does): update-grub is not there.
+    "grub.has-kernel-options": [
+        (CHROOT, '(cmd.script "printf \'%s\\\\n\' \\"$@\\" >/etc/default/grub" "GRUB_DEFAULT=0" '
+                 '"GRUB_CMDLINE_LINUX_DEFAULT=\\"quiet\\"" "GRUB_CMDLINE_LINUX=\\"\\"" '
+                 ':creates "/etc/default/grub")'),
+        (CHROOT, '(grub.has-kernel-options "console=ttyS0,115200" "console=tty0")')],
     "mount.unmounted-below": [(CHROOT, f'(mount.unmounted-below "{W}/mnt")')],
     "tmpfiles.configured": [(CHROOT, '(tmpfiles.configured "walk" "d /run/walk 0755 root root -")')],
     "journald.configured": [(CHROOT, '(journald.configured "SystemMaxUse" "50M")')],
@@ -416,8 +423,6 @@ LEFT_OUT = {
     "disk.boot-packages-installed": "installs a kernel, initramfs-tools and GRUB, minutes of the "
                                     "walk; applied inside the bootable image of "
                                     "tests/props/test_vm.py::test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot",
-    "grub.has-kernel-options": "needs GRUB's /etc/default/grub, which only installing GRUB gives: "
-                               "tests/props/test_grub.py::test_has_kernel_options_adds_and_replaces_keys",
     "reboot.at-end": "reboots the host (in a chroot it does nothing): "
                      "tests/props/test_reboot.py::test_a_reboot_asked_for_twice_is_scheduled_once_at_the_end_after_the_handlers",
     "user.has-enabled-password": "sets a password from a secret: tests/props/test_user.hy",
