@@ -146,6 +146,8 @@ WALK = {
     "user.has-full-name": [(CHROOT, '(user.has-full-name "walker" "Walk Er")')],
     "user.has-account-with-uid": [(CHROOT, '(user.has-account-with-uid "walker2" 2345)')],
     "user.has-password": [(CHROOT, '(user.has-password "walker2")')],
+    "user.has-enabled-password": [(CHROOT, '(user.has-account "walker3")'),
+                                  (CHROOT, '(user.has-enabled-password "walker3" :initial-password "walk pw")')],
     "user.has-system-account": [(CHROOT, '(user.has-system-account "walkd")')],
     "user.lacks-account": [(CHROOT, '(user.lacks-account "nobody-walks")')],
     "ssh.authorized-keys": [(CHROOT, f'(ssh.authorized-keys "walker" "{KEY}" "{KEY2}")')],
@@ -425,7 +427,6 @@ LEFT_OUT = {
                                     "tests/props/test_vm.py::test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot",
     "reboot.at-end": "reboots the host (in a chroot it does nothing): "
                      "tests/props/test_reboot.py::test_a_reboot_asked_for_twice_is_scheduled_once_at_the_end_after_the_handlers",
-    "user.has-enabled-password": "sets a password from a secret: tests/props/test_user.hy",
     "sshd.has-host-public-key": "the key is the host's own, made when openssh-server is installed "
                                 "(tests/props/test_ssh.hy)",
     "pip.pipx-installed": "installs from a package index, which the walk has none of: "
