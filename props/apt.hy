@@ -34,7 +34,7 @@ upgrades runs `apt-get update` first, in this deployment or a later one."
         consfig.apply.engine [Drift WOULD-CHANGE checking? inform report-output]
         consfig.errors [CommandFailed FailedChange]
         consfig.model.host [push-hostattr get-hostattr get-hostattrs]
-        consfig.props.file [combined-results remove-files update-file]
+        consfig.props.file [combined-results conf-pairs pairs-problem remove-files update-file]
         consfig.props.os [required isa?]
         consfig.props.service :as service
         consfig.types *)
@@ -842,6 +842,51 @@ minimal server wants (`APT::Install-Recommends \"false\"`, in
                        :mode 0o644))
   (:unapply (remove-files NO-RECOMMENDS)))
 
+(setv apt-conf-name (matching "apt-conf-name"
+                             "a file name apt reads in apt.conf.d (letters, digits, _ . and -, not starting with . or -)"
+                             r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+      apt-conf-key (matching "apt-conf-key"
+                            "an apt configuration option such as Acquire::Retries (letters, digits, : _ . + and -)"
+                            r"[A-Za-z0-9][A-Za-z0-9:_.+-]*")
+      ;; apt.conf quotes a value in double quotes and has no escape for one.
+      apt-conf-setting (predicate "apt-conf-setting"
+                                  "an option or its value (one line with no double quote, or an integer), or a dict of them"
+                                  (fn [v] (or (and (isinstance v int) (not (isinstance v bool)))
+                                              (and (isinstance v str) (not (re.search "[\"\n\r\x00]" v)))
+                                              (and (isinstance v dict)
+                                                   (all (gfor [k x] (.items v)
+                                                              (and (isinstance k str) (.accepts apt-conf-key k)
+                                                                   (or (isinstance x int)
+                                                                       (and (isinstance x str)
+                                                                            (not (re.search "[\"\n\r\x00]" x))))))))))))
+
+(defn _apt-conf-problem [pairs]
+  (if pairs
+      (pairs-problem pairs apt-conf-key)
+      "needs options: alternating names and values, or one dict"))
+
+(defn apt-conf-path [name] (+ "/etc/apt/apt.conf.d/" name))
+
+(defprop configured :posix [#^ apt-conf-name name #^ apt-conf-setting #* pairs]
+  "apt's options PAIRS (alternating names and values, or one dict) are set
+in /etc/apt/apt.conf.d/NAME, which holds nothing else, one `Name \"value\";`
+a line, for every apt and apt-get run after it.  A value is one line
+without a double quote (apt.conf has no escape for one); lists of values
+(`DPkg::Pre-Invoke`) are not written here.  Check mode shows the diff.
+Unapplying removes the file.
+
+  (apt.configured \"80retries\" \"Acquire::Retries\" 3 \"Acquire::http::Timeout\" 30)"
+  (:watch [(watch-path (apt-conf-path name))])
+  (:simulates True)
+  (:invariant (not (_apt-conf-problem pairs)) (_apt-conf-problem pairs))
+  (:desc (+ "apt has " (.join ", " (gfor [[_ k] v] (.items (conf-pairs pairs)) f"{k}={v}"))))
+  (:hostattrs (required "debian"))
+  (:apply (update-file (apt-conf-path name)
+                       (+ "// Written by consfig.\n"
+                          (.join "" (gfor [[_ k] v] (.items (conf-pairs pairs)) f"{k} \"{v}\";\n")))
+                       :mode 0o644))
+  (:unapply (remove-files (apt-conf-path name))))
+
 (defn _marks [which]
   (set (.split (. (run "apt-mark" (+ "show" which) :timeout 120) stdout))))
 
@@ -873,7 +918,7 @@ it.  Unapplying marks them installed by hand."
   (:apply (run-waiting-for-locks "apt-mark" "auto" "--" #* packages :timeout 300))
   (:unapply (run-waiting-for-locks "apt-mark" "manual" "--" #* packages :timeout 300)))
 
-(export :objects [installed installed-minimally removed updated upgraded
+(export :objects [configured apt-conf-path installed installed-minimally removed updated upgraded
                   autoremoved reconfigured service-installed-running mirrors
                   proxy standard-sources-list additional-sources cache-cleaned
                   all-configured installed-packages forget-installed-packages

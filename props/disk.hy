@@ -350,12 +350,15 @@ partition table and empty filesystems; return the UUIDs of the filesystems
       (run "tar" "-C" root "--numeric-owner" "--xattrs" "-xpf" (get options "tarball") :timeout 1800)
       (bootstrap-into root prepared (bootstrap-options (.get options "bootstrap" {})))))
 
-(setv BOOT-PACKAGES
+(setv BOOT-KERNEL "linux-image-amd64"
+      BOOT-PACKAGES
       ;; What a BIOS boot with GRUB needs inside the image: a kernel and its
-      ;; initramfs, GRUB's i386-pc images and tools (not grub-pc, whose
-      ;; maintainer scripts want to install to a disk they ask about), and
-      ;; systemd as PID 1 (a minbase tree has no init).
-      ["linux-image-amd64" "initramfs-tools" "grub-pc-bin" "grub2-common" "systemd-sysv"])
+      ;; initramfs (zstd is what initramfs-tools compresses with, a
+      ;; recommendation: without it, gzip, slower), GRUB's i386-pc images and
+      ;; tools (not grub-pc, whose maintainer scripts want to install to a
+      ;; disk they ask about), and systemd as PID 1 (a minbase tree has no
+      ;; init).
+      [BOOT-KERNEL "initramfs-tools" "zstd" "grub-pc-bin" "grub2-common" "systemd-sysv"])
 
 (defprop boot-packages-installed :posix []
   "`BOOT-PACKAGES` are installed, without recommends: what an image built
@@ -364,7 +367,14 @@ come before the host's own propspec (which may need systemctl)."
   (:watch [(watch-dpkg)])
   (:desc "kernel, GRUB and systemd installed to boot")
   (:check (apt.installed? #* BOOT-PACKAGES))
-  (:apply (apt.install-packages ["--no-install-recommends"] BOOT-PACKAGES)))
+  ;; The kernel last, alone.  initramfs-tools makes the whole initramfs
+  ;; again whenever a package with hooks for it is configured (itself, udev,
+  ;; kmod, dmsetup, …): installed with the kernel, they made it a second
+  ;; time, after the kernel's own (twice the time).  Installed first, with no
+  ;; kernel yet, they have nothing to make.
+  (:apply (apt.install-packages ["--no-install-recommends"]
+                                (lfor p BOOT-PACKAGES :if (!= p BOOT-KERNEL) p))
+          (apt.install-packages ["--no-install-recommends"] [BOOT-KERNEL])))
 
 (defn _inside [root host bootloader]
   (setv propspec (get host "propspec"))

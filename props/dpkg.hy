@@ -70,4 +70,45 @@ refuses while packages of it are installed."
             (sources-changed))
         NO-CHANGE)))
 
-(export :objects [diversion diverted architecture-added])
+;; dpkg-statoverride takes no `--`; PATH, an absolute path, cannot be read
+;; as an option.
+(defn stat-override [path]
+  "dpkg's override of PATH's owner and mode, as `#(user group mode)` (the
+mode an octal string such as \"2750\"), or None when there is none."
+  (setv r (run "dpkg-statoverride" "--list" path :check False :timeout 60))
+  (when (and r.ok? (.strip r.stdout))
+    (setv words (.split (get (.splitlines r.stdout) 0)))
+    #((get words 0) (get words 1) (.lstrip (get words 2) "0"))))
+
+(defn _mode-text [mode] (.lstrip (format mode "o") "0"))
+
+(defprop stat-overridden :posix [#^ abs-path path #^ user-name user #^ group-name group
+                                 #^ file-mode mode]
+  "dpkg keeps PATH owned by USER:GROUP with MODE, whatever a package ships
+for it, now and on every upgrade (`dpkg-statoverride --update --add`): the
+Debian way to give a packaged program or directory other permissions.  An
+override of PATH with other values is replaced; PATH itself is changed
+where it exists.  USER and GROUP must exist.  Unapplying removes the
+override (the file keeps its owner and mode until the package sets them).
+
+  (dpkg.stat-overridden \"/usr/bin/ping\" \"root\" \"netadmin\" 0o4750)"
+  (:watch [(watch-path "/var/lib/dpkg/statoverride")])
+  (:desc f"dpkg keeps {path} {user}:{group} {(oct mode)}")
+  (:hostattrs (required "debian"))
+  (:check (setv have (stat-override path)
+                want #(user group (_mode-text mode)))
+          (or (= have want)
+              (Drift (if have
+                         f"{path}: overridden as {(.join " " have)} → {(.join " " want)}"
+                         f"{path} would be overridden as {(.join " " want)}"))))
+  (:apply
+    (when (stat-override path)
+      (run "dpkg-statoverride" "--remove" path :timeout 60))
+    (run "dpkg-statoverride" "--update" "--add" user group (format mode "o") path
+         :timeout 60))
+  (:unapply
+    (if (stat-override path)
+        (run "dpkg-statoverride" "--remove" path :timeout 60)
+        NO-CHANGE)))
+
+(export :objects [diversion diverted architecture-added stat-override stat-overridden])

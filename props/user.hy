@@ -2,8 +2,9 @@
 
 (eval-when-compile (require consfig.model.property [defprop]))
 (import consfig.model.watchspec [watch-path])
-(import re
-        consfig.apply.actions [Script run run-ok? output]
+(import datetime
+        re
+        consfig.apply.actions [NO-CHANGE Script run run-ok? output]
         consfig.data.items [get-data-string require-data]
         consfig.apply.engine [Drift]
         consfig.model.host [get-hostname]
@@ -283,7 +284,132 @@ processes running is a failure, from userdel."
               (Drift f"account {username} would be deleted")))
   (:apply (run "userdel" #* (if remove-home ["-r"] []) "--" username :timeout 120)))
 
+(defprop lacks-group :posix [#^ group-name name]
+  "There is no group NAME.  groupdel refuses to delete the primary group of
+an account: that is a failure naming it.  Nothing to unapply: the group's
+id and members are gone (`group-exists` makes one)."
+  (:watch ACCOUNT-WATCHES)
+  (:desc f"No group {name}")
+  (:check (or (not (_group-exists? name)) (Drift f"group {name} would be deleted")))
+  (:apply (run "groupdel" "--" name :timeout 120)))
+
+(defn _member-of [username group]
+  ;; Whether USERNAME is a supplementary member of GROUP (which may not exist).
+  (setv r (run "getent" "group" "--" group :check False :timeout 60))
+  (and r.ok?
+       (in username (.split (get (.split (.rstrip (get (.splitlines r.stdout) 0) "\n") ":") 3) ","))))
+
+(defprop not-in-groups :posix [#^ user-name username #^ groups #* groups]
+  "USERNAME is a member of none of GROUPS (a group that does not exist
+counts as one it is not in): taken out of sudo, adm, docker… when a site
+says so.  A primary group is not a membership this removes.  Unapplying
+puts USERNAME back in those GROUPS that exist.
+
+  (user.not-in-groups \"alice\" \"sudo\" \"adm\")"
+  (:watch ACCOUNT-WATCHES)
+  (:desc f"{username} in none of {(.join " " (_flatten groups))}")
+  (:preprocess [username #* (_flatten groups)])
+  (:check (setv member (lfor g groups :if (_member-of username g) g))
+          (or (not member) (Drift f"{username} would leave {(.join " " member)}")))
+  (:apply (for [g groups :if (_member-of username g)]
+            (run "gpasswd" "-d" username g :timeout 60)))
+  (:unapply
+    (setv back (lfor g groups :if (and (_group-exists? g) (not (_member-of username g))) g))
+    (for [g back]
+      (run "gpasswd" "-a" username g :timeout 60))))
+
+(setv _AGING [["min-days" "-m" 3] ["max-days" "-M" 4] ["warn-days" "-W" 5] ["inactive-days" "-I" 6]])
+
+(defn _shadow-fields [username]
+  (setv r (run "getent" "shadow" "--" username :check False :timeout 60))
+  (when (not r.ok?)
+    (raise (FailedChange f"there is no user {username} (or no shadow entry for it): (user.has-account {(hy.repr username)}) first")))
+  (.split (.rstrip (get (.splitlines r.stdout) 0) "\n") ":"))
+
+(defn _aging-drift [username wanted]
+  ;; WANTED: [[name flag field value] …] of the settings given.
+  (setv fields (_shadow-fields username)
+        wrong (lfor [n _ i v] wanted :if (!= (get fields i) (str v))
+                    f"{n} {(or (get fields i) "unset")} → {v}"))
+  (or (not wrong) (Drift f"{username}: {(.join ", " wrong)}")))
+
+(defprop has-password-aging :posix [#^ user-name username
+                                    * #^ (optional (int-range 0 99999)) [min-days None]
+                                    #^ (optional (int-range 0 99999)) [max-days None]
+                                    #^ (optional (int-range 0 99999)) [warn-days None]
+                                    #^ (optional (int-range 0 99999)) [inactive-days None]]
+  "USERNAME's password ages as said (chage(1), the fields of shadow(5)):
+MIN-DAYS between changes, MAX-DAYS before it must be changed, WARN-DAYS of
+warning before, INACTIVE-DAYS after it expired before the account is locked.
+What is not given is left as it is.  Nothing to unapply: the values it
+replaced are not kept.
+
+  (user.has-password-aging \"alice\" :max-days 90 :warn-days 14)"
+  (:watch ACCOUNT-WATCHES)
+  (:invariant (not (all (gfor x [min-days max-days warn-days inactive-days] (is x None))))
+              "give at least one of :min-days :max-days :warn-days :inactive-days")
+  (:desc (+ f"{username}'s password aging: "
+            (.join ", " (gfor [[n _ _] v] (zip _AGING [min-days max-days warn-days inactive-days])
+                              :if (is-not v None) f"{n} {v}"))))
+  (:check (_aging-drift username (lfor [[n f i] v] (zip _AGING [min-days max-days warn-days inactive-days])
+                                       :if (is-not v None) [n f i v])))
+  (:apply (run "chage" #* (lfor [[_ f _] v] (zip _AGING [min-days max-days warn-days inactive-days])
+                                :if (is-not v None) x [f (str v)] x)
+               "--" username :timeout 60)))
+
+(setv expiry-date (predicate "expiry-date"
+                             "a date as YYYY-MM-DD (a real one, from 1970-01-02), or \"never\""
+                             (fn [v] (and (isinstance v str)
+                                          (or (= v "never")
+                                              (and (re.fullmatch r"\d{4}-\d{2}-\d{2}" v)
+                                                   (try (> (. (datetime.date.fromisoformat v) year) 1969)
+                                                        (except [ValueError] False))
+                                                   (!= v "1970-01-01")))))))
+
+(defn _expiry-days [date]
+  ;; shadow(5)'s eighth field for DATE: days since 1970-01-01, or "".
+  (if (= date "never")
+      ""
+      (str (. (- (datetime.date.fromisoformat date) (datetime.date 1970 1 1)) days))))
+
+(defn _shown-expiry [field]
+  (if field
+      (.isoformat (+ (datetime.date 1970 1 1) (datetime.timedelta :days (int field))))
+      "never"))
+
+(defprop account-expires :posix [#^ user-name username #^ expiry-date date]
+  "USERNAME's account expires at the start of DATE (YYYY-MM-DD: it can no
+longer log in from that day), or \"never\" (`chage -E`): the end of a
+contractor's access, written down with the account.  Nothing to unapply:
+the date it replaced is not kept.
+
+  (user.account-expires \"contractor\" \"2027-03-31\")"
+  (:watch ACCOUNT-WATCHES)
+  (:desc f"{username}'s account expires {date}")
+  (:check (setv have (get (_shadow-fields username) 7))
+          (or (= have (_expiry-days date))
+              (Drift f"{username}: expires {(_shown-expiry have)} → {date}")))
+  (:apply (run "chage" "-E" (if (= date "never") "-1" date) "--" username :timeout 60)))
+
+(setv SHELLS "/etc/shells")
+
+(defn _shell-listed? [shell]
+  (run-ok? "grep" "-qxF" "--" shell SHELLS :timeout 60))
+
+(defprop login-shell-listed :posix [#^ login-shell shell]
+  "SHELL is listed in /etc/shells, as a valid login shell (chsh(1) and
+some daemons refuse one that is not), with Debian's add-shell(8).
+Unapplying takes it out with remove-shell(8).
+
+  (user.login-shell-listed \"/usr/local/bin/fish\")"
+  (:watch [(watch-path SHELLS)])
+  (:desc f"{shell} listed in /etc/shells")
+  (:check (or (_shell-listed? shell) (Drift f"{shell} would be added to /etc/shells")))
+  (:apply (run "add-shell" shell :timeout 60))
+  (:unapply (if (_shell-listed? shell) (run "remove-shell" shell :timeout 60) NO-CHANGE)))
+
 (export :objects [has-password password-iden1
+                  lacks-group not-in-groups has-password-aging account-expires login-shell-listed SHELLS
                   has-account has-account-with-uid group-exists has-groups
                   group-has-members group-members
                   has-login-shell has-locked-password has-enabled-password

@@ -104,11 +104,12 @@ def pytest_xdist_auto_num_workers(config):
 # others sat idle.  Taken first, they overlap the short files instead.  A file
 # missing here is only scheduled in its usual place.
 LONGEST_FIRST = [
-    "props/test_vm.py", "python_hop/test_bundle_cache.py", "props/test_library_walk.py",
-    "props/test_apt_repo.py", "props/test_pip.py", "props/test_image_props.py",
-    "image/test_image.py", "props/test_postgres.py", "dataspace/test_dataspace_live.py",
-    "ui/test_install.py", "props/test_converge_site.py", "props/test_apt.hy",
-    "props/test_postfix.py", "props/test_file.hy", "dataspace/test_fleet_containers.py",
+    "props/test_vm.py", "props/test_library_walk.py", "props/test_apt_repo.py",
+    "props/test_pip.py", "props/test_image_props.py", "dataspace/test_dataspace_live.py",
+    "ui/test_install.py", "props/test_postgres.py", "props/test_converge_site.py",
+    "props/test_postfix.py", "dataspace/test_fleet_containers.py", "image/test_image.py",
+    "props/test_file.hy", "props/test_apt.hy", "props/test_chroot.py", "props/test_container.py",
+    "converge/test_converge_promises.py", "props/test_web.py",
 ]
 
 
@@ -116,6 +117,27 @@ def pytest_collection_modifyitems(session, config, items):
     tests = pathlib.Path(__file__).resolve().parent
     rank = {str(tests / f): i for i, f in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(str(item.path), len(rank)))
+
+
+def pytest_sessionstart(session):
+    # Before pytest-xdist starts the workers (its own hook runs last): the
+    # Hy bytecode they would each compile, compiled once (tests/hybytecode.py).
+    if session.config.pluginmanager.has_plugin("dsession"):
+        import hybytecode
+        session.config.stash[_HY_WARMED] = hybytecode.warm(len(os.sched_getaffinity(0)))
+
+
+_HY_WARMED = pytest.StashKey()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    warmed = config.stash.get(_HY_WARMED, None)
+    if warmed and warmed[0]:
+        compiled, failed, seconds = warmed
+        terminalreporter.write_line(
+            f"Hy bytecode: compiled {compiled} module{'s' if compiled > 1 else ''} before the "
+            f"workers started, in {seconds:.1f} s"
+            + (f" ({failed} left to the workers: they did not compile alone)" if failed else ""))
 
 
 # pytest rewrites the assertions of any file named on its command line, and

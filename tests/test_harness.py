@@ -142,6 +142,28 @@ def test_the_suites_workers_each_take_whole_test_files(tmp_path):
     assert all(len(w) == 1 for w in workers.values()), f"a file's tests were split: {workers}"
 
 
+def test_the_suites_workers_take_files_in_collection_order(tmp_path):
+    # tests/conftest.py puts the longest files first (LONGEST_FIRST); that
+    # holds only if pytest-xdist keeps the collection's order.  Since 3.8 it
+    # reorders files by their number of tests unless told not to: the
+    # 380 quick lint tests went first and the 2-minute VM boot last.
+    record = tmp_path / "ran"
+    for name, count in (("a", 1), ("b", 8)):
+        (tmp_path / f"test_{name}.py").write_text(
+            "import pytest\n"
+            f"@pytest.mark.parametrize('i', range({count}))\n"
+            f"def test_{name}(i):\n"
+            f"    with open({str(record)!r}, 'a') as f:\n"
+            f"        f.write('{name}\\n')\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-c", os.path.join(PROJECT, "pyproject.toml"), "--rootdir", str(tmp_path),
+                           "-n", "1", str(tmp_path / "test_a.py"), str(tmp_path / "test_b.py")],
+                          cwd=tmp_path, env=_env(False), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = record.read_text().split()
+    assert ran[0] == "a", f"the file collected first ran first: {ran}"
+
+
 def test_a_suite_started_with_sigint_ignored_starts_its_programs_hearing_it(tmp_path):
     # `cmd &` in a script starts the suite with SIGINT ignored, and every
     # program a test starts would inherit that: an agent a test stops as
@@ -160,3 +182,34 @@ def test_a_suite_started_with_sigint_ignored_starts_its_programs_hearing_it(tmp_
                           text=True, timeout=300,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_hy_module_is_stale_until_compiled_and_again_once_changed(tmp_path):
+    # What the controller compiles before the workers start
+    # (tests/hybytecode.py): only what Python would not take as it is.
+    import hybytecode
+    from consfig.python_hop.precompile import compile_modules
+    path = tmp_path / "m.hy"
+    path.write_text("(setv X 1)\n")
+    module = [("m", str(path))]
+    assert hybytecode.stale(module) == module, "no bytecode yet"
+    assert compile_modules(module, str(tmp_path)) == [], "it compiles"
+    assert hybytecode.stale(module) == [], "compiled: Python takes its bytecode"
+    path.write_text("(setv X 2)\n")
+    assert hybytecode.stale(module) == module, "its source changed"
+
+
+def test_every_hy_module_of_the_project_and_its_tests_is_warmed():
+    import hybytecode
+    names = {name for name, _ in hybytecode.hy_modules()}
+    for expected in ("consfig.apply.engine", "consfig.props.file", "consfig.connections.sudo",
+                     "tests.props.test_file"):
+        assert expected in names, f"{expected} is compiled before the workers start"
+
+
+def test_every_file_scheduled_first_is_a_test_file_of_the_suite():
+    # A file renamed or removed would silently fall back to its usual place.
+    [conftest] = [m for m in list(sys.modules.values())
+                  if getattr(m, "__file__", None) == os.path.join(TESTS, "conftest.py")]
+    missing = [f for f in conftest.LONGEST_FIRST if not os.path.isfile(os.path.join(TESTS, f))]
+    assert not missing, f"LONGEST_FIRST names files the suite does not have: {missing}"

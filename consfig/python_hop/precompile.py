@@ -109,17 +109,49 @@ def sources(top, suffixes=(".py", ".hy")):
                 yield os.path.join(d, f)
 
 
+def _remembering_imports():
+    """Make every compile of this process `remember` its code, and take it
+    from there: a module that another one `require`s is compiled once, not
+    once for the import and again for its bytecode (a fifth of consfig's
+    compiles were such)."""
+    from importlib.machinery import SourceFileLoader
+    compile_source = SourceFileLoader.source_to_code
+    if getattr(compile_source, "remembers", False):
+        return
+
+    def source_to_code(self, data, path, *args, **kwargs):
+        import importlib.util
+        if not isinstance(path, str):
+            return compile_source(self, data, path, *args, **kwargs)
+        known = _compiled.get(os.path.abspath(path))
+        if known and known[0] == importlib.util.source_hash(bytes(data)):
+            return known[1]
+        code = compile_source(self, data, path, *args, **kwargs)
+        remember(path, bytes(data), code)
+        return code
+    source_to_code.remembers = True
+    SourceFileLoader.source_to_code = source_to_code
+
+
 def compile_tree(root, under=None, only=None, suffixes=(".py", ".hy")):
     """Write the bytecode of the modules under ROOT; the list of those that
     failed, as "NAME: why"."""
+    modules = [(module_name(root, path), path)
+               for path in sources(os.path.join(root, under) if under else root, suffixes)]
+    return compile_modules([(name, path) for name, path in modules
+                            if only is None or name in only], root)
+
+
+def compile_modules(modules, root):
+    """Write the bytecode of each (NAME, PATH) of MODULES beside its source,
+    the code named by its path under ROOT; the list of those that failed,
+    as "NAME: why"."""
     import importlib.util
     from importlib.machinery import SourceFileLoader
     import hy  # noqa: F401 -- lets SourceFileLoader compile .hy files
+    _remembering_imports()
     failed = []
-    for path in sources(os.path.join(root, under) if under else root, suffixes):
-        name = module_name(root, path)
-        if only is not None and name not in only:
-            continue
+    for name, path in modules:
         with open(path, "rb") as f:
             source = f.read()
         try:

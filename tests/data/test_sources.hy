@@ -214,7 +214,9 @@
   ;; Deploy HOSTS side by side; return which items each host was sent.
   (setv events []
         outcomes (deploy-hosts* chain hosts :sink events.append :jobs (len hosts) :verbosity 3))
-  (assert (all (gfor o outcomes (= o.status "changed"))) outcomes)
+  (assert (all (gfor o outcomes (= o.status "changed")))
+          #(outcomes (lfor e events :if (in (.get e "status") ["failed" "error"])
+                           #((.get e "host") (.get e "desc") (.get e "message")))))
   (setv sent {})
   (for [e events :if (= (.get e "stream") "data")]
     (.append (.setdefault sent (get e "host") []) [(get e "iden1") (get e "iden2")]))

@@ -439,3 +439,22 @@ def in_chroot(root, script, *, check=True, input=None):
         assert proc.returncode == 0, \
             f"in chroot: {script!r} exited {proc.returncode}: {proc.stdout}{proc.stderr}"
     return proc
+
+
+def assert_hop_passes_exit_codes_and_binary_data(hop, where):
+    """Over the chain [HOP] (a container's hop), whose connection is WHERE:
+    a command's exit code comes back, and stdin/stdout is a clean binary pipe."""
+    from consfig.transport.chain import close_chain, establish_chain, parse_chain
+    conns = establish_chain(parse_chain([hop]))
+    try:
+        c = conns[-1]
+        assert c.where == where, c.where
+        assert c.run(["sh", "-c", "exit 7"], check=False).exit_code == 7, "exit code lost"
+        data = bytes(range(256)) * 64
+        p = c.start_process(["cat"])
+        p.stdin.write(data)
+        p.stdin.close()
+        assert p.stdout.read(len(data)) == data, "stdin/stdout is not a clean binary pipe"
+        assert p.wait(30) == 0, "cat in the container failed"
+    finally:
+        close_chain(conns)

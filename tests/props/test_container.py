@@ -16,7 +16,8 @@ import hy  # noqa: F401
 from hy.models import Keyword
 
 from harness import unavailable, wait_until
-from proptest import deploy_propspec, apply_twice, failure_text, keep_debs, statuses, this_os
+from proptest import (deploy_propspec, apply_twice, assert_hop_passes_exit_codes_and_binary_data,
+                      failure_text, keep_debs, statuses, this_os)
 
 from consfig.transport.chain import close_chain, establish_chain, parse_chain
 from consfig.apply.combinators import eseqprops
@@ -166,19 +167,7 @@ def test_nspawn_running_in_check_mode_checks_inside_the_running_container(booted
 
 @pytest.mark.slow
 def test_nspawn_hop_passes_exit_codes_and_binary_data(booted):
-    conns = establish_chain(parse_chain([NSPAWN]))
-    try:
-        c = conns[-1]
-        assert c.where == f"local > nspawn:{NAME}", c.where
-        assert c.run(["sh", "-c", "exit 7"], check=False).exit_code == 7, "exit code lost"
-        data = bytes(range(256)) * 64
-        p = c.start_process(["cat"])
-        p.stdin.write(data)
-        p.stdin.close()
-        assert p.stdout.read(len(data)) == data, "stdin/stdout is not a clean binary pipe"
-        assert p.wait(30) == 0, "cat in the container failed"
-    finally:
-        close_chain(conns)
+    assert_hop_passes_exit_codes_and_binary_data(NSPAWN, f"local > nspawn:{NAME}")
 
 
 @pytest.mark.slow

@@ -333,10 +333,17 @@ WALK = {
     # gpg alone, not gnupg's agents and tools: 3 s of the walk, not 10.
     "gnupg.has-public-key": [(CONTAINER, '(apt.installed-minimally "gpg")'),
                              (CONTAINER, '(gnupg.has-public-key "cwalker" PGP-FINGERPRINT PGP-KEY)')],
+    "dpkg.stat-overridden": [(CHROOT, '(dpkg.stat-overridden "/usr/bin/ls" "root" "walkers" 0o755)')],
+    "apt.configured": [(CHROOT, '(apt.configured "80walk" "Acquire::Retries" 3)')],
+    "user.lacks-group": [(CHROOT, '(user.lacks-group "nobody-groups")')],
+    "user.not-in-groups": [(CHROOT, '(user.not-in-groups "walker" "sudo")')],
+    "user.has-password-aging": [(CHROOT, '(user.has-password-aging "walker" :max-days 90 :warn-days 14)')],
+    "user.login-shell-listed": [(CHROOT, '(user.login-shell-listed "/usr/local/bin/walksh")')],
+    "user.account-expires": [(CHROOT, '(user.account-expires "walker" "2099-12-31")')],
 
     # This machine, over :local, in a network namespace of its own whose
     # /etc/ufw, /etc/default, /etc/sysctl.d and /etc/lvm are private copies
-    # (see the netns_site fixture): its firewall, links and NAT rules are
+    # (see the walk_netns fixture): its firewall, links and NAT rules are
     # the namespace's.  ufw's rules and policies first, then on.
     "ufw.has-rule": [(NETNS, '(ufw.has-rule :allow :port 22 :proto :tcp)'),
                      (NETNS, '(ufw.has-rule :allow :port 443 :proto :tcp :from "192.0.2.0/24")')],
@@ -505,6 +512,9 @@ LEFT_OUT = {
     "postfix.virtual-alias": "as postfix.installed: "
                              "tests/props/test_postfix.py::test_virtual_aliases_transports_and_sender_rewriting_are_tables_then_removed",
     "ufw.disabled": "a host's ufw is on or off: the walk's is on; tests/props/test_ufw.py turns it off",
+    "podman.image-present": "needs podman, which the walk's chroot has not: tests/props/test_podman.py",
+    "podman.container-running": "runs a container with podman, which the walk's chroot has not: tests/props/test_podman.py",
+    "podman.container-removed": "removes a container with podman, which the walk's chroot has not: tests/props/test_podman.py",
 }
 
 

@@ -271,3 +271,24 @@ def test_the_command_compiles_a_tree_and_names_what_did_not_compile(tmp_path):
     assert os.path.exists(pyc_of(good)), "the good module is compiled"
     assert not os.path.exists(pyc_of(plain)), "--hy-only: not the Python one"
     assert not os.path.exists(pyc_of(outside)), "--under pkg: nothing outside it"
+
+
+def test_the_command_compiles_a_module_that_another_requires_once(tmp_path):
+    # pkg.a requires pkg.z's macro: z is compiled when a's compile imports
+    # it, and that code is z's bytecode; pkg.y, required after its own
+    # compile, is not compiled again for the import.
+    write(tmp_path / "pkg" / "__init__.py", b"")
+    write(tmp_path / "pkg" / "a.hy", b"(require pkg.z [m]) (setv X (m))\n")
+    write(tmp_path / "pkg" / "b.hy", b"(require pkg.y [n]) (setv X (n))\n")
+    y = write(tmp_path / "pkg" / "y.hy", b"(defmacro n [] 2)\n")
+    z = write(tmp_path / "pkg" / "z.hy", b"(defmacro m [] 1)\n")
+    r = subprocess.run([sys.executable, "-E", "-S", PRECOMPILE, str(tmp_path), "--path", HY_PATH,
+                        "--under", "pkg", "--hy-only"],
+                       capture_output=True, text=True, timeout=120,
+                       env={"PATH": os.environ["PATH"], "HY_MESSAGE_WHEN_COMPILING": "1"})
+    assert r.returncode == 0, r.stderr
+    compiled = sorted(os.path.basename(line.split()[-1]) for line in r.stderr.splitlines()
+                      if line.startswith("Compiling "))
+    assert compiled == ["a.hy", "b.hy", "y.hy", "z.hy"], f"each once: {compiled}"
+    assert loaded_from_bytecode(tmp_path, "pkg.a", tmp_path / "pkg" / "a.hy"), "a's bytecode is taken"
+    assert os.path.exists(pyc_of(y)) and os.path.exists(pyc_of(z)), "the required ones are written too"

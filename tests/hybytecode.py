@@ -1,0 +1,91 @@
+"""The suite's Hy bytecode, compiled once, on every core, before the
+workers start.
+
+Python writes no bytecode on a machine that sets PYTHONDONTWRITEBYTECODE,
+nor has any in a fresh clone (CI).  Each pytest-xdist worker then compiled
+every Hy module it imported and every Hy test file it collected (about 20 s
+of a core each), and so did each `consfig` command a test ran, and each
+bundle a python hop shipped, until one of them happened to write bytecode.
+The controller compiles the modules whose bytecode is missing or invalid,
+before it starts the workers, which then read it as Python reads any
+__pycache__.
+
+Valid means what it means to Python: bytecode for the module's own source,
+hash-checked.  A module is not compiled again because a macro it uses
+changed (clear __pycache__ after changing a macro, as the README says)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Where each folder of Hy modules is installed (pyproject.toml's package-dir).
+PACKAGES = {"consfig": "consfig", "props": "consfig.props",
+            "connections": "consfig.connections", "hosts": "consfig.hosts", "tests": "tests"}
+
+_COMPILE = """
+import json, sys
+sys.path[:0] = json.loads(sys.argv[1])
+from consfig.python_hop import precompile
+modules = json.load(sys.stdin)
+failed = precompile.compile_modules(modules, sys.argv[2])
+sys.stdout.write(json.dumps(failed))
+"""
+
+
+def hy_modules():
+    """(NAME, PATH) of every Hy module of the project and its tests."""
+    from consfig.python_hop.precompile import sources
+    out = []
+    for folder, package in PACKAGES.items():
+        top = os.path.join(PROJECT, folder)
+        for path in sources(top, (".hy",)):
+            rest = os.path.relpath(path, top)[:-3].split(os.sep)
+            out.append((".".join([package, *rest]), path))
+    return out
+
+
+def stale(modules):
+    """Those of MODULES whose bytecode is missing or not valid for their
+    source."""
+    from consfig.python_hop.precompile import _cached_code
+    out = []
+    for name, path in modules:
+        with open(path, "rb") as f:
+            source = f.read()
+        if _cached_code(path, source) is None:
+            out.append((name, path))
+    return out
+
+
+def _compile(modules, jobs):
+    # MODULES in JOBS processes side by side; how many failed.
+    path = [os.path.join(PROJECT, "tests"), os.path.join(PROJECT, "tests", "props")]
+    procs = []
+    for i in range(min(jobs, len(modules))):
+        p = subprocess.Popen([sys.executable, "-c", _COMPILE, json.dumps(path), PROJECT],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True, cwd=PROJECT)
+        procs.append((p, modules[i::jobs]))
+    failed = 0
+    for p, share in procs:
+        try:
+            out, _ = p.communicate(json.dumps(share), timeout=600)
+            failed += len(json.loads(out or "[]"))
+        except (subprocess.TimeoutExpired, ValueError):
+            p.kill()
+            p.wait()
+            failed += len(share)
+    return failed
+
+
+def warm(jobs):
+    """Compile the stale Hy modules, on JOBS cores; return (how many were
+    compiled, how many failed, seconds taken)."""
+    start = time.monotonic()
+    todo = stale(hy_modules())
+    failed = _compile(todo, jobs) if todo else 0
+    return len(todo), failed, time.monotonic() - start
