@@ -1,11 +1,11 @@
-"""The suite's Hy bytecode, compiled once, on every core, before the
+"""consfig's Hy bytecode, compiled once, on every core, before the suite's
 workers start.
 
 Python writes no bytecode on a machine that sets PYTHONDONTWRITEBYTECODE,
 nor has any in a fresh clone (CI).  Each pytest-xdist worker then compiled
-every Hy module it imported and every Hy test file it collected (about 20 s
-of a core each), and so did each `consfig` command a test ran, and each
-bundle a python hop shipped, until one of them happened to write bytecode.
+every consfig module it imported (most of about 20 s of a core each, cold),
+and so did each `consfig` command a test ran, and each bundle a python hop
+shipped, until one of them happened to write bytecode.
 The controller compiles the modules whose bytecode is missing or invalid,
 before it starts the workers, which then read it as Python reads any
 __pycache__.
@@ -23,8 +23,12 @@ import time
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Where each folder of Hy modules is installed (pyproject.toml's package-dir).
+# Not the tests: a Hy module's code holds the name it was compiled under (a
+# property's name is its module's), and a test helper is imported under
+# more than one (`remote_testprops`, from its folder on sys.path), so a test
+# file is compiled by the worker that imports it, under the name it gets.
 PACKAGES = {"consfig": "consfig", "props": "consfig.props",
-            "connections": "consfig.connections", "hosts": "consfig.hosts", "tests": "tests"}
+            "connections": "consfig.connections", "hosts": "consfig.hosts"}
 
 _COMPILE = """
 import json, sys
@@ -37,7 +41,7 @@ sys.stdout.write(json.dumps(failed))
 
 
 def hy_modules():
-    """(NAME, PATH) of every Hy module of the project and its tests."""
+    """(NAME, PATH) of every Hy module of consfig."""
     from consfig.python_hop.precompile import sources
     out = []
     for folder, package in PACKAGES.items():
@@ -63,7 +67,7 @@ def stale(modules):
 
 def _compile(modules, jobs):
     # MODULES in JOBS processes side by side; how many failed.
-    path = [os.path.join(PROJECT, "tests"), os.path.join(PROJECT, "tests", "props")]
+    path = []
     procs = []
     for i in range(min(jobs, len(modules))):
         p = subprocess.Popen([sys.executable, "-c", _COMPILE, json.dumps(path), PROJECT],

@@ -61,6 +61,16 @@ def test_a_module_in_a_container_is_not_loaded_into_the_machines_kernel(booted_c
     deploy_propspec(booted_container.chain, eseqprops(this_os(), p), unapply=True)
 
 
-def test_a_container_is_named_after_its_host(booted_container):
+def test_a_container_is_named_after_its_host_at_every_deployment(booted_container):
+    # The shared container is the worker's: a test before this one may have
+    # deployed another host into it (the walk's athena.example.org).
+    # container.nspawn-running names it after its host each time.
+    from hy.models import Keyword
+    from consfig.props import container
+    renamed = _inside(booted_container, "/bin/sh", "-c", "hostname athena && echo athena >/etc/hostname")
+    assert renamed.returncode == 0, renamed.stderr
+    deploy_propspec([Keyword("local")],
+                    container.nspawn_running(booted_container.name,
+                                             {Keyword("root"): str(booted_container.root)}, this_os()))
     assert _inside(booted_container, "hostname").stdout.strip() == booted_container.name
     assert (booted_container.root / "etc/hostname").read_text() == booted_container.name + "\n"
