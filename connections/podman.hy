@@ -50,6 +50,10 @@ process-group kill cannot reach."
   "if [ -d \"$d\" ]; then export XDG_RUNTIME_DIR=\"$d\"; else unset XDG_RUNTIME_DIR; fi"
   "unset DBUS_SESSION_BUS_ADDRESS"
   "if [ \"$(id -un)\" = \"$u\" ]; then exec \"$@\"; fi"
+  ;; The caller's TMPDIR is no place of the user's (root's may be root's
+  ;; own): podman would fall back to a run directory under the user's home
+  ;; that it does not make.
+  "unset TMPDIR"
   "exec runuser -u \"$u\" -- \"$@\""]))
 
 (defn as-podman-user [user argv]

@@ -52,8 +52,9 @@ def _podman(*argv, check=True):
 def conf(debian_chroot_tarball):
     if not shutil.which("podman"):
         unavailable("podman is not installed (apt-get install podman)")
-    # Readable by the rootless tests' user too (pytest's own are root's only).
-    box = pathlib.Path(tempfile.mkdtemp(prefix="consfig-podman-"))
+    # Readable by the rootless tests' user too (pytest's own are root's only,
+    # and so may be the run's TMPDIR).
+    box = pathlib.Path(tempfile.mkdtemp(prefix="consfig-podman-", dir="/tmp"))
     box.chmod(0o755)
     path = box / "containers.conf"
     # No network: nothing here needs one, and then no bridge (CNI, iptables) is set up.
@@ -277,7 +278,8 @@ USER = f"cfpod{os.getpid() % 100000}"
 
 
 def _as_user(*argv, check=True):
-    return subprocess.run(["runuser", "-u", USER, "--", "env", "-u", "XDG_RUNTIME_DIR", *argv],
+    return subprocess.run(["runuser", "-u", USER, "--", "env", "-u", "XDG_RUNTIME_DIR", "-u", "TMPDIR",
+                           *argv],
                           capture_output=True, text=True, timeout=120, check=check, cwd="/")
 
 
