@@ -168,3 +168,18 @@ def test_a_built_images_initramfs_is_made_once_and_compressed_as_debian_does(boo
     made = log.count("update-initramfs: Generating")
     assert made == 1, f"the initramfs was made {made} times:\n{log[-3000:]}"
     assert "No zstd" not in log, log[-3000:]
+
+
+def test_the_dotted_form_takes_the_vms_propspec_as_its_trailing_forms(tmp_path):
+    # As a site file writes it, compiled by Hy: the macro, not a call.
+    site = tmp_path / "vmsite.hy"
+    site.write_text('(require consfig *)\n(import consfig *)\n(use-props consfig.props [apt vm])\n'
+                    '(setv P (vm.running* "web1" {:disk "/srv/web1.img"} (apt.installed "nginx")))\n')
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("vmsite", site)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    p = module.P
+    assert p.name == "consfig.props.vm.running", hy.repr(p)
+    assert hy.repr(p.args[2]) == '(consfig.combinators.eseqprops (consfig.props.apt.installed "nginx"))', \
+        hy.repr(p)
