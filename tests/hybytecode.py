@@ -32,10 +32,8 @@ PACKAGES = {"consfig": "consfig", "props": "consfig.props",
 
 _COMPILE = """
 import json, sys
-sys.path[:0] = json.loads(sys.argv[1])
 from consfig.python_hop import precompile
-modules = json.load(sys.stdin)
-failed = precompile.compile_modules(modules, sys.argv[2])
+failed = precompile.compile_modules(json.load(sys.stdin), sys.argv[1])
 sys.stdout.write(json.dumps(failed))
 """
 
@@ -67,10 +65,9 @@ def stale(modules):
 
 def _compile(modules, jobs):
     # MODULES in JOBS processes side by side; how many failed.
-    path = []
     procs = []
     for i in range(min(jobs, len(modules))):
-        p = subprocess.Popen([sys.executable, "-c", _COMPILE, json.dumps(path), PROJECT],
+        p = subprocess.Popen([sys.executable, "-c", _COMPILE, PROJECT],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True, cwd=PROJECT)
         procs.append((p, modules[i::jobs]))

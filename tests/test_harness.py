@@ -117,6 +117,15 @@ def test_a_starting_lab_removes_what_a_killed_lab_left_and_only_that(sshlab, tmp
             subprocess.run(["rm", "-rf", "--", path], timeout=60)
 
 
+def _under_the_projects_options(tmp_path, workers, *paths):
+    """A child pytest of PATHS under tmp_path, with pyproject.toml's
+    options (its addopts) and WORKERS pytest-xdist workers."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-c", os.path.join(PROJECT, "pyproject.toml"), "--rootdir", str(tmp_path),
+                           "-n", str(workers), *map(str, paths)],
+                          cwd=tmp_path, env=_env(False), capture_output=True, text=True, timeout=300)
+
+
 def test_the_suites_workers_each_take_whole_test_files(tmp_path):
     # A module's fixtures (a chroot with packages, a lab, a container) are
     # made once only if all its tests run on one worker: what pyproject's
@@ -130,10 +139,7 @@ def test_the_suites_workers_each_take_whole_test_files(tmp_path):
             f"def test_{name}(i):\n"
             f"    with open({str(record)!r}, 'a') as f:\n"
             f"        f.write('{name} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-c", os.path.join(PROJECT, "pyproject.toml"), "--rootdir", str(tmp_path),
-                           "-n", "2", str(tmp_path)],
-                          cwd=tmp_path, env=_env(False), capture_output=True, text=True, timeout=300)
+    proc = _under_the_projects_options(tmp_path, 2, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     workers = {}
     for line in record.read_text().splitlines():
@@ -155,10 +161,7 @@ def test_the_suites_workers_take_files_in_collection_order(tmp_path):
             f"def test_{name}(i):\n"
             f"    with open({str(record)!r}, 'a') as f:\n"
             f"        f.write('{name}\\n')\n")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-c", os.path.join(PROJECT, "pyproject.toml"), "--rootdir", str(tmp_path),
-                           "-n", "1", str(tmp_path / "test_a.py"), str(tmp_path / "test_b.py")],
-                          cwd=tmp_path, env=_env(False), capture_output=True, text=True, timeout=300)
+    proc = _under_the_projects_options(tmp_path, 1, tmp_path / "test_a.py", tmp_path / "test_b.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = record.read_text().split()
     assert ran[0] == "a", f"the file collected first ran first: {ran}"

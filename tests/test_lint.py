@@ -16,12 +16,12 @@ import hy.compiler
 import pytest
 from pyflakes import checker, messages
 
-PROJECT = pathlib.Path(__file__).resolve().parent.parent
-
 # Where each folder of Hy modules is installed (pyproject.toml's package-dir),
 # so that a module compiles under its real name.
-HY_PACKAGES = {"consfig": "consfig", "props": "consfig.props",
-               "connections": "consfig.connections", "hosts": "consfig.hosts"}
+from hybytecode import PACKAGES as HY_PACKAGES
+
+PROJECT = pathlib.Path(__file__).resolve().parent.parent
+
 PY_FOLDERS = ["tests", "docs", "bench"]
 
 # What the lint is about.  Other pyflakes findings are left out: unused

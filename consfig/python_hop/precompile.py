@@ -33,6 +33,16 @@ def remember(path, source, code):
     _compiled[os.path.abspath(path)] = (importlib.util.source_hash(source), code)
 
 
+def _remembered(path, source):
+    # The code `remember`ed for the module at PATH, if it was compiled from
+    # SOURCE (bytes); else None.
+    import importlib.util
+    known = _compiled.get(os.path.abspath(path))
+    if known and known[0] == importlib.util.source_hash(source):
+        return known[1]
+    return None
+
+
 def hash_pyc(code, source, name):
     """The hash-checked bytecode of CODE, compiled from SOURCE (bytes), whose
     file is called NAME inside it: a name relative to where it is shipped,
@@ -80,11 +90,9 @@ def bytecode_for(path, source, name):
     whose source is SOURCE (bytes), from the code `remember`ed for it, the
     valid bytecode cached beside it or, for a Python module, compiled now;
     None when there is none to be had cheaply."""
-    import importlib.util
-    known = _compiled.get(os.path.abspath(path))
-    if known and known[0] == importlib.util.source_hash(source):
-        return hash_pyc(known[1], source, name)
-    code = _cached_code(path, source)
+    code = _remembered(path, source)
+    if code is None:
+        code = _cached_code(path, source)
     if code is None and path.endswith(".py"):
         try:
             code = compile(source, name, "exec", dont_inherit=True)
@@ -120,14 +128,12 @@ def _remembering_imports():
         return
 
     def source_to_code(self, data, path, *args, **kwargs):
-        import importlib.util
         if not isinstance(path, str):
             return compile_source(self, data, path, *args, **kwargs)
-        known = _compiled.get(os.path.abspath(path))
-        if known and known[0] == importlib.util.source_hash(bytes(data)):
-            return known[1]
-        code = compile_source(self, data, path, *args, **kwargs)
-        remember(path, bytes(data), code)
+        code = _remembered(path, bytes(data))
+        if code is None:
+            code = compile_source(self, data, path, *args, **kwargs)
+            remember(path, bytes(data), code)
         return code
     source_to_code.remembers = True
     SourceFileLoader.source_to_code = source_to_code
@@ -136,9 +142,9 @@ def _remembering_imports():
 def compile_tree(root, under=None, only=None, suffixes=(".py", ".hy")):
     """Write the bytecode of the modules under ROOT; the list of those that
     failed, as "NAME: why"."""
-    modules = [(module_name(root, path), path)
-               for path in sources(os.path.join(root, under) if under else root, suffixes)]
-    return compile_modules([(name, path) for name, path in modules
+    top = os.path.join(root, under) if under else root
+    return compile_modules([(name, path) for path in sources(top, suffixes)
+                            for name in [module_name(root, path)]
                             if only is None or name in only], root)
 
 

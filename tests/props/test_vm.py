@@ -3,6 +3,7 @@ boot for the whole suite (TCG where there is no KVM), of a disk image that
 `vm.running` builds from the VM's host, whose own consfig image applies on
 first boot."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -91,7 +92,6 @@ def _root_file(image, path):
     read without mounting it."""
     dump = subprocess.run(["sfdisk", "--json", str(image)], capture_output=True, text=True,
                           check=True, timeout=60).stdout
-    import json
     table = json.loads(dump)["partitiontable"]
     last = table["partitions"][-1]
     sector = table.get("sectorsize", 512)
