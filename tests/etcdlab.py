@@ -8,6 +8,7 @@ or three, on loopback ports of their own, in a temporary directory.
 
 A cluster that cannot start is `harness.unavailable` (an error in CI)."""
 
+import json
 import os
 import shutil
 import socket
@@ -106,6 +107,33 @@ class EtcdCluster:
                             method is None or f'grpc_method="{method}"' in line):
                         total += float(line.rsplit(" ", 1)[1])
         return total
+
+    def _etcdctl(self, endpoints, *args):
+        return subprocess.run(["etcdctl", "--endpoints", ",".join(endpoints), *args],
+                              check=True, capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "ETCDCTL_API": "3"}).stdout
+
+    def leader(self):
+        """The index of the member that leads now, by the members' own status."""
+        up = [e for e, p in zip(self.endpoints, self.procs) if p]
+        status = json.loads(self._etcdctl(up, "endpoint", "status", "-w", "json"))
+        ids = {s["Endpoint"]: s["Status"]["header"]["member_id"] for s in status}
+        leaders = {s["Status"]["leader"] for s in status}
+        assert len(leaders) == 1, f"the members disagree on their leader: {status}"
+        (lead,) = leaders
+        return next(self.endpoints.index(e) for e, i in ids.items() if i == lead)
+
+    def lead_elsewhere(self, i):
+        """Make sure member I does not lead: hand the lead to another."""
+        lead = self.leader()
+        if lead != i:
+            return
+        target = next(j for j in range(self.n) if j != i and self.procs[j])
+        status = json.loads(self._etcdctl([self.endpoints[target]], "endpoint", "status",
+                                          "-w", "json"))
+        member = format(status[0]["Status"]["header"]["member_id"], "x")
+        self._etcdctl([self.endpoints[lead]], "move-leader", member)
+        wait_until(lambda: self.leader() == target, 15, f"m{target} to lead")
 
     def wait_healthy(self, timeout=30):
         if self.tls:

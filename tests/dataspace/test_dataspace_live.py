@@ -225,9 +225,14 @@ def test_a_member_that_hangs_never_lets_an_agents_lease_run_out(tmp_path):
     # partition that drops packets), m0 takes connections and answers
     # nothing: the keep-alive must reach m1 or m2 within the lease's TTL,
     # or etcd deletes the record and every observer drops the host.
+    # m0 must not lead: Debian's etcd (3.4.23) has a leader that hung
+    # revoke, as it wakes, the leases that ran out in its eyes
+    # (etcd-io/etcd#15247, fixed in 3.4.28).  What the agent does then is
+    # test_an_agent_whose_lease_is_revoked_puts_its_record_again.
     out = tmp_path / "out"
     out.mkdir()
     with EtcdCluster(tmp_path / "etcd", members=3) as etcd:
+        etcd.lead_elsewhere(0)
         s = site(tmp_path, etcd, out)
         with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2") as web2:
             wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 15,
@@ -245,6 +250,29 @@ def test_a_member_that_hangs_never_lets_an_agents_lease_run_out(tmp_path):
             after = _kv(etcd, "web2.example.org")
     assert after and after["create_revision"] == before["create_revision"], \
         f"web2's record was deleted while m0 hung, and put again: {before} then {after}"
+
+
+def test_an_agent_whose_lease_is_revoked_puts_its_record_again(tmp_path, etcd):
+    # etcd revokes a lease it thinks has run out, even while its holder
+    # renews it: etcd before 3.4.28 and 3.5.11 does so when a leader that
+    # hung wakes up (etcd-io/etcd#15247).  The agent must hold its record
+    # again, under a new lease, within about a TTL.
+    out = tmp_path / "out"
+    out.mkdir()
+    s = site(tmp_path, etcd, out)
+    with Converging(tmp_path, "--consfig", s, "web2.example.org", name="web2") as web2:
+        wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 15,
+                   "web2's record to be held by its agent's short lease")
+        before = _kv(etcd, "web2.example.org")
+        _etcdctl(etcd, "lease", "revoke", format(before["lease"], "x"))
+        again = wait_until(lambda: _kv(etcd, "web2.example.org"), 3 * TTL,
+                           "the agent to put web2's record again")
+        # Deleted with its lease and put again: a new key, a new lease.
+        assert again["create_revision"] > before["create_revision"], (before, again)
+        assert again["lease"] != before["lease"], (before, again)
+        wait_until(lambda: _lease_ttl(etcd, "web2.example.org") <= TTL, 3 * TTL,
+                   "the new record to be held by the agent's short lease")
+        assert not web2.ended(), web2.stderr()[-3000:]
 
 
 def test_an_observer_without_quorum_says_the_dataspace_is_unavailable(tmp_path):
