@@ -2,11 +2,12 @@
 debootstrap, cached as a tarball), deploying a propspec, and looking at
 what happened.
 
-    from proptest import apply_twice, deploy_propspec, unapply, in_chroot, this_os
+    from proptest import apply_twice, checks_clean, deploy_propspec, unapply, in_chroot, this_os
 
     def test_motd(chroot_chain, debian_chroot):
         apply_twice(chroot_chain, [this_os(), file.has_content("/etc/motd", "hi\\n")])
         assert (debian_chroot / "etc/motd").read_text() == "hi\\n"
+        checks_clean(chroot_chain, [this_os(), file.has_content("/etc/motd", "hi\\n")])
 
 A propspec may be given as one propapp or a list of them (applied with
 `eseqprops`).  Every deployment here goes to a host named
@@ -380,6 +381,22 @@ def apply_twice(chain, propspec, **kw):
     second, events2 = deploy_propspec(chain, propspec, **kw)
     assert second.status == "no-change", \
         f"second run was not a no-change: {statuses(events2)}"
+    return events
+
+
+def checks_clean(chain, propspec, **kw):
+    """Deploy PROPSPEC over CHAIN in check mode (`--check --detailed-exitcode`)
+    and assert that it would change nothing: exit code 0, and no property
+    that would change or cannot say.  For a propspec just applied: a
+    converged host checks clean (issue 31, item 3).  Return the events."""
+    outcome, events = deploy_propspec(chain, propspec, check_mode=True, **kw)
+    drift = [f"  {e['status']}: {e.get('desc')}" for e in events
+             if e.get("event") == "end" and e.get("status") in ("would-change", "cannot-check")]
+    notes = [f"    {e.get('text')}" for e in events
+             if e.get("event") == "output" and e.get("stream") == "note"]
+    assert outcome.exit_code(True) == 0 and not drift, (
+        f"after it was applied, a check would change something "
+        f"(detailed exit code {outcome.exit_code(True)}):\n" + "\n".join(drift + notes))
     return events
 
 

@@ -576,6 +576,95 @@ def test_every_property_left_out_names_the_test_that_covers_it():
     assert not stale, f"left out naming tests that are not there: {stale}"
 
 
+# What a covering test calls to show that what it applied checks clean:
+# proptest's helper, or this file's own deployment and check by the CLI.
+CHECKERS = {"checks_clean", "deploy_then_check"}
+
+
+def covering_tests(name):
+    """The tests `(path, test)` that LEFT_OUT's reason for NAME names:
+    `tests/FILE::TEST` or a walk of this file, directly or else through
+    "as X" (X's)."""
+    import re
+    reason = LEFT_OUT[name]
+    named = re.findall(r"(tests/[\w/]+\.(?:py|hy))(?:::([\w-]+))?", reason)
+    named += [("tests/props/test_library_walk.py", t) for t in re.findall(r"\btest_the_\w+", reason)]
+    if named or not reason.startswith("as "):
+        return named
+    return covering_tests(re.split(r"[\s:,;]", reason[3:], maxsplit=1)[0])
+
+
+def _called(path, test):
+    """The names called by the test TEST of the file PATH (relative to the
+    repository), and by the functions of that file it calls in turn; None
+    when there is no such test.  Read from the source: Python's ast, or
+    Hy's reader."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / path).is_file():
+        return None
+    text = (root / path).read_text()
+    if path.endswith(".py"):
+        import ast
+        defs = {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+
+        def calls(node):
+            return {c.func.id if isinstance(c.func, ast.Name) else c.func.attr
+                    for c in ast.walk(node) if isinstance(c, ast.Call)
+                    and isinstance(c.func, (ast.Name, ast.Attribute))}
+    else:
+        defs = {}
+        for form in hy.read_many(text):
+            if isinstance(form, hy.models.Expression) and form and form[0] == hy.models.Symbol("defn"):
+                head = [f for f in form[1:3] if isinstance(f, hy.models.Symbol)]
+                if head:
+                    defs[hy.mangle(str(head[0]))] = form
+
+        def calls(node):
+            found = set()
+            todo = [node]
+            while todo:
+                n = todo.pop()
+                if isinstance(n, hy.models.Symbol):
+                    # `proptest.checks-clean` and `(checks-clean …)` alike.
+                    found.update(hy.mangle(part) for part in str(n).split(".")[-1:] if part)
+                elif isinstance(n, hy.models.Sequence):
+                    todo.extend(n)
+            return found
+    test = hy.mangle(test)
+    if test not in defs:
+        return None
+    seen, todo = set(), [test]
+    while todo:
+        fn = todo.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        called = calls(defs[fn])
+        todo.extend(c for c in called if c in defs)
+        seen |= called
+    return seen
+
+
+def test_every_property_left_out_names_a_test_that_applies_it_and_checks_clean():
+    # Issue 31: a converged host checks clean.  A property left out of the
+    # walk is checked clean by the test that covers it instead, which must
+    # be named (a file alone is not enough) and call a checker.
+    problems = []
+    for name in sorted(LEFT_OUT):
+        tests = covering_tests(name)
+        if not any(test for _, test in tests):
+            problems.append(f"{name}: names no test (tests/FILE::TEST)")
+        for path, test in tests:
+            if not test:
+                continue
+            called = _called(path, test)
+            if called is None:
+                problems.append(f"{name}: {path}::{test} is not there")
+            elif not called & CHECKERS:
+                problems.append(f"{name}: {path}::{test} never checks clean (proptest.checks_clean)")
+    assert not problems, "\n".join(problems)
+
+
 def nameserver():
     """The first nameserver of this machine, which the chroot shares."""
     for line in Path("/etc/resolv.conf").read_text().splitlines():
