@@ -31,6 +31,7 @@ from consfig.model.host import make_host
 from consfig.model.property import Propapp
 
 _deploy_these = getattr(consfig.deployer.deployment, hy.mangle("deploy-these*"))
+_deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 BUILD_TIMEOUT = 1800
 
@@ -340,19 +341,26 @@ def _propspec(p):
 
 
 def deploy_propspec(chain, propspec, *, unapply=False, hostname=HOSTNAME, check=True,
-                    sink=None, check_mode=False):
+                    sink=None, check_mode=False, whole_host=False):
     """Deploy PROPSPEC over CHAIN; return `(outcome, events)`.  With CHECK,
     a failed deployment is an AssertionError carrying the failure messages.
-    SINK also gets every event; CHECK_MODE deploys with --check."""
+    SINK also gets every event; CHECK_MODE deploys with --check.  WHOLE_HOST
+    deploys a host whose propspec is PROPSPEC, as `consfig deploy HOST`
+    does (the engine then also unapplies what left it, `removed-unapplied`),
+    rather than PROPSPEC to a host of none, as `deploy-these` does."""
     events = []
 
     def record(event):
         events.append(event)
         if sink:
             sink(event)
-    host = make_host(hostname, None, None, _propspec([]))
-    outcome = _deploy_these(chain, host, _propspec(propspec), sink=record,
-                            unapply=unapply, check=check_mode)
+    if whole_host:
+        outcome = _deploy(chain, make_host(hostname, None, None, _propspec(propspec)),
+                          sink=record, unapply=unapply, check=check_mode)
+    else:
+        host = make_host(hostname, None, None, _propspec([]))
+        outcome = _deploy_these(chain, host, _propspec(propspec), sink=record,
+                                unapply=unapply, check=check_mode)
     if check:
         assert outcome.status != "failed", failure_text(events)
     return outcome, events

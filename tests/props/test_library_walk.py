@@ -397,7 +397,7 @@ LEFT_OUT = {
     "deploys": "deploys another host, over its own chain: tests/deployer/test_deployment.hy",
     "deploys-these": "deploys another host, over its own chain: tests/deployer/test_deployment.hy",
     "os.debian-testing": "a host declares one OS; the walked hosts are Debian stable: "
-                         "tests/props/test_os.hy::test-declarations-push-os",
+                         "tests/props/test_os.hy::test-other-declarations-apply-as-nothing-and-check-clean",
     "os.debian-unstable": "as os.debian-testing",
     "os.linux": "as os.debian-testing",
     "chroot.os-bootstrapped": "debootstraps a whole system, minutes of the walk: "
