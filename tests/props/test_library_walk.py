@@ -394,8 +394,9 @@ LEFT_OUT = {
     "removed-unapplied": "applied by the engine itself at the end of every deployment of a whole "
                          "host, each walk's too: "
                          "tests/apply/test_meta.hy::test-a-property-under-reverse-is-unapplied-once-it-leaves-the-propspec",
-    "deploys": "deploys another host, over its own chain: tests/deployer/test_deployment.hy",
-    "deploys-these": "deploys another host, over its own chain: tests/deployer/test_deployment.hy",
+    "deploys": "deploys another host, over its own chain: "
+               "tests/deployer/test_deployment.hy::test-deploys-and-deploys-these-once-applied-check-clean",
+    "deploys-these": "as deploys",
     "os.debian-testing": "a host declares one OS; the walked hosts are Debian stable: "
                          "tests/props/test_os.hy::test-other-declarations-apply-as-nothing-and-check-clean",
     "os.debian-unstable": "as os.debian-testing",

@@ -25,7 +25,8 @@
   ;; The library walk declares Debian stable; these are applied here.
   (setv decls (props (os.debian-testing :amd64) (os.debian-unstable :amd64) (os.linux :amd64)))
   (apply-twice LOCAL decls :changes False)
-  (checks-clean LOCAL decls))
+  (checks-clean LOCAL decls)
+  None)
 
 (defn test-declaration-unapplies-to-nothing []
   (setv #(o _) (deploy-propspec LOCAL (propapp (os.debian-unstable :arm64)) :unapply True))
