@@ -27,7 +27,7 @@ import time
 import hy  # noqa: F401
 from consfig.apply.combinators import eseqprops
 import consfig.deployer.deployment
-from consfig.model.host import make_host
+from consfig.model.host import Host, make_host
 from consfig.model.property import Propapp
 
 _deploy_these = getattr(consfig.deployer.deployment, hy.mangle("deploy-these*"))
@@ -347,14 +347,17 @@ def deploy_propspec(chain, propspec, *, unapply=False, hostname=HOSTNAME, check=
     SINK also gets every event; CHECK_MODE deploys with --check.  WHOLE_HOST
     deploys a host whose propspec is PROPSPEC, as `consfig deploy HOST`
     does (the engine then also unapplies what left it, `removed-unapplied`),
-    rather than PROPSPEC to a host of none, as `deploy-these` does."""
+    rather than PROPSPEC to a host of none, as `deploy-these` does.
+    PROPSPEC may also be a host (a site's, say): it is deployed whole."""
     events = []
 
     def record(event):
         events.append(event)
         if sink:
             sink(event)
-    if whole_host:
+    if isinstance(propspec, Host):
+        outcome = _deploy(chain, propspec, sink=record, unapply=unapply, check=check_mode)
+    elif whole_host:
         outcome = _deploy(chain, make_host(hostname, None, None, _propspec(propspec)),
                           sink=record, unapply=unapply, check=check_mode)
     else:

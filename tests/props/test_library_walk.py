@@ -403,9 +403,12 @@ LEFT_OUT = {
     "os.linux": "as os.debian-testing",
     "chroot.os-bootstrapped": "debootstraps a whole system, minutes of the walk: "
                               "tests/props/test_chroot.py::test_os_bootstrapped_debootstraps_applies_and_unapply_removes",
-    "dataspace.asserted": "needs a site's etcd: tests/dataspace/test_dataspace.hy",
-    "dataspace.observed": "a fact of a site's etcd: tests/dataspace/test_dataspace.hy",
-    "dataspace.collected": "a fact of a site's etcd: tests/dataspace/test_dataspace.hy",
+    "dataspace.asserted": "needs a site's etcd: "
+                          "tests/dataspace/test_dataspace.hy::test-asserting-again-changes-nothing",
+    "dataspace.observed": "a fact of a site's etcd: tests/dataspace/test_dataspace.hy::"
+                          "test-a-during-over-observed-holds-its-properties-once-per-match-with-binders-bound",
+    "dataspace.collected": "a fact of a site's etcd: "
+                           "tests/dataspace/test_dataspace.hy::test-the-set-form-gives-one-property-every-match-sorted",
     "dataspace.etcd-member": "runs an etcd member: tests/dataspace/test_dataspace_cluster.py",
     "container.nspawn-running": "boots a container of its own (the walk's is booted by it, in the "
                                 "booted_container fixture): "
