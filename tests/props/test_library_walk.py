@@ -671,6 +671,17 @@ def _called(path, test):
     return found
 
 
+def test_checks_clean_fails_naming_what_would_change(tmp_path):
+    # The checker the covering tests call is not one that cannot fail.
+    from consfig.props import file
+    from proptest import LOCAL, checks_clean
+    (tmp_path / "f").write_text("drifted\n")
+    with pytest.raises(AssertionError) as raised:
+        checks_clean(LOCAL, file.has_content(str(tmp_path / "f"), "wanted\n"))
+    assert "would-change" in str(raised.value) and str(tmp_path / "f") in str(raised.value), raised.value
+    assert (tmp_path / "f").read_text() == "drifted\n", "the check changed nothing"
+
+
 def test_every_property_left_out_names_a_test_that_applies_it_and_checks_clean():
     # Issue 31: a converged host checks clean.  A property left out of the
     # walk is checked clean by the test that covers it instead, which must
