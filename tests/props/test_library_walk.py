@@ -445,7 +445,8 @@ LEFT_OUT = {
                                     "tests/props/test_vm.py::test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot; "
                                     "not checked clean yet: tests/props/test_vm.py is being changed in "
                                     "another branch",
-    "reboot.at-end": "reboots the host (in a chroot it does nothing): "
+    "reboot.at-end": "reboots the host (in a chroot it does nothing); an action, so checked clean "
+                     "under on-change: "
                      "tests/props/test_reboot.py::test_a_reboot_asked_for_twice_is_scheduled_once_at_the_end_after_the_handlers",
     "sshd.has-host-public-key": "the key is the host's own, made when openssh-server is installed: "
                                 "tests/props/test_site_facts.hy::"
