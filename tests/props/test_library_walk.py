@@ -501,9 +501,11 @@ LEFT_OUT = {
                                   "tests/props/test_image_props.py::test_applied_periodically_runs_the_image_from_a_timer",
     "image.pulled-from": "needs a server of signed images: "
                          "tests/props/test_image_props.py::test_pulled_from_installs_a_timer_systemd_accepts",
-    "image.scheduled": "as image.applied-periodically, which it schedules: "
+    "image.scheduled": "as image.applied-periodically, which it schedules (applied through "
+                       "image.applied-periodically): "
                        "tests/props/test_image_props.py::test_applied_periodically_uses_cron_where_systemd_does_not_run",
-    "image.systemd-or-cron": "chooses between the schedulers of image.applied-periodically: "
+    "image.systemd-or-cron": "chooses between the schedulers of image.applied-periodically and "
+                             "image.pulled-from (applied through image.pulled-from): "
                              "tests/props/test_image_props.py::test_switching_to_systemd_removes_the_cron_job",
     "acme.certificate": "needs an ACME server (pebble) and its mock DNS: "
                         "tests/props/test_acme.py::test_a_certificate_is_issued_once_its_key_private",
@@ -518,7 +520,7 @@ LEFT_OUT = {
                          "whole budget: "
                          "tests/props/test_mariadb.py::test_a_database_a_user_and_grants_then_nothing_to_do",
     "postfix.has-alias": "as postfix.installed",
-    "postfix.has-settings": "as postfix.installed",
+    "postfix.has-settings": "as postfix.installed, applied through postfix.satellite",
     "postfix.installed": "installing postfix costs 12 s under load even after the container's "
                          "postgres (16 s in the bare chroot), over the walk's budget beside the "
                          "network namespace's: "
@@ -622,9 +624,10 @@ def covering_tests(name):
 
 
 def _called(path, test):
-    """The names called by the test TEST of the file PATH (relative to the
-    repository), and by the functions of that file it calls in turn; None
-    when there is no such test.  Read from the source: Python's ast, or
+    """What the test TEST of the file PATH (relative to the repository) and
+    the functions of that file it calls in turn call, and the source text
+    of those and of the module's values and fixtures they name: `(names,
+    text)`, or None when there is no such test.  Read with Python's ast, or
     Hy's reader."""
     root = Path(__file__).resolve().parents[2]
     if not (root / path).is_file():
@@ -632,19 +635,34 @@ def _called(path, test):
     text = (root / path).read_text()
     if path.endswith(".py"):
         import ast
-        defs = {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+        body = ast.parse(text).body
+        defs = {n.name: n for n in body if isinstance(n, ast.FunctionDef)}
+        # Module-level values, and fixtures: what a test names (a site's
+        # text, a fixture that makes its propapps) is read for the property.
+        named = {**{t.id: n for n in body if isinstance(n, ast.Assign)
+                    for t in n.targets if isinstance(t, ast.Name)}, **defs}
 
         def calls(node):
             return {c.func.id if isinstance(c.func, ast.Name) else c.func.attr
                     for c in ast.walk(node) if isinstance(c, ast.Call)
                     and isinstance(c.func, (ast.Name, ast.Attribute))}
+
+        def names(node):
+            return ({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                    | {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)})
+
+        def source(node):
+            return ast.get_source_segment(text, node)
     else:
-        defs = {}
+        defs, named = {}, {}
         for form in hy.read_many(text):
             if isinstance(form, hy.models.Expression) and form and form[0] == hy.models.Symbol("defn"):
                 head = [f for f in form[1:3] if isinstance(f, hy.models.Symbol)]
                 if head:
-                    defs[hy.mangle(str(head[0]))] = form
+                    defs[hy.mangle(str(head[0]))] = named[hy.mangle(str(head[0]))] = form
+            elif isinstance(form, hy.models.Expression) and form and form[0] == hy.models.Symbol("setv"):
+                for target in form[1::2]:
+                    named[hy.mangle(str(target))] = form
 
         def calls(node):
             found = set()
@@ -657,6 +675,11 @@ def _called(path, test):
                 elif isinstance(n, hy.models.Sequence):
                     todo.extend(n)
             return found
+
+        names = calls
+
+        def source(node):
+            return "\n".join(text.splitlines()[node.start_line - 1:node.end_line])
     test = hy.mangle(test)
     if test not in defs:
         return None
@@ -669,7 +692,18 @@ def _called(path, test):
         called = calls(defs[fn])
         todo.extend(c for c in called if c in defs)
         found |= called
-    return found
+    read = {id(named[n]): named[n] for fn in walked for n in names(defs[fn]) if n in named}
+    read.update((id(defs[fn]), defs[fn]) for fn in walked)
+    return found, "\n".join(source(node) for node in read.values())
+
+
+def _mentioned(name, text):
+    """Whether the property NAME (`apache.site-enabled`) is in TEXT, as Hy
+    or Python writes it."""
+    module, _, short = name.rpartition(".")
+    python = f"{module}.{hy.mangle(short)}" if module else hy.mangle(short)
+    import re
+    return any(re.search(rf"(?<![\w.-]){re.escape(form)}(?![\w-])", text) for form in (name, python))
 
 
 def test_checks_clean_fails_naming_what_would_change(tmp_path):
@@ -687,6 +721,7 @@ def test_every_property_left_out_names_a_test_that_applies_it_and_checks_clean()
     # Issue 31: a converged host checks clean.  A property left out of the
     # walk is checked clean by the test that covers it instead, which must
     # be named (a file alone is not enough) and call a checker.
+    import re
     problems = []
     for name in sorted(LEFT_OUT):
         if NOT_CHECKED in LEFT_OUT[name]:
@@ -697,11 +732,19 @@ def test_every_property_left_out_names_a_test_that_applies_it_and_checks_clean()
         for path, test in tests:
             if not test:
                 continue
-            called = _called(path, test)
-            if called is None:
+            found = _called(path, test)
+            if found is None:
                 problems.append(f"{name}: {path}::{test} is not there")
-            elif not called & CHECKERS:
+                continue
+            called, text = found
+            if not called & CHECKERS:
                 problems.append(f"{name}: {path}::{test} never checks clean (proptest.checks_clean)")
+            if path.endswith("test_library_walk.py") and "example_site" in test:
+                text += EXAMPLE.read_text()
+            through = re.findall(r"applied through ([\w.-]+)", LEFT_OUT[name])
+            if not any(_mentioned(p, text) for p in [name, *through]):
+                problems.append(f"{name}: {path}::{test} never applies it (nor says "
+                                f"\"applied through\" what does)")
     assert not problems, "\n".join(problems)
 
 
