@@ -623,19 +623,34 @@ def covering_tests(name):
     return covering_tests(re.split(r"[\s:,;]", reason[3:], maxsplit=1)[0])
 
 
-def _called(path, test):
-    """What the test TEST of the file PATH (relative to the repository) and
-    the functions of that file it calls in turn call, and the source text
-    of those and of the module's values and fixtures they name: `(names,
-    text)`, or None when there is no such test.  Read with Python's ast, or
-    Hy's reader."""
+@functools.lru_cache(maxsize=None)
+def _parsed(path):
+    """The text of the file PATH (relative to the repository), and its
+    top-level statements or forms; None when there is no such file.  Read
+    once: reading Hy is slow, and many properties name one file."""
     root = Path(__file__).resolve().parents[2]
     if not (root / path).is_file():
         return None
     text = (root / path).read_text()
     if path.endswith(".py"):
         import ast
-        body = ast.parse(text).body
+        return text, ast.parse(text).body
+    return text, list(hy.read_many(text))
+
+
+def _called(path, test):
+    """What the test TEST of the file PATH (relative to the repository) and
+    the functions of that file it calls in turn call, and the source text
+    of those and of the module's values and fixtures they name: `(names,
+    text)`, or None when there is no such test.  Read with Python's ast, or
+    Hy's reader."""
+    parsed = _parsed(path)
+    if parsed is None:
+        return None
+    text, body = parsed
+    lines = text.splitlines()
+    if path.endswith(".py"):
+        import ast
         defs = {n.name: n for n in body if isinstance(n, ast.FunctionDef)}
         # Module-level values, and fixtures: what a test names (a site's
         # text, a fixture that makes its propapps) is read for the property.
@@ -652,10 +667,10 @@ def _called(path, test):
                     | {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)})
 
         def source(node):
-            return ast.get_source_segment(text, node)
+            return "\n".join(lines[node.lineno - 1:node.end_lineno])
     else:
         defs, named = {}, {}
-        for form in hy.read_many(text):
+        for form in body:
             if isinstance(form, hy.models.Expression) and form and form[0] == hy.models.Symbol("defn"):
                 head = [f for f in form[1:3] if isinstance(f, hy.models.Symbol)]
                 if head:
@@ -679,7 +694,7 @@ def _called(path, test):
         names = calls
 
         def source(node):
-            return "\n".join(text.splitlines()[node.start_line - 1:node.end_line])
+            return "\n".join(lines[node.start_line - 1:node.end_line])
     test = hy.mangle(test)
     if test not in defs:
         return None
