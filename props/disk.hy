@@ -631,9 +631,10 @@ Return `:changed`, or `:no-change` when all of it was there already."
 (defn image-bootloader [norm options]
   "The bootloader an image of the volumes NORM gets with OPTIONS (plain
 data): their `:bootloader`, else \"grub-efi\" when the volumes hold an EFI
-system partition, else \"grub-bios\"."
+system partition and no BIOS boot partition, else \"grub-bios\"."
+  (setv types (lfor p (get norm "partitions") (get p "type")))
   (or (_name (.get options "bootloader"))
-      (if (any (gfor p (get norm "partitions") (= (get p "type") "esp"))) "grub-efi" "grub-bios")))
+      (if (and (in "esp" types) (not-in "bios-boot" types)) "grub-efi" "grub-bios")))
 
 (defn _luks-partition [norm]
   ;; The index of the :luks partition (the root), or None.
@@ -852,13 +853,13 @@ build of IMAGE.  An image
 that exists already has HOST's propspec re-applied inside it: unchanged, it
 changes nothing.
 
-With OPTIONS' `:bootloader` `:grub-bios` (the default for volumes without
-an EFI system partition) the image boots on a PC BIOS (or QEMU, see
+With OPTIONS' `:bootloader` `:grub-bios` (the default, but for the case
+below) the image boots on a PC BIOS (or QEMU, see
 `consfig.props.vm`): a kernel, initramfs-tools, GRUB's BIOS images and
 systemd-sysv are installed inside, and GRUB is written to the disk
 (`install-grub-bios`), booting with root=UUID=… and its console on the
 first serial port too.  `:grub-efi` (the default for volumes with an EFI
-system partition) boots by UEFI instead: GRUB's EFI images inside, and GRUB
+system partition and no BIOS boot partition) boots by UEFI instead: GRUB's EFI images inside, and GRUB
 written to the ESP as EFI/BOOT/BOOTX64.EFI with mtools, the ESP never
 mounted (`install-grub-efi`).  `:none` leaves the image without a bootloader
 (a tree to copy, or one to boot as a container).

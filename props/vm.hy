@@ -12,6 +12,11 @@ or, the image built from the VM's own propspec when it is started:
                                     {:size :rest :fs :ext4 :mount \"/\"}]})
     (apt.installed \"nginx\"))
 
+A raw GPT disk with an EFI system partition and no BIOS boot partition (an
+image `disk.raw-image-built-for` gave GRUB for UEFI) boots under OVMF, the
+UEFI firmware of Debian's ovmf; any other by QEMU's own BIOS; `:firmware`
+chooses instead.
+
 QEMU runs with KVM where /dev/kvm is there for root and the CPU has hardware
 virtualisation (vmx or svm in /proc/cpuinfo), and with plain emulation (TCG)
 otherwise; `:accel` chooses instead.  Not QEMU's own fallback

@@ -142,7 +142,7 @@ argument parser SP."
                  :help "with --disk: unpack this tarball of a bootstrapped tree instead of running debootstrap")
   (.add-argument i "--bootloader" :choices ["grub-bios" "grub-efi" "none"] :default None
                  :help (+ "with --disk: the bootloader to install (default: grub-efi when the host's "
-                          "volumes hold an EFI system partition, else grub-bios)"))
+                          "volumes hold an EFI system partition and no BIOS boot partition, else grub-bios)"))
   (via-option i)
   (output-options i))
 

@@ -15,7 +15,7 @@ from hy.models import Keyword as K
 from harness import unavailable, wait_until
 from machines_lab import MARKER, self_applying_host
 
-from consfig.data.items import reset_data_sources
+from consfig.data.items import MissingData, reset_data_sources
 from consfig.errors import PropspecError
 from consfig.model.context import applying
 from consfig.model.host import Host
@@ -38,7 +38,7 @@ def _root(**kw):
 
 # iter-time 10: the key is unlocked under emulation, where PBKDF2 runs tens
 # of times slower than where it was measured.
-UEFI_LUKS = {K("table"): K("gpt"), K("size"): "1280M",
+UEFI_LUKS = {K("table"): K("gpt"), K("size"): "2G",
              K("partitions"): [ESP, BOOT,
                                _root(luks={K("name"): "cryptroot", K("iter-time"): 10})]}
 
@@ -67,6 +67,8 @@ def test_a_disk_with_an_esp_gets_grub_for_uefi_unless_told_otherwise():
     assert disk.image_bootloader(norm, {"bootloader": K("grub-bios")}) == "grub-bios"
     bios = disk.normalise_volumes(_volumes({K("size"): "1M", K("type"): K("bios-boot")}, _root()))
     assert disk.image_bootloader(bios, {}) == "grub-bios"
+    both = disk.normalise_volumes(_volumes({K("size"): "1M", K("type"): K("bios-boot")}, ESP, _root()))
+    assert disk.image_bootloader(both, {}) == "grub-bios", "a BIOS boot partition says where GRUB goes"
 
 
 @pytest.mark.parametrize("volumes, firmware", [
@@ -224,3 +226,56 @@ def test_an_image_with_an_esp_and_a_luks_root_boots_under_ovmf_and_applies_its_c
     # root LUKS, not ext4.
     dump = subprocess.run(["sfdisk", "--dump", str(image)], capture_output=True, text=True).stdout
     assert "C12A7328-F81F-11D2-BA4B-00A0C93EC93B" in dump and "21686148" not in dump, dump
+
+
+def _small_host(name):
+    from consfig.apply.combinators import eseqprops
+    from consfig.model.host import make_host
+    from proptest import this_os
+    return make_host(name, None, None, eseqprops(this_os(), disk.has_volumes(UEFI_LUKS)))
+
+
+def test_a_luks_images_key_is_prerequisite_data_missing_before_anything_is_built(tmp_path):
+    from proptest import deploy_propspec
+    reset_data_sources()
+    image = tmp_path / "nokey.img"
+    with pytest.raises(MissingData, match=r'"--luks-key--vm3.image.invalid" "cryptroot"'):
+        deploy_propspec([K("local")],
+                        disk.raw_image_built_for({K("tarball"): "/nonexistent.tar"},
+                                                 _small_host("vm3.image.invalid"), str(image)))
+    assert not image.exists() and not os.path.exists(f"{image}.consfig-partial"), "something was built"
+
+
+def test_a_new_uefi_luks_image_in_check_mode_is_described_and_not_built(tmp_path):
+    from proptest import data_item, deploy_propspec, statuses
+    reset_data_sources()
+    data_item(tmp_path, *disk.luks_key_item("vm4.image.invalid", "cryptroot"), KEY)
+    image = tmp_path / "new.img"
+    seen = []
+    try:
+        outcome, events = deploy_propspec(
+            [K("local")], disk.raw_image_built_for({K("tarball"): "/nonexistent.tar"},
+                                                   _small_host("vm4.image.invalid"), str(image)),
+            check_mode=True, sink=seen.append)
+    finally:
+        reset_data_sources()
+    assert outcome.exit_code(True) == 2, statuses(events)
+    said = " ".join(e.get("text", "") for e in seen if isinstance(e, dict))
+    assert "GRUB installed for UEFI on the EFI system partition" in said, said
+    assert "the root encrypted with LUKS" in said, said
+    assert not image.exists() and not os.path.exists(f"{image}.consfig-partial"), "check mode built"
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_an_existing_image_with_a_luks_root_is_left_as_it_is_and_says_why(booted_uefi_luks):
+    from proptest import deploy_propspec, statuses
+    image, _, options, host, _ = booted_uefi_luks
+    before = os.stat(image).st_mtime_ns
+    seen = []
+    outcome, events = deploy_propspec(
+        [K("local")], disk.raw_image_built_for(options[K("image")], host, str(image)), sink=seen.append)
+    assert outcome.status == "no-change", statuses(events)
+    said = " ".join(e.get("text", "") for e in seen if isinstance(e, dict))
+    assert "root is encrypted (LUKS)" in said and "remove the image to build it anew" in said, said
+    assert os.stat(image).st_mtime_ns == before, "the image was written"
