@@ -283,3 +283,31 @@ def test_an_existing_image_with_a_luks_root_is_left_as_it_is_and_says_why(booted
     ran = [e["text"] for e in seen if isinstance(e, dict) and e.get("text", "").startswith("$ ")]
     assert not [c for c in ran if c.split()[1] in ("losetup", "mount", "cryptsetup", "tar")], \
         f"the image was opened: {ran}"
+
+
+def test_the_command_line_builds_a_uefi_luks_image_by_default_and_check_mode_says_so(tmp_path):
+    # The site's own data source holds the key; the CLI's --bootloader
+    # default follows the volumes.  (Check mode: nothing is built.)
+    import sys
+    from proptest import host_arch, host_suite
+    (tmp_path / "data" / "--luks-key--web6.image.invalid").mkdir(parents=True)
+    (tmp_path / "data" / "--luks-key--web6.image.invalid" / "cryptroot").write_bytes(KEY)
+    site = tmp_path / "site.hy"
+    site.write_text(
+        '(require consfig *)\n(import consfig *)\n(use-props consfig.props [os disk])\n'
+        '(try-register-data-source :files-tree :location "data")\n'
+        '(defhost web6.image.invalid {}\n'
+        f'  (os.debian-stable "{host_suite()}" :{host_arch()})\n'
+        '  (disk.has-volumes {:table :gpt :size "1G"\n'
+        '                     :partitions [{:size "32M" :type :esp :fs :vfat :mount "/boot/efi"}\n'
+        '                                  {:size "128M" :fs :ext4 :mount "/boot"}\n'
+        '                                  {:size :rest :fs :ext4 :mount "/" :luks "cryptroot"}]}))\n')
+    image = tmp_path / "web6.img"
+    r = subprocess.run([sys.executable, "-m", "consfig", "image", "--consfig", str(site), "web6",
+                        "--disk", str(image), "--tarball", "/nonexistent.tar", "--check"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    said = r.stdout + r.stderr
+    assert r.returncode == 0, f"exit {r.returncode}:\n{said}"
+    assert "GRUB installed for UEFI" in said and "root encrypted with LUKS" in said, said
+    assert not image.exists(), "check mode built"
+    assert "a key for the tests" not in said, "the key is in the output"
