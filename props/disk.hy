@@ -254,7 +254,9 @@ UUID in UUIDS (partition index → UUID), root first; a `:luks` one by its
 :msdos), an optional disk `:size`, and `:partitions`, each with a `:size`,
 an `:fs` (:ext4 :btrfs :vfat :swap or :none), a partition `:type` (:linux,
 :esp, :bios-boot on GPT, :swap), and optionally a `:mount` point, a `:label`
-and mount `:options`.  It changes nothing on the host itself: it records,
+and mount `:options`; the root (ext4, with a /boot of its own) may have
+`:luks NAME` or `:luks {:name NAME :iter-time MS}` to be encrypted (see
+`raw-image-built-for`).  It changes nothing on the host itself: it records,
 for the properties that build the host's disk (`raw-image-built-for`), what
 to build; they also write the host's /etc/fstab from it."
   (:unwatched "volumes are made once, on a disk being built: a change to them is a rebuild, not a repair")
@@ -544,8 +546,6 @@ Return `:changed`, or `:no-change` when all of it was there already."
     (finally (run "rm" "-f" "--" (posixpath.join grub-dir "device.map") :timeout 60)))
   (write-remote-file cfg-path cfg :mode 0o644)
   :changed)
-
-(setv EFI-LOADER "EFI/BOOT/BOOTX64.EFI")
 
 ;; The ESP is never mounted (vfat may not be mountable where the image is
 ;; built): mtools reads and writes it on its loop device.  $1 the device,
@@ -987,4 +987,4 @@ convert`, written aside and renamed)."
                   partitioned-image build-image image-host-checked image-options has-volumes
                   raw-image-built-for BOOT-KERNEL BOOT-PACKAGES grub-cfg install-grub-bios write-image image-written-to
                   boot-packages-installed convert-to-qcow2 LUKS-RESERVE-MIB boot-packages image-bootloader
-                  luks-key-item encrypt-in-place install-grub-efi EFI-LOADER])
+                  luks-key-item encrypt-in-place install-grub-efi])
