@@ -24,9 +24,13 @@ from proptest import (assert_hop_passes_exit_codes_and_binary_data, deploy_props
 
 from consfig.apply.combinators import eseqprops
 from consfig.connections.lxc import attach_argv
+from consfig.deployer.deployment import __dict__ as _deployment
 from consfig.errors import ChainError, CommandTimedOut, ConnectionFailed, PropspecError
+from consfig.model.host import make_host
 from consfig.props import file, lxc
 from consfig.transport.chain import close_chain, establish_chain, parse_chain
+
+deploy = _deployment[hy.mangle("deploy*")]
 
 pytestmark = pytest.mark.chroot
 
@@ -111,6 +115,22 @@ def test_lxc_container_running_in_check_mode_finds_a_drift_inside_and_writes_not
 
 
 @pytest.mark.slow
+def test_a_defined_lxc_host_deploys_from_its_parent_and_on_its_own(booted):
+    host = make_host("web2.test.invalid", {Keyword("deploy"): [HOP]}, None,
+                     eseqprops(this_os(), file.has_content("/etc/web2", "web2\n")))
+    outcome, events = deploy_propspec(
+        [Keyword("local")],
+        lxc.container_running(NAME, {Keyword("root"): str(booted), Keyword("autostart"): True},
+                              host))
+    assert outcome.status == "changed", statuses(events)
+    assert _inside("hostname").stdout == "web2\n", "not named after its defined host"
+    (booted / "etc/web2").unlink()
+    alone = deploy(None, host)
+    assert alone.status == "changed", "the container host did not deploy on its own"
+    assert (booted / "etc/web2").read_text() == "web2\n", "not applied on its own"
+
+
+@pytest.mark.slow
 def test_lxc_hop_passes_exit_codes_and_binary_data(booted):
     assert_hop_passes_exit_codes_and_binary_data(HOP, f"local > lxc:{NAME}")
 
@@ -140,6 +160,21 @@ def test_lxc_container_stopped_powers_off_and_leaves_nothing(booted):
     assert not rooted_in(booted), "processes left in the container"
     with pytest.raises(ConnectionFailed, match=f"cannot enter the LXC container {NAME}: it is stopped"):
         establish_chain(parse_chain([HOP]))
+
+
+@pytest.mark.slow
+def test_an_lxc_container_that_cannot_start_is_a_clear_failure_leaving_nothing_running(booted):
+    outcome, events = deploy_propspec(
+        [Keyword("local")],
+        lxc.container_running(NAME, {Keyword("root"): str(booted),
+                                     Keyword("config"): {"lxc.init.cmd": "/no/such/init"}},
+                              eseqprops(this_os())),
+        check=False)
+    assert outcome.status == "failed", statuses(events)
+    assert f"the LXC container {NAME} did not start" in failure_text(events), failure_text(events)
+    assert not rooted_in(booted), "processes left in the container"
+    assert "lxc.init.cmd = /no/such/init\n" in pathlib.Path(lxc.config_file(NAME)).read_text(), \
+        "the configuration asked for was not written whole"
 
 
 @pytest.mark.slow
