@@ -136,6 +136,17 @@ def test_lxc_hop_passes_exit_codes_and_binary_data(booted):
 
 
 @pytest.mark.slow
+def test_lxc_hop_gives_commands_a_clean_environment(booted):
+    conns = establish_chain(parse_chain([HOP]))
+    try:
+        env = dict(line.split("=", 1) for line in conns[-1].run(["env"]).stdout.splitlines())
+    finally:
+        close_chain(conns)
+    assert env.get("HOME") == "/root" and env.get("container") == "lxc", env
+    assert not [k for k in env if k.startswith(("CONSFIG", "XDG", "PYTEST"))], env
+
+
+@pytest.mark.slow
 def test_lxc_hop_timeout_kills_the_command_inside(booted):
     conns = establish_chain(parse_chain([HOP]))
     try:
