@@ -451,6 +451,8 @@ own propspec (which may need systemctl)."
                   "deploy" None
                   ;; Check mode starts nothing and must not write policy-rc.d.
                   "propspec" (if (checking?) propspec (without-starting-services propspec))
+                  ;; The image the machine applies once booted starts them.
+                  "own-propspec" (get host "propspec")
                   "these" None}
                  None))
 

@@ -28,9 +28,9 @@ unchanged, as is every line the property has no business with."
                                remote-exists? set-remote-mode set-remote-owner remove-remote
                                make-remote-directory make-remote-symlink]
         consfig.model.context [connection current-host]
-        consfig.data.items [MissingData Secret secret? data-sent-event data-sources get-data
-                            get-data-bytes get-data-string lookup-data on-target? provide-data
-                            require-data]
+        consfig.data.items [FETCHED-DATA MissingData Secret secret? data-sent-event data-sources
+                            get-data get-data-bytes get-data-string local-digest lookup-data
+                            on-target? provide-data require-data]
         consfig.model.host [get-hostattr get-hostattrs get-hostname]
         consfig.site.files [render-template site-directory site-path tree-manifest]
         consfig.apply.engine [Drift WOULD-CHANGE checking? emit inform]
@@ -1600,12 +1600,6 @@ point to) is owned by USER and/or GROUP, names or numeric ids."
 
 (setv FETCH-LIMIT (* 8 1024 1024))
 
-(defn _local-digest [path]
-  ;; The digest of PATH where the deployment runs from ("" when there is
-  ;; nothing there, or it cannot be read: it is fetched, or the write says why).
-  (try (with [f (open path "rb")] (sha256-hex (.read f)))
-       (except [OSError] "")))
-
 (defn _fetched [path dest mode]
   (setv content (read-bytes path :follow True))
   (when (is content None)
@@ -1613,7 +1607,7 @@ point to) is owned by USER and/or GROUP, names or numeric ids."
   (when (> (len content) FETCH-LIMIT)
     (raise (FailedChange (+ f"{path} is {(len content)} bytes: file.fetched takes files of up to "
                             f"{FETCH-LIMIT} bytes (for more, copy it with rsync or scp)"))))
-  (when (= (sha256-hex content) (get-data-string "--fetched" dest))
+  (when (= (sha256-hex content) (get-data-string FETCHED-DATA dest))
     (return NO-CHANGE))
   (when (checking?)
     (inform f"{path} ({(len content)} bytes) would be fetched to {dest}")
@@ -1637,8 +1631,10 @@ the deployment runs from, is compared at each deployment."
   (:simulates True)
   (:hostattrs
     (if (on-target?)
-        (require-data "--fetched" dest)
-        (provide-data "--fetched" dest (_local-digest dest))))
+        (require-data FETCHED-DATA dest)
+        ;; "" when DEST is missing or unreadable: it is fetched, or the
+        ;; write says why.
+        (provide-data FETCHED-DATA dest (local-digest dest))))
   (:apply (_fetched path dest mode)))
 
 (export :objects [ensure-mode templated copied-from-site list-tree tree-plan plan-empty? apply-tree-plan

@@ -323,10 +323,12 @@ schedule and its state (the last good image)."
 
 (defn _unprepared [hostname]
   ;; The host as its consfig defines it; a host that is not registered (one
-  ;; made for `deploy-these`) with the propspec being preprocessed.
+  ;; made for `deploy-these`, or a machine's given as its propspec) with its
+  ;; own propspec, not the one its deployment wraps it in.
   (try (find-host hostname)
        (except [ConsfigError]
-         (Host hostname (. (.get current-host) propspec)))))
+         (setv current (.get current-host))
+         (Host hostname (or current.own-propspec current.propspec)))))
 
 (defn own-image [hostname * [no-secrets False]]
   "The `consfig.image.build.Image` of HOSTNAME as `installed` puts it on the host:

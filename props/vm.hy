@@ -29,10 +29,9 @@ as `disk.raw-image-built-for` sets it up) is written to NAME.log there.
 Every deployment checks the PID, and one that finds QEMU gone boots the
 machine again.
 
-Not libvirt: it wants a daemon (libvirtd, itself best run by systemd) and
-its XML domain definitions for what is here one command line; hosts with
-no systemd as PID 1 (containers, CI runners) could not run it, and its
-own supervision would replace this one rather than add to it."
+Not libvirt: it wants a daemon and an XML domain definition for what is
+here one command line, and its supervision would replace this one rather
+than add to it.  Sites that run libvirt have `consfig.props.libvirt`."
 
 (eval-when-compile (require consfig.model.property [defprop]))
 (import json

@@ -516,10 +516,20 @@ identifiers and version, never its content."
   {"event" "output" "stream" "data" "text" text
    "iden1" item.iden1 "iden2" item.iden2 "version" item.version "secret" item.secret})
 
+(setv FETCHED-DATA "--fetched")
+
+(defn local-digest [path]
+  "The hex SHA-256 digest of the file PATH of this machine, \"\" when there is
+nothing there or it cannot be read.  `file.fetched` provides it, as item
+(`FETCHED-DATA` DEST), for DEST where the deployment runs from."
+  (try (with [f (open path "rb")] (sha256-hex (.read f)))
+       (except [OSError] "")))
+
 (export :objects [Secret secret? MissingData DataSourceUnusable DataSourceFailed UndeclaredData DataItem
                   DataSource LocalFileSource FilesTreeSource data-source-kinds
                   require-data provide-data register-data-source try-register-data-source*
                   reset-data-sources forget-data-source data-sources lookup-data resolve-data fetch-deferred
                   use-only-source on-target?
-                  get-data get-data-bytes get-data-string data-version data-sent-event]
+                  get-data get-data-bytes get-data-string data-version data-sent-event
+                  FETCHED-DATA local-digest]
         :macros [try-register-data-source])

@@ -55,7 +55,8 @@ Each run records its outcome on the machine it ran on (`state-file`);
         consfig.converge.agent [converge-after keeping]
         consfig.model.context [establishing-for]
         consfig.transport.hop [Script]
-        consfig.model.host [find-host Host])
+        consfig.model.host [find-host Host]
+        consfig.data.items [FETCHED-DATA local-digest])
 
 (setv FORMAT 2)
 ;; Besides what a `:python` target imports: the report's library (the
@@ -139,6 +140,19 @@ them) and `sha256`, the hex digest of its bytes."
           (setv (get entries (+ prefix member.name)) (.read (.extractfile tar member)))))))
   entries)
 
+(defn _fetched-digests [payload digest]
+  ;; `file.fetched` compares what it fetches with DEST's digest where the
+  ;; deployment runs from, an image's host.  The image holds none (the
+  ;; controller's copy of DEST is not the host's, and would change the
+  ;; image with each fetch): each run puts DIGEST of DEST, this machine's.
+  (for [m (get payload "data") :if (= (get m "iden1") FETCHED-DATA)]
+    (setv text (digest (get m "iden2")))
+    (.pop m "base64" None)
+    (.update m {"text" text
+                "version" (sha256-hex (.encode text))
+                "sha256" (sha256-hex (.encode text))}))
+  payload)
+
 (defn make-image [host * [no-secrets False]]
   "The `Image` of HOST (a Host or a hostname): its hostattrs are computed
 here and its prerequisite data resolved, as for a deployment, and the data
@@ -146,7 +160,8 @@ goes inside.  With NO-SECRETS, the secret data and the properties with a
 secret argument are left out: on the host, a property needing one fails,
 saying why."
   (setv prepared (. (prepare-deployment (Keyword "local") host) host)
-        payload (host-payload prepared :secrets (not no-secrets) :content True)
+        payload (_fetched-digests (host-payload prepared :secrets (not no-secrets) :content True)
+                                  (fn [dest] ""))
         secrets (if no-secrets [] (payload-secrets prepared))
         bundle (bundle-for prepared.propspec (_hop-modules prepared) :libraries IMAGE-MODULES))
   (when no-secrets
@@ -222,7 +237,8 @@ its events going to SINK; return the exit status."
                             "--as-host to apply it here all the same."))))
   ;; A :python hop from here (a chroot, say) ships this very bundle.
   (running-from directories)
-  (setv host (host-on-target (json.loads (.decode (.read image "host.json") "utf-8")))
+  (setv host (host-on-target (_fetched-digests (json.loads (.decode (.read image "host.json") "utf-8"))
+                                              local-digest))
         tally (_Tally sink)
         run {"hostname" hostname
              "image" (sha256-hex (_read archive))

@@ -65,7 +65,11 @@ Call it to deploy it with that default chain."
           self.nested-data {}
           ;; Deployed with a propspec other than its own (`deploy-these`):
           ;; what its own applied under `:reverse` is left alone.
-          self.partial False))
+          self.partial False
+          ;; The propspec the host is defined with, when a deployment wraps
+          ;; it (an image build, in `service.without-starting-services`):
+          ;; what its own image holds (`consfig.props.image.own-image`).
+          self.own-propspec None))
 
   (defn __call__ [self #** kwargs]
     "Deploy this host over its default chain: `(athena :check True)`."
@@ -255,7 +259,8 @@ building it as a chroot) is HOST's parent meanwhile.  Inside a
 (defn _preprocess [facts host propspec parent]
   (setv new (Host host.hostname None :deploy host.deploy :desc host.desc
                   :groups host.groups :hostattrs {"hostname" [host.hostname]}
-                  :site-file host.site-file))
+                  :site-file host.site-file)
+        new.own-propspec (or host.own-propspec host.propspec))
   (.append facts.computing host.hostname)
   (try
     (with [_ (applying new :parent parent)

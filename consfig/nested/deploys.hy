@@ -82,8 +82,9 @@ from, whose lock may cover TARGET already (`consfig.apply.lock.lock-held?`)."
 
 (defn _data->host [data]
   (if (isinstance data dict)
-      #((Host (get data "hostname") (get data "propspec") :deploy (get data "deploy"))
-        (get data "these"))
+      (do (setv host (Host (get data "hostname") (get data "propspec") :deploy (get data "deploy"))
+                host.own-propspec (.get data "own-propspec"))
+          #(host (get data "these")))
       #((find-host data) None)))
 
 (defn _hostname [data]

@@ -67,6 +67,10 @@ SITE = """
   (site-marker "{out}/marked")
   (user.has-enabled-password "nobody" :initial-password "{secret}-leaky"))
 
+(defhost fetch-{tag}.image.test {{:deploy :local}}
+  (file.has-content "{out}/fetch-src" "fetch me\\n")
+  (file.fetched "{out}/fetch-src" "{out}/fetch-dest"))
+
 (defhost modules-{tag}.image.test {{:deploy [:local [:python :modules ["colorsys"]]]}}
   (file.has-content "{out}/modules" "shipped\\n"))
 """
@@ -98,7 +102,7 @@ def site(tmp_path_factory):
     path.write_text(SITE.format(here=socket.gethostname(), out=out, tag=tag, secret=SECRET))
     load_consfig(str(path))
     yield {"path": path, "out": out, "tag": tag, "root": root}
-    for host in ["failing", "data", "status"]:
+    for host in ["failing", "data", "status", "fetch"]:
         try:
             os.unlink(image.state_file(f"{host}-{tag}.image.test"))
         except FileNotFoundError:
@@ -448,3 +452,31 @@ def test_every_module_an_image_ships_is_a_dependency_of_consfig():
     for module in image.IMAGE_MODULES:
         assert module.lower() in declared, \
             f"{module} goes into every image but is not a dependency in pyproject.toml"
+
+
+def test_an_image_of_a_host_that_fetches_does_not_hold_what_the_controller_fetched(site):
+    # file.fetched compares with DEST where the deployment runs from; an
+    # image runs on its host, so the controller's copy of DEST is none of
+    # its business, and must not change its bytes (nor make the host's
+    # image.installed change at every push).
+    host = f"fetch-{site['tag']}.image.test"
+    dest = site["out"] / "fetch-dest"
+    dest.write_text("fetched by the controller once\n")
+    first = image.make_image(host).sha256
+    dest.write_text("fetched by the controller again\n")
+    assert image.make_image(host).sha256 == first, "the image holds the controller's DEST"
+    dest.unlink()
+
+
+def test_an_image_fetches_on_the_machine_it_runs_on_then_changes_nothing(site, bare_python,
+                                                                          tmp_path):
+    host = f"fetch-{site['tag']}.image.test"
+    dest = site["out"] / "fetch-dest"
+    dest.write_text("stale\n")
+    path = write(site, host, "fetch.pyz")
+    r = run(bare_python, path, "--as-host", "--detailed-exitcode", cache=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert dest.read_text() == "fetch me\n", dest.read_text()
+    r = run(bare_python, path, "--as-host", "--detailed-exitcode", cache=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "No changes were made." in r.stdout, r.stdout

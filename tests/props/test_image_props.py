@@ -9,6 +9,7 @@ run the same way, through the job's script.  Images are stand-ins (a zip
 application noting each run in /var/tmp/applied); the puller fetches them
 from a loopback HTTP server outside the chroot."""
 
+import io
 import json
 import re
 import shlex
@@ -535,3 +536,22 @@ def test_check_mode_installs_nothing(chroot_chain, root, keys, server):
     for path in ["var/lib/consfig/image.pyz", "usr/local/lib/consfig/puller.py",
                  "etc/systemd/system/consfig-pull.timer", "etc/systemd/system/consfig-apply.timer"]:
         assert not (root / path).exists(), f"check mode wrote {path}"
+
+
+def test_a_machine_given_as_its_propspec_gets_an_image_of_that_propspec_not_of_its_build():
+    # A VM or disk image built from a propspec is deployed wrapped in
+    # service.without-starting-services; the image it applies once booted
+    # must not be, or the machine never starts a service of its own.
+    from consfig.nested import deploys
+    own = eseqprops(this_os(), image.installed(), file.has_content("/etc/motd", "hi\n"))
+    data = {"hostname": "vm9.image.invalid", "deploy": None,
+            "propspec": service.without_starting_services(own), "own-propspec": own,
+            "these": None}
+    _, prepared = deploys._prepare_nested([[Keyword("chroot"), Keyword("into"), "/nonexistent"]],
+                                          data, None)
+    item = prepared.data[("--image", "vm9.image.invalid")]
+    with zipfile.ZipFile(io.BytesIO(item.content())) as z:
+        shipped = json.loads(z.read("host.json"))["host"]["propspec"]
+    text = json.dumps(shipped)
+    assert "without-starting-services" not in text, text
+    assert "/etc/motd" in text, text

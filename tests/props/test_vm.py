@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -14,10 +15,13 @@ import hy
 from hy.models import Keyword as K
 
 from harness import unavailable, wait_until
-from machines_lab import MARKER, self_applying_host
+from machines_lab import MARKER, MARKER_UNIT, marker_unit_text
 
 from consfig.errors import PropspecError
 from consfig.props import vm
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ui"))
+from clirun import REPO  # noqa: E402
 
 # How long the guest may take, under emulation on a busy 2-core machine, to
 # boot and apply its image (the timer fires a second after boot).
@@ -65,24 +69,60 @@ def test_qemu_argv_uses_kvm_only_where_it_works_and_logs_the_console():
     assert f"file:{vm.console_log('web1')}" in argv, argv
 
 
+SITE = """(require consfig *)
+(import consfig *)
+(use-props consfig.props [apt disk file image os systemd vm])
+(defhost vmhost.invalid {{:deploy [:local]}}
+  (vm.running* {name} {{:disk {disk} :image {{:tarball {tarball}}}}}
+    (os.debian-stable {suite} :{arch})
+    (disk.has-volumes {{:table :gpt :size "2G"
+                        :partitions [{{:size "1M" :type :bios-boot}}
+                                     {{:size "64M" :fs :swap}}
+                                     {{:size :rest :fs :ext4 :mount "/"}}]}})
+    (apt.installed-minimally "python3")
+    (file.has-content {unit_path} {unit_text})
+    (image.installed)
+    (image.applied-periodically :every "1min" :via :systemd :random-delay 0 :first-after 1)
+    ;; Skipped while building (no services start in the chroot): only an
+    ;; application on the booted machine starts it.
+    (systemd.started {unit})))
+"""
+
+
+def _deploy_site(site):
+    """`consfig deploy` of the site's one host, as a user runs it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = subprocess.run([sys.executable, "-m", "consfig", "deploy", "--consfig", str(site),
+                        "vmhost.invalid"], capture_output=True, text=True, env=env, cwd=REPO,
+                       timeout=BOOT_BOUND)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    return r.stdout
+
+
 @pytest.fixture(scope="module")
 def booted(debian_chroot_tarball, tmp_path_factory):
-    """The one VM boot: `vm.running` given the VM's host, which builds its
-    image from the cached tarball and boots it; yields (image, name)."""
-    from proptest import deploy_propspec, statuses
+    """The one VM boot, through the command line: a site whose host runs
+    `vm.running*` with the VM's propspec, which builds its image from the
+    cached tarball and boots it; yields (image, name, site)."""
+    from proptest import deploy_propspec, host_arch, host_suite
     if os.geteuid() != 0:
         unavailable("building a disk image needs root")
     for tool in ["qemu-system-x86_64", "sfdisk", "mkfs.ext4", "losetup", "debugfs"]:
         if not shutil.which(tool):
             unavailable(f"{tool} is not installed (apt-get install qemu-system-x86 fdisk e2fsprogs)")
-    image = tmp_path_factory.mktemp("vm") / "vm1.img"
-    options = {K("disk"): str(image), K("image"): {K("tarball"): str(debian_chroot_tarball)}}
-    host = self_applying_host("vm1.image.invalid")
+    directory = tmp_path_factory.mktemp("vm")
+    image = directory / "vm1.img"
+    site = directory / "vmsite.hy"
+    # A JSON string is a Hy string literal too.
+    q = json.dumps
+    site.write_text(SITE.format(name=q(NAME), disk=q(str(image)),
+                                tarball=q(str(debian_chroot_tarball)), suite=q(host_suite()),
+                                arch=host_arch(), unit_path=q(f"/etc/systemd/system/{MARKER_UNIT}"),
+                                unit_text=q(marker_unit_text()), unit=q(MARKER_UNIT)))
     try:
-        outcome, events = deploy_propspec([K("local")], vm.running(NAME, options, host))
-        assert outcome.status == "changed", statuses(events)
-        assert os.path.exists(image), "vm.running built the image"
-        yield image, NAME, options, host
+        out = _deploy_site(site)
+        assert os.path.exists(image), f"vm.running built no image:\n{out[-3000:]}"
+        yield image, NAME, site
     finally:
         deploy_propspec([K("local")], vm.removed(NAME), check=False)
 
@@ -121,7 +161,7 @@ def _console(name):
 @pytest.mark.slow
 @pytest.mark.chroot
 def test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot(booted):
-    image, name, _, _ = booted
+    image, name, _ = booted
     try:
         wait_until(lambda: MARKER in _console(name) or not vm_running(name), timeout=BOOT_BOUND,
                    what="the guest to say on its serial console that consfig applied")
@@ -143,11 +183,11 @@ def vm_running(name):
 @pytest.mark.chroot
 def test_the_running_vm_changes_nothing_and_stopped_ends_qemu(booted):
     from proptest import deploy_propspec, statuses
-    image, name, options, host = booted
+    image, name, site = booted
     # Its disk is in use: vm.running leaves it alone (builds nothing) while
     # QEMU runs.
-    outcome, events = deploy_propspec([K("local")], vm.running(name, options, host))
-    assert outcome.status == "no-change", statuses(events)
+    out = _deploy_site(site)
+    assert "No changes were made" in out, out[-3000:]
     outcome, events = deploy_propspec([K("local")], vm.stopped(name))
     assert outcome.status == "changed", statuses(events)
     assert not vm_running(name), "QEMU still runs"
@@ -163,7 +203,7 @@ def test_a_built_images_initramfs_is_made_once_and_compressed_as_debian_does(boo
     # the whole initramfs again after the kernel's made it (53 s of the 60 s
     # the boot packages took); without zstd (a recommendation) it fell back
     # to gzip.  (After the VM stopped: its disk is no longer in use.)
-    image, name, _, _ = booted
+    image, name, _ = booted
     log = _root_file(image, "/var/log/apt/term.log")
     made = log.count("update-initramfs: Generating")
     assert made == 1, f"the initramfs was made {made} times:\n{log[-3000:]}"
