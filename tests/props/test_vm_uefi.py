@@ -160,6 +160,26 @@ def test_encrypting_a_device_without_room_for_the_header_fails_and_says_so(loop)
     assert probe == "ext4", f"the filesystem was not left as it was: {probe!r}"
 
 
+def test_the_esps_loader_is_written_and_compared_without_mounting_it(loop, tmp_path):
+    # What a rebuild of a UEFI image relies on to find GRUB in place.
+    from consfig.apply.actions import Script, run
+    subprocess.run(["mkfs.vfat", loop], check=True, capture_output=True)
+    loader, other = tmp_path / "core.efi", tmp_path / "other.efi"
+    loader.write_bytes(b"MZ" + os.urandom(4096))
+    other.write_bytes(b"MZ" + os.urandom(4096))
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        holds = lambda f: run(Script(disk._ESP_HOLDS, loop, str(f)), check=False).exit_code == 0  # noqa: E731
+        assert not holds(loader), "an empty ESP holds the loader"
+        run(Script(disk._ESP_WRITE, loop, str(loader)))
+        assert holds(loader) and not holds(other), "the loader written is not the one found"
+        run(Script(disk._ESP_WRITE, loop, str(other)))
+        assert holds(other), "the loader is not replaced on an ESP that has one"
+    listing = subprocess.run(["mdir", "-b", "-i", loop, "::EFI/BOOT"], capture_output=True, text=True,
+                             env={**os.environ, "MTOOLS_SKIP_CHECK": "1"}).stdout
+    assert "BOOTX64.EFI" in listing.upper(), listing
+    assert not any(loop in line for line in open("/proc/mounts")), "the ESP was mounted"
+
+
 @pytest.fixture(scope="module")
 def booted_uefi_luks(debian_chroot_tarball, tmp_path_factory):
     """The one UEFI boot: `vm.running` given a host whose volumes hold an
