@@ -107,21 +107,30 @@ the rest).  Assumes `volumes-problem` found none."
               "luks" (_luks-of (_field p "luks"))}))})
 
 (defn _luks-of [v]
-  ;; `:luks NAME` or `:luks {:name NAME :iter-time MS}`, as plain data.
+  ;; `:luks NAME` or `:luks {:name NAME :iter-time MS}` or `{:name NAME
+  ;; :iterations N}`, as plain data.
   (cond (is v None) None
-        (isinstance v str) {"name" v "iter-time" 2000}
-        True {"name" (_field v "name") "iter-time" (or (_field v "iter-time") 2000)}))
+        (isinstance v str) {"name" v "iter-time" 2000 "iterations" None}
+        True {"name" (_field v "name")
+              "iter-time" (if (_field v "iterations") None (or (_field v "iter-time") 2000))
+              "iterations" (_field v "iterations")}))
+
+(defn _int-in? [v lo hi]
+  (and (isinstance v int) (not (isinstance v bool)) (<= lo v hi)))
 
 (defn _luks-problem [v]
-  (setv what "is NAME (a mapped device name) or {:name NAME :iter-time MS}")
+  (setv what "is NAME (a mapped device name), {:name NAME :iter-time MS} or {:name NAME :iterations N}")
   (cond (is v None) None
         (isinstance v str) (when (not (.accepts crypt-name v)) f":luks {(hy.repr v)} {what}")
         (not (isinstance v dict)) f":luks {(hy.repr v)} {what}"
-        (- (set (gfor k v (_name k))) #{"name" "iter-time"}) f":luks {(hy.repr v)} {what}"
+        (- (set (gfor k v (_name k))) #{"name" "iter-time" "iterations"}) f":luks {(hy.repr v)} {what}"
         (not (.accepts crypt-name (_field v "name"))) f":luks {(hy.repr v)} {what}"
-        (not (let [t (_field v "iter-time")]
-               (or (is t None) (and (isinstance t int) (not (isinstance t bool)) (<= 10 t 60000)))))
-        f":luks {(hy.repr v)}: :iter-time is a number of milliseconds from 10 to 60000"))
+        (and (is-not (_field v "iter-time") None) (is-not (_field v "iterations") None))
+        f":luks {(hy.repr v)}: :iter-time or :iterations, not both"
+        (not (or (is (_field v "iter-time") None) (_int-in? (_field v "iter-time") 10 60000)))
+        f":luks {(hy.repr v)}: :iter-time is a number of milliseconds from 10 to 60000"
+        (not (or (is (_field v "iterations") None) (_int-in? (_field v "iterations") 1000 1000000000)))
+        f":luks {(hy.repr v)}: :iterations is a number of PBKDF2 iterations from 1000"))
 
 (defn _partition-problem [i p table]
   (setv where f"partition {(+ i 1)}")
@@ -255,7 +264,8 @@ UUID in UUIDS (partition index → UUID), root first; a `:luks` one by its
 an `:fs` (:ext4 :btrfs :vfat :swap or :none), a partition `:type` (:linux,
 :esp, :bios-boot on GPT, :swap), and optionally a `:mount` point, a `:label`
 and mount `:options`; the root (ext4, with a /boot of its own) may have
-`:luks NAME` or `:luks {:name NAME :iter-time MS}` to be encrypted (see
+`:luks NAME`, `:luks {:name NAME :iter-time MS}` (2000 by default) or `:luks
+{:name NAME :iterations N}` (PBKDF2's) to be encrypted (see
 `raw-image-built-for`).  It changes nothing on the host itself: it records,
 for the properties that build the host's disk (`raw-image-built-for`), what
 to build; they also write the host's /etc/fstab from it."
@@ -683,10 +693,11 @@ dumpe2fs -h -- \"$1\" 2>/dev/null | awk -F: '
   END { if (n && b) printf \"%.0f\\n\", n * b; else exit 1 }'
 ")
 
-(defn encrypt-in-place [device key luks-uuid iter-time]
+(defn encrypt-in-place [device key luks-uuid iter-time * [iterations None]]
   "Encrypt the filesystem on DEVICE (which ends `LUKS-RESERVE-MIB` before
 the device does) in place as LUKS2 with the UUID LUKS-UUID, KEY (bytes) in
-its first key slot, derived with PBKDF2 for ITER-TIME ms: `cryptsetup
+its first key slot, derived with PBKDF2 for ITER-TIME ms (measured first,
+which takes seconds) or, given ITERATIONS, that many times: `cryptsetup
 reencrypt --encrypt --reduce-device-size`, offline, which needs no
 device-mapper.  The key goes on standard input, never on a command line.
 PBKDF2 rather than argon2: a key file is random already, and argon2's
@@ -701,7 +712,9 @@ memory cost, measured here, could exceed a small VM's memory at boot."
                             f"at {room} bytes; not encrypted"))))
   (setv r (run "cryptsetup" "reencrypt" "--encrypt" "--batch-mode" "--type" "luks2"
                "--reduce-device-size" f"{LUKS-RESERVE-MIB}M" "--uuid" luks-uuid
-               "--pbkdf" "pbkdf2" "--iter-time" (str iter-time) "--key-file=-" "--" device
+               "--pbkdf" "pbkdf2"
+               #* (if iterations ["--pbkdf-force-iterations" (str iterations)] ["--iter-time" (str iter-time)])
+               "--key-file=-" "--" device
                :input key :check False :timeout 3600))
   (when (= r.exit-code 127)
     (raise (FailedChange "cryptsetup is not installed here, where the image is built: (apt.installed \"cryptsetup-bin\")")))
@@ -811,8 +824,9 @@ memory cost, measured here, could exceed a small VM's memory at boot."
       ;; Last, with nothing mounted: the filesystem is encrypted where it is.
       (inform f"encrypting {image}'s root filesystem (LUKS2, its key from data)")
       (with [opened (OpenedImage target)]
-        (encrypt-in-place (get opened.devices luks-index) key luks-uuid
-                          (get norm "partitions" luks-index "luks" "iter-time"))))
+        (setv luks (get norm "partitions" luks-index "luks"))
+        (encrypt-in-place (get opened.devices luks-index) key luks-uuid (get luks "iter-time")
+                          :iterations (get luks "iterations"))))
     (when made
       (run "mv" "-f" "-T" "--" target image :timeout 60))
     (setv changed (or made (any (gfor c changes (!= c NO-CHANGE))))
