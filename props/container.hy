@@ -125,7 +125,7 @@ makes a host named NAME; a defined host (or its name) is itself."
         True (do (setv h (find-host host))
                  {"hostname" h.hostname "deploy" h.deploy "propspec" h.propspec "these" None})))
 
-(defn _host-of [data]
+(defn host-of [data]
   (preprocess-host (Host (get data "hostname") (get data "propspec"))))
 
 ;; Where it lives.
@@ -137,6 +137,39 @@ makes a host named NAME; a defined host (or its name) is itself."
 (defn _pid-file [name] (posixpath.join RUN-DIR f"{name}.pid"))
 
 (defn _log-file [name] (posixpath.join RUN-DIR f"{name}.log"))
+
+(defn container-os [name host]
+  "The OS the container NAME's host data HOST declares, for its tree to be
+bootstrapped from; else the property is inapplicable, saying so of the
+container NAME."
+  (try
+    (bootstrappable-os (host-of host))
+    (except [e InapplicableProperty]
+      (setv prefix f"{(get-hostname)}: ")
+      (setv said (if (.startswith e.message prefix) (cut e.message (len prefix) None) e.message))
+      (raise (InapplicableProperty
+               (+ prefix f"in the container {name}: " (.replace said "the chroot's" "its")))
+             :from e))))
+
+(defn bootable-tree [root host bootstrap]
+  "Make ROOT a tree a container can boot: bootstrapped from the OS of HOST
+(`container-data`) with debootstrap's options BOOTSTRAP, systemd and dbus
+included, when it holds no system; given them, when it holds one without.
+Returns what it did, as a list of words."
+  (setv changes [])
+  (when (not (bootstrapped? root))
+    (setv bopts (bootstrap-options bootstrap))
+    (setv (get bopts "include")
+          (list (dict.fromkeys [#* BOOT-PACKAGES
+                                #* (let [i (.get bopts "include" [])]
+                                     (if (isinstance i str) (.split i ",") i))])))
+    (run "mkdir" "-p" "--" root :timeout 60)
+    (bootstrap-into root (host-of host) bopts)
+    (.append changes "bootstrapped"))
+  (when (not (bootable? root))
+    (install-boot-packages root)
+    (.append changes "systemd installed"))
+  changes)
 
 (defn _systemd-host? []
   ;; sd_booted(3)'s own test.
@@ -170,7 +203,7 @@ key once per item) say otherwise."
           (.append lines f"{k}={(_render-value item)}")))))
   (+ (.join "\n" lines) "\n"))
 
-(defn _write-if-changed [path text]
+(defn write-if-changed [path text]
   (if (= (read-remote-file path) text)
       NO-CHANGE
       (do (run "mkdir" "-p" "--" (posixpath.dirname path) :timeout 60)
@@ -192,7 +225,7 @@ key once per item) say otherwise."
   (run "ln" "-sfn" "--" root link :timeout 60)
   :changed)
 
-(defn _install-boot-packages [root]
+(defn install-boot-packages [root]
   ;; A tree bootstrapped elsewhere (a tarball, a chroot) may have no init.
   ;; systemd-nspawn without --boot runs apt-get inside with /proc, /dev and
   ;; the rest set up and torn down for it; no service starts, as no init runs.
@@ -210,7 +243,7 @@ key once per item) say otherwise."
                             f"(exit code {r.exit-code}):\n"
                             (.join "\n" (cut (.splitlines (+ r.stdout r.stderr)) -20 None)))))))
 
-(defn _bootable? [root]
+(defn bootable? [root]
   (run-ok? (Script "test -x \"$1/usr/lib/systemd/systemd\" || test -x \"$1/lib/systemd/systemd\""
                    root)))
 
@@ -262,7 +295,7 @@ has finished booting."
 (defn _await-boot [name]
   ;; systemctl can only wait for the boot once systemd listens on its
   ;; private socket, which it makes a moment after it starts.
-  (setv r (run (enter-argv name ["/bin/sh" "-c" _AWAIT-BOOT "sh" (str BOOT-TIMEOUT)])
+  (setv r (run (enter-argv name ["/bin/sh" "-c" AWAIT-BOOT "sh" (str BOOT-TIMEOUT)])
                :check False :timeout (+ BOOT-TIMEOUT 30))
         state (.strip r.stdout))
   (cond (= state "running") None
@@ -276,7 +309,7 @@ has finished booting."
                                      f"{(if r.stderr (+ ": " (.strip r.stderr)) "")})")))))
 
 ;; Inside the container, $1 seconds: say the state its systemd ends booting in.
-(setv _AWAIT-BOOT "
+(setv AWAIT-BOOT "
 i=0
 until [ -S /run/systemd/private ]; do
   [ $i -lt $(($1 * 5)) ] || { echo 'systemd made no /run/systemd/private' >&2; exit 1; }
@@ -339,7 +372,7 @@ container is named after its host first (`named-after-its-host`)."
   (setv link (default-root name)
         would (lfor [c what]
                     [[(not (bootstrapped? root)) f"bootstrap {root}"]
-                     [(and (bootstrapped? root) (not (_bootable? root))) "install systemd and dbus in it"]
+                     [(and (bootstrapped? root) (not (bootable? root))) "install systemd and dbus in it"]
                      [(and (!= root link)
                            (!= (. (run "readlink" "--" link :check False :timeout 60) stdout) (+ root "\n")))
                       f"link {link} to it"]
@@ -375,34 +408,15 @@ Unapplying removes the container (`nspawn-removed`)."
   (:opaque-type True)
   (:simulates True)
   (:preprocess [name (_options options) (container-data name host)])
-  (:hostattrs
-    (try
-      (bootstrappable-os (_host-of host))
-      (except [e InapplicableProperty]
-        (setv prefix f"{(get-hostname)}: ")
-        (setv said (if (.startswith e.message prefix) (cut e.message (len prefix) None) e.message))
-        (raise (InapplicableProperty
-                 (+ prefix f"in the container {name}: " (.replace said "the chroot's" "its")))
-               :from e))))
+  (:hostattrs (container-os name host))
   (:apply
     (setv root (posixpath.normpath (.get options "root" (default-root name)))
           changes [])
     (when (checking?)
       (return (_would-run name root options host)))
-    (when (not (bootstrapped? root))
-      (setv bopts (bootstrap-options (.get options "bootstrap" {})))
-      (setv (get bopts "include")
-            (list (dict.fromkeys [#* BOOT-PACKAGES
-                                  #* (let [i (.get bopts "include" [])]
-                                       (if (isinstance i str) (.split i ",") i))])))
-      (run "mkdir" "-p" "--" root :timeout 60)
-      (bootstrap-into root (_host-of host) bopts)
-      (.append changes "bootstrapped"))
-    (when (not (_bootable? root))
-      (_install-boot-packages root)
-      (.append changes "systemd installed"))
+    (.extend changes (bootable-tree root host (.get options "bootstrap" {})))
     (.append changes (_registered name root))
-    (.append changes (_write-if-changed (settings-file name)
+    (.append changes (write-if-changed (settings-file name)
                                         (settings-text name (.get options "settings"))))
     (when (not (running? name))
       (start name root)
@@ -533,4 +547,6 @@ its enabling at boot are removed."
 (export :objects [MACHINES-DIR SETTINGS-DIR BOOT-TIMEOUT STOP-TIMEOUT BOOT-PACKAGES
                   machine-name nspawn-options container-data default-root settings-file
                   settings-text running? start stop remove apply-inside named-after-its-host
+                  container-host-type host-of container-os bootable-tree bootable? write-if-changed
+                  AWAIT-BOOT
                   nspawn-running nspawn-enabled nspawn-stopped nspawn-removed])

@@ -8,6 +8,11 @@ a raw image file with loop devices, sfdisk and mkfs.
                                   {:size \"512M\" :fs :swap}
                                   {:size :rest :fs :ext4 :mount \"/\" :label \"root\"}]})
 
+An EFI system partition (`:type :esp`) is made and filled without being
+mounted (mtools): a disk with one boots by UEFI (`:grub-efi`, see
+`raw-image-built-for`).  A root filesystem with `:luks NAME` is encrypted
+(LUKS2) once it is built, and unlocked at boot as /dev/mapper/NAME.
+
 Sizes are whole mebibytes: a number, or text with a unit (\"512M\", \"4G\");
 `:rest` (last partition only) takes what is left of the table's `:size`,
 which it then needs.  The volumes are checked when the consfig is loaded: one
@@ -23,15 +28,18 @@ mounted is released however the build ends."
 (import consfig.model.watchspec [watch-dpkg])
 (import posixpath
         re
+        uuid
         hy.models [Keyword]
         consfig.apply.actions [NO-CHANGE Script run run-ok? output read-remote-file write-remote-file
                                remote-exists?]
         consfig.nested.deploys [deploy-nested]
         consfig.apply.engine [CANNOT-CHECK WOULD-CHANGE checking? inform]
+        consfig.data.items [get-data-bytes require-data]
         consfig.errors [FailedChange]
         consfig.model.host [Host find-host get-hostattr inapplicable preprocess-host push-hostattr]
         consfig.props [apt]
         consfig.props.chroot [bootstrappable-os bootstrap-into bootstrap-options]
+        consfig.props.crypttab [crypt-name]
         consfig.props.mount [unmount-below]
         consfig.props.service [without-starting-services]
         consfig.util [keyword-name sha256-hex]
@@ -51,7 +59,11 @@ mounted is released however the build ends."
       ;; Room for the partition table before the first partition (aligned
       ;; to 1 MiB) and, for GPT, its backup at the end.
       _HEAD-MIB 1
-      _TAIL-MIB {"gpt" 1 "msdos" 0})
+      _TAIL-MIB {"gpt" 1 "msdos" 0}
+      ;; What encrypting a built filesystem in place takes from the end of
+      ;; its partition: twice the LUKS2 header (16 MiB), as cryptsetup(8)
+      ;; advises for `reencrypt --encrypt --reduce-device-size`.
+      LUKS-RESERVE-MIB 32)
 
 (defn _name [v]
   (cond (isinstance v Keyword) (keyword-name v)
@@ -91,13 +103,40 @@ the rest).  Assumes `volumes-problem` found none."
               "type" type
               "mount" (_field p "mount")
               "label" (_field p "label")
-              "options" (or (_field p "options") "defaults")}))})
+              "options" (or (_field p "options") "defaults")
+              "luks" (_luks-of (_field p "luks"))}))})
+
+(defn _luks-of [v]
+  ;; `:luks NAME` or `:luks {:name NAME :iter-time MS}` or `{:name NAME
+  ;; :iterations N}`, as plain data.
+  (cond (is v None) None
+        (isinstance v str) {"name" v "iter-time" 2000 "iterations" None}
+        True {"name" (_field v "name")
+              "iter-time" (if (_field v "iterations") None (or (_field v "iter-time") 2000))
+              "iterations" (_field v "iterations")}))
+
+(defn _int-in? [v lo hi]
+  (and (isinstance v int) (not (isinstance v bool)) (<= lo v hi)))
+
+(defn _luks-problem [v]
+  (setv what "is NAME (a mapped device name), {:name NAME :iter-time MS} or {:name NAME :iterations N}")
+  (cond (is v None) None
+        (isinstance v str) (when (not (.accepts crypt-name v)) f":luks {(hy.repr v)} {what}")
+        (not (isinstance v dict)) f":luks {(hy.repr v)} {what}"
+        (- (set (gfor k v (_name k))) #{"name" "iter-time" "iterations"}) f":luks {(hy.repr v)} {what}"
+        (not (.accepts crypt-name (_field v "name"))) f":luks {(hy.repr v)} {what}"
+        (and (is-not (_field v "iter-time") None) (is-not (_field v "iterations") None))
+        f":luks {(hy.repr v)}: :iter-time or :iterations, not both"
+        (not (or (is (_field v "iter-time") None) (_int-in? (_field v "iter-time") 10 60000)))
+        f":luks {(hy.repr v)}: :iter-time is a number of milliseconds from 10 to 60000"
+        (not (or (is (_field v "iterations") None) (_int-in? (_field v "iterations") 1000 1000000000)))
+        f":luks {(hy.repr v)}: :iterations is a number of PBKDF2 iterations from 1000"))
 
 (defn _partition-problem [i p table]
   (setv where f"partition {(+ i 1)}")
   (when (not (isinstance p dict))
-    (return f"{where} is not a dict of :size, :fs, :type, :mount, :label and :options"))
-  (setv unknown (- (set (gfor k p (_name k))) #{"size" "fs" "type" "mount" "label" "options"}))
+    (return f"{where} is not a dict of :size, :fs, :type, :mount, :label, :options and :luks"))
+  (setv unknown (- (set (gfor k p (_name k))) #{"size" "fs" "type" "mount" "label" "options" "luks"}))
   (when unknown
     (return f"{where} has unknown key(s) {(.join " " (gfor u (sorted (gfor u unknown (str u))) f":{u}"))}"))
   (setv size (_field p "size")
@@ -105,7 +144,8 @@ the rest).  Assumes `volumes-problem` found none."
         type (or (_name (_field p "type")) (if (= fs "swap") "swap" "linux"))
         mount (_field p "mount")
         label (_field p "label")
-        options (_field p "options"))
+        options (_field p "options")
+        luks (_field p "luks"))
   (cond (not (or (mebibytes size) (_rest? size)))
         f"{where}: size {(hy.repr size)} is not a number of MiB, text such as \"512M\" or \"4G\", or :rest"
         (not-in fs FILESYSTEMS)
@@ -130,7 +170,12 @@ the rest).  Assumes `volumes-problem` found none."
         f"{where}: label {(hy.repr label)} does not fit a {fs} filesystem (letters, digits, . _ -; at most {(.get _LABEL-MAX fs 0)} bytes)"
         (and (is-not options None)
              (not (and (isinstance options str) (re.fullmatch r"[A-Za-z0-9_=,.:/-]+" options))))
-        f"{where}: mount options {(hy.repr options)} are not comma-separated words"))
+        f"{where}: mount options {(hy.repr options)} are not comma-separated words"
+        (_luks-problem luks) f"{where}: {(_luks-problem luks)}"
+        (and (is-not luks None) (or (!= mount "/") (!= fs "ext4")))
+        f"{where}: only the root filesystem, of :ext4, can be :luks"
+        (and (is-not luks None) (mebibytes size) (<= (mebibytes size) (* 2 LUKS-RESERVE-MIB)))
+        f"{where}: a :luks partition needs more than {(* 2 LUKS-RESERVE-MIB)} MiB"))
 
 (defn volumes-problem [volumes]
   "What is wrong with VOLUMES, as a sentence; None when nothing is."
@@ -166,6 +211,8 @@ the rest).  Assumes `volumes-problem` found none."
       (return f"two partitions are mounted at {m}")))
   (when (or (> (len rests) 1) (and rests (!= (get rests 0) (- (len ps) 1))))
     (return "only the last partition may take the :rest of the disk"))
+  (when (and (any (gfor p ps (get p "luks"))) (not-in "/boot" mounts))
+    (return "a :luks root needs a /boot partition of its own: GRUB reads the kernel from it unencrypted"))
   (when (and rests (is (get norm "size") None))
     (return "a partition takes the :rest of the disk, so the volumes need a :size"))
   (setv fixed (sum (gfor p ps :if (!= (get p "size") "rest") (get p "size")))
@@ -191,15 +238,17 @@ the rest).  Assumes `volumes-problem` found none."
 
 (defn fstab-lines [norm uuids]
   "/etc/fstab lines for NORM's mounted filesystems and swap, each by the
-UUID in UUIDS (partition index → UUID), root first."
+UUID in UUIDS (partition index → UUID), root first; a `:luks` one by its
+/dev/mapper name."
   (setv lines [])
   (for [[i p] (enumerate (get norm "partitions"))]
     (setv fs (get p "fs")
-          uuid (.get uuids i))
+          uuid (.get uuids i)
+          source (if (get p "luks") f"/dev/mapper/{(get p "luks" "name")}" f"UUID={uuid}"))
     (cond (= fs "swap")
           (.append lines f"UUID={uuid} none swap sw 0 0")
           (get p "mount")
-          (.append lines (.join " " [f"UUID={uuid}" (get p "mount") fs (get p "options") "0"
+          (.append lines (.join " " [source (get p "mount") fs (get p "options") "0"
                                      (cond (= (get p "mount") "/") "1"
                                            (= fs "vfat") "2"
                                            (= fs "btrfs") "0"
@@ -214,7 +263,10 @@ UUID in UUIDS (partition index → UUID), root first."
 :msdos), an optional disk `:size`, and `:partitions`, each with a `:size`,
 an `:fs` (:ext4 :btrfs :vfat :swap or :none), a partition `:type` (:linux,
 :esp, :bios-boot on GPT, :swap), and optionally a `:mount` point, a `:label`
-and mount `:options`.  It changes nothing on the host itself: it records,
+and mount `:options`; the root (ext4, with a /boot of its own) may have
+`:luks NAME`, `:luks {:name NAME :iter-time MS}` (2000 by default) or `:luks
+{:name NAME :iterations N}` (PBKDF2's) to be encrypted (see
+`raw-image-built-for`).  It changes nothing on the host itself: it records,
 for the properties that build the host's disk (`raw-image-built-for`), what
 to build; they also write the host's /etc/fstab from it."
   (:unwatched "volumes are made once, on a disk being built: a change to them is a rebuild, not a repair")
@@ -293,10 +345,12 @@ killed), unmounting what is mounted from it first."
          :check False :timeout 120)
     (run "losetup" "--detach" device :check False :timeout 60)))
 
-(defn _mkfs-argv [p device]
+(defn _mkfs-argv [p device [kib None]]
+  ;; KIB: the filesystem's size, when it is not the whole partition.
   (setv label (get p "label")
         fs (get p "fs"))
-  (cond (= fs "ext4") ["mkfs.ext4" "-q" "-F" #* (if label ["-L" label] []) "--" device]
+  (cond (= fs "ext4") ["mkfs.ext4" "-q" "-F" #* (if label ["-L" label] []) "--" device
+                       #* (if kib [f"{kib}k"] [])]
         (= fs "btrfs") ["mkfs.btrfs" "-q" "-f" #* (if label ["-L" label] []) "--" device]
         (= fs "vfat") ["mkfs.vfat" #* (if label ["-n" label] []) "--" device]
         (= fs "swap") ["mkswap" #* (if label ["-L" label] []) "--" device]))
@@ -311,7 +365,14 @@ partition table and empty filesystems; return the UUIDs of the filesystems
     (with [opened (OpenedImage image)]
       (setv uuids {})
       (for [[i p] (enumerate (get norm "partitions"))]
-        (setv argv (_mkfs-argv p (get opened.devices i)))
+        ;; A :luks filesystem leaves room at the end for the LUKS header
+        ;; that `encrypt-in-place` moves it along for.
+        (setv argv (_mkfs-argv p (get opened.devices i)
+                               (when (get p "luks")
+                                 (- (// (int (output "blockdev" "--getsize64" (get opened.devices i)
+                                                     :timeout 60))
+                                        1024)
+                                    (* LUKS-RESERVE-MIB 1024)))))
         (when argv
           (run #* argv :timeout 600)
           (setv (get uuids i)
@@ -360,26 +421,41 @@ partition table and empty filesystems; return the UUIDs of the filesystems
       ;; init).
       [BOOT-KERNEL "initramfs-tools" "zstd" "grub-pc-bin" "grub2-common" "systemd-sysv"])
 
-(defprop boot-packages-installed :posix []
-  "`BOOT-PACKAGES` are installed, without recommends: what an image built
-to boot needs inside.  It declares nothing about the host, so that it can
-come before the host's own propspec (which may need systemctl)."
+(defn boot-packages [bootloader luks]
+  "What an image needs inside to boot with BOOTLOADER (\"grub-bios\" or
+\"grub-efi\"), and with LUKS (true) its root encrypted: `BOOT-PACKAGES`,
+GRUB's EFI images in place of its BIOS ones for :grub-efi, and for a LUKS
+root cryptsetup-initramfs (which puts cryptsetup, the crypttab entries
+marked `initramfs` and their key files in the initramfs)."
+  (+ (lfor p BOOT-PACKAGES
+           (if (and (= p "grub-pc-bin") (= bootloader "grub-efi")) "grub-efi-amd64-bin" p))
+     (if luks ["cryptsetup-initramfs"] [])))
+
+(setv deb-package (matching "deb-package" "a Debian package name" r"[a-z0-9][a-z0-9+.-]+"))
+
+(defprop boot-packages-installed :posix [* #^ (list-of deb-package) [packages BOOT-PACKAGES]]
+  "PACKAGES (`BOOT-PACKAGES` unless given: see `boot-packages`) are
+installed, without recommends: what an image built to boot needs inside.
+It declares nothing about the host, so that it can come before the host's
+own propspec (which may need systemctl)."
   (:watch [(watch-dpkg)])
   (:desc "kernel, GRUB and systemd installed to boot")
-  (:check (apt.installed? #* BOOT-PACKAGES))
+  (:check (apt.installed? #* packages))
   ;; The kernel last, alone.  initramfs-tools makes the whole initramfs
   ;; again whenever a package with hooks for it is configured (itself, udev,
   ;; kmod, dmsetup, …): installed with the kernel, they made it a second
   ;; time, after the kernel's own (twice the time).  Installed first, with no
   ;; kernel yet, they have nothing to make.
   (:apply (apt.install-packages ["--no-install-recommends"]
-                                (lfor p BOOT-PACKAGES :if (!= p BOOT-KERNEL) p))
+                                (lfor p packages :if (!= p BOOT-KERNEL) p))
           (apt.install-packages ["--no-install-recommends"] [BOOT-KERNEL])))
 
-(defn _inside [root host bootloader]
+(defn _inside [root host bootloader norm]
   (setv propspec (get host "propspec"))
-  (when (= bootloader "grub-bios")
-    (setv propspec (eseqprops (boot-packages-installed) propspec)))
+  (when (in bootloader #{"grub-bios" "grub-efi"})
+    (setv propspec (eseqprops (boot-packages-installed
+                                :packages (boot-packages bootloader (_luks-partition norm)))
+                              propspec)))
   (deploy-nested [[(Keyword "chroot") (Keyword "into") root]]
                  {"hostname" (get host "hostname")
                   "deploy" None
@@ -398,10 +474,11 @@ filesystem (\"\" when it is a filesystem of its own, else \"/boot\")."
       #((get by-mount "/boot") "")
       #((get by-mount "/") "/boot")))
 
-(defn grub-cfg [kernel initrd boot-uuid root-uuid]
+(defn grub-cfg [kernel initrd boot-uuid root-uuid * [root-device None]]
   "GRUB's configuration booting KERNEL and INITRD (paths in the filesystem
-of UUID BOOT-UUID) with the root filesystem of UUID ROOT-UUID, its console
-on the first serial port as well as the screen."
+of UUID BOOT-UUID) with the root filesystem of UUID ROOT-UUID (or at
+ROOT-DEVICE, a /dev/mapper name the initramfs makes), its console on the
+first serial port as well as the screen."
   (.join "\n" ["# Written by consfig (disk.raw-image-built-for)."
                 "serial --unit=0 --speed=115200"
                 "terminal_input serial console"
@@ -413,10 +490,33 @@ on the first serial port as well as the screen."
                 "  insmod ext2"
                 "  insmod btrfs"
                 f"  search --no-floppy --fs-uuid --set=root {boot-uuid}"
-                f"  linux {kernel} root=UUID={root-uuid} ro console=tty0 console=ttyS0,115200"
+                f"  linux {kernel} root={(or root-device f"UUID={root-uuid}")} ro console=tty0 console=ttyS0,115200"
                 f"  initrd {initrd}"
                 "}"
                 ""]))
+
+(defn _grub-plan [root norm uuids]
+  ;; What both GRUBs boot: the index of the partition holding /boot, where
+  ;; /boot is in it, the newest kernel's version, and grub.cfg's text.
+  (setv #(boot-index under) (_boot-partition norm)
+        root-index (next (gfor [i p] (enumerate (get norm "partitions")) :if (= (get p "mount") "/") i))
+        luks (get norm "partitions" root-index "luks")
+        kernels (.split (output (Script "cd \"$1\"/boot && ls -1v vmlinuz-* 2>/dev/null | tail -n 1" root)
+                                :timeout 60)))
+  (when (not kernels)
+    (raise (FailedChange f"no kernel in the image's /boot (is {BOOT-KERNEL} installed?)")))
+  (setv version (cut (get kernels 0) (len "vmlinuz-") None))
+  #(boot-index under version
+    (grub-cfg f"{under}/vmlinuz-{version}" f"{under}/initrd.img-{version}"
+              (get uuids boot-index) (.get uuids root-index)
+              :root-device (when luks f"/dev/mapper/{(get luks "name")}"))))
+
+(defn _grub-modules [root platform]
+  ;; GRUB's modules for PLATFORM, where the core image's prefix finds them.
+  (run "mkdir" "-p" "--" (posixpath.join root "boot/grub" platform) :timeout 60)
+  (run (Script "cp -- \"$1\"/usr/lib/grub/\"$2\"/*.mod \"$1\"/usr/lib/grub/\"$2\"/*.lst \"$1\"/boot/grub/\"$2\"/"
+               root platform)
+       :timeout 120))
 
 (defn install-grub-bios [opened root norm uuids * [check False]]
   "Make the image OPENED (mounted at ROOT) boot on a PC BIOS: GRUB's core
@@ -429,16 +529,8 @@ Return `:changed`, or `:no-change` when all of it was there already."
   (when (and (= (get norm "table") "gpt") (not-in "bios-boot" types))
     (raise (FailedChange (+ "a GPT disk booted by GRUB on a BIOS needs a BIOS boot partition: "
                             "add {:size \"1M\" :type :bios-boot} to its volumes"))))
-  (setv #(boot-index under) (_boot-partition norm)
-        root-index (next (gfor [i p] (enumerate (get norm "partitions")) :if (= (get p "mount") "/") i))
-        kernels (.split (output (Script "cd \"$1\"/boot && ls -1v vmlinuz-* 2>/dev/null | tail -n 1" root)
-                                :timeout 60)))
-  (when (not kernels)
-    (raise (FailedChange f"no kernel in the image's /boot (is {(get BOOT-PACKAGES 0)} installed?)")))
-  (setv version (cut (get kernels 0) (len "vmlinuz-") None)
+  (setv #(boot-index under version cfg) (_grub-plan root norm uuids)
         grub-dir (posixpath.join root "boot/grub")
-        cfg (grub-cfg f"{under}/vmlinuz-{version}" f"{under}/initrd.img-{version}"
-                      (get uuids boot-index) (get uuids root-index))
         cfg-path (posixpath.join grub-dir "grub.cfg"))
   (when (and (= (read-remote-file cfg-path) cfg)
              (remote-exists? (posixpath.join grub-dir "i386-pc/core.img")))
@@ -447,10 +539,7 @@ Return `:changed`, or `:no-change` when all of it was there already."
     (inform f"GRUB (BIOS) would be installed to {opened.image}, booting Linux {version}")
     (return WOULD-CHANGE))
   (inform f"installing GRUB (BIOS) to {opened.image}, booting Linux {version}")
-  (run "mkdir" "-p" "--" (posixpath.join grub-dir "i386-pc") :timeout 60)
-  (run (Script "cp -- \"$1\"/usr/lib/grub/i386-pc/*.mod \"$1\"/usr/lib/grub/i386-pc/*.lst \"$1\"/boot/grub/i386-pc/"
-               root)
-       :timeout 120)
+  (_grub-modules root "i386-pc")
   (write-remote-file (posixpath.join grub-dir "i386-pc/load.cfg")
                      (+ f"search.fs_uuid {(get uuids boot-index)} root\n"
                         f"set prefix=($root){under}/grub\n")
@@ -467,6 +556,58 @@ Return `:changed`, or `:no-change` when all of it was there already."
     (run "chroot" root "/usr/lib/grub/i386-pc/grub-bios-setup" "--skip-fs-probe" "-m" "/boot/grub/device.map"
          "-d" "/boot/grub/i386-pc" whole :timeout 300)
     (finally (run "rm" "-f" "--" (posixpath.join grub-dir "device.map") :timeout 60)))
+  (write-remote-file cfg-path cfg :mode 0o644)
+  :changed)
+
+;; The ESP is never mounted (vfat may not be mountable where the image is
+;; built): mtools reads and writes it on its loop device.  $1 the device,
+;; $2 the file: exit 0 when the ESP's loader is that file.
+(setv _ESP-HOLDS "
+export MTOOLS_SKIP_CHECK=1
+mcopy -n -i \"$1\" ::EFI/BOOT/BOOTX64.EFI - 2>/dev/null | cmp -s - \"$2\"
+")
+;; $1 the device, $2 the file: the ESP's loader becomes that file.
+(setv _ESP-WRITE "
+export MTOOLS_SKIP_CHECK=1
+mmd -D s -i \"$1\" ::EFI ::EFI/BOOT 2>/dev/null || mdir -i \"$1\" ::EFI/BOOT >/dev/null
+mcopy -o -i \"$1\" -- \"$2\" ::EFI/BOOT/BOOTX64.EFI
+")
+
+(defn install-grub-efi [opened root norm uuids * [check False]]
+  "Make the image OPENED (mounted at ROOT) boot by UEFI: GRUB's EFI image
+made with the image's own grub-mkimage (from grub-efi-amd64-bin), with an
+early configuration that finds /boot by its UUID, written to the EFI system
+partition as the removable-media loader EFI/BOOT/BOOTX64.EFI (which
+firmware boots with no boot entry in its NVRAM) with mtools, the ESP never
+mounted; GRUB's modules and grub.cfg on /boot, as for `install-grub-bios`.
+Return `:changed`, or `:no-change` when all of it was there already."
+  (setv esps (lfor [i p] (enumerate (get norm "partitions")) :if (= (get p "type") "esp") i))
+  (when (not esps)
+    (raise (FailedChange (+ "a disk booted by GRUB on UEFI needs an EFI system partition: add "
+                            "{:size \"32M\" :type :esp :fs :vfat :mount \"/boot/efi\"} to its volumes"))))
+  (setv #(boot-index under version cfg) (_grub-plan root norm uuids)
+        esp (get opened.devices (get esps 0))
+        grub-dir (posixpath.join root "boot/grub")
+        core (posixpath.join grub-dir "x86_64-efi/core.efi")
+        cfg-path (posixpath.join grub-dir "grub.cfg"))
+  (when (not (run-ok? "sh" "-c" "command -v mcopy"))
+    (raise (FailedChange "mcopy is not installed here, where the image is built: (apt.installed \"mtools\")")))
+  (when (and (= (read-remote-file cfg-path) cfg) (remote-exists? core)
+             (run-ok? (Script _ESP-HOLDS esp core)))
+    (return NO-CHANGE))
+  (when check
+    (inform f"GRUB (UEFI) would be installed to {opened.image}, booting Linux {version}")
+    (return WOULD-CHANGE))
+  (inform f"installing GRUB (UEFI) to {opened.image}'s EFI system partition, booting Linux {version}")
+  (_grub-modules root "x86_64-efi")
+  (write-remote-file (posixpath.join grub-dir "x86_64-efi/load.cfg")
+                     (+ f"search.fs_uuid {(get uuids boot-index)} root\n"
+                        f"set prefix=($root){under}/grub\n")
+                     :mode 0o644)
+  (run "chroot" root "grub-mkimage" "-O" "x86_64-efi" "-d" "/usr/lib/grub/x86_64-efi"
+       "-c" "/boot/grub/x86_64-efi/load.cfg" "-p" f"{under}/grub" "-o" "/boot/grub/x86_64-efi/core.efi"
+       "part_gpt" "part_msdos" "ext2" "btrfs" "search_fs_uuid" :timeout 300)
+  (run (Script _ESP-WRITE esp core) :timeout 120)
   (write-remote-file cfg-path cfg :mode 0o644)
   :changed)
 
@@ -499,28 +640,137 @@ Return `:changed`, or `:no-change` when all of it was there already."
     (unmount-below d)
     (run "rmdir" "--" d :check False :timeout 60)))
 
+(defn image-bootloader [norm options]
+  "The bootloader an image of the volumes NORM gets with OPTIONS (plain
+data): their `:bootloader`, else \"grub-efi\" when the volumes hold an EFI
+system partition and no BIOS boot partition, else \"grub-bios\"."
+  (setv types (lfor p (get norm "partitions") (get p "type")))
+  (or (_name (.get options "bootloader"))
+      (if (and (in "esp" types) (not-in "bios-boot" types)) "grub-efi" "grub-bios")))
+
+(defn _luks-partition [norm]
+  ;; The index of the :luks partition (the root), or None.
+  (next (gfor [i p] (enumerate (get norm "partitions")) :if (get p "luks") i) None))
+
+(defn luks-key-item [hostname name]
+  "The prerequisite data item holding the key of the LUKS root NAME of an
+image of HOSTNAME: (`--luks-key--HOSTNAME` NAME), as `luks.formatted`
+names its keys."
+  #(f"--luks-key--{hostname}" name))
+
+(setv KEY-DIR "/etc/cryptsetup-keys.d")
+
+(defn _luks-files [root host norm luks-uuid]
+  ;; What unlocks the LUKS root at boot, written before the kernel's
+  ;; initramfs is made: its crypttab line, marked `initramfs` (the root
+  ;; device cannot be found from inside a chroot), the key file, which
+  ;; cryptsetup-initramfs copies in when it matches KEYFILE_PATTERN, and a
+  ;; umask that keeps the initramfs holding it private.
+  (setv luks (get norm "partitions" (_luks-partition norm) "luks")
+        name (get luks "name")
+        key (.reveal (get-data-bytes #* (luks-key-item (get host "hostname") name))))
+  (when (not key)
+    (raise (FailedChange f"the LUKS key of {name} is empty (its content is not shown)")))
+  (run "mkdir" "-p" "-m" "0700" "--" (posixpath.join root (cut KEY-DIR 1 None))
+       (posixpath.join root "etc/cryptsetup-initramfs") (posixpath.join root "etc/initramfs-tools/conf.d")
+       :timeout 60)
+  (write-remote-file (posixpath.join root (cut KEY-DIR 1 None) f"{name}.key") key :mode 0o400)
+  (write-remote-file (posixpath.join root "etc/crypttab")
+                     (+ "# Written by consfig from the host's volumes (disk.has-volumes).\n"
+                        f"{name} UUID={luks-uuid} {KEY-DIR}/{name}.key luks,initramfs\n")
+                     :mode 0o644)
+  (write-remote-file (posixpath.join root "etc/cryptsetup-initramfs/conf-hook")
+                     f"# Written by consfig: the LUKS root's key file goes in the initramfs.\nKEYFILE_PATTERN=\"{KEY-DIR}/*.key\"\n"
+                     :mode 0o644)
+  (write-remote-file (posixpath.join root "etc/initramfs-tools/conf.d/consfig-umask")
+                     "# Written by consfig: the initramfs holds a LUKS key.\nUMASK=0077\n" :mode 0o644)
+  key)
+
+;; $1 a device holding ext4: the filesystem's size in bytes.
+(setv _EXT4-BYTES "
+dumpe2fs -h -- \"$1\" 2>/dev/null | awk -F: '
+  /^Block count:/ { n = $2 } /^Block size:/ { b = $2 }
+  END { if (n && b) printf \"%.0f\\n\", n * b; else exit 1 }'
+")
+
+(defn encrypt-in-place [device key luks-uuid iter-time * [iterations None]]
+  "Encrypt the filesystem on DEVICE (which ends `LUKS-RESERVE-MIB` before
+the device does) in place as LUKS2 with the UUID LUKS-UUID, KEY (bytes) in
+its first key slot, derived with PBKDF2 for ITER-TIME ms (measured first,
+which takes seconds) or, given ITERATIONS, that many times: `cryptsetup
+reencrypt --encrypt --reduce-device-size`, offline, which needs no
+device-mapper.  The key goes on standard input, never on a command line.
+PBKDF2 rather than argon2: a key file is random already, and argon2's
+memory cost, measured here, could exceed a small VM's memory at boot."
+;; cryptsetup moves the data along without looking at it: a filesystem
+  ;; reaching into the last LUKS-RESERVE-MIB would lose its end.
+  (setv fs-bytes (int (output (Script _EXT4-BYTES device) :timeout 60))
+        room (- (int (output "blockdev" "--getsize64" device :timeout 60)) (* LUKS-RESERVE-MIB 1048576)))
+  (when (> fs-bytes room)
+    (raise (FailedChange (+ f"the filesystem on {device} ({fs-bytes} bytes) leaves no room for the "
+                            f"LUKS header: it must end {LUKS-RESERVE-MIB} MiB before the device, "
+                            f"at {room} bytes; not encrypted"))))
+  (setv r (run "cryptsetup" "reencrypt" "--encrypt" "--batch-mode" "--type" "luks2"
+               "--reduce-device-size" f"{LUKS-RESERVE-MIB}M" "--uuid" luks-uuid
+               "--pbkdf" "pbkdf2"
+               #* (if iterations ["--pbkdf-force-iterations" (str iterations)] ["--iter-time" (str iter-time)])
+               "--key-file=-" "--" device
+               :input key :check False :timeout 3600))
+  (when (= r.exit-code 127)
+    (raise (FailedChange "cryptsetup is not installed here, where the image is built: (apt.installed \"cryptsetup-bin\")")))
+  (when (not r.ok?)
+    (raise (FailedChange (+ f"encrypting {device} in place (cryptsetup reencrypt --encrypt) failed:\n"
+                            (.strip (+ r.stderr r.stdout))))))
+  :changed)
+
+(defn _mount-below-root [opened work norm order * [check False]]
+  ;; Every filesystem but the root (mounted already), in ORDER; a vfat one
+  ;; (the ESP) is filled with mtools, never mounted: its mount point is
+  ;; only made.
+  (for [[i point] (cut order 1 None)]
+    (if (= (get norm "partitions" i "fs") "vfat")
+        (when (not check) (run "mkdir" "-p" "--" (+ work point) :timeout 60))
+        (.mount opened (get opened.devices i) (+ work point)))))
+
+(defn _install-bootloader [bootloader opened work norm uuids * [check False]]
+  (cond (= bootloader "grub-bios") (install-grub-bios opened work norm uuids :check check)
+        (= bootloader "grub-efi") (install-grub-efi opened work norm uuids :check check)
+        True NO-CHANGE))
+
+(defn _encrypted-left-alone [image host]
+  (inform (+ f"{image}'s root is encrypted (LUKS), which consfig opens only while it builds the "
+             f"image: {(get host "hostname")}'s propspec is not applied inside it again (the machine "
+             "applies its own consfig image when it runs; remove the image to build it anew)"))
+  NO-CHANGE)
+
 (defn _check-image [host image options norm made]
   ;; Check mode: what a build would do.  A new image is described; an
   ;; existing one is opened (its filesystems mounted, as a build does) and
   ;; the host's propspec checked inside, fstab and GRUB compared, changing
   ;; no file in it.
-  (setv bootloader (_name (.get options "bootloader" "grub-bios")))
+  (setv bootloader (image-bootloader norm options)
+        luks-index (_luks-partition norm))
   (when made
     (inform (+ f"{image} would be built: a {(disk-mebibytes norm)} MiB {(get norm "table")} disk "
                f"of {(len (get norm "partitions"))} partitions, "
                (if (.get options "tarball") f"{(get options "tarball")} unpacked" "the OS bootstrapped")
                f", {(get host "hostname")}'s propspec applied inside, /etc/fstab written"
-               (if (= bootloader "grub-bios") ", GRUB installed for BIOS" "")))
+               (cond (= bootloader "grub-bios") ", GRUB installed for BIOS"
+                     (= bootloader "grub-efi") ", GRUB installed for UEFI on the EFI system partition"
+                     True "")
+               (if (is-not luks-index None) ", the root encrypted with LUKS" "")))
     (return WOULD-CHANGE))
+  (when (is-not luks-index None)
+    (return (_encrypted-left-alone image host)))
   (setv work (_work-directory image))
   (try
     (with [opened (OpenedImage image)]
-      (for [[i point] (_mount-order norm)]
-        (.mount opened (get opened.devices i) (+ work (if (= point "/") "" point))))
+      (setv order (_mount-order norm))
+      (.mount opened (get opened.devices (get order 0 0)) work)
+      (_mount-below-root opened work norm order :check True)
       (setv uuids (_uuids opened norm)
-            changes [(_inside work host bootloader) (_fstab work norm uuids :check True)])
-      (when (= bootloader "grub-bios")
-        (.append changes (install-grub-bios opened work norm uuids :check True))))
+            changes [(_inside work host bootloader norm) (_fstab work norm uuids :check True)
+                     (_install-bootloader bootloader opened work norm uuids :check True)]))
     (finally
       (run "rmdir" "--" work :check False :timeout 60)))
   (cond (all (gfor c changes (= c NO-CHANGE))) NO-CHANGE
@@ -532,7 +782,8 @@ Return `:changed`, or `:no-change` when all of it was there already."
 `raw-image-built-for`.  Return `:changed` or `:no-change`."
   (setv prepared (_image-host host)
         norm (_volumes-of prepared)
-        made (not (remote-exists? image)))
+        made (not (remote-exists? image))
+        luks-index (_luks-partition norm))
   (when (checking?)
     (return (_check-image host image options norm made)))
   (setv target (if made (_partial image) image))
@@ -547,26 +798,35 @@ Return `:changed`, or `:no-change` when all of it was there already."
       (run "rm" "-f" "--" target :timeout 60)
       (inform f"partitioning {image} ({(disk-mebibytes norm)} MiB)")
       (partitioned-image norm target))
-    (with [opened (OpenedImage target)]
-      ;; The root alone while bootstrapping: debootstrap wants it empty.
-      (setv order (_mount-order norm)
-            [root-index _] (get order 0))
-      (.mount opened (get opened.devices root-index) work)
-      (when made
-        (inform f"bootstrapping {(get host "hostname")} into {image}")
-        (_fill work host prepared options)
-        ;; The machine is the host: its image (`image.installed`) applies
-        ;; only where the hostname says so.  Written once, before the
-        ;; propspec, which may set it otherwise.
-        (write-remote-file (posixpath.join work "etc/hostname")
-                           (+ (get (.split (get host "hostname") ".") 0) "\n") :mode 0o644))
-      (for [[i point] (cut order 1 None)]
-        (.mount opened (get opened.devices i) (+ work point)))
-      (setv uuids (_uuids opened norm)
-            bootloader (_name (.get options "bootloader" "grub-bios"))
-            changes [(_inside work host bootloader) (_fstab work norm uuids)])
-      (when (= bootloader "grub-bios")
-        (.append changes (install-grub-bios opened work norm uuids))))
+    (if (and (is-not luks-index None) (not made))
+        (setv changes [(_encrypted-left-alone image host)])
+        (with [opened (OpenedImage target)]
+          ;; The root alone while bootstrapping: debootstrap wants it empty.
+          (setv order (_mount-order norm)
+                [root-index _] (get order 0))
+          (.mount opened (get opened.devices root-index) work)
+          (when made
+            (inform f"bootstrapping {(get host "hostname")} into {image}")
+            (_fill work host prepared options)
+            ;; The machine is the host: its image (`image.installed`) applies
+            ;; only where the hostname says so.  Written once, before the
+            ;; propspec, which may set it otherwise.
+            (write-remote-file (posixpath.join work "etc/hostname")
+                               (+ (get (.split (get host "hostname") ".") 0) "\n") :mode 0o644))
+          (_mount-below-root opened work norm order)
+          (setv uuids (_uuids opened norm)
+                bootloader (image-bootloader norm options)
+                luks-uuid (str (uuid.uuid4))
+                key (when (is-not luks-index None) (_luks-files work host norm luks-uuid))
+                changes [(_inside work host bootloader norm) (_fstab work norm uuids)
+                         (_install-bootloader bootloader opened work norm uuids)])))
+    (when (and made (is-not luks-index None))
+      ;; Last, with nothing mounted: the filesystem is encrypted where it is.
+      (inform f"encrypting {image}'s root filesystem (LUKS2, its key from data)")
+      (with [opened (OpenedImage target)]
+        (setv luks (get norm "partitions" luks-index "luks"))
+        (encrypt-in-place (get opened.devices luks-index) key luks-uuid (get luks "iter-time")
+                          :iterations (get luks "iterations"))))
     (when made
       (run "mv" "-f" "-T" "--" target image :timeout 60))
     (setv changed (or made (any (gfor c changes (!= c NO-CHANGE))))
@@ -586,13 +846,13 @@ Return `:changed`, or `:no-change` when all of it was there already."
       (run "rmdir" "--" work :check False :timeout 60))))
 
 (setv image-options
-      (predicate "image-options" "a dict of :tarball (an absolute path), :bootstrap (debootstrap's options), :bootloader (:grub-bios or :none) and :qcow2 (an absolute path)"
+      (predicate "image-options" "a dict of :tarball (an absolute path), :bootstrap (debootstrap's options), :bootloader (:grub-bios, :grub-efi or :none) and :qcow2 (an absolute path)"
                  (fn [v] (and (isinstance v dict)
                               (all (gfor [k x] (.items v)
                                          (cond (= (_name k) "tarball") (.accepts abs-path x)
                                                (= (_name k) "qcow2") (.accepts abs-path x)
                                                (= (_name k) "bootstrap") (isinstance x dict)
-                                               (= (_name k) "bootloader") (in (_name x) #{"grub-bios" "none"})
+                                               (= (_name k) "bootloader") (in (_name x) #{"grub-bios" "grub-efi" "none"})
                                                True False)))))))
 
 (defprop raw-image-built-for :posix [#^ (optional image-options) options #^ anything host
@@ -609,12 +869,29 @@ build of IMAGE.  An image
 that exists already has HOST's propspec re-applied inside it: unchanged, it
 changes nothing.
 
-With OPTIONS' `:bootloader` `:grub-bios` (the default) the image boots on a
-PC BIOS (or QEMU, see `consfig.props.vm`): a kernel, initramfs-tools, GRUB's
-BIOS images and systemd-sysv are installed inside, and GRUB is written to
-the disk (`install-grub-bios`), booting with root=UUID=… and its console on
-the first serial port too.  `:none` leaves the image without a bootloader
-(a tree to copy, or one to boot as a container).  OPTIONS' `:qcow2` PATH
+With OPTIONS' `:bootloader` `:grub-bios` (the default, but for the case
+below) the image boots on a PC BIOS (or QEMU, see
+`consfig.props.vm`): a kernel, initramfs-tools, GRUB's BIOS images and
+systemd-sysv are installed inside, and GRUB is written to the disk
+(`install-grub-bios`), booting with root=UUID=… and its console on the
+first serial port too.  `:grub-efi` (the default for volumes with an EFI
+system partition and no BIOS boot partition) boots by UEFI instead: GRUB's EFI images inside, and GRUB
+written to the ESP as EFI/BOOT/BOOTX64.EFI with mtools, the ESP never
+mounted (`install-grub-efi`).  `:none` leaves the image without a bootloader
+(a tree to copy, or one to boot as a container).
+
+A root with `:luks NAME` in the volumes is built as a plain ext4 that ends
+`LUKS-RESERVE-MIB` early, filled, then encrypted in place as LUKS2
+(`encrypt-in-place`) with the key held as the prerequisite data item
+(`--luks-key--HOSTNAME` NAME), HOSTNAME being HOST's: the key also goes,
+mode 0400, to /etc/cryptsetup-keys.d/NAME.key in the image, which
+cryptsetup-initramfs copies into the initramfs (mode 0600 by its umask), and
+crypttab's NAME line, marked `initramfs`, unlocks the root at boot as
+/dev/mapper/NAME with it.  So whoever reads the image's /boot has the key:
+it suits tests and machines whose disk is not what is protected.  Such a
+root needs a /boot of its own (GRUB reads it unencrypted).  An existing
+image with a LUKS root is left as it is: consfig opens it only while
+building it.  OPTIONS' `:qcow2` PATH
 also writes the image in qcow2 format there (`qemu-img convert`) when the
 build changed it or PATH is missing."
   (:desc f"Disk image {image} built")
@@ -627,9 +904,14 @@ build changed it or PATH is missing."
 (defn image-host-checked [host]
   "Refuse, as a property's hostattrs do, HOST (host data) where an image of
 it cannot be built: no volumes declared, or an OS that cannot be
-bootstrapped."
-  (setv prepared (_image-host host))
-  (_volumes-of prepared)
+bootstrapped; and declare the key of a LUKS root as prerequisite data."
+  (setv prepared (_image-host host)
+        norm (_volumes-of prepared)
+        luks-index (_luks-partition norm))
+  (when (is-not luks-index None)
+    (require-data #* (luks-key-item (get host "hostname")
+                                    (get norm "partitions" luks-index "luks" "name"))
+                  :secret True))
   (bootstrappable-os prepared))
 
 (defn _host-data [host]
@@ -720,4 +1002,5 @@ convert`, written aside and renamed)."
                   disk-mebibytes sfdisk-script fstab-lines OpenedImage release-image
                   partitioned-image build-image image-host-checked image-options has-volumes
                   raw-image-built-for BOOT-KERNEL BOOT-PACKAGES grub-cfg install-grub-bios write-image image-written-to
-                  boot-packages-installed convert-to-qcow2])
+                  boot-packages-installed convert-to-qcow2 LUKS-RESERVE-MIB boot-packages image-bootloader
+                  luks-key-item encrypt-in-place install-grub-efi])

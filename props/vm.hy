@@ -12,6 +12,11 @@ or, the image built from the VM's own propspec when it is started:
                                     {:size :rest :fs :ext4 :mount \"/\"}]})
     (apt.installed \"nginx\"))
 
+A raw GPT disk with an EFI system partition and no BIOS boot partition (an
+image `disk.raw-image-built-for` gave GRUB for UEFI) boots under OVMF, the
+UEFI firmware of Debian's ovmf; any other by QEMU's own BIOS; `:firmware`
+chooses instead.
+
 QEMU runs with KVM where /dev/kvm is there for root and the CPU has hardware
 virtualisation (vmx or svm in /proc/cpuinfo), and with plain emulation (TCG)
 otherwise; `:accel` chooses instead.  Not QEMU's own fallback
@@ -24,13 +29,13 @@ as `disk.raw-image-built-for` sets it up) is written to NAME.log there.
 Every deployment checks the PID, and one that finds QEMU gone boots the
 machine again.
 
-Not libvirt: it wants a daemon (libvirtd, itself best run by systemd) and
-its XML domain definitions for what is here one command line; hosts with
-no systemd as PID 1 (containers, CI runners) could not run it, and its
-own supervision would replace this one rather than add to it."
+Not libvirt: it wants a daemon and an XML domain definition for what is
+here one command line, and its supervision would replace this one rather
+than add to it.  Sites that run libvirt have `consfig.props.libvirt`."
 
 (eval-when-compile (require consfig.model.property [defprop]))
-(import posixpath
+(import json
+        posixpath
         consfig.apply.actions [Script run run-ok? remote-exists?]
         consfig.connections.nspawn [machine-name?]
         consfig.apply.engine [Drift inform]
@@ -41,6 +46,10 @@ own supervision would replace this one rather than add to it."
         consfig.types *)
 
 (setv RUN-DIR "/run/consfig/vm"
+      ;; UEFI firmware for QEMU, from Debian's ovmf: code and variables in
+      ;; one image, its variables not kept (an image built by consfig boots
+      ;; its removable-media loader, with no boot entry to remember).
+      OVMF "/usr/share/ovmf/OVMF.fd"
       ;; How long an orderly stop may take before QEMU is killed.
       STOP-TIMEOUT 60)
 
@@ -64,15 +73,17 @@ own supervision would replace this one rather than add to it."
                                  f":format {(hy.repr v)} is not :raw or :qcow2")
                 (= k "accel") (when (not-in (_key v) #{"auto" "kvm" "tcg"})
                                 f":accel {(hy.repr v)} is not :auto, :kvm or :tcg")
+                (= k "firmware") (when (not-in (_key v) #{"bios" "uefi"})
+                                   f":firmware {(hy.repr v)} is not :bios or :uefi")
                 (= k "image") (when (not (.accepts image-options v))
                                 f":image {(hy.repr v)} is not {image-options.phrase}")
-                True f"unknown option :{k} (a VM takes :disk :memory :cpus :format :accel :image)"))
+                True f"unknown option :{k} (a VM takes :disk :memory :cpus :format :accel :firmware :image)"))
     (when problem (return problem)))
   (when (not-in "disk" (lfor k options (_key k)))
     (return "no :disk (the image to boot)"))
   None)
 
-(setv vm-options (predicate "vm-options" "a dict of :disk, :memory, :cpus, :format, :accel and :image"
+(setv vm-options (predicate "vm-options" "a dict of :disk, :memory, :cpus, :format, :accel, :firmware and :image"
                             (fn [v] (isinstance v dict))))
 
 (defn pid-file [name] (posixpath.join RUN-DIR f"{name}.pid"))
@@ -87,13 +98,15 @@ CPU has hardware virtualisation."
 
 (defn qemu-argv [name options [kvm False]]
   "QEMU's command line for the machine NAME with OPTIONS (normalised), under
-KVM when KVM is true and OPTIONS' `:accel` is :auto (else as it says)."
+KVM when KVM is true and OPTIONS' `:accel` is :auto (else as it says), and
+with `OVMF` for firmware when `:firmware` is :uefi."
   (setv disk (get options "disk")
         fmt (_key (.get options "format" (if (.endswith disk ".qcow2") "qcow2" "raw")))
         accel (_key (.get options "accel" "auto")))
   ["qemu-system-x86_64" "-name" name
    "-accel" (if (= accel "auto") (if kvm "kvm" "tcg") accel)
    "-m" (str (.get options "memory" 512)) "-smp" (str (.get options "cpus" 1))
+   #* (if (= (_key (.get options "firmware" "bios")) "uefi") ["-bios" OVMF] [])
    "-drive" f"file={(.replace disk "," ",,")},format={fmt},if=virtio"
    "-nic" "user,model=virtio-net-pci"
    "-display" "none" "-monitor" "none"
@@ -117,6 +130,10 @@ one kept as NAME.log.old)."
   (when (not (remote-exists? (get options "disk")))
     (raise (FailedChange (+ f"the disk image {(get options "disk")} of the VM {name} does not "
                             "exist: build it first (disk.raw-image-built-for)"))))
+  (setv options (| options {"firmware" (firmware-of options)}))
+  (when (and (= (get options "firmware") "uefi") (not (remote-exists? OVMF)))
+    (raise (FailedChange (+ f"the VM {name} boots by UEFI, and there is no {OVMF}: "
+                            "(apt.installed \"ovmf\") first"))))
   (run "mkdir" "-p" "-m" "0700" "--" RUN-DIR :timeout 60)
   (run (Script "[ ! -e \"$1\" ] || mv -f -- \"$1\" \"$1.old\"" (console-log name)) :timeout 60)
   (inform f"booting the VM {name} from {(get options "disk")}")
@@ -153,6 +170,28 @@ rm -f \"$3/$1.pid\"
                        (= (_key k) "image") (dfor [ik iv] (.items v) (_key ik) iv)
                        True v)))
 
+(setv _ESP-GUID "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
+      _BIOS-BOOT-GUID "21686148-6449-6E6F-744E-656564454649")
+
+(defn firmware-of [options]
+  "The firmware the VM of OPTIONS (normalised) boots with: its `:firmware`,
+else \"uefi\" when its disk is raw and partitioned GPT with an EFI system
+partition and no BIOS boot partition (as `disk.raw-image-built-for` makes
+a disk that boots by GRUB for UEFI), else \"bios\"."
+  (setv given (.get options "firmware")
+        disk (get options "disk"))
+  (when given (return (_key given)))
+  (when (or (= (_key (.get options "format" "raw")) "qcow2")
+            (and (not-in "format" options) (.endswith disk ".qcow2")))
+    (return "bios"))
+  (setv r (run "sfdisk" "--json" "--" disk :check False :timeout 60))
+  (when (not r.ok?) (return "bios"))
+  (setv table (.get (json.loads r.stdout) "partitiontable" {})
+        types (sfor p (.get table "partitions" []) (.upper (.get p "type" ""))))
+  (if (and (= (.get table "label") "gpt") (in _ESP-GUID types) (not-in _BIOS-BOOT-GUID types))
+      "uefi"
+      "bios"))
+
 (defprop running :posix [#^ machine-name name #^ vm-options options
                          #^ (optional container-host-type) [host None]]
   "The virtual machine NAME runs under QEMU from OPTIONS' `:disk` (a raw
@@ -160,6 +199,10 @@ image, or qcow2 by its extension or `:format`), with `:memory` MiB (512)
 and `:cpus` (1), under KVM or emulation as `:accel` says (:auto, :kvm,
 :tcg; :auto by default: see the module's documentation), user-mode networking and no display; its serial console
 goes to /run/consfig/vm/NAME.log.  A QEMU that is gone is started again.
+`:firmware` :bios boots it with SeaBIOS, :uefi with OVMF (Debian's ovmf,
+`OVMF`); unless given, it is :uefi when the disk is a raw GPT disk with an
+EFI system partition and no BIOS boot partition (as an image built from
+volumes with an ESP boots by GRUB for UEFI), else :bios.
 
 Without HOST the image is not built here: `disk.raw-image-built-for` does
 that, before.  With HOST (a propspec, which the dotted form `vm.running*`
@@ -206,5 +249,5 @@ are gone (its disk image is left: remove it with `file.absent`)."
   (:apply (stop name)
           (run "rm" "-f" "--" (console-log name) (+ (console-log name) ".old") :timeout 60)))
 
-(export :objects [RUN-DIR STOP-TIMEOUT pid-file console-log kvm-usable? qemu-argv running? start stop
+(export :objects [RUN-DIR OVMF firmware-of STOP-TIMEOUT pid-file console-log kvm-usable? qemu-argv running? start stop
                   running stopped removed])

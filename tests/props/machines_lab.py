@@ -21,13 +21,13 @@ def marker_unit_text():
             f"ExecStart=/bin/sh -c 'echo {MARKER} > /dev/ttyS0'\n")
 
 
-def self_applying_host(name):
+def self_applying_host(name, volumes=VOLUMES):
     from consfig.apply.combinators import eseqprops
     from consfig.model.host import make_host
     from consfig.props import apt, disk, file, image, systemd
     from proptest import this_os
     return make_host(name, None, None, eseqprops(
-        this_os(), disk.has_volumes(VOLUMES),
+        this_os(), disk.has_volumes(volumes),
         apt.installed_minimally("python3"),
         file.has_content(f"/etc/systemd/system/{MARKER_UNIT}", marker_unit_text()),
         image.installed(),

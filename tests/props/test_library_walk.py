@@ -540,6 +540,26 @@ LEFT_OUT = {
                                 "tests/props/test_podman.py::test_container_running_starts_it_labelled_and_writes_its_unit",
     "podman.container-removed": "removes a container with podman, which the walk's chroot has not: "
                                 "tests/props/test_podman.py::test_container_removed_removes_container_and_unit",
+    "lxc.installed": "installs LXC and its dependencies, a long apt run in the walk's chroot for one "
+                     "apt.installed: tests/props/test_lxc.py's documented site applies it",
+    "lxc.container-running": "boots an LXC container of its own: "
+                             "tests/props/test_lxc.py::test_lxc_container_running_again_changes_nothing_and_checks_clean",
+    "lxc.container-stopped": "powers off an LXC container: "
+                             "tests/props/test_lxc.py::test_lxc_container_stopped_powers_off_and_leaves_nothing",
+    "lxc.container-removed": "deletes an LXC container: "
+                             "tests/props/test_lxc.py::test_lxc_container_removed_deletes_its_tree_and_configuration",
+    "libvirt.installed": "installs libvirt's daemon, a long apt run in the walk's chroot for one "
+                         "apt.installed: tests/props/test_libvirt.py runs against the installed one",
+    "libvirt.daemon-running": "starts this machine's libvirtd, which the libvirt tests stop again: "
+                              "tests/props/test_libvirt.py::test_daemon_running_starts_libvirtd_without_systemd_and_again_changes_nothing",
+    "libvirt.defined": "defines a domain in this machine's libvirtd: "
+                       "tests/props/test_libvirt.py::test_defined_defines_the_domain_and_again_changes_nothing",
+    "libvirt.started": "runs a QEMU domain: "
+                       "tests/props/test_libvirt.py::test_started_runs_the_domain_under_tcg_and_checks_clean",
+    "libvirt.destroyed": "as libvirt.started: "
+                         "tests/props/test_libvirt.py::test_destroyed_stops_the_domain_and_leaves_no_qemu",
+    "libvirt.undefined": "as libvirt.defined: "
+                         "tests/props/test_libvirt.py::test_undefined_removes_the_domain",
 }
 
 

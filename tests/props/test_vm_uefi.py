@@ -1,0 +1,341 @@
+"""UEFI boot images and LUKS roots (props/disk.hy, props/vm.hy): ONE real
+QEMU boot, under OVMF, of an image whose EFI system partition was filled
+without mounting it and whose root was encrypted in place, unlocked at boot
+by the key file in its initramfs; the rest on loop devices and as data."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import hy  # noqa: F401
+from hy.models import Keyword as K
+
+from harness import unavailable, wait_until
+from machines_lab import MARKER, self_applying_host
+
+from consfig.data.items import MissingData, reset_data_sources
+from consfig.errors import PropspecError
+from consfig.model.context import applying
+from consfig.model.host import Host
+from consfig.props import disk, vm
+from consfig.transport.local import LocalConnection
+
+BOOT_BOUND = 600
+NAME = f"cfuefi{os.getpid()}"
+HOSTNAME = "vm2.image.invalid"
+KEY = b"a key for the tests \x00\xff\n$(reboot) -rf"
+
+ESP = {K("size"): "32M", K("type"): K("esp"), K("fs"): K("vfat"), K("mount"): "/boot/efi"}
+BOOT = {K("size"): "128M", K("fs"): K("ext4"), K("mount"): "/boot"}
+
+
+def _root(**kw):
+    return {K("size"): K("rest"), K("fs"): K("ext4"), K("mount"): "/",
+            **{K(k): v for k, v in kw.items()}}
+
+
+# PBKDF2's fewest iterations: the key is unlocked under emulation, tens of
+# times slower than here, and a count given is not measured first (seconds).
+UEFI_LUKS = {K("table"): K("gpt"), K("size"): "2G",
+             K("partitions"): [ESP, BOOT,
+                               _root(luks={K("name"): "cryptroot", K("iterations"): 1000})]}
+
+
+def _volumes(*partitions):
+    return {K("table"): K("gpt"), K("size"): "1G", K("partitions"): list(partitions)}
+
+
+@pytest.mark.parametrize("volumes, says", [
+    (_volumes(ESP, _root(luks="cryptroot")), "needs a /boot partition of its own"),
+    (_volumes(ESP, {**BOOT, K("luks"): "cryptboot"}, _root()), "only the root filesystem"),
+    (_volumes(ESP, BOOT, _root(luks="-rf")), ":luks \"-rf\""),
+    (_volumes(ESP, BOOT, _root(luks="a b")), ":luks \"a b\""),
+    (_volumes(ESP, BOOT, _root(luks={K("name"): "root", K("iter-time"): 1})), "iter-time"),
+    (_volumes(ESP, BOOT, _root(luks={K("name"): "root", K("iterations"): 10})), "iterations"),
+    (_volumes(ESP, BOOT, _root(luks={K("name"): "root", K("iterations"): 1000, K("iter-time"): 10})),
+     "not both"),
+    (_volumes(ESP, BOOT, _root(luks={K("name"): "root", K("cipher"): "x"})), ":luks"),
+    (_volumes(ESP, BOOT, {**_root(luks="root"), K("size"): "60M"}), "needs more than 64 MiB"),
+])
+def test_has_volumes_refuses_a_luks_root_it_cannot_build_at_load(volumes, says):
+    with pytest.raises(PropspecError, match=says.replace("(", r"\(")):
+        disk.has_volumes(volumes)
+
+
+def test_a_disk_with_an_esp_gets_grub_for_uefi_unless_told_otherwise():
+    norm = disk.normalise_volumes(UEFI_LUKS)
+    assert disk.image_bootloader(norm, {}) == "grub-efi"
+    assert disk.image_bootloader(norm, {"bootloader": K("grub-bios")}) == "grub-bios"
+    bios = disk.normalise_volumes(_volumes({K("size"): "1M", K("type"): K("bios-boot")}, _root()))
+    assert disk.image_bootloader(bios, {}) == "grub-bios"
+    both = disk.normalise_volumes(_volumes({K("size"): "1M", K("type"): K("bios-boot")}, ESP, _root()))
+    assert disk.image_bootloader(both, {}) == "grub-bios", "a BIOS boot partition says where GRUB goes"
+
+
+@pytest.mark.parametrize("volumes, firmware", [
+    (UEFI_LUKS, "uefi"),
+    (_volumes({K("size"): "1M", K("type"): K("bios-boot")}, _root()), "bios"),
+    # Both: the BIOS boot partition says GRUB went there (it is the default).
+    (_volumes({K("size"): "1M", K("type"): K("bios-boot")}, ESP, _root()), "bios"),
+    ({**_volumes(ESP, _root()), K("table"): K("msdos")}, "bios"),
+])
+def test_a_vm_boots_by_uefi_when_its_raw_disk_is_gpt_with_an_esp_alone(volumes, firmware, tmp_path):
+    if not shutil.which("sfdisk"):
+        unavailable("sfdisk is not installed (apt-get install fdisk)")
+    image = tmp_path / "disk.img"
+    norm = disk.normalise_volumes(volumes)
+    subprocess.run(["truncate", "-s", f"{disk.disk_mebibytes(norm)}M", str(image)], check=True)
+    subprocess.run(["sfdisk", "--quiet", str(image)], input=disk.sfdisk_script(norm), text=True,
+                   check=True)
+    with applying(Host("vm.test.invalid", None), LocalConnection()):
+        assert vm.firmware_of({"disk": str(image)}) == firmware
+        assert vm.firmware_of({"disk": str(image), "firmware": K("bios")}) == "bios"
+        assert vm.firmware_of({"disk": str(image) + ".qcow2"}) == "bios", "a qcow2 disk is not read"
+        assert vm.firmware_of({"disk": str(tmp_path / "none.img")}) == "bios", "no disk, no table"
+
+
+def test_a_luks_roots_image_unlocks_it_as_its_mapper_name_with_the_key_in_the_initramfs():
+    norm = disk.normalise_volumes(UEFI_LUKS)
+    lines = disk.fstab_lines(norm, {0: "AAAA-BBBB", 1: "b-o-o-t", 2: "r-o-o-t"})
+    assert lines[0] == "/dev/mapper/cryptroot / ext4 defaults 0 1", lines
+    packages = disk.boot_packages("grub-efi", True)
+    assert "grub-efi-amd64-bin" in packages and "grub-pc-bin" not in packages, packages
+    assert "cryptsetup-initramfs" in packages and packages[0] == disk.BOOT_KERNEL, packages
+    cfg = disk.grub_cfg("/vmlinuz-6", "/initrd.img-6", "b-o-o-t", "r-o-o-t",
+                        root_device="/dev/mapper/cryptroot")
+    assert " root=/dev/mapper/cryptroot ro " in cfg, cfg
+
+
+def test_qemu_boots_by_uefi_with_ovmf_only_when_told():
+    argv = vm.qemu_argv("web1", {"disk": "/srv/a.img", "firmware": "uefi"})
+    assert argv[argv.index("-bios") + 1] == vm.OVMF, argv
+    assert "-bios" not in vm.qemu_argv("web1", {"disk": "/srv/a.img"}), "BIOS is SeaBIOS, QEMU's own"
+    with pytest.raises(PropspecError, match=":firmware"):
+        vm.running("web1", {K("disk"): "/x.img", K("firmware"): K("coreboot")})
+
+
+@pytest.fixture
+def loop(tmp_path):
+    if os.geteuid() != 0:
+        unavailable("loop devices need root")
+    for tool in ["cryptsetup", "mkfs.ext4", "mkfs.vfat", "mcopy", "debugfs", "losetup"]:
+        if not shutil.which(tool):
+            unavailable(f"{tool} is not installed (apt-get install cryptsetup-bin e2fsprogs "
+                        "dosfstools mtools)")
+    backing = tmp_path / "part.img"
+    subprocess.run(["truncate", "-s", "96M", str(backing)], check=True)
+    device = subprocess.run(["losetup", "--show", "--find", str(backing)], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    try:
+        yield device
+    finally:
+        subprocess.run(["losetup", "--detach", device])
+
+
+def test_a_filesystem_is_encrypted_in_place_without_device_mapper(loop, tmp_path):
+    # Made as a build makes it: ending LUKS-RESERVE-MIB before the device.
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop, f"{(96 - disk.LUKS_RESERVE_MIB) * 1024}k"],
+                   check=True)
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        disk.encrypt_in_place(loop, KEY, "0b9e2a3c-5d6e-4f70-8a9b-0c1d2e3f4a5b", None,
+                              iterations=1000)
+    probe = subprocess.run(["blkid", "-p", "-o", "export", loop], capture_output=True,
+                           text=True).stdout
+    assert "TYPE=crypto_LUKS" in probe and "UUID=0b9e2a3c-5d6e-4f70-8a9b-0c1d2e3f4a5b" in probe, probe
+    key = tmp_path / "key"
+    key.write_bytes(KEY)
+    opens = subprocess.run(["cryptsetup", "open", "--test-passphrase", f"--key-file={key}", loop])
+    assert opens.returncode == 0, "the key does not open it"
+    dump = subprocess.run(["cryptsetup", "luksDump", loop], capture_output=True, text=True).stdout
+    assert "pbkdf2" in dump and re.search(r"Iterations:\s+1000\n", dump) \
+        and "offset: 16777216 [bytes]" in dump, dump
+
+
+def test_encrypting_a_device_without_room_for_the_header_fails_and_says_so(loop):
+    subprocess.run(["mkfs.ext4", "-q", "-F", loop], check=True)
+    from consfig.errors import FailedChange
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        with pytest.raises(FailedChange, match="leaves no room for the LUKS header") as e:
+            disk.encrypt_in_place(loop, KEY, "0b9e2a3c-5d6e-4f70-8a9b-0c1d2e3f4a5b", 10)
+    assert "a key for the tests" not in str(e.value), "the key is in the error"
+    probe = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", loop], capture_output=True,
+                           text=True).stdout.strip()
+    assert probe == "ext4", f"the filesystem was not left as it was: {probe!r}"
+
+
+def test_the_esps_loader_is_written_and_compared_without_mounting_it(loop, tmp_path):
+    # What a rebuild of a UEFI image relies on to find GRUB in place.
+    from consfig.apply.actions import Script, run
+    subprocess.run(["mkfs.vfat", loop], check=True, capture_output=True)
+    loader, other = tmp_path / "core.efi", tmp_path / "other.efi"
+    loader.write_bytes(b"MZ" + os.urandom(4096))
+    other.write_bytes(b"MZ" + os.urandom(4096))
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        holds = lambda f: run(Script(disk._ESP_HOLDS, loop, str(f)), check=False).exit_code == 0  # noqa: E731
+        assert not holds(loader), "an empty ESP holds the loader"
+        run(Script(disk._ESP_WRITE, loop, str(loader)))
+        assert holds(loader) and not holds(other), "the loader written is not the one found"
+        run(Script(disk._ESP_WRITE, loop, str(other)))
+        assert holds(other), "the loader is not replaced on an ESP that has one"
+    listing = subprocess.run(["mdir", "-b", "-i", loop, "::EFI/BOOT"], capture_output=True, text=True,
+                             env={**os.environ, "MTOOLS_SKIP_CHECK": "1"}).stdout
+    assert "BOOTX64.EFI" in listing.upper(), listing
+    assert not any(loop in line for line in open("/proc/mounts")), "the ESP was mounted"
+
+
+@pytest.fixture(scope="module")
+def booted_uefi_luks(debian_chroot_tarball, tmp_path_factory):
+    """The one UEFI boot: `vm.running` given a host whose volumes hold an
+    ESP and a LUKS root, which builds its image from the cached tarball and
+    boots it under OVMF (its :firmware derived from the disk)."""
+    from proptest import data_item, deploy_propspec, statuses
+    if os.geteuid() != 0:
+        unavailable("building a disk image needs root")
+    for tool in ["qemu-system-x86_64", "sfdisk", "mkfs.ext4", "mkfs.vfat", "mcopy", "cryptsetup",
+                 "losetup"]:
+        if not shutil.which(tool):
+            unavailable(f"{tool} is not installed (apt-get install qemu-system-x86 fdisk e2fsprogs "
+                        "dosfstools mtools cryptsetup-bin)")
+    if not os.path.exists(vm.OVMF):
+        unavailable(f"{vm.OVMF} is not there (apt-get install ovmf)")
+    work = tmp_path_factory.mktemp("uefi")
+    image = work / "vm2.img"
+    options = {K("disk"): str(image), K("image"): {K("tarball"): str(debian_chroot_tarball)}}
+    host = self_applying_host(HOSTNAME, UEFI_LUKS)
+    reset_data_sources()
+    data_item(work, *disk.luks_key_item(HOSTNAME, "cryptroot"), KEY)
+    try:
+        outcome, events = deploy_propspec([K("local")], vm.running(NAME, options, host))
+        assert outcome.status == "changed", statuses(events)
+        yield image, NAME, options, host, events
+    finally:
+        deploy_propspec([K("local")], vm.removed(NAME), check=False)
+        reset_data_sources()
+
+
+def _console(name):
+    try:
+        with open(vm.console_log(name), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _alive(name):
+    with applying(Host("vm.test.invalid", None), LocalConnection()):
+        return getattr(vm, hy.mangle("running?"))(name)
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_an_image_with_an_esp_and_a_luks_root_boots_under_ovmf_and_applies_its_consfig(
+        booted_uefi_luks):
+    image, name, _, _, events = booted_uefi_luks
+    try:
+        wait_until(lambda: MARKER in _console(name) or not _alive(name), timeout=BOOT_BOUND,
+                   what="the guest to say on its serial console that consfig applied")
+    except Exception:
+        raise AssertionError(f"no {MARKER!r} on the console within {BOOT_BOUND} s; it ends:\n"
+                             + _console(name)[-3000:])
+    console = _console(name)
+    assert MARKER in console, f"QEMU ended early; the console ends:\n{console[-3000:]}"
+    # Booted by UEFI (the kernel found EDK II's tables), from the root that
+    # the initramfs unlocked with its key file, mounted from device-mapper.
+    for line in ["efi: EFI v", "cryptroot: set up successfully", "EXT4-fs (dm-0): mounted filesystem"]:
+        assert line in console, f"{line!r} is not on the console:\n{console[-3000:]}"
+    said = repr(events) + console
+    assert "a key for the tests" not in said, "the key reached the events or the console"
+    # The image's partition table: no BIOS boot partition, an ESP, and the
+    # root LUKS, not ext4.
+    dump = subprocess.run(["sfdisk", "--dump", str(image)], capture_output=True, text=True).stdout
+    assert "C12A7328-F81F-11D2-BA4B-00A0C93EC93B" in dump and "21686148" not in dump, dump
+
+
+def _small_host(name):
+    from consfig.apply.combinators import eseqprops
+    from consfig.model.host import make_host
+    from proptest import this_os
+    return make_host(name, None, None, eseqprops(this_os(), disk.has_volumes(UEFI_LUKS)))
+
+
+def test_a_luks_images_key_is_prerequisite_data_missing_before_anything_is_built(tmp_path):
+    from proptest import deploy_propspec
+    reset_data_sources()
+    image = tmp_path / "nokey.img"
+    with pytest.raises(MissingData, match=r'"--luks-key--vm3.image.invalid" "cryptroot"'):
+        deploy_propspec([K("local")],
+                        disk.raw_image_built_for({K("tarball"): "/nonexistent.tar"},
+                                                 _small_host("vm3.image.invalid"), str(image)))
+    assert not image.exists() and not os.path.exists(f"{image}.consfig-partial"), "something was built"
+
+
+def test_a_new_uefi_luks_image_in_check_mode_is_described_and_not_built(tmp_path):
+    from proptest import data_item, deploy_propspec, statuses
+    reset_data_sources()
+    data_item(tmp_path, *disk.luks_key_item("vm4.image.invalid", "cryptroot"), KEY)
+    image = tmp_path / "new.img"
+    seen = []
+    try:
+        outcome, events = deploy_propspec(
+            [K("local")], disk.raw_image_built_for({K("tarball"): "/nonexistent.tar"},
+                                                   _small_host("vm4.image.invalid"), str(image)),
+            check_mode=True, sink=seen.append)
+    finally:
+        reset_data_sources()
+    assert outcome.exit_code(True) == 2, statuses(events)
+    said = " ".join(e.get("text", "") for e in seen if isinstance(e, dict))
+    assert "GRUB installed for UEFI on the EFI system partition" in said, said
+    assert "the root encrypted with LUKS" in said, said
+    assert not image.exists() and not os.path.exists(f"{image}.consfig-partial"), "check mode built"
+
+
+@pytest.mark.slow
+@pytest.mark.chroot
+def test_an_existing_image_with_a_luks_root_is_left_as_it_is_and_says_why(booted_uefi_luks, tmp_path):
+    from proptest import data_item, deploy_propspec, statuses
+    image, _, options, host, _ = booted_uefi_luks
+    # Its key is still declared (a test between may have reset the sources).
+    data_item(tmp_path, *disk.luks_key_item(HOSTNAME, "cryptroot"), KEY)
+    seen = []
+    outcome, events = deploy_propspec(
+        [K("local")], disk.raw_image_built_for(options[K("image")], host, str(image)), sink=seen.append)
+    assert outcome.status == "no-change", statuses(events)
+    said = " ".join(e.get("text", "") for e in seen if isinstance(e, dict))
+    assert "root is encrypted (LUKS)" in said and "remove the image to build it anew" in said, said
+    # (Its VM still runs: the image's own writes are the guest's.)
+    ran = [e["text"] for e in seen if isinstance(e, dict) and e.get("text", "").startswith("$ ")]
+    assert not [c for c in ran if c.split()[1] in ("losetup", "mount", "cryptsetup", "tar")], \
+        f"the image was opened: {ran}"
+
+
+def test_the_command_line_builds_a_uefi_luks_image_by_default_and_check_mode_says_so(tmp_path):
+    # The site's own data source holds the key; the CLI's --bootloader
+    # default follows the volumes.  (Check mode: nothing is built.)
+    import sys
+    from proptest import host_arch, host_suite
+    (tmp_path / "data" / "--luks-key--web6.image.invalid").mkdir(parents=True)
+    (tmp_path / "data" / "--luks-key--web6.image.invalid" / "cryptroot").write_bytes(KEY)
+    site = tmp_path / "site.hy"
+    site.write_text(
+        '(require consfig *)\n(import consfig *)\n(use-props consfig.props [os disk])\n'
+        '(try-register-data-source :files-tree :location "data")\n'
+        '(defhost web6.image.invalid {}\n'
+        f'  (os.debian-stable "{host_suite()}" :{host_arch()})\n'
+        '  (disk.has-volumes {:table :gpt :size "1G"\n'
+        '                     :partitions [{:size "32M" :type :esp :fs :vfat :mount "/boot/efi"}\n'
+        '                                  {:size "128M" :fs :ext4 :mount "/boot"}\n'
+        '                                  {:size :rest :fs :ext4 :mount "/" :luks "cryptroot"}]}))\n')
+    image = tmp_path / "web6.img"
+    # Bytecode written: consfig's own modules load compiled, as installed.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = subprocess.run([sys.executable, "-m", "consfig", "image", "--consfig", str(site), "web6",
+                        "--disk", str(image), "--tarball", "/nonexistent.tar", "--check"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    said = r.stdout + r.stderr
+    assert r.returncode == 0, f"exit {r.returncode}:\n{said}"
+    assert "GRUB installed for UEFI" in said and "root encrypted with LUKS" in said, said
+    assert not image.exists(), "check mode built"
+    assert "a key for the tests" not in said, "the key is in the output"
