@@ -541,7 +541,8 @@ LEFT_OUT = {
     "podman.container-removed": "removes a container with podman, which the walk's chroot has not: "
                                 "tests/props/test_podman.py::test_container_removed_removes_container_and_unit",
     "lxc.installed": "installs LXC and its dependencies, a long apt run in the walk's chroot for one "
-                     "apt.installed: tests/props/test_lxc.py's documented site applies it",
+                     "apt.installed; tests/props/test_lxc.py's documented site applies it: "
+                     "tests/props/test_lxc.py::test_the_documented_lxc_container_boots_systemd_and_is_configured_inside",
     "lxc.container-running": "boots an LXC container of its own: "
                              "tests/props/test_lxc.py::test_lxc_container_running_again_changes_nothing_and_checks_clean",
     "lxc.container-stopped": "powers off an LXC container: "
@@ -549,7 +550,8 @@ LEFT_OUT = {
     "lxc.container-removed": "deletes an LXC container: "
                              "tests/props/test_lxc.py::test_lxc_container_removed_deletes_its_tree_and_configuration",
     "libvirt.installed": "installs libvirt's daemon, a long apt run in the walk's chroot for one "
-                         "apt.installed: tests/props/test_libvirt.py runs against the installed one",
+                         "apt.installed; tests/props/test_libvirt.py runs against the installed one: "
+                         "tests/props/test_libvirt.py::test_daemon_running_starts_libvirtd_without_systemd_and_again_changes_nothing",
     "libvirt.daemon-running": "starts this machine's libvirtd, which the libvirt tests stop again: "
                               "tests/props/test_libvirt.py::test_daemon_running_starts_libvirtd_without_systemd_and_again_changes_nothing",
     "libvirt.defined": "defines a domain in this machine's libvirtd: "
