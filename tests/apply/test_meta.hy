@@ -11,8 +11,12 @@
         os
         pathlib
         pytest
+        sys
         time)
 (use-props consfig.props [file cmd])
+;; proptest, the property tests' helpers, for `checks-clean`.
+(.insert sys.path 0 (str (/ (. (pathlib.Path __file__) parent parent) "props")))
+(import proptest [checks-clean])
 
 (defprop fails-until :posix [#^ abs-path counter #^ integer failures]
   "Count each attempt in the file COUNTER; the first FAILURES attempts fail."
@@ -191,9 +195,12 @@
 
 (defn test-a-property-under-reverse-is-unapplied-once-it-leaves-the-propspec [events tmp-path]
   (setv path (/ tmp-path "managed"))
-  (deploy-host events (propapp (eseqprops (with-meta {:reverse True} (file.exists-with-content (str path) "x\n")))))
+  (setv spec (propapp (eseqprops (with-meta {:reverse True} (file.exists-with-content (str path) "x\n")))))
+  (deploy-host events spec)
   (assert (.exists path) "applied")
   (assert (.exists (reverse-file)) "recorded on the target")
+  ;; The record kept, the whole host (removed-unapplied too) checks clean.
+  (checks-clean [:local] spec :hostname HOSTNAME :whole-host True)
   (.clear events.events)
   (setv outcome (deploy-host events (propapp (eseqprops))))
   (assert (not (.exists path)) "unapplied once it left the propspec")

@@ -4,7 +4,11 @@
 ;; `during`, applied for real over :local.
 
 (require consfig *)
+(import os.path sys)
+;; proptest, the property tests' helpers, for `checks-clean`.
+(.insert sys.path 0 (os.path.join (os.path.dirname __file__) ".." "props"))
 (import consfig *
+        proptest [checks-clean]
         consfig.apply.dataspace [Dataspace]
         consfig.model.dataspace [json->record]
         consfig.site.load [load-consfig]
@@ -45,6 +49,11 @@
 
 (defn deploy-host [site name events * [unapply False] [check False] [diff False]]
   (deploy* [:local] (find-host name) :sink events :unapply unapply :check check :diff diff))
+
+(defn check-host-clean [name]
+  "The site's host NAME, as deployed, checks clean: nothing would change."
+  (checks-clean [:local] (find-host name))
+  None)
 
 (defn keys-under [etcd prefix]
   ;; etcd's own view, through etcdctl: not through the code under test.
@@ -148,7 +157,8 @@
   (setv site (load-site tmp-path (site-text etcd (out-dir tmp-path) (backend "web1.example.org" "10.0.0.5"))))
   (deploy-host site "web1.example.org" events)
   (setv again (deploy-host site "web1.example.org" events))
-  (assert (= again.status "no-change") (texts events)))
+  (assert (= again.status "no-change") (texts events))
+  (check-host-clean "web1.example.org"))
 
 (defn test-an-unapplied-assertion-is-withdrawn [tmp-path etcd events]
   (setv site (load-site tmp-path (site-text etcd (out-dir tmp-path) (backend "web1.example.org" "10.0.0.5"))))
@@ -175,7 +185,8 @@
   (deploy-host site "web2.example.org" events)
   (assert (= (. (deploy-host site "lb.example.org" events) failures) 0) (texts events))
   (assert (= (.read-text (/ out "10.0.0.5")) "server 10.0.0.5:8080;\n") "first facet")
-  (assert (= (.read-text (/ out "10.0.0.6")) "server 10.0.0.6:8081;\n") "second facet"))
+  (assert (= (.read-text (/ out "10.0.0.6")) "server 10.0.0.6:8081;\n") "second facet")
+  (check-host-clean "lb.example.org"))
 
 (defn test-a-facet-is-retracted-with-its-assertion [tmp-path etcd events]
   (setv out (out-dir tmp-path)
@@ -212,7 +223,8 @@
   (assert (= (. (deploy-host site "lb.example.org" events) failures) 0) (texts events))
   (assert (= (.read-text (/ out "upstream.conf"))
              "upstream app {\n  server 10.0.0.5:8080;\n  server 10.0.0.6:8080;\n}\n")
-          (.read-text (/ out "upstream.conf"))))
+          (.read-text (/ out "upstream.conf")))
+  (check-host-clean "lb.example.org"))
 
 (defn test-the-set-form-is-reapplied-not-retracted-when-the-set-changes [tmp-path etcd events]
   (setv out (out-dir tmp-path)

@@ -4,9 +4,13 @@
 (import os
         sys)
 (.insert sys.path 0 (os.path.dirname __file__))
+(.insert sys.path 0 (os.path.join (os.path.dirname __file__) ".." "props"))
 (import consfig *
         pytest
-        deployment-testprops [log logged debian-only])
+        tempfile
+        deployment-testprops [log logged debian-only]
+        proptest [LOCAL apply-twice checks-clean])
+(use-props consfig.props [file])
 
 (defhost outer.example {:deploy :local}
   (logged "outer-1")
@@ -45,6 +49,24 @@
   (setv depths (dfor e events.events :if (= (get e "event") "end") (get e "desc") (get e "depth")))
   (assert (= (get depths "inner") (+ 1 (get depths "Deployed inner.example.org"))) depths)
   (assert (= outcome.status "changed") outcome))
+
+(setv CLEAN-DIR (tempfile.mkdtemp :prefix "consfig-deploys-"))
+
+;; A host whose properties can say whether they hold (`logged` cannot).
+(defhost clean.example.org {:deploy :local}
+  (file.has-content (os.path.join CLEAN-DIR "host") "h\n"))
+
+(defn test-deploys-and-deploys-these-once-applied-check-clean []
+  (setv spec (props (deploys :local clean.example.org)
+                    (deploys-these :local clean.example.org
+                                   (file.has-content (os.path.join CLEAN-DIR "these") "t\n"))))
+  (try
+    (apply-twice LOCAL spec)
+    (checks-clean LOCAL spec)
+    None
+    (finally
+      (for [f ["host" "these"]]
+        (when (os.path.exists (os.path.join CLEAN-DIR f)) (os.unlink (os.path.join CLEAN-DIR f)))))))
 
 (defn test-deploys-is-data-carrying-the-other-hosts-propspec []
   (setv p (preprocess-propapp (propapp (deploys :local inner.example.org))))

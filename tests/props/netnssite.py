@@ -65,6 +65,19 @@ class NetnsSite:
 
     def deploy(self, body, *, ssh_connection=None, check=False):
         """Deploy BODY (Hy source: the host's properties); its events."""
+        return self._deploy(body, ssh_connection, ["--check"] if check else [])[0]
+
+    def checks_clean(self, body, *, ssh_connection=None):
+        """BODY, applied already, checks clean: `consfig deploy --check
+        --detailed-exitcode` exits 0 and nothing would change (issue 31)."""
+        events, code = self._deploy(body, ssh_connection, ["--check", "--detailed-exitcode"])
+        drift = [f"  {e['status']}: {e.get('desc')}: {e.get('message') or ''}" for e in events
+                 if e.get("event") == "end" and e.get("status") in ("would-change", "cannot-check", "failed")]
+        assert code == 0 and not drift, \
+            f"after it was applied, a check exits {code}:\n" + "\n".join(drift) + "\n" + notes(events)
+        return events
+
+    def _deploy(self, body, ssh_connection, options):
         site = self.dir / "site.hy"
         site.write_text(textwrap.dedent(f"""\
             (require consfig *)
@@ -77,11 +90,11 @@ class NetnsSite:
         if ssh_connection:
             env["SSH_CONNECTION"] = ssh_connection
         r = run("ip", "netns", "exec", self.netns, sys.executable, "-m", "consfig", "deploy",
-                "--consfig", str(site), "site", "--json", *(["--check"] if check else []),
+                "--consfig", str(site), "site", "--json", *options,
                 cwd=self.dir, env=env)
         events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
         assert events, r.stderr
-        return events
+        return events, r.returncode
 
 
 def status(events):

@@ -2,11 +2,12 @@
 debootstrap, cached as a tarball), deploying a propspec, and looking at
 what happened.
 
-    from proptest import apply_twice, deploy_propspec, unapply, in_chroot, this_os
+    from proptest import apply_twice, checks_clean, deploy_propspec, unapply, in_chroot, this_os
 
     def test_motd(chroot_chain, debian_chroot):
         apply_twice(chroot_chain, [this_os(), file.has_content("/etc/motd", "hi\\n")])
         assert (debian_chroot / "etc/motd").read_text() == "hi\\n"
+        checks_clean(chroot_chain, [this_os(), file.has_content("/etc/motd", "hi\\n")])
 
 A propspec may be given as one propapp or a list of them (applied with
 `eseqprops`).  Every deployment here goes to a host named
@@ -26,10 +27,11 @@ import time
 import hy  # noqa: F401
 from consfig.apply.combinators import eseqprops
 import consfig.deployer.deployment
-from consfig.model.host import make_host
+from consfig.model.host import Host, make_host
 from consfig.model.property import Propapp
 
 _deploy_these = getattr(consfig.deployer.deployment, hy.mangle("deploy-these*"))
+_deploy = getattr(consfig.deployer.deployment, hy.mangle("deploy*"))
 
 BUILD_TIMEOUT = 1800
 
@@ -339,19 +341,29 @@ def _propspec(p):
 
 
 def deploy_propspec(chain, propspec, *, unapply=False, hostname=HOSTNAME, check=True,
-                    sink=None, check_mode=False):
+                    sink=None, check_mode=False, whole_host=False):
     """Deploy PROPSPEC over CHAIN; return `(outcome, events)`.  With CHECK,
     a failed deployment is an AssertionError carrying the failure messages.
-    SINK also gets every event; CHECK_MODE deploys with --check."""
+    SINK also gets every event; CHECK_MODE deploys with --check.  WHOLE_HOST
+    deploys a host whose propspec is PROPSPEC, as `consfig deploy HOST`
+    does (the engine then also unapplies what left it, `removed-unapplied`),
+    rather than PROPSPEC to a host of none, as `deploy-these` does.
+    PROPSPEC may also be a host (a site's, say): it is deployed whole."""
     events = []
 
     def record(event):
         events.append(event)
         if sink:
             sink(event)
-    host = make_host(hostname, None, None, _propspec([]))
-    outcome = _deploy_these(chain, host, _propspec(propspec), sink=record,
-                            unapply=unapply, check=check_mode)
+    if isinstance(propspec, Host):
+        outcome = _deploy(chain, propspec, sink=record, unapply=unapply, check=check_mode)
+    elif whole_host:
+        outcome = _deploy(chain, make_host(hostname, None, None, _propspec(propspec)),
+                          sink=record, unapply=unapply, check=check_mode)
+    else:
+        host = make_host(hostname, None, None, _propspec([]))
+        outcome = _deploy_these(chain, host, _propspec(propspec), sink=record,
+                                unapply=unapply, check=check_mode)
     if check:
         assert outcome.status != "failed", failure_text(events)
     return outcome, events
@@ -380,6 +392,22 @@ def apply_twice(chain, propspec, **kw):
     second, events2 = deploy_propspec(chain, propspec, **kw)
     assert second.status == "no-change", \
         f"second run was not a no-change: {statuses(events2)}"
+    return events
+
+
+def checks_clean(chain, propspec, **kw):
+    """Deploy PROPSPEC over CHAIN in check mode (`--check --detailed-exitcode`)
+    and assert that it would change nothing: exit code 0, and no property
+    that would change or cannot say.  For a propspec just applied: a
+    converged host checks clean (issue 31, item 3).  Return the events."""
+    outcome, events = deploy_propspec(chain, propspec, check_mode=True, **kw)
+    drift = [f"  {e['status']}: {e.get('desc')}" for e in events
+             if e.get("event") == "end" and e.get("status") in ("would-change", "cannot-check")]
+    notes = [f"    {e.get('text')}" for e in events
+             if e.get("event") == "output" and e.get("stream") == "note"]
+    assert outcome.exit_code(True) == 0 and not drift, (
+        f"after it was applied, a check would change something "
+        f"(detailed exit code {outcome.exit_code(True)}):\n" + "\n".join(drift + notes))
     return events
 
 

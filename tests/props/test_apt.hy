@@ -4,7 +4,7 @@
 (require consfig *)
 (import pytest
         consfig.props.apt [standard-sources]
-        proptest [apply-twice deploy-propspec unapply in-chroot this-os])
+        proptest [apply-twice checks-clean deploy-propspec unapply in-chroot this-os])
 (use-props consfig.props [apt])
 
 (setv pytestmark pytest.mark.chroot)
@@ -45,7 +45,9 @@
   (for [p [(apt.updated) (apt.upgraded) (apt.autoremoved) (apt.all-configured)]]
     ;; The chroot was built up to date: each may or may not find work the
     ;; first time, but never the second.
-    (apply-twice chroot-chain [(this-os) p] :changes False)))
+    (apply-twice chroot-chain [(this-os) p] :changes False))
+  (checks-clean chroot-chain [(this-os) (apt.upgraded)])
+  None)
 
 (defn test-autoremoved-removes-orphans [debian-chroot chroot-chain]
   (apply-twice chroot-chain [(this-os) (apt.installed "libfribidi0")])
@@ -86,6 +88,7 @@
   (apply-twice chroot-chain [(this-os) (apt.updated)] :changes True)
   (setv extra (apt.additional-sources "extra" [f"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} {(host-suite)} contrib"]))
   (apply-twice chroot-chain [(this-os) extra])
+  (checks-clean chroot-chain [(this-os) extra])
   (assert (.exists (/ debian-chroot "etc/apt/sources.list.d/extra.list")) "one-line source")
   (unapply chroot-chain [(this-os) extra])
   (assert (not (.exists (/ debian-chroot "etc/apt/sources.list.d/extra.list"))) "removed"))

@@ -13,7 +13,7 @@ from consfig.errors import PropspecError
 from consfig.props import apt, cmd, os as os_
 
 from aptrepo import PACKAGE, SigningKey, make_repo
-from proptest import (apply_twice, deploy_propspec, diffs, failure_text, in_chroot,
+from proptest import (apply_twice, checks_clean, deploy_propspec, diffs, failure_text, in_chroot,
                       statuses, this_os, unapply)
 
 pytestmark = pytest.mark.chroot
@@ -66,8 +66,9 @@ def chroot(repos):
 
 
 def test_a_package_installs_from_a_source_signed_by_its_key(chroot, chroot_chain, key):
-    apply_twice(chroot_chain, [this_os(), apt.trusts_key("test", key.armored), source(),
-                               apt.installed(PACKAGE)])
+    spec = [this_os(), apt.trusts_key("test", key.armored), source(), apt.installed(PACKAGE)]
+    apply_twice(chroot_chain, spec)
+    checks_clean(chroot_chain, spec)
     assert installed_version(chroot) == "1.0"
     keyring = chroot / "etc/apt/keyrings/test.asc"
     assert keyring.read_text() == key.armored
@@ -256,6 +257,7 @@ def test_backports_of_the_hosts_suite_are_enabled(chroot, chroot_chain):
     spec = [this_os(), apt.mirrors(host_mirror(suite)), apt.backports_enabled()]
     try:
         apply_twice(chroot_chain, spec)
+        checks_clean(chroot_chain, spec)
         text = (chroot / "etc/apt/sources.list.d/debian-backports.sources").read_text()
         assert f"Suites: {suite}-backports\n" in text, text
         assert "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n" in text, text
@@ -273,6 +275,7 @@ def test_unattended_upgrades_run_daily_as_apt_reads_it(chroot, chroot_chain):
                                                        automatic_reboot=True,
                                                        reboot_time="03:30")]
     apply_twice(chroot_chain, spec)
+    checks_clean(chroot_chain, spec)
     dump = in_chroot(chroot, "apt-config dump").stdout
     for line in ['APT::Periodic::Update-Package-Lists "1";',
                  'APT::Periodic::Unattended-Upgrade "1";',

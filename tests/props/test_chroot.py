@@ -20,7 +20,7 @@ from consfig.model.property import propapp_type
 from consfig.props import apt, chroot, cmd, file, os as os_, timezone
 
 from harness import unavailable
-from proptest import (apply_twice, cache_dir, deploy_propspec, host_arch, host_mirror,
+from proptest import (apply_twice, cache_dir, checks_clean, deploy_propspec, host_arch, host_mirror,
                       host_suite, in_chroot, mounts_below, statuses, this_os, unapply)
 
 LOCAL = Keyword("local")
@@ -143,6 +143,7 @@ def test_os_bootstrapped_debootstraps_applies_and_unapply_removes(tmp_path_facto
     try:
         started = time.monotonic()
         apply_twice(LOCAL, [this_os(), apt.mirrors(mirror), p])
+        checks_clean(LOCAL, [this_os(), apt.mirrors(mirror), p])
         print(f"bootstrap and two applications: {time.monotonic() - started:.1f} s")
         assert (root / "etc/motd").read_text() == "built by consfig\n"
         assert in_chroot(root, "cat /etc/debian_version").returncode == 0

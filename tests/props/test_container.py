@@ -16,7 +16,7 @@ import hy  # noqa: F401
 from hy.models import Keyword
 
 from harness import unavailable, wait_until
-from proptest import (deploy_propspec, apply_twice, assert_hop_passes_exit_codes_and_binary_data,
+from proptest import (deploy_propspec, apply_twice, checks_clean, assert_hop_passes_exit_codes_and_binary_data,
                       failure_text, keep_debs, statuses, this_os)
 
 from consfig.transport.chain import close_chain, establish_chain, parse_chain
@@ -147,9 +147,10 @@ def test_nspawn_running_registers_the_machine_and_its_settings(booted):
 
 @pytest.mark.slow
 def test_nspawn_running_again_changes_nothing(booted):
-    outcome, events = deploy_propspec(
-        [Keyword("local")], _running(booted, file.has_content("/etc/motd", "in the container\n")))
+    spec = _running(booted, file.has_content("/etc/motd", "in the container\n"))
+    outcome, events = deploy_propspec([Keyword("local")], spec)
     assert outcome.status == "no-change", f"second apply changed: {statuses(events)}"
+    checks_clean([Keyword("local")], spec)
 
 
 @pytest.mark.slow
@@ -215,6 +216,7 @@ def test_nspawn_enabled_writes_the_boot_links_and_unapplying_removes_them(booted
     wants = pathlib.Path(f"/etc/systemd/system/machines.target.wants/systemd-nspawn@{NAME}.service")
     try:
         apply_twice([Keyword("local")], container.nspawn_enabled(NAME))
+        checks_clean([Keyword("local")], container.nspawn_enabled(NAME))
         assert wants.is_symlink(), "systemd-nspawn@ not enabled"
     finally:
         deploy_propspec([Keyword("local")], container.nspawn_enabled(NAME), unapply=True)
@@ -224,6 +226,7 @@ def test_nspawn_enabled_writes_the_boot_links_and_unapplying_removes_them(booted
 @pytest.mark.slow
 def test_nspawn_stopped_powers_off_and_leaves_nothing(booted):
     apply_twice([Keyword("local")], container.nspawn_stopped(NAME))
+    checks_clean([Keyword("local")], container.nspawn_stopped(NAME))
     assert not _nspawn_pids(NAME), "systemd-nspawn still running"
     assert not _rooted_in(booted), "processes left in the container"
     assert not _mounts_below(booted), "mounts left in the container"
@@ -235,6 +238,7 @@ def test_nspawn_stopped_powers_off_and_leaves_nothing(booted):
 def test_nspawn_removed_deletes_tree_link_and_settings(booted, debian_chroot_tarball):
     keep_debs(booted, debian_chroot_tarball)
     apply_twice([Keyword("local")], container.nspawn_removed(NAME))
+    checks_clean([Keyword("local")], container.nspawn_removed(NAME))
     assert not booted.exists(), "the tree is still there"
     assert not os.path.lexists(f"/var/lib/machines/{NAME}"), "the link is still there"
     assert not os.path.exists(f"/etc/systemd/nspawn/{NAME}.nspawn"), "settings still there"

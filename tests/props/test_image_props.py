@@ -33,7 +33,7 @@ from consfig.apply.combinators import eseqprops
 from consfig.data.items import forget_data_source, register_data_source
 from consfig.deployer.deployment import __dict__ as _deployment
 from consfig.model.host import make_host
-from proptest import (CHROOT_ENV, HOSTNAME, apply_twice, deploy_propspec, failure_text, in_chroot, this_os,
+from proptest import (CHROOT_ENV, HOSTNAME, apply_twice, checks_clean, deploy_propspec, failure_text, in_chroot, this_os,
                       unapply)
 
 deploy = _deployment[hy.mangle("deploy*")]
@@ -126,6 +126,7 @@ def pulled(server, key_line, via, **kw):
 def test_pulled_from_installs_a_timer_systemd_accepts(chroot_chain, root, keys, server):
     reset(root)
     apply_twice(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
+    checks_clean(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
     verified(root, "consfig-pull.service", "consfig-pull.timer")
     timer = unit_text(root, "consfig-pull.timer")
     assert "OnUnitActiveSec=15min\n" in timer and "RandomizedDelaySec=225\n" in timer, timer
@@ -276,6 +277,7 @@ def test_switching_to_systemd_removes_the_cron_job(chroot_chain, root, keys, ser
     deploy_propspec(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
     assert not (root / "etc/cron.d/consfig-pull").exists(), "two schedulers would pull"
     assert (root / "etc/systemd/system/consfig-pull.timer").exists()
+    checks_clean(chroot_chain, [this_os(), pulled(server, keys["good"][1], SYSTEMD)])
     unapply(chroot_chain, pulled(server, keys["good"][1], SYSTEMD))
 
 
@@ -288,6 +290,7 @@ def test_applied_periodically_runs_the_image_from_a_timer(chroot_chain, root):
     reset(root)
     p = image.applied_periodically(every=Keyword("daily"), via=SYSTEMD)
     apply_twice(chroot_chain, [this_os(), p])
+    checks_clean(chroot_chain, [this_os(), p])
     verified(root, "consfig-apply.service", "consfig-apply.timer")
     timer = unit_text(root, "consfig-apply.timer")
     assert "OnUnitActiveSec=1d\n" in timer and "RandomizedDelaySec=3600\n" in timer, timer
@@ -338,6 +341,7 @@ def test_applied_periodically_uses_cron_where_systemd_does_not_run(chroot_chain,
     reset(root)
     p = image.applied_periodically(every="2h", random_delay=0)
     apply_twice(chroot_chain, [this_os(), service.without_starting_services(p)])
+    checks_clean(chroot_chain, [this_os(), service.without_starting_services(p)])
     job = (root / "etc/cron.d/consfig-apply").read_text()
     assert "0 */2 * * *\troot\t/usr/local/bin/consfig-apply_cronjob\n" in job, job
     install_stand_in(root, "from cron")
@@ -412,6 +416,7 @@ def image_bytes(root):
 def test_installed_puts_the_hosts_own_image_on_it(chroot_chain, root):
     reset(root)
     apply_twice(chroot_chain, [this_os(), image.installed()])
+    checks_clean(chroot_chain, [this_os(), image.installed()])
     installed = root / image.IMAGE_PATH.lstrip("/")
     assert installed.stat().st_mode & 0o777 == 0o755, oct(installed.stat().st_mode)
     assert (root / "var/lib/consfig").stat().st_mode & 0o777 == 0o700

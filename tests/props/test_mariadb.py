@@ -21,7 +21,7 @@ from consfig.errors import PropspecError
 from consfig.props import mariadb, service
 
 from harness import wait_until
-from proptest import (CHROOT_ENV, HOSTNAME, apply_twice, data_item, deploy_propspec, failure_text,
+from proptest import (CHROOT_ENV, HOSTNAME, apply_twice, checks_clean, data_item, deploy_propspec, failure_text,
                       in_chroot, rooted_in, said, this_os, unapply, unmount_below)
 
 pytestmark = pytest.mark.chroot
@@ -102,10 +102,12 @@ def test_without_a_server_it_says_the_properties_do_not_start_one(chroot_chain, 
 
 def test_a_database_a_user_and_grants_then_nothing_to_do(chroot_chain, root, server, tmp_path):
     data_item(tmp_path, f"--mariadb-passwd--{HOSTNAME}", "app", PASSWORD + "\n")
-    events = apply_twice(chroot_chain, [
-        mariadb.has_database("app", charset="utf8mb4", collation="utf8mb4_unicode_ci"),
-        mariadb.has_user("app"),
-        mariadb.has_grant("app", "app", K("select"), K("insert"), K("update"))])
+    spec = [mariadb.has_database("app", charset="utf8mb4", collation="utf8mb4_unicode_ci"),
+            mariadb.has_user("app"),
+            mariadb.has_grant("app", "app", K("select"), K("insert"), K("update"))]
+    events = apply_twice(chroot_chain, spec)
+    # With the server the module's root installed.
+    checks_clean(chroot_chain, [this_os(), service.without_starting_services(mariadb.installed()), *spec])
     assert query(root, "SHOW DATABASES LIKE 'app';") == "app\n"
     grants = query(root, "SHOW GRANTS FOR 'app'@'localhost';")
     assert "GRANT SELECT, INSERT, UPDATE ON `app`.* TO `app`@`localhost`" in grants, grants
@@ -159,6 +161,7 @@ def test_unapplying_revokes_drops_the_user_and_the_test_database(chroot_chain, r
 def test_server_settings_are_checked_by_the_server_before_they_are_written(chroot_chain, root):
     good = mariadb.has_server_settings({"max_connections": "200", "bind-address": "127.0.0.1"})
     events = apply_twice(chroot_chain, good)
+    checks_clean(chroot_chain, good)
     cnf = root / "etc/mysql/mariadb.conf.d/90-consfig.cnf"
     assert cnf.read_text() == ("# Written by consfig.\n[mysqld]\nbind-address = 127.0.0.1\n"
                                "max_connections = 200\n")

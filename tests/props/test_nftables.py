@@ -68,6 +68,7 @@ def test_a_ruleset_that_keeps_ssh_is_loaded_written_and_then_holds(site):
     assert site.conf.read_text() == "#!/usr/sbin/nft -f\nflush ruleset\n" + ALLOWS_SSH
     assert "still gets through" in notes(events)
     assert status(site.deploy(prop(site, name), ssh_connection=CONTROLLER)) == "no-change"
+    site.checks_clean(prop(site, name), ssh_connection=CONTROLLER)
 
 
 def test_a_ruleset_that_would_cut_the_ssh_connection_is_refused_and_nothing_changes(site):
@@ -198,11 +199,12 @@ INERT = "table inet consfig_chroot_test {\n  chain c {\n  }\n}\n"
 def test_in_a_chroot_the_ruleset_is_checked_and_written_never_loaded(chroot_chain, debian_chroot):
     from consfig.apply.combinators import eseqprops
     from consfig.props import apt
-    from proptest import apply_twice, this_os
+    from proptest import apply_twice, checks_clean, this_os
     host_before = run("nft", "list", "ruleset").stdout
     try:
-        events = apply_twice(chroot_chain, eseqprops(this_os(), apt.installed("nftables"),
-                                                     nftables.has_ruleset(INERT)))
+        spec = eseqprops(this_os(), apt.installed("nftables"), nftables.has_ruleset(INERT))
+        events = apply_twice(chroot_chain, spec)
+        checks_clean(chroot_chain, spec)
         assert (debian_chroot / "etc/nftables.conf").read_text() == \
             "#!/usr/sbin/nft -f\nflush ruleset\n" + INERT
         assert any("not loaded: this runs in a chroot" in e.get("text", "") for e in events)

@@ -5,7 +5,7 @@
         os.path [exists]
         pytest
         consfig.errors [InapplicableProperty PropspecError]
-        proptest [LOCAL apply-twice deploy-propspec unapply])
+        proptest [LOCAL apply-twice checks-clean deploy-propspec unapply])
 (use-props consfig.props [os file])
 
 (defn slurp [p] (with [f (open p)] (.read f)))
@@ -20,6 +20,13 @@
   (assert (os.isa? (get attrs "os" 0) "debian") "debian-stable is a debian")
   (assert (os.isa? (get attrs "os" 0) "linux") "and a linux")
   (assert (not (os.isa? (get attrs "os" 0) "debian-unstable")) "not unstable"))
+
+(defn test-other-declarations-apply-as-nothing-and-check-clean []
+  ;; The library walk declares Debian stable; these are applied here.
+  (setv decls (props (os.debian-testing :amd64) (os.debian-unstable :amd64) (os.linux :amd64)))
+  (apply-twice LOCAL decls :changes False)
+  (checks-clean LOCAL decls)
+  None)
 
 (defn test-declaration-unapplies-to-nothing []
   (setv #(o _) (deploy-propspec LOCAL (propapp (os.debian-unstable :arm64)) :unapply True))

@@ -12,7 +12,7 @@ import hy  # noqa: F401
 from consfig.errors import PropspecError
 from consfig.props import apt, pip, service, user
 
-from proptest import (apply_twice, deploy_propspec, failure_text, in_chroot, said, this_os,
+from proptest import (apply_twice, checks_clean, deploy_propspec, failure_text, in_chroot, said, this_os,
                       unapply)
 
 pytestmark = pytest.mark.chroot
@@ -42,7 +42,9 @@ def freeze(root, path):
 
 
 def test_venv_is_made_with_its_pins_and_left_alone_after(chroot_chain, root):
-    apply_twice(chroot_chain, pip.venv_installed("/opt/app", "six==1.17.0", **OFFLINE))
+    p = pip.venv_installed("/opt/app", "six==1.17.0", **OFFLINE)
+    apply_twice(chroot_chain, p)
+    checks_clean(chroot_chain, p)
     assert freeze(root, "/opt/app") == {"six==1.17.0"}
 
 
@@ -118,6 +120,7 @@ SYSTEM = {"pipx_home": "/opt/pipx", "bin_dir": "/usr/local/bin"}
 def test_pipx_installs_an_application_for_everyone(chroot_chain, root):
     p = pip.pipx_installed("pyflakes==4.0.0", **SYSTEM, **OFFLINE)
     apply_twice(chroot_chain, p)
+    checks_clean(chroot_chain, p)
     assert in_chroot(root, "/usr/local/bin/pyflakes --version").stdout.startswith("4.0.0")
     unapply(chroot_chain, p)
     assert not os.path.lexists(root / "usr/local/bin/pyflakes")

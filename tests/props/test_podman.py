@@ -26,7 +26,7 @@ import hy  # noqa: F401
 from hy.models import Keyword
 
 from harness import unavailable, wait_until
-from proptest import (apply_twice, assert_hop_passes_exit_codes_and_binary_data, deploy_propspec,
+from proptest import (apply_twice, assert_hop_passes_exit_codes_and_binary_data, checks_clean, deploy_propspec,
                       failure_text, diffs, host_arch, host_suite, statuses, this_os,
                       unapply)
 
@@ -100,8 +100,9 @@ def _running(**kw):
     return podman.container_running(NAME, IMAGE, command=SLEEP, **kw)
 
 
-def test_image_present_imports_the_archive_once(image):
+def test_image_present_imports_the_archive_once(image, conf):
     assert _podman("image", "exists", image, check=False).returncode == 0, "not imported"
+    checks_clean(LOCAL, podman.image_present(IMAGE, archive=str(conf)))
 
 
 def test_container_running_starts_it_labelled_and_writes_its_unit(image):
@@ -111,6 +112,7 @@ def test_container_running_starts_it_labelled_and_writes_its_unit(image):
     assert UNIT.read_text() == podman.unit_text(NAME, IMAGE, SLEEP, [], [], {}), \
         "the unit is not the one described"
     assert "ExecStart=/usr/bin/podman run " in UNIT.read_text(), "no podman run in the unit"
+    checks_clean(LOCAL, _running())
 
 
 def test_container_running_replaces_a_stopped_container(image):
@@ -259,6 +261,7 @@ def test_documented_offline_example_deploys_through_the_cli_then_checks_clean(co
 
 def test_container_removed_removes_container_and_unit(image):
     apply_twice(LOCAL, podman.container_removed(NAME))
+    checks_clean(LOCAL, podman.container_removed(NAME))
     assert _state(NAME) is None, "the container is still there"
     assert not UNIT.exists(), "the unit is still there"
 

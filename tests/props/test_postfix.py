@@ -11,7 +11,7 @@ from consfig.data.items import reset_data_sources
 from consfig.errors import PropspecError
 from consfig.props import postfix
 
-from proptest import (HOSTNAME, apply_twice, data_item, deploy_propspec, failure_text,
+from proptest import (HOSTNAME, apply_twice, checks_clean, data_item, deploy_propspec, failure_text,
                       in_chroot, said, this_os, unapply)
 
 pytestmark = pytest.mark.chroot
@@ -44,6 +44,7 @@ def test_a_satellite_with_aliases_and_a_relay_login_then_nothing_to_do(chroot_ch
              postfix.sender_relay("@example.org", "[mail.example.org]:25"),
              postfix.relay_password(RELAY, "alice")]
     events = apply_twice(chroot_chain, props)
+    checks_clean(chroot_chain, props)
     assert postconf(root, "relayhost") == RELAY
     assert postconf(root, "inet_interfaces") == "loopback-only"
     assert postconf(root, "smtp_sasl_password_maps") == "hash:/etc/postfix/sasl_passwd"
@@ -99,6 +100,7 @@ def test_virtual_aliases_transports_and_sender_rewriting_are_tables_then_removed
              postfix.transport(".example.org", "smtp:[mx.example.org]:25"),
              postfix.sender_canonical("www-data@example.org", "noreply@example.org")]
     apply_twice(chroot_chain, props)
+    checks_clean(chroot_chain, props)
     assert (root / "etc/postfix/virtual").read_text() == "@example.org root, bob@example.net\n"
     assert (root / "etc/postfix/transport").read_text() == ".example.org smtp:[mx.example.org]:25\n"
     assert postconf(root, "virtual_alias_maps") == "hash:/etc/postfix/virtual"

@@ -19,7 +19,7 @@ from consfig.errors import PropspecError
 from consfig.apply.handlers import handler, notifies
 from consfig.props import cmd, file, reboot
 from consfig.image.build import state_directory
-from proptest import HOSTNAME, LOCAL, deploy_propspec, in_chroot, statuses
+from proptest import HOSTNAME, LOCAL, checks_clean, deploy_propspec, in_chroot, statuses
 
 DESC = "Rebooted at the end of the deployment"
 
@@ -72,6 +72,11 @@ def test_a_reboot_asked_for_twice_is_scheduled_once_at_the_end_after_the_handler
     assert lines(log) == ["last property", "handler", "fake-reboot -r +1"]
     assert statuses(events)[DESC] == "changed"
     assert outcome.status == "changed"
+    # An action, so converged where it is applied on a change, which is
+    # then not there: no reboot is asked for.
+    checks_clean(LOCAL, on_change(file.has_content(conf + ".2", "y\n"),
+                                  reboot.at_end(command=[fake, "-r", "+1"])))
+    assert lines(log) == ["last property", "handler", "fake-reboot -r +1"], "the check rebooted nothing"
 
 
 def test_the_note_says_so_and_carries_the_boot_id_for_whoever_waits(fake, log):

@@ -5,7 +5,7 @@
 (import consfig *
         consfig.model.host [hosts]
         pytest
-        proptest [apply-twice deploy-propspec failure-text in-chroot])
+        proptest [apply-twice checks-clean deploy-propspec failure-text in-chroot])
 (use-props consfig.props [ssh sshd hostgroup])
 
 (setv pytestmark pytest.mark.chroot)
@@ -70,6 +70,7 @@
   (in-chroot debian-chroot (+ "mkdir -p /etc/ssh && echo '" KEY-A "' > /etc/ssh/ssh_host_ed25519_key.pub"))
   (setv #(ok _) (deploy-propspec chroot-chain (sshd.has-host-public-key KEY-A)))
   (assert (= ok.status "no-change") "the host has it: nothing to do")
+  (checks-clean chroot-chain (sshd.has-host-public-key KEY-A))
   (setv #(o events) (deploy-propspec chroot-chain (sshd.has-host-public-key KEY-B) :check False))
   (assert (= o.status "failed") "another key")
   (assert (any (gfor e events (in "no /etc/ssh/ssh_host_*_key.pub holds the key" (or (.get e "message") ""))))

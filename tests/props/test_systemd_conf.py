@@ -9,7 +9,7 @@ import hy  # noqa: F401
 from consfig.errors import PropspecError
 from consfig.props import apt, journald, service, systemd, timesyncd, tmpfiles, user
 
-from proptest import apply_twice, deploy_propspec, diffs, failure_text, in_chroot, said, this_os, unapply
+from proptest import apply_twice, checks_clean, deploy_propspec, diffs, failure_text, in_chroot, said, this_os, unapply
 
 pytestmark = pytest.mark.chroot
 
@@ -77,8 +77,10 @@ def test_journald_configured_in_check_mode_shows_a_diff(root, chroot_chain):
 
 
 def test_timesyncd_uses_servers(root, chroot_chain):
-    apply_twice(chroot_chain, [this_os(), service.without_starting_services(
-        timesyncd.uses_servers("ntp1.example.com", "192.0.2.123", fallback=["ntp.example.org"]))])
+    spec = [this_os(), service.without_starting_services(
+        timesyncd.uses_servers("ntp1.example.com", "192.0.2.123", fallback=["ntp.example.org"]))]
+    apply_twice(chroot_chain, spec)
+    checks_clean(chroot_chain, spec)
     assert (root / "etc/systemd/timesyncd.conf.d/consfig.conf").read_text() == (
         "# Written by consfig.\n[Time]\nNTP=ntp1.example.com 192.0.2.123\nFallbackNTP=ntp.example.org\n")
 

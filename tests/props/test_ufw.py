@@ -124,6 +124,15 @@ def test_unapplying_removes_the_rule_and_turns_ufw_off(site):
     assert "192.0.2.0/24" not in in_netns(site.netns, "ufw", "show", "added")
 
 
+def test_disabled_turns_ufw_off_and_then_checks_clean(site):
+    # Turned on by hand, which is quicker than a deployment of SETUP.
+    assert "Firewall is active" in in_netns(site.netns, "ufw", "--force", "enable")
+    events = site.deploy("(ufw.disabled)", ssh_connection=CONTROLLER)
+    assert status(events) == "changed", messages(events)
+    assert "Status: inactive" in ufw_status(site)
+    site.checks_clean("(ufw.disabled)", ssh_connection=CONTROLLER)
+
+
 def test_check_mode_reports_and_changes_nothing(site):
     events = site.deploy(SETUP, ssh_connection=CONTROLLER, check=True)
     # ufw's own default is deny already.  A check plays each change against

@@ -10,11 +10,12 @@ import subprocess
 import pytest
 
 import hy  # noqa: F401
+from consfig.apply.combinators import on_change
 from consfig.data.items import reset_data_sources
 from consfig.errors import PropspecError
 from consfig.props import apache, apt, nginx, service, tls
 
-from proptest import (HOSTNAME, apply_twice, data_item, deploy_propspec, diffs, failure_text,
+from proptest import (HOSTNAME, apply_twice, checks_clean, data_item, deploy_propspec, diffs, failure_text,
                       in_chroot, said, this_os, unapply)
 
 pytestmark = pytest.mark.chroot
@@ -225,7 +226,11 @@ VHOST = """<VirtualHost *:8090>
 
 
 def test_apache_site_is_written_enabled_and_tested(chroot_chain, root):
-    events = apply_twice(chroot_chain, [this_os(), apache.site_enabled("blog", VHOST.format(name="blog"))])
+    # With Apache as the module installed it, and reloaded on a change.
+    spec = [this_os(), apache.installed(), apache.site_available("blog", VHOST.format(name="blog")),
+            on_change(apache.site_enabled("blog", VHOST.format(name="blog")), apache.reloaded())]
+    events = apply_twice(chroot_chain, spec)
+    checks_clean(chroot_chain, spec)
     assert (root / "etc/apache2/sites-available/blog.conf").read_text() == VHOST.format(name="blog")
     assert os.path.lexists(root / "etc/apache2/sites-enabled/blog.conf")
     assert "not reloading apache2: services are not started in a chroot" in said(events)
@@ -255,6 +260,7 @@ def test_apache_module_is_enabled_with_its_dependencies_and_disabled(chroot_chai
     unapply(chroot_chain, apache.module_enabled("ssl"))
     assert not os.path.lexists(enabled / "ssl.load")
     apply_twice(chroot_chain, [this_os(), apache.module_disabled("socache_shmcb")])
+    checks_clean(chroot_chain, [this_os(), apache.module_disabled("socache_shmcb")])
     assert not os.path.lexists(enabled / "socache_shmcb.load")
 
 
@@ -288,6 +294,7 @@ def test_a_module_that_does_not_exist_is_a_clear_failure(chroot_chain, root):
 def test_apache_conf_snippet_is_enabled(chroot_chain, root):
     text = "ServerTokens Prod\n"
     apply_twice(chroot_chain, [this_os(), apache.conf_enabled("tokens", text)])
+    checks_clean(chroot_chain, [this_os(), apache.conf_enabled("tokens", text)])
     assert os.path.lexists(root / "etc/apache2/conf-enabled/tokens.conf")
     unapply(chroot_chain, apache.conf_enabled("tokens", text))
     assert not os.path.lexists(root / "etc/apache2/conf-enabled/tokens.conf")
@@ -295,6 +302,7 @@ def test_apache_conf_snippet_is_enabled(chroot_chain, root):
 
 def test_apache_default_site_is_disabled(chroot_chain, root):
     apply_twice(chroot_chain, [this_os(), apache.site_disabled("000-default")])
+    checks_clean(chroot_chain, [this_os(), apache.site_disabled("000-default")])
     assert not os.path.lexists(root / "etc/apache2/sites-enabled/000-default.conf")
 
 
@@ -304,9 +312,10 @@ def test_apache_https_site_with_a_certificate_from_data(tmp_path, chroot_chain, 
     vhost = ("<VirtualHost *:8443>\n    ServerName secure.example\n    SSLEngine on\n"
              "    SSLCertificateFile /etc/ssl/certs/secure.pem\n"
              "    SSLCertificateKeyFile /etc/ssl/private/secure.key\n</VirtualHost>\n")
-    apply_twice(chroot_chain, [this_os(), tls.certificate_installed("secure"),
-                               apache.module_enabled("ssl"),
-                               apache.site_enabled("secure", vhost)])
+    spec = [this_os(), tls.certificate_installed("secure"), apache.module_enabled("ssl"),
+            apache.site_enabled("secure", vhost)]
+    apply_twice(chroot_chain, spec)
+    checks_clean(chroot_chain, spec)
     in_chroot(root, "apache2ctl configtest")
 
 
