@@ -108,8 +108,13 @@ another user may change is refused."
 removing what an unfinished bootstrap left there first; a failure removes ROOT."
   (when (not (_sh? "command -v debootstrap >/dev/null || command -v mmdebstrap >/dev/null"))
     (raise (AbortedChange "neither debootstrap nor mmdebstrap is installed on the host (apt-get install debootstrap)")))
+  ;; debootstrap where it is installed: OPTIONS are its options (a site
+  ;; writes them for the tool it documents), and its marker file is what
+  ;; tells an unfinished bootstrap (`bootstrapped?`).  Installing mmdebstrap
+  ;; beside it (lxc-templates recommends it) once made a site's :cache-dir
+  ;; an mmdebstrap usage error.
   (setv os-value (bootstrappable-os host)
-        tool (if (run-ok? "command" "-v" "mmdebstrap") "mmdebstrap" "debootstrap")
+        tool (if (run-ok? "command" "-v" "debootstrap") "debootstrap" "mmdebstrap")
         #(mirror proxy) (_mirror-and-proxy host options))
   (cond (_sh? "test -e \"$1/debootstrap\"" root)
         (do (inform f"removing the remains of an unfinished bootstrap of {root}")
@@ -146,7 +151,7 @@ current connection.  No service starts meanwhile."
 (defprop os-bootstrapped :posix [#^ (optional (dict-of keyword (one-of string boolean integer))) options
                                  #^ chroot-root root #^ propspec propspec]
   "ROOT holds a Debian system, bootstrapped with debootstrap (mmdebstrap
-where it is installed) and configured by PROPSPEC, the propspec of the chroot
+where only it is installed) and configured by PROPSPEC, the propspec of the chroot
 as a host of its own.  The suite and architecture come from PROPSPEC's own OS
 declaration; the mirror and proxy from its `apt.mirrors` and `apt.proxy`
 hostattrs, else from those of the host building it, else deb.debian.org.
