@@ -285,6 +285,23 @@ sfdisk --json -- \"$1\" | tr -d ' \\n' | grep -o '\"start\":[0-9]*,\"size\":[0-9
   while read -r s n; do echo $((s * 512)) $((n * 512)); done
 ")
 
+;; How long a filesystem of an image may stay in use (a process of the
+;; deployment inside it still ending) before it is unmounted lazily and the
+;; image fails.  Unmounted lazily, ext4 writes its superblock when its last
+;; user goes, whenever that is: after a LUKS root was encrypted where it
+;; lies, over the LUKS header.
+(setv UNMOUNT-PATIENCE 30)
+
+;; $1 the mount point, $2 seconds.  Exit 3: still in use, unmounted lazily.
+(setv _UNMOUNT "
+end=$(( $(date +%s) + $2 ))
+while ! umount -- \"$1\" 2>/dev/null; do
+  mountpoint -q -- \"$1\" || exit 0
+  if [ \"$(date +%s)\" -ge \"$end\" ]; then umount -l -- \"$1\"; exit 3; fi
+  sleep 0.2
+done
+")
+
 (defclass OpenedImage []
   "An image whose partitions are attached to loop devices (`devices`, one per
 partition, in order) and whose filesystems may be mounted below a
@@ -318,8 +335,14 @@ others) and return its name: what a bootloader is written to."
     (setv problems [])
     (while self.mounted
       (setv point (.pop self.mounted)
-            r (run (Script "umount -- \"$1\" || umount -l -- \"$1\"" point) :check False :timeout 120))
-      (when (not r.ok?) (.append problems f"could not unmount {point}: {(.strip r.stderr)}")))
+            r (run (Script _UNMOUNT point (str UNMOUNT-PATIENCE)) :check False
+                   :timeout (+ UNMOUNT-PATIENCE 60)))
+      (cond (= r.exit-code 3)
+            (.append problems (+ f"{point} was still in use after {UNMOUNT-PATIENCE} s (a process "
+                                 "left inside the image?): unmounted lazily, so the image may "
+                                 "still be written to; build it again"))
+            (not r.ok?)
+            (.append problems f"could not unmount {point}: {(.strip r.stderr)}")))
     (while self.devices
       (setv device (.pop self.devices)
             r (run "losetup" "--detach" device :check False :timeout 60))

@@ -23,7 +23,7 @@ from consfig.model.host import Host
 from consfig.props import disk, vm
 from consfig.transport.local import LocalConnection
 
-BOOT_BOUND = 600
+BOOT_BOUND = 540
 NAME = f"cfuefi{os.getpid()}"
 HOSTNAME = "vm2.image.invalid"
 KEY = b"a key for the tests \x00\xff\n$(reboot) -rf"
@@ -339,3 +339,60 @@ def test_the_command_line_builds_a_uefi_luks_image_by_default_and_check_mode_say
     assert "GRUB installed for UEFI" in said and "root encrypted with LUKS" in said, said
     assert not image.exists(), "check mode built"
     assert "a key for the tests" not in said, "the key is in the output"
+
+
+@pytest.fixture
+def one_partition(tmp_path):
+    """A 64 MiB GPT image with one ext4 partition, and a directory to mount it on."""
+    if os.geteuid() != 0:
+        unavailable("loop devices need root")
+    image = tmp_path / "one.img"
+    subprocess.run(["truncate", "-s", "64M", str(image)], check=True)
+    subprocess.run(["sfdisk", "-q", str(image)], input="label: gpt\n,,L\n", text=True, check=True)
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        with disk.OpenedImage(str(image)) as opened:
+            subprocess.run(["mkfs.ext4", "-q", "-F", opened.devices[0]], check=True)
+    yield image, tmp_path / "mnt"
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        disk.release_image(str(image))
+
+
+def _loops_of(image):
+    return subprocess.run(["losetup", "--noheadings", "--output", "NAME", "--associated",
+                           str(image)], capture_output=True, text=True).stdout.split()
+
+
+def test_closing_an_image_waits_for_a_busy_filesystem_rather_than_unmounting_it_lazily(
+        one_partition):
+    # Unmounted lazily, an ext4 writes its superblock when its last user
+    # goes: after a LUKS root was encrypted where it lay, over its header.
+    image, mnt = one_partition
+    with applying(Host("image.test.invalid", None), LocalConnection()):
+        opened = disk.OpenedImage(str(image)).attach()
+        opened.mount(opened.devices[0], str(mnt))
+        holder = subprocess.Popen(["sleep", "2"], cwd=mnt)
+        try:
+            problems = opened.close()
+            left = _loops_of(image)
+        finally:
+            holder.kill()
+            holder.wait()
+    assert problems == [], problems
+    assert left == [], f"{left} of the image left, its filesystem unmounted lazily and in use"
+
+
+def test_a_filesystem_still_in_use_past_the_patience_fails_the_image(one_partition, monkeypatch):
+    from consfig.errors import FailedChange
+    image, mnt = one_partition
+    monkeypatch.setattr(disk, "UNMOUNT_PATIENCE", 1)
+    holder = None
+    try:
+        with applying(Host("image.test.invalid", None), LocalConnection()):
+            with pytest.raises(FailedChange, match="still in use"):
+                with disk.OpenedImage(str(image)) as opened:
+                    opened.mount(opened.devices[0], str(mnt))
+                    holder = subprocess.Popen(["sleep", "30"], cwd=mnt)
+    finally:
+        if holder:
+            holder.kill()
+            holder.wait()
