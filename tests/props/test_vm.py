@@ -25,7 +25,7 @@ from clirun import REPO  # noqa: E402
 
 # How long the guest may take, under emulation on a busy 2-core machine, to
 # boot and apply its image (the timer fires a second after boot).
-BOOT_BOUND = 600
+BOOT_BOUND = 540
 NAME = f"cfvm{os.getpid()}"
 
 
