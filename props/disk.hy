@@ -302,6 +302,28 @@ while ! umount -- \"$1\" 2>/dev/null; do
 done
 ")
 
+(defn settled [image]
+  "Make IMAGE, whose filesystems were just unmounted, one that only this
+build writes from now on.  A process that made a mount namespace while they
+were mounted (a service with PrivateTmp, `ip netns exec`, `unshare -m`) has
+a copy of those mounts: unmounted here, a filesystem lives on there and
+writes to IMAGE when that process ends (ext4, its superblock: over a LUKS
+header written meanwhile, or into a VM's running disk).  Such a filesystem
+keeps its loop device attached: then its data is synced and IMAGE replaced
+by a copy of itself, a new file, which those loop devices do not write to."
+  (when (.strip (output (Script _ATTACHED image) :timeout 60))
+    (run "sync" :timeout 600)
+    (setv fresh (+ image ".consfig-settled"))
+    (inform (+ f"{image}'s filesystems are still mounted in another mount namespace (a process "
+               "started during the build took a copy of its mounts): the build goes on with a "
+               "copy of the image, which only it writes"))
+    (try
+      (run "cp" "--sparse=always" "--preserve=mode" "--" image fresh :timeout 3600)
+      (run "mv" "-f" "-T" "--" fresh image :timeout 60)
+      (except [BaseException]
+        (run "rm" "-f" "--" fresh :check False :timeout 60)
+        (raise)))))
+
 (defclass OpenedImage []
   "An image whose partitions are attached to loop devices (`devices`, one per
 partition, in order) and whose filesystems may be mounted below a
@@ -357,12 +379,13 @@ others) and return its name: what a bootloader is written to."
       (raise (FailedChange (.join "; " problems))))
     None))
 
+;; $1 an image: the loop devices attached to it, one a line.
+(setv _ATTACHED "losetup --noheadings --output NAME --associated \"$1\" 2>/dev/null || true")
+
 (defn release-image [image]
   "Detach every loop device backed by IMAGE (one left by a build that was
 killed), unmounting what is mounted from it first."
-  (for [device (.split (output (Script "losetup --noheadings --output NAME --associated \"$1\" 2>/dev/null || true"
-                                       image)
-                               :timeout 60))]
+  (for [device (.split (output (Script _ATTACHED image) :timeout 60))]
     (run (Script "findmnt -rn -o TARGET --source \"$1\" | sort -r | while read -r m; do umount -l -- \"$m\"; done"
                  device)
          :check False :timeout 120)
@@ -843,6 +866,7 @@ memory cost, measured here, could exceed a small VM's memory at boot."
                 key (when (is-not luks-index None) (_luks-files work host norm luks-uuid))
                 changes [(_inside work host bootloader norm) (_fstab work norm uuids)
                          (_install-bootloader bootloader opened work norm uuids)])))
+    (settled target)
     (when (and made (is-not luks-index None))
       ;; Last, with nothing mounted: the filesystem is encrypted where it is.
       (inform f"encrypting {image}'s root filesystem (LUKS2, its key from data)")
@@ -1022,7 +1046,7 @@ convert`, written aside and renamed)."
       (raise))))
 
 (export :objects [TABLES FILESYSTEMS PARTITION-TYPES mebibytes normalise-volumes volumes-problem
-                  disk-mebibytes sfdisk-script fstab-lines OpenedImage release-image
+                  disk-mebibytes sfdisk-script fstab-lines OpenedImage release-image settled
                   partitioned-image build-image image-host-checked image-options has-volumes
                   raw-image-built-for BOOT-KERNEL BOOT-PACKAGES grub-cfg install-grub-bios write-image image-written-to
                   boot-packages-installed convert-to-qcow2 LUKS-RESERVE-MIB boot-packages image-bootloader

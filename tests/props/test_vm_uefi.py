@@ -396,3 +396,49 @@ def test_a_filesystem_still_in_use_past_the_patience_fails_the_image(one_partiti
         if holder:
             holder.kill()
             holder.wait()
+
+
+def test_an_image_mounted_in_another_mount_namespace_is_encrypted_unharmed(tmp_path):
+    # A process that makes a mount namespace while an image is built (a
+    # service with PrivateTmp, `ip netns exec`, `unshare -m`) takes a copy
+    # of the build's mounts: unmounted here, the root filesystem lives on
+    # there, and writes its superblock when that process ends, over a LUKS
+    # header written meanwhile.
+    if os.geteuid() != 0:
+        unavailable("loop devices need root")
+    image = tmp_path / "pinned.img"
+    mnt = tmp_path / "mnt"
+    subprocess.run(["truncate", "-s", "128M", str(image)], check=True)
+    subprocess.run(["sfdisk", "-q", str(image)], input="label: gpt\n,,L\n", text=True, check=True)
+    pin = None
+    try:
+        with applying(Host("image.test.invalid", None), LocalConnection()):
+            with disk.OpenedImage(str(image)) as opened:
+                subprocess.run(["mkfs.ext4", "-q", "-F", opened.devices[0],
+                                f"{(120 - disk.LUKS_RESERVE_MIB) * 1024}k"], check=True)
+                opened.mount(opened.devices[0], str(mnt))
+                pinned_loop = os.path.basename(opened.devices[0])
+                (mnt / "f").write_text("kept\n")
+                pin = subprocess.Popen(["unshare", "-m", "sh", "-c", "echo ready; exec sleep 60"],
+                                       stdout=subprocess.PIPE, text=True)
+                assert pin.stdout.readline() == "ready\n"
+            disk.settled(str(image))
+            with disk.OpenedImage(str(image)) as opened:
+                disk.encrypt_in_place(opened.devices[0], KEY, "0b9e2a3c-5d6e-4f70-8a9b-0c1d2e3f4a5b",
+                                      None, iterations=1000)
+        pin.kill()
+        pin.wait()
+        pin = None
+        # The namespace's filesystem ends (writing its superblock), then
+        # its loop device.
+        wait_until(lambda: not os.path.exists(f"/sys/block/{pinned_loop}/loop/backing_file"), 30,
+                   f"{pinned_loop}, held by the other namespace, to be released")
+        with applying(Host("image.test.invalid", None), LocalConnection()):
+            with disk.OpenedImage(str(image)) as opened:
+                luks = subprocess.run(["cryptsetup", "isLuks", "--debug", opened.devices[0]],
+                                      capture_output=True, text=True)
+        assert luks.returncode == 0, f"the LUKS header was overwritten:\n{luks.stdout[-1500:]}"
+    finally:
+        if pin:
+            pin.kill()
+            pin.wait()
