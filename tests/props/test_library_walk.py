@@ -426,13 +426,11 @@ LEFT_OUT = {
                         "(tests/props/test_converge_container.py runs the agent by hand, "
                         "tests/image/test_image_converge.py the image it would run)",
     "vm.running": "builds and boots a bootable image of a host under QEMU, a minute and a half of the walk: "
-                  "tests/props/test_vm.py::test_the_running_vm_changes_nothing_and_stopped_ends_qemu; "
-                  "not checked clean yet: tests/props/test_vm.py is being changed in another branch",
+                  "tests/props/test_vm.py::test_the_running_vm_changes_nothing_and_stopped_ends_qemu",
     "vm.stopped": "as vm.running: "
-                  "tests/props/test_vm.py::test_the_running_vm_changes_nothing_and_stopped_ends_qemu; "
-                  "not checked clean yet: tests/props/test_vm.py is being changed in another branch",
-    "vm.removed": "as vm.running; tests/props/test_vm.py removes its machine at the end; "
-                  "not checked clean yet: tests/props/test_vm.py is being changed in another branch",
+                  "tests/props/test_vm.py::test_the_running_vm_changes_nothing_and_stopped_ends_qemu",
+    "vm.removed": "as vm.running; tests/props/test_vm.py removes its machine at the end, in its "
+                  "fixture's teardown; not checked clean: nothing runs after it",
     "disk.has-volumes": "as disk.raw-image-built-for, which applies this declaration of the "
                         "volumes a disk image gets in the image's host",
     "disk.raw-image-built-for": "builds a disk image of a whole host from the tarball, a minute of "
@@ -443,8 +441,8 @@ LEFT_OUT = {
     "disk.boot-packages-installed": "installs a kernel, initramfs-tools and GRUB, minutes of the "
                                     "walk; applied inside the bootable image of "
                                     "tests/props/test_vm.py::test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot; "
-                                    "not checked clean yet: tests/props/test_vm.py is being changed in "
-                                    "another branch",
+                                    "not checked clean: it is applied only inside the image "
+                                    "being built, which is not built again while its VM runs",
     "reboot.at-end": "reboots the host (in a chroot it does nothing); an action, so checked clean "
                      "under on-change: "
                      "tests/props/test_reboot.py::test_a_reboot_asked_for_twice_is_scheduled_once_at_the_end_after_the_handlers",

@@ -188,8 +188,14 @@ def test_the_running_vm_changes_nothing_and_stopped_ends_qemu(booted):
     # QEMU runs.
     out = _deploy_site(site)
     assert "No changes were made" in out, out[-3000:]
+    from consfig.model.host import find_host
+    from consfig.site.load import load_consfig
+    from proptest import checks_clean
+    load_consfig(str(site))
+    checks_clean([K("local")], find_host("vmhost.invalid"))
     outcome, events = deploy_propspec([K("local")], vm.stopped(name))
     assert outcome.status == "changed", statuses(events)
+    checks_clean([K("local")], vm.stopped(name))
     assert not vm_running(name), "QEMU still runs"
     assert not os.path.exists(vm.pid_file(name)), "the PID file is left"
     leftover = subprocess.run(["pgrep", "-f", f"-name {name} "], capture_output=True, text=True).stdout
