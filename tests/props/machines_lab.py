@@ -35,3 +35,45 @@ def self_applying_host(name, volumes=VOLUMES):
         # Skipped while building (no services start in the chroot): only an
         # application on the booted machine starts it.
         systemd.started(MARKER_UNIT)))
+
+
+# How long a guest may take, under emulation on a busy 2-core machine, to
+# boot and apply its image (the timer fires a second after boot): inside
+# pytest-timeout's 600 s, so that a failure shows the console.
+BOOT_BOUND = 540
+
+
+def console_text(name):
+    """What the VM NAME has written to its serial console so far."""
+    from consfig.props import vm
+    try:
+        with open(vm.console_log(name), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def vm_running(name):
+    """Whether consfig's QEMU of the VM NAME runs."""
+    from consfig.model.context import applying
+    from consfig.model.host import Host
+    from consfig.props import vm
+    from consfig.transport.local import LocalConnection
+    with applying(Host("vm.test.invalid", None), LocalConnection()):
+        return getattr(vm, hy.mangle("running?"))(name)
+
+
+def console_with_marker(name):
+    """The VM NAME's console once it says MARKER; a failure showing its end
+    when it does not within BOOT_BOUND, or QEMU ends first."""
+    from harness import wait_until
+    try:
+        wait_until(lambda: MARKER in console_text(name) or not vm_running(name),
+                   timeout=BOOT_BOUND,
+                   what="the guest to say on its serial console that consfig applied")
+    except AssertionError:
+        raise AssertionError(f"no {MARKER!r} on the console within {BOOT_BOUND} s; it ends:\n"
+                             + console_text(name)[-3000:])
+    console = console_text(name)
+    assert MARKER in console, f"QEMU ended early; the console ends:\n{console[-3000:]}"
+    return console

@@ -14,8 +14,8 @@ import pytest
 import hy
 from hy.models import Keyword as K
 
-from harness import unavailable, wait_until
-from machines_lab import MARKER, MARKER_UNIT, marker_unit_text
+from harness import unavailable
+from machines_lab import BOOT_BOUND, MARKER_UNIT, console_with_marker, marker_unit_text, vm_running
 
 from consfig.errors import PropspecError
 from consfig.props import vm
@@ -23,9 +23,6 @@ from consfig.props import vm
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ui"))
 from clirun import REPO  # noqa: E402
 
-# How long the guest may take, under emulation on a busy 2-core machine, to
-# boot and apply its image (the timer fires a second after boot).
-BOOT_BOUND = 540
 NAME = f"cfvm{os.getpid()}"
 
 
@@ -150,33 +147,11 @@ def _root_file(image, path):
         subprocess.run(["losetup", "-d", loop], timeout=60)
 
 
-def _console(name):
-    try:
-        with open(vm.console_log(name), "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""
-
-
 @pytest.mark.slow
 @pytest.mark.chroot
 def test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot(booted):
     image, name, _ = booted
-    try:
-        wait_until(lambda: MARKER in _console(name) or not vm_running(name), timeout=BOOT_BOUND,
-                   what="the guest to say on its serial console that consfig applied")
-    except Exception:
-        raise AssertionError(f"no {MARKER!r} on the console within {BOOT_BOUND} s; it ends:\n"
-                             + _console(name)[-3000:])
-    assert MARKER in _console(name), f"QEMU ended early; the console ends:\n{_console(name)[-3000:]}"
-
-
-def vm_running(name):
-    from consfig.transport.local import LocalConnection
-    from consfig.model.context import applying
-    from consfig.model.host import Host
-    with applying(Host("vm.test.invalid", None), LocalConnection()):
-        return getattr(vm, hy.mangle("running?"))(name)
+    console_with_marker(name)
 
 
 @pytest.mark.slow
