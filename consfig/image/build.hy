@@ -146,11 +146,11 @@ them) and `sha256`, the hex digest of its bytes."
   ;; controller's copy of DEST is not the host's, and would change the
   ;; image with each fetch): each run puts DIGEST of DEST, this machine's.
   (for [m (get payload "data") :if (= (get m "iden1") FETCHED-DATA)]
-    (setv text (digest (get m "iden2")))
+    (setv text (digest (get m "iden2"))
+          sha256 (sha256-hex (.encode text)))
     (.pop m "base64" None)
-    (.update m {"text" text
-                "version" (sha256-hex (.encode text))
-                "sha256" (sha256-hex (.encode text))}))
+    ;; Its version is its content's digest, as provide-data makes it.
+    (.update m {"text" text "version" sha256 "sha256" sha256}))
   payload)
 
 (defn make-image [host * [no-secrets False]]
