@@ -10,8 +10,10 @@ a raw image file with loop devices, sfdisk and mkfs.
 
 An EFI system partition (`:type :esp`) is made and filled without being
 mounted (mtools): a disk with one boots by UEFI (`:grub-efi`, see
-`raw-image-built-for`).  A root filesystem with `:luks NAME` is encrypted
-(LUKS2) once it is built, and unlocked at boot as /dev/mapper/NAME.
+`raw-image-built-for`), and with a BIOS boot partition too by either
+firmware (`:grub-hybrid`), as Debian's cloud images do.  A root filesystem
+with `:luks NAME` is encrypted (LUKS2) once it is built, and unlocked at
+boot as /dev/mapper/NAME.
 
 Sizes are whole mebibytes: a number, or text with a unit (\"512M\", \"4G\");
 `:rest` (last partition only) takes what is left of the table's `:size`,
@@ -468,13 +470,16 @@ partition table and empty filesystems; return the UUIDs of the filesystems
       [BOOT-KERNEL "initramfs-tools" "zstd" "grub-pc-bin" "grub2-common" "systemd-sysv"])
 
 (defn boot-packages [bootloader luks]
-  "What an image needs inside to boot with BOOTLOADER (\"grub-bios\" or
-\"grub-efi\"), and with LUKS (true) its root encrypted: `BOOT-PACKAGES`,
-GRUB's EFI images in place of its BIOS ones for :grub-efi, and for a LUKS
-root cryptsetup-initramfs (which puts cryptsetup, the crypttab entries
-marked `initramfs` and their key files in the initramfs)."
+  "What an image needs inside to boot with BOOTLOADER (\"grub-bios\",
+\"grub-efi\" or \"grub-hybrid\"), and with LUKS (true) its root encrypted:
+`BOOT-PACKAGES`, GRUB's EFI images in place of its BIOS ones for :grub-efi
+and beside them for :grub-hybrid, and for a LUKS root cryptsetup-initramfs
+(which puts cryptsetup, the crypttab entries marked `initramfs` and their
+key files in the initramfs)."
   (+ (lfor p BOOT-PACKAGES
-           (if (and (= p "grub-pc-bin") (= bootloader "grub-efi")) "grub-efi-amd64-bin" p))
+           :if (not (and (= p "grub-pc-bin") (= bootloader "grub-efi")))
+           p)
+     (if (in bootloader #{"grub-efi" "grub-hybrid"}) ["grub-efi-amd64-bin"] [])
      (if luks ["cryptsetup-initramfs"] [])))
 
 (setv deb-package (matching "deb-package" "a Debian package name" r"[a-z0-9][a-z0-9+.-]+"))
@@ -498,7 +503,7 @@ own propspec (which may need systemctl)."
 
 (defn _inside [root host bootloader norm]
   (setv propspec (get host "propspec"))
-  (when (in bootloader #{"grub-bios" "grub-efi"})
+  (when (in bootloader GRUB-BOOTLOADERS)
     (setv propspec (eseqprops (boot-packages-installed
                                 :packages (boot-packages bootloader (_luks-partition norm)))
                               propspec)))
@@ -686,13 +691,18 @@ Return `:changed`, or `:no-change` when all of it was there already."
     (unmount-below d)
     (run "rmdir" "--" d :check False :timeout 60)))
 
+(setv GRUB-BOOTLOADERS #{"grub-bios" "grub-efi" "grub-hybrid"})
+
 (defn image-bootloader [norm options]
   "The bootloader an image of the volumes NORM gets with OPTIONS (plain
-data): their `:bootloader`, else \"grub-efi\" when the volumes hold an EFI
-system partition and no BIOS boot partition, else \"grub-bios\"."
+data): their `:bootloader`, else \"grub-hybrid\" when the volumes hold both
+an EFI system partition and a BIOS boot partition, \"grub-efi\" when they
+hold an EFI system partition alone, else \"grub-bios\"."
   (setv types (lfor p (get norm "partitions") (get p "type")))
   (or (_name (.get options "bootloader"))
-      (if (and (in "esp" types) (not-in "bios-boot" types)) "grub-efi" "grub-bios")))
+      (cond (not-in "esp" types) "grub-bios"
+            (in "bios-boot" types) "grub-hybrid"
+            True "grub-efi")))
 
 (defn _luks-partition [norm]
   ;; The index of the :luks partition (the root), or None.
@@ -779,9 +789,14 @@ memory cost, measured here, could exceed a small VM's memory at boot."
         (.mount opened (get opened.devices i) (+ work point)))))
 
 (defn _install-bootloader [bootloader opened work norm uuids * [check False]]
-  (cond (= bootloader "grub-bios") (install-grub-bios opened work norm uuids :check check)
-        (= bootloader "grub-efi") (install-grub-efi opened work norm uuids :check check)
-        True NO-CHANGE))
+  ;; Both for a hybrid: each finds its own part in place, and they write the
+  ;; same grub.cfg.
+  (setv changes (lfor [name install] [["grub-bios" install-grub-bios] ["grub-efi" install-grub-efi]]
+                      :if (in bootloader #{name "grub-hybrid"})
+                      (install opened work norm uuids :check check)))
+  (cond (all (gfor c changes (= c NO-CHANGE))) NO-CHANGE
+        (in WOULD-CHANGE changes) WOULD-CHANGE
+        True :changed))
 
 (defn _encrypted-left-alone [image host]
   (inform (+ f"{image}'s root is encrypted (LUKS), which consfig opens only while it builds the "
@@ -803,6 +818,8 @@ memory cost, measured here, could exceed a small VM's memory at boot."
                f", {(get host "hostname")}'s propspec applied inside, /etc/fstab written"
                (cond (= bootloader "grub-bios") ", GRUB installed for BIOS"
                      (= bootloader "grub-efi") ", GRUB installed for UEFI on the EFI system partition"
+                     (= bootloader "grub-hybrid")
+                       ", GRUB installed for BIOS, and for UEFI on the EFI system partition"
                      True "")
                (if (is-not luks-index None) ", the root encrypted with LUKS" "")))
     (return WOULD-CHANGE))
@@ -893,13 +910,13 @@ memory cost, measured here, could exceed a small VM's memory at boot."
       (run "rmdir" "--" work :check False :timeout 60))))
 
 (setv image-options
-      (predicate "image-options" "a dict of :tarball (an absolute path), :bootstrap (debootstrap's options), :bootloader (:grub-bios, :grub-efi or :none) and :qcow2 (an absolute path)"
+      (predicate "image-options" "a dict of :tarball (an absolute path), :bootstrap (debootstrap's options), :bootloader (:grub-bios, :grub-efi, :grub-hybrid or :none) and :qcow2 (an absolute path)"
                  (fn [v] (and (isinstance v dict)
                               (all (gfor [k x] (.items v)
                                          (cond (= (_name k) "tarball") (.accepts abs-path x)
                                                (= (_name k) "qcow2") (.accepts abs-path x)
                                                (= (_name k) "bootstrap") (isinstance x dict)
-                                               (= (_name k) "bootloader") (in (_name x) #{"grub-bios" "grub-efi" "none"})
+                                               (= (_name k) "bootloader") (in (_name x) (| GRUB-BOOTLOADERS #{"none"}))
                                                True False)))))))
 
 (defprop raw-image-built-for :posix [#^ (optional image-options) options #^ anything host
@@ -916,7 +933,7 @@ build of IMAGE.  An image
 that exists already has HOST's propspec re-applied inside it: unchanged, it
 changes nothing.
 
-With OPTIONS' `:bootloader` `:grub-bios` (the default, but for the case
+With OPTIONS' `:bootloader` `:grub-bios` (the default, but for the cases
 below) the image boots on a PC BIOS (or QEMU, see
 `consfig.props.vm`): a kernel, initramfs-tools, GRUB's BIOS images and
 systemd-sysv are installed inside, and GRUB is written to the disk
@@ -924,7 +941,9 @@ systemd-sysv are installed inside, and GRUB is written to the disk
 first serial port too.  `:grub-efi` (the default for volumes with an EFI
 system partition and no BIOS boot partition) boots by UEFI instead: GRUB's EFI images inside, and GRUB
 written to the ESP as EFI/BOOT/BOOTX64.EFI with mtools, the ESP never
-mounted (`install-grub-efi`).  `:none` leaves the image without a bootloader
+mounted (`install-grub-efi`).  `:grub-hybrid` (the default for volumes with
+both) does both, so that the disk boots under either firmware, as Debian's
+cloud images do.  `:none` leaves the image without a bootloader
 (a tree to copy, or one to boot as a container).
 
 A root with `:luks NAME` in the volumes is built as a plain ext4 that ends

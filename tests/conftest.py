@@ -104,7 +104,7 @@ def pytest_xdist_auto_num_workers(config):
 # others sat idle.  Taken first, they overlap the short files instead.  A file
 # missing here is only scheduled in its usual place.
 LONGEST_FIRST = [
-    "props/test_vm.py", "props/test_library_walk.py", "props/test_vm_uefi.py",
+    "props/test_vm.py", "props/test_library_walk.py",
     "props/test_apt_repo.py",
     "props/test_pip.py", "props/test_image_props.py", "dataspace/test_dataspace_live.py",
     "ui/test_install.py", "props/test_postgres.py", "props/test_converge_site.py",

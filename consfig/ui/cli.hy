@@ -9,7 +9,7 @@
   consfig hosts [--consfig FILE] [PATTERN…] [--limit PATTERN]
   consfig image [--consfig FILE] HOST -o FILE [--no-secrets]
   consfig image [--consfig FILE] HOST --disk FILE [--qcow2 FILE] [--tarball FILE]
-                 [--bootloader grub-bios|grub-efi|none] [--via CHAIN] [-v…] [--check]
+                 [--bootloader grub-bios|grub-efi|grub-hybrid|none] [--via CHAIN] [-v…] [--check]
   consfig status [--consfig FILE] HOST [--via CHAIN] [--json]
   consfig keygen -o KEYFILE [--comment TEXT] [--from OLDKEY]
   consfig publish [--consfig FILE] PATTERN… --to DIR --signing-key KEYFILE [--legacy-key OLDKEY]
@@ -140,9 +140,10 @@ argument parser SP."
   (.add-argument i "--qcow2" :metavar "FILE" :help "with --disk: also convert the disk image to qcow2 at FILE")
   (.add-argument i "--tarball" :metavar "FILE"
                  :help "with --disk: unpack this tarball of a bootstrapped tree instead of running debootstrap")
-  (.add-argument i "--bootloader" :choices ["grub-bios" "grub-efi" "none"] :default None
-                 :help (+ "with --disk: the bootloader to install (default: grub-efi when the host's "
-                          "volumes hold an EFI system partition and no BIOS boot partition, else grub-bios)"))
+  (.add-argument i "--bootloader" :choices ["grub-bios" "grub-efi" "grub-hybrid" "none"] :default None
+                 :help (+ "with --disk: the bootloader to install (default: grub-hybrid when the host's "
+                          "volumes hold an EFI system partition and a BIOS boot partition, grub-efi when "
+                          "they hold an EFI system partition alone, else grub-bios)"))
   (via-option i)
   (output-options i))
 

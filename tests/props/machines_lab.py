@@ -15,10 +15,13 @@ VOLUMES = {K("table"): K("gpt"), K("size"): "2G",
                              {K("size"): K("rest"), K("fs"): K("ext4"), K("mount"): "/"}]}
 
 
-def marker_unit_text():
+def marker_unit_text(report=""):
+    """The marker unit's text; REPORT (shell commands, without single
+    quotes or dollars) writes what the guest has to say before the marker."""
+    assert "'" not in report and "$" not in report, report
     return ("[Unit]\nDescription=Say on the serial console that consfig applied\n\n"
             "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-            f"ExecStart=/bin/sh -c 'echo {MARKER} > /dev/ttyS0'\n")
+            f"ExecStart=/bin/sh -c '{{ {report}echo {MARKER}; }} > /dev/ttyS0'\n")
 
 
 def self_applying_host(name, volumes=VOLUMES):

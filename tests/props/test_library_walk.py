@@ -429,8 +429,8 @@ LEFT_OUT = {
                   "tests/props/test_vm.py::test_the_running_vm_changes_nothing_and_stopped_ends_qemu",
     "vm.stopped": "as vm.running: "
                   "tests/props/test_vm.py::test_the_running_vm_changes_nothing_and_stopped_ends_qemu",
-    "vm.removed": "as vm.running; tests/props/test_vm.py removes its machine at the end, in its "
-                  "fixture's teardown; not checked clean: nothing runs after it",
+    "vm.removed": "as vm.running: "
+                  "tests/props/test_vm.py::test_the_hybrid_image_boots_its_kernel_under_seabios_too",
     "disk.has-volumes": "as disk.raw-image-built-for, which applies this declaration of the "
                         "volumes a disk image gets in the image's host",
     "disk.raw-image-built-for": "builds a disk image of a whole host from the tarball, a minute of "
@@ -440,7 +440,7 @@ LEFT_OUT = {
                              "tests/props/test_disk.py::test_image_written_to_a_blank_device_then_changes_nothing",
     "disk.boot-packages-installed": "installs a kernel, initramfs-tools and GRUB, minutes of the "
                                     "walk; applied inside the bootable image of "
-                                    "tests/props/test_vm.py::test_a_built_image_boots_under_qemu_and_applies_its_consfig_on_first_boot; "
+                                    "tests/props/test_vm.py::test_a_built_image_boots_under_ovmf_unlocks_its_root_and_applies_its_consfig; "
                                     "not checked clean: it is applied only inside the image "
                                     "being built, which is not built again while its VM runs",
     "reboot.at-end": "reboots the host (in a chroot it does nothing); an action, so checked clean "

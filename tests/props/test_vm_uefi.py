@@ -1,7 +1,6 @@
-"""UEFI boot images and LUKS roots (props/disk.hy, props/vm.hy): ONE real
-QEMU boot, under OVMF, of an image whose EFI system partition was filled
-without mounting it and whose root was encrypted in place, unlocked at boot
-by the key file in its initramfs; the rest on loop devices and as data."""
+"""UEFI boot images and LUKS roots (props/disk.hy, props/vm.hy), on loop
+devices and as data.  Their boot, under OVMF, with the root unlocked by the
+key file in the initramfs, is test_vm.py's one boot."""
 
 import os
 import re
@@ -14,7 +13,6 @@ import hy  # noqa: F401
 from hy.models import Keyword as K
 
 from harness import unavailable, wait_until
-from machines_lab import console_with_marker, self_applying_host
 
 from consfig.data.items import MissingData, reset_data_sources
 from consfig.errors import PropspecError
@@ -23,8 +21,6 @@ from consfig.model.host import Host
 from consfig.props import disk, vm
 from consfig.transport.local import LocalConnection
 
-NAME = f"cfuefi{os.getpid()}"
-HOSTNAME = "vm2.image.invalid"
 KEY = b"a key for the tests \x00\xff\n$(reboot) -rf"
 
 ESP = {K("size"): "32M", K("type"): K("esp"), K("fs"): K("vfat"), K("mount"): "/boot/efi"}
@@ -71,13 +67,21 @@ def test_a_disk_with_an_esp_gets_grub_for_uefi_unless_told_otherwise():
     bios = disk.normalise_volumes(_volumes({K("size"): "1M", K("type"): K("bios-boot")}, _root()))
     assert disk.image_bootloader(bios, {}) == "grub-bios"
     both = disk.normalise_volumes(_volumes({K("size"): "1M", K("type"): K("bios-boot")}, ESP, _root()))
-    assert disk.image_bootloader(both, {}) == "grub-bios", "a BIOS boot partition says where GRUB goes"
+    assert disk.image_bootloader(both, {}) == "grub-hybrid", "both partitions get both GRUBs"
+    assert disk.image_bootloader(both, {"bootloader": K("grub-bios")}) == "grub-bios"
+
+
+def test_a_hybrid_image_gets_both_grubs_images_inside():
+    packages = disk.boot_packages("grub-hybrid", False)
+    assert "grub-pc-bin" in packages and "grub-efi-amd64-bin" in packages, packages
+    assert "cryptsetup-initramfs" not in packages, packages
+    assert disk.boot_packages("grub-bios", False) == disk.BOOT_PACKAGES
 
 
 @pytest.mark.parametrize("volumes, firmware", [
     (UEFI_LUKS, "uefi"),
     (_volumes({K("size"): "1M", K("type"): K("bios-boot")}, _root()), "bios"),
-    # Both: the BIOS boot partition says GRUB went there (it is the default).
+    # Both (a hybrid disk): SeaBIOS, unless told.
     (_volumes({K("size"): "1M", K("type"): K("bios-boot")}, ESP, _root()), "bios"),
     ({**_volumes(ESP, _root()), K("table"): K("msdos")}, "bios"),
 ])
@@ -185,54 +189,6 @@ def test_the_esps_loader_is_written_and_compared_without_mounting_it(loop, tmp_p
     assert not any(loop in line for line in open("/proc/mounts")), "the ESP was mounted"
 
 
-@pytest.fixture(scope="module")
-def booted_uefi_luks(debian_chroot_tarball, tmp_path_factory):
-    """The one UEFI boot: `vm.running` given a host whose volumes hold an
-    ESP and a LUKS root, which builds its image from the cached tarball and
-    boots it under OVMF (its :firmware derived from the disk)."""
-    from proptest import data_item, deploy_propspec, statuses
-    if os.geteuid() != 0:
-        unavailable("building a disk image needs root")
-    for tool in ["qemu-system-x86_64", "sfdisk", "mkfs.ext4", "mkfs.vfat", "mcopy", "cryptsetup",
-                 "losetup"]:
-        if not shutil.which(tool):
-            unavailable(f"{tool} is not installed (apt-get install qemu-system-x86 fdisk e2fsprogs "
-                        "dosfstools mtools cryptsetup-bin)")
-    if not os.path.exists(vm.OVMF):
-        unavailable(f"{vm.OVMF} is not there (apt-get install ovmf)")
-    work = tmp_path_factory.mktemp("uefi")
-    image = work / "vm2.img"
-    options = {K("disk"): str(image), K("image"): {K("tarball"): str(debian_chroot_tarball)}}
-    host = self_applying_host(HOSTNAME, UEFI_LUKS)
-    reset_data_sources()
-    data_item(work, *disk.luks_key_item(HOSTNAME, "cryptroot"), KEY)
-    try:
-        outcome, events = deploy_propspec([K("local")], vm.running(NAME, options, host))
-        assert outcome.status == "changed", statuses(events)
-        yield image, NAME, options, host, events
-    finally:
-        deploy_propspec([K("local")], vm.removed(NAME), check=False)
-        reset_data_sources()
-
-
-@pytest.mark.slow
-@pytest.mark.chroot
-def test_an_image_with_an_esp_and_a_luks_root_boots_under_ovmf_and_applies_its_consfig(
-        booted_uefi_luks):
-    image, name, _, _, events = booted_uefi_luks
-    console = console_with_marker(name)
-    # Booted by UEFI (the kernel found EDK II's tables), from the root that
-    # the initramfs unlocked with its key file, mounted from device-mapper.
-    for line in ["efi: EFI v", "cryptroot: set up successfully", "EXT4-fs (dm-0): mounted filesystem"]:
-        assert line in console, f"{line!r} is not on the console:\n{console[-3000:]}"
-    said = repr(events) + console
-    assert "a key for the tests" not in said, "the key reached the events or the console"
-    # The image's partition table: no BIOS boot partition, an ESP, and the
-    # root LUKS, not ext4.
-    dump = subprocess.run(["sfdisk", "--dump", str(image)], capture_output=True, text=True).stdout
-    assert "C12A7328-F81F-11D2-BA4B-00A0C93EC93B" in dump and "21686148" not in dump, dump
-
-
 def _small_host(name):
     from consfig.apply.combinators import eseqprops
     from consfig.model.host import make_host
@@ -269,25 +225,6 @@ def test_a_new_uefi_luks_image_in_check_mode_is_described_and_not_built(tmp_path
     assert "GRUB installed for UEFI on the EFI system partition" in said, said
     assert "the root encrypted with LUKS" in said, said
     assert not image.exists() and not os.path.exists(f"{image}.consfig-partial"), "check mode built"
-
-
-@pytest.mark.slow
-@pytest.mark.chroot
-def test_an_existing_image_with_a_luks_root_is_left_as_it_is_and_says_why(booted_uefi_luks, tmp_path):
-    from proptest import data_item, deploy_propspec, statuses
-    image, _, options, host, _ = booted_uefi_luks
-    # Its key is still declared (a test between may have reset the sources).
-    data_item(tmp_path, *disk.luks_key_item(HOSTNAME, "cryptroot"), KEY)
-    seen = []
-    outcome, events = deploy_propspec(
-        [K("local")], disk.raw_image_built_for(options[K("image")], host, str(image)), sink=seen.append)
-    assert outcome.status == "no-change", statuses(events)
-    said = " ".join(e.get("text", "") for e in seen if isinstance(e, dict))
-    assert "root is encrypted (LUKS)" in said and "remove the image to build it anew" in said, said
-    # (Its VM still runs: the image's own writes are the guest's.)
-    ran = [e["text"] for e in seen if isinstance(e, dict) and e.get("text", "").startswith("$ ")]
-    assert not [c for c in ran if c.split()[1] in ("losetup", "mount", "cryptsetup", "tar")], \
-        f"the image was opened: {ran}"
 
 
 def test_the_command_line_builds_a_uefi_luks_image_by_default_and_check_mode_says_so(tmp_path):
