@@ -117,3 +117,63 @@ def test_agent_in_a_booted_container_starts_a_stopped_unit_again_from_its_bus_wa
     assert agent.of("stopped"), "the agent said it stopped"
     wait_until(lambda: _inside("sh", "-c", 'kill -0 "$1"', "sh", str(agent.pid)).returncode != 0, 10,
                "the agent's process in the container to end")
+
+
+SERVICE_SITE = """(require consfig *)
+(import consfig *)
+(use-props consfig.props [converge file os])
+(defhost {host} {{:deploy [[:nspawn :machine {name}] [:python :install True]]}}
+  (os.debian-stable {suite} :{arch})
+  (file.has-content "/etc/consfig-motd" "kept by the service\\n")
+  (converge.running :interval 600))
+"""
+
+
+def _service_events(hostname):
+    import json
+    r = _inside("cat", f"/var/lib/consfig/converge/{hostname}.jsonl")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+def test_the_agent_as_a_service_deployed_from_a_site_keeps_it_and_unapplies_cleanly(booted, tmp_path):
+    # docs/converge.md's "The agent as a service", as a user runs it:
+    # `consfig deploy` of a site with (converge.running); systemd then runs
+    # the host's own image as the agent, which repairs what drifts.
+    import json
+    import sys
+    from proptest import checks_clean, host_arch, host_suite
+    from consfig.model.host import find_host
+    from consfig.props import converge
+    from consfig.site.load import load_consfig
+    hostname = f"{NAME}.test.invalid"
+    site = tmp_path / "site.hy"
+    site.write_text(SERVICE_SITE.format(host=hostname, name=json.dumps(NAME),
+                                        suite=json.dumps(host_suite()), arch=host_arch()))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = subprocess.run([sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), hostname],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    chain = [K("local"), NSPAWN, PYTHON]
+    try:
+        assert _inside("systemctl", "is-active", converge.SERVICE).stdout.strip() == "active", \
+            _inside("systemctl", "status", converge.SERVICE).stdout
+        wait_until(lambda: any(e.get("what") == "watching" for e in _service_events(hostname)), 120,
+                   "the service's agent to watch")
+        assert _inside("rm", "/etc/consfig-motd").returncode == 0
+        wait_until(lambda: _inside("cat", "/etc/consfig-motd").stdout == "kept by the service\n", 30,
+                   "the service's agent to put the file back")
+        assert [e for e in _service_events(hostname) if e.get("what") == "repaired"], \
+            _service_events(hostname)[-5:]
+        load_consfig(str(site))
+        checks_clean(chain, find_host(hostname))
+    finally:
+        outcome, events = deploy_propspec(chain, converge.running(interval=600), unapply=True,
+                                          hostname=hostname, check=False)
+    assert outcome.status == "changed", failure_text(events) or statuses(events)
+    assert _inside("systemctl", "is-active", converge.SERVICE).stdout.strip() != "active", \
+        "the service still runs"
+    unit = _inside("test", "-e", f"/etc/systemd/system/{converge.SERVICE}")
+    assert unit.returncode != 0, "the unit file is left"
+    agents = _inside("sh", "-c", "grep -l -- --conv[e]rge /proc/[0-9]*/cmdline 2>/dev/null")
+    assert not agents.stdout.strip(), f"an agent still runs: {agents.stdout}"

@@ -422,9 +422,9 @@ LEFT_OUT = {
                                 "tests/props/test_container.py::test_nspawn_stopped_powers_off_and_leaves_nothing",
     "container.nspawn-removed": "deletes a container, which the walk's shared one must not be: "
                                 "tests/props/test_container.py::test_nspawn_removed_deletes_tree_link_and_settings",
-    "converge.running": "installs the agent as a service; not checked clean: no test applies it "
-                        "(tests/props/test_converge_container.py runs the agent by hand, "
-                        "tests/image/test_image_converge.py the image it would run)",
+    "converge.running": "installs the agent as a service, in a booted container of its own: "
+                        "tests/props/test_converge_container.py::"
+                        "test_the_agent_as_a_service_deployed_from_a_site_keeps_it_and_unapplies_cleanly",
     "vm.running": "builds and boots a bootable image of a host under QEMU, a minute and a half of the walk: "
                   "tests/props/test_vm.py::test_the_running_vm_changes_nothing_and_stopped_ends_qemu",
     "vm.stopped": "as vm.running: "
