@@ -1,10 +1,11 @@
 """Compile the Python and Hy modules of a tree into hash-checked bytecode.
 
     python3 -E -S precompile.py ROOT [--path DIR]... [--under DIR]
-                                     [--only MODULE]... [--hy-only]
+                                     [--only MODULE]... [--hy-only] [--jobs N]
 
 Each module under ROOT (under ROOT/DIR with --under; only the MODULEs
-named, with --only; only the Hy ones, with --hy-only) gets its
+named, with --only; only the Hy ones, with --hy-only; in N processes side
+by side, with --jobs) gets its
 `__pycache__/NAME.TAG.pyc`, checked against a hash of its source when it is
 imported: valid whatever dates the files are given (a tar, a zip, a wheel),
 never trusted once the source changed.  A module that does not compile is
@@ -174,6 +175,25 @@ def compile_modules(modules, root):
     return failed
 
 
+def _in_parallel(args, suffixes):
+    # The modules shared out among ARGS.jobs processes of this script, each
+    # given its share with --only (a module a share `require`s is compiled
+    # in memory there too: more work, done side by side).
+    import subprocess
+    top = os.path.join(args.root, args.under) if args.under else args.root
+    names = [name for path in sources(top, suffixes) for name in [module_name(args.root, path)]
+             if args.only is None or name in args.only]
+    base = [args.root, *[x for d in args.path for x in ("--path", d)],
+            *(["--under", args.under] if args.under else []), *(["--hy-only"] if args.hy_only else [])]
+    # Each in a Python like this one (an isolated build finds hy through its
+    # environment and site).
+    flags = (["-E"] if sys.flags.ignore_environment else []) + (["-S"] if sys.flags.no_site else [])
+    procs = [subprocess.Popen([sys.executable, *flags, os.path.abspath(__file__), *base,
+                               *[x for n in names[i::args.jobs] for x in ("--only", n)]])
+             for i in range(min(args.jobs, len(names)))]
+    return max([p.wait() for p in procs] + [0])
+
+
 def main(argv):
     import argparse
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -182,13 +202,17 @@ def main(argv):
     p.add_argument("--under")
     p.add_argument("--only", action="append")
     p.add_argument("--hy-only", action="store_true")
+    p.add_argument("--jobs", type=int, default=1)
     args = p.parse_args(argv)
+    suffixes = (".hy",) if args.hy_only else (".py", ".hy")
+    if args.jobs > 1:
+        return _in_parallel(args, suffixes)
     sys.dont_write_bytecode = True
     sys.path[:0] = [args.root] + args.path
-    suffixes = (".hy",) if args.hy_only else (".py", ".hy")
     for line in compile_tree(args.root, args.under, args.only and set(args.only), suffixes):
         sys.stderr.write("not compiled: %s\n" % line)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -156,6 +156,24 @@ def test_hy_only_leaves_python_modules_alone(tmp_path):
     assert os.path.exists(pyc_of(h)) and not os.path.exists(pyc_of(py)), "only the Hy one"
 
 
+def test_jobs_share_the_modules_out_and_every_one_is_compiled_as_alone(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    for root in (one, two):
+        write(root / "pkg" / "macros.hy", b"(defmacro twice [x] `(* 2 ~x))\n")
+        for i in range(5):
+            write(root / "pkg" / f"m{i}.hy", b"(require pkg.macros [twice])\n(setv X (twice %d))\n" % i)
+    argv = [sys.executable, "-E", "-S", PRECOMPILE, "--path", HY_PATH, "--hy-only"]
+    assert subprocess.run(argv + [str(one)], timeout=300).returncode == 0
+    assert subprocess.run(argv + [str(two), "--jobs", "3"], timeout=300).returncode == 0
+    for name in ["macros", *[f"m{i}" for i in range(5)]]:
+        alone, shared = read_pyc(one / "pkg" / f"{name}.hy"), read_pyc(two / "pkg" / f"{name}.hy")
+        assert shared == alone, f"pkg.{name} compiled otherwise when shared out"
+    assert loaded_from_bytecode(two, "pkg.m4", two / "pkg" / "m4.hy"), "Python takes it"
+    r = child(two, "import hy, pkg.m4; print(pkg.m4.X)")
+    assert r.stdout == "8\n", r.stderr
+    assert not temporaries(two), temporaries(two)
+
+
 # Finding the modules
 
 def test_sources_skip_bytecode_and_hidden_directories_in_a_stable_order(tmp_path):
