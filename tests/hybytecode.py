@@ -8,7 +8,8 @@ and so did each `consfig` command a test ran, and each bundle a python hop
 shipped, until one of them happened to write bytecode.
 The controller compiles the modules whose bytecode is missing or invalid,
 before it starts the workers, which then read it as Python reads any
-__pycache__.
+__pycache__.  CI has none to compile: it installs the wheel first, whose
+bytecode the checkout takes (`adopt`).
 
 Valid means what it means to Python: bytecode for the module's own source,
 hash-checked.  A module is not compiled again because a macro it uses
@@ -90,3 +91,49 @@ def warm(jobs):
     todo = stale(hy_modules())
     failed = _compile(todo, jobs) if todo else 0
     return len(todo), failed, time.monotonic() - start
+
+
+def adopt(installed):
+    """Take the bytecode an install of consfig carries (setup.py compiles it
+    into the wheel), under INSTALLED (the installed `consfig` package's
+    directory), for each Hy module whose source here is the one it was
+    compiled from (hash-checked bytecode holds its source's hash): CI
+    installs the wheel first, as the README does, and then needs no second
+    compile of the same modules.  Return how many were taken."""
+    import importlib.util
+    taken = 0
+    for folder, package in PACKAGES.items():
+        top = os.path.join(PROJECT, folder)
+        there = os.path.join(installed, *package.split(".")[1:])
+        from consfig.python_hop.precompile import sources
+        for path in sources(top, (".hy",)):
+            try:
+                with open(importlib.util.cache_from_source(
+                        os.path.join(there, os.path.relpath(path, top))), "rb") as f:
+                    data = f.read()
+                with open(path, "rb") as f:
+                    source = f.read()
+            except OSError:
+                continue
+            if (data[:4] != importlib.util.MAGIC_NUMBER or not int.from_bytes(data[4:8], "little") & 1
+                    or data[8:16] != importlib.util.source_hash(source)):
+                continue
+            pyc = importlib.util.cache_from_source(path)
+            os.makedirs(os.path.dirname(pyc), exist_ok=True)
+            temporary = f"{pyc}.{os.getpid()}.tmp"
+            with open(temporary, "wb") as out:
+                out.write(data)
+            os.replace(temporary, pyc)
+            taken += 1
+    return taken
+
+
+if __name__ == "__main__":
+    # python3 tests/hybytecode.py --adopt: from the consfig installed in
+    # this Python (.ci/run, after `pip install .`).
+    if sys.argv[1:] != ["--adopt"]:
+        sys.exit("usage: python3 tests/hybytecode.py --adopt")
+    import consfig
+    print(f"hybytecode: took the bytecode of {adopt(os.path.dirname(consfig.__file__))} Hy modules "
+          "from the installed consfig")
+

@@ -202,6 +202,29 @@ def test_a_hy_module_is_stale_until_compiled_and_again_once_changed(tmp_path):
     assert hybytecode.stale(module) == module, "its source changed"
 
 
+def test_bytecode_of_an_install_is_taken_only_for_a_source_that_is_the_same(tmp_path, monkeypatch):
+    # CI installs the wheel before the editable install the tests run from:
+    # the checkout takes the wheel's bytecode of each module whose source
+    # it was compiled from, and no other.
+    import importlib.util
+    import hybytecode
+    from consfig.python_hop.precompile import compile_modules
+    checkout, installed = tmp_path / "checkout", tmp_path / "site" / "consfig"
+    for top in (checkout / "props", installed / "props"):
+        top.mkdir(parents=True)
+        (top / "same.hy").write_text("(setv X 1)\n")
+    (checkout / "props" / "edited.hy").write_text("(setv X 3)\n")
+    (installed / "props" / "edited.hy").write_text("(setv X 2)\n")
+    compile_modules([(f"consfig.props.{m}", str(installed / "props" / f"{m}.hy"))
+                     for m in ("same", "edited")], str(tmp_path / "site"))
+    monkeypatch.setattr(hybytecode, "PROJECT", str(checkout))
+    monkeypatch.setattr(hybytecode, "PACKAGES", {"props": "consfig.props"})
+    assert hybytecode.adopt(str(installed)) == 1, "one module is the same"
+    modules = hybytecode.hy_modules()
+    assert hybytecode.stale(modules) == [("consfig.props.edited", str(checkout / "props" / "edited.hy"))]
+    assert not os.path.exists(importlib.util.cache_from_source(str(checkout / "props" / "edited.hy")))
+
+
 def test_every_hy_module_of_consfig_is_warmed_under_its_own_name_and_no_test_is():
     # A Hy module's code holds the name it was compiled under: a test helper
     # compiled as tests.python_hop.remote_testprops registered its
