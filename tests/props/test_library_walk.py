@@ -409,10 +409,9 @@ LEFT_OUT = {
                           "test-a-during-over-observed-holds-its-properties-once-per-match-with-binders-bound",
     "dataspace.collected": "a fact of a site's etcd: "
                            "tests/dataspace/test_dataspace.hy::test-the-set-form-gives-one-property-every-match-sorted",
-    "dataspace.etcd-member": "runs an etcd member, from Debian's etcd-server; not checked clean: no "
-                             "test applies it (tests/dataspace/test_dataspace_cluster.py tests the "
-                             "environment it writes, tests/dataspace/test_fleet_containers.py runs "
-                             "its etcd by hand)",
+    "dataspace.etcd-member": "runs an etcd member, from Debian's etcd-server, in the shared "
+                             "container, then stopped: tests/props/test_dataspace_member.py::"
+                             "test_an_etcd_member_is_installed_configured_running_and_checks_clean",
     "container.nspawn-running": "boots a container of its own (the walk's is booted by it, in the "
                                 "booted_container fixture): "
                                 "tests/props/test_container.py::test_nspawn_running_again_changes_nothing",
