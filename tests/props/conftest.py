@@ -9,7 +9,8 @@ Contract (for anyone writing tests under tests/props/):
     (override with ``CONSFIG_TEST_MIRROR``).  It is built once and cached as
     ``~/.cache/consfig-tests/debian-<suite>-<arch>-minbase.tar.zst``
     (override the directory with ``CONSFIG_TEST_CACHE``); later runs just
-    unpack it.  Its apt lists are up to date as of the build, and it has the
+    unpack it.  ``python3 tests/props/chrootcache.py`` builds it ahead
+    (.ci/run does, while it installs consfig).  Its apt lists are up to date as of the build, and it has the
     host's /etc/resolv.conf, so ``apt-get install`` works inside.  The build
     holds a lock, so parallel test runs share one build.  A tarball older than
     ``CONSFIG_TEST_MAX_AGE_DAYS`` (default 14) is rebuilt, so its apt lists
