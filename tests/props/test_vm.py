@@ -2,8 +2,8 @@
 boot for the whole suite (TCG where there is no KVM), through the command
 line, of a hybrid disk image (both GRUBs, a LUKS root) that `vm.running`
 builds from the VM's host: under OVMF, unlocking its root with the key in
-its initramfs, until its own consfig image applies; then, on a copy, under
-SeaBIOS until its kernel runs the initramfs."""
+its initramfs, until its own consfig image applies; then, once that VM
+stopped, the same disk under SeaBIOS until its kernel runs the initramfs."""
 
 import json
 import os
