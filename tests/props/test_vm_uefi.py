@@ -278,6 +278,24 @@ def _loops_of(image):
                            str(image)], capture_output=True, text=True).stdout.split()
 
 
+def _mounted_in_other_namespaces(device):
+    """The PIDs of processes in another mount namespace than this one that
+    have DEVICE mounted: a copy of this namespace's mounts, taken by a
+    process that made its own (a container, `unshare -m`) while it was."""
+    ours = os.readlink("/proc/self/ns/mnt")
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") == ours:
+                continue
+            with open(f"/proc/{pid}/mountinfo") as f:
+                if any(line.split(" - ")[1].split()[1] == device for line in f if " - " in line):
+                    found.append(pid)
+        except (OSError, IndexError):
+            continue
+    return found
+
+
 def test_closing_an_image_waits_for_a_busy_filesystem_rather_than_unmounting_it_lazily(
         one_partition):
     # Unmounted lazily, an ext4 writes its superblock when its last user
@@ -289,12 +307,19 @@ def test_closing_an_image_waits_for_a_busy_filesystem_rather_than_unmounting_it_
         holder = subprocess.Popen(["sleep", "2"], cwd=mnt)
         try:
             problems = opened.close()
+            waited = holder.poll() is not None
             left = _loops_of(image)
+            elsewhere = {d: _mounted_in_other_namespaces(d) for d in left}
         finally:
             holder.kill()
             holder.wait()
     assert problems == [], problems
-    assert left == [], f"{left} of the image left, its filesystem unmounted lazily and in use"
+    assert waited, "close() returned while the filesystem was in use: it was unmounted lazily"
+    # A loop device is left only where a process of the suite running beside
+    # this test made a mount namespace while the image was mounted: that
+    # copy holds it (see `disk.settled`), not a lazy unmount here.
+    unexplained = [d for d in left if not elsewhere[d]]
+    assert not unexplained, f"{unexplained} of the image left, its filesystem unmounted lazily"
 
 
 def test_a_filesystem_still_in_use_past_the_patience_fails_the_image(one_partition, monkeypatch):
