@@ -8,7 +8,7 @@ configuration fails the property and the file stays as it was."
   (require consfig.model.property [defprop]
            consfig.model.propspec [defproplist]))
 (import consfig.model.watchspec [watch-path])
-(import consfig.apply.actions [NO-CHANGE output write-remote-file run run-script]
+(import consfig.apply.actions [NO-CHANGE output run run-script]
         consfig.data.items [get-data-bytes require-data]
         consfig.apply.engine [Drift]
         consfig.errors [AbortedChange FailedChange]
@@ -33,20 +33,30 @@ configuration fails the property and the file stays as it was."
   (:desc "OpenSSH server installed")
   (apt.installed "openssh-server"))
 
+;; TEXT on standard input: written to a temporary file of root's only
+;; (mktemp's mode), checked there, removed whatever sshd said.  Debian's sshd
+;; refuses to run, even as -t, without its privilege separation directory,
+;; which lives in /run and so vanishes at boot.  One shell, not five
+;; commands: this runs in every repair of sshd_config the agent makes.
+(setv _VALIDATE "
+tmp=$(mktemp /etc/ssh/.sshd_config.consfig-XXXXXXXX) || exit 125
+trap 'rm -f -- \"$tmp\"' EXIT
+cat >\"$tmp\" || exit 125
+mkdir -p /run/sshd || exit 125
+/usr/sbin/sshd -t -f \"$tmp\"
+")
+
 (defn validate [text]
   "Check TEXT as sshd_config with `sshd -t`; a failure carrying sshd's
 complaint when it is not valid."
-  (setv tmp (.strip (. (run "mktemp" "/etc/ssh/.sshd_config.consfig-XXXXXXXX") stdout)))
-  (try
-    (write-remote-file tmp text :mode 0o600)
-    ;; Debian's sshd refuses to run, even as -t, without its privilege
-    ;; separation directory, which lives in /run and so vanishes at boot.
-    (run "mkdir" "-p" "/run/sshd")
-    (setv r (run "/usr/sbin/sshd" "-t" "-f" tmp :check False :timeout 60))
-    (when (not r.ok?)
-      (raise (FailedChange (+ "sshd_config would be invalid; left unchanged:\n"
-                              (.strip (+ r.stdout r.stderr))))))
-    (finally (run "rm" "-f" "--" tmp))))
+  (setv r (run (Script _VALIDATE) :input text :check False :timeout 60))
+  (cond r.ok? None
+        (= r.exit-code 125)
+          (raise (FailedChange (+ "sshd_config could not be checked (a temporary file in /etc/ssh, "
+                                  "or /run/sshd); left unchanged:\n" (.strip (+ r.stdout r.stderr)))))
+        True
+          (raise (FailedChange (+ "sshd_config would be invalid; left unchanged:\n"
+                                  (.strip (+ r.stdout r.stderr)))))))
 
 (defn _reload []
   (when (not (service.no-services?))
