@@ -499,7 +499,8 @@ own propspec (which may need systemctl)."
   ;; kernel yet, they have nothing to make.
   (:apply (apt.install-packages ["--no-install-recommends"]
                                 (lfor p packages :if (!= p BOOT-KERNEL) p))
-          (apt.install-packages ["--no-install-recommends"] [BOOT-KERNEL])))
+          (when (in BOOT-KERNEL packages)
+            (apt.install-packages ["--no-install-recommends"] [BOOT-KERNEL]))))
 
 (defn _inside [root host bootloader norm]
   (setv propspec (get host "propspec"))

@@ -485,3 +485,20 @@ def test_image_disk_builds_the_hosts_disk_image_and_a_qcow2_from_the_command_lin
              "--tarball", str(debian_chroot_tarball), "--bootloader", "none", "--detailed-exitcode",
              cwd=tmp_path)
     assert r.returncode == 0, f"an unchanged rebuild: exit {r.returncode}:\n{r.stdout}\n{r.stderr}"
+
+
+@pytest.mark.chroot
+def test_boot_packages_given_without_the_kernel_install_no_kernel(fresh_chroot):
+    # The kernel goes in last, alone, when it is among PACKAGES: a list
+    # without it (a container's image, a kernel of the host's choosing)
+    # got linux-image-amd64 all the same.
+    from consfig.apply.combinators import eseqprops
+    from proptest import checks_clean, deploy_propspec, statuses, this_os
+    chain = [[K("chroot"), K("into"), str(fresh_chroot)]]
+    spec = eseqprops(this_os(), disk.boot_packages_installed(packages=["zstd"]))
+    outcome, events = deploy_propspec(chain, spec)
+    assert outcome.status == "changed", statuses(events)
+    status = (fresh_chroot / "var/lib/dpkg/status").read_text()
+    assert "Package: zstd\n" in status, "zstd is not installed"
+    assert "Package: linux-image-amd64\n" not in status, "a kernel was installed, not asked for"
+    checks_clean(chain, spec)

@@ -437,11 +437,10 @@ LEFT_OUT = {
                                 "tests/props/test_disk.py::test_raw_image_is_built_from_the_hosts_definition_and_rebuilt_as_a_no_change",
     "disk.image-written-to": "needs a disk image built first (disk.raw-image-built-for): "
                              "tests/props/test_disk.py::test_image_written_to_a_blank_device_then_changes_nothing",
-    "disk.boot-packages-installed": "installs a kernel, initramfs-tools and GRUB, minutes of the "
-                                    "walk; applied inside the bootable image of "
-                                    "tests/props/test_vm.py::test_a_built_image_boots_under_ovmf_unlocks_its_root_and_applies_its_consfig; "
-                                    "not checked clean: it is applied only inside the image "
-                                    "being built, which is not built again while its VM runs",
+    "disk.boot-packages-installed": "with its defaults, a kernel, initramfs-tools and GRUB, minutes of "
+                                    "the walk (applied inside the bootable image of "
+                                    "tests/props/test_vm.py); with a package of its own: "
+                                    "tests/props/test_disk.py::test_boot_packages_given_without_the_kernel_install_no_kernel",
     "reboot.at-end": "reboots the host (in a chroot it does nothing); an action, so checked clean "
                      "under on-change: "
                      "tests/props/test_reboot.py::test_a_reboot_asked_for_twice_is_scheduled_once_at_the_end_after_the_handlers",
