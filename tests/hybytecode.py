@@ -101,29 +101,20 @@ def adopt(installed):
     installs the wheel first, as the README does, and then needs no second
     compile of the same modules.  Return how many were taken."""
     import importlib.util
+    from consfig.python_hop.precompile import hash_checked_for, write_pyc
     taken = 0
-    for folder, package in PACKAGES.items():
-        top = os.path.join(PROJECT, folder)
-        there = os.path.join(installed, *package.split(".")[1:])
-        from consfig.python_hop.precompile import sources
-        for path in sources(top, (".hy",)):
-            try:
-                with open(importlib.util.cache_from_source(
-                        os.path.join(there, os.path.relpath(path, top))), "rb") as f:
-                    data = f.read()
-                with open(path, "rb") as f:
-                    source = f.read()
-            except OSError:
-                continue
-            if (data[:4] != importlib.util.MAGIC_NUMBER or not int.from_bytes(data[4:8], "little") & 1
-                    or data[8:16] != importlib.util.source_hash(source)):
-                continue
-            pyc = importlib.util.cache_from_source(path)
-            os.makedirs(os.path.dirname(pyc), exist_ok=True)
-            temporary = f"{pyc}.{os.getpid()}.tmp"
-            with open(temporary, "wb") as out:
-                out.write(data)
-            os.replace(temporary, pyc)
+    for name, path in hy_modules():
+        # Installed, NAME is a path under the consfig package.
+        there = os.path.join(installed, *name.split(".")[1:]) + ".hy"
+        try:
+            with open(importlib.util.cache_from_source(there), "rb") as f:
+                data = f.read()
+            with open(path, "rb") as f:
+                source = f.read()
+        except OSError:
+            continue
+        if hash_checked_for(data, source):
+            write_pyc(path, data)
             taken += 1
     return taken
 

@@ -72,9 +72,8 @@ def _cached_code(path, source):
         return None
     if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
         return None
-    flags = int.from_bytes(data[4:8], "little")
-    if flags & 1:
-        valid = data[8:16] == importlib.util.source_hash(source)
+    if int.from_bytes(data[4:8], "little") & 1:
+        valid = hash_checked_for(data, source)
     else:
         valid = (int.from_bytes(data[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
                  and int.from_bytes(data[12:16], "little") == len(source) & 0xFFFFFFFF)
@@ -84,6 +83,26 @@ def _cached_code(path, source):
         return marshal.loads(data[16:])
     except (EOFError, ValueError, TypeError):
         return None
+
+
+def hash_checked_for(data, source):
+    """Whether DATA (a .pyc file's bytes) is hash-checked bytecode of this
+    Python for SOURCE (bytes), whatever file it was read from."""
+    import importlib.util
+    return (data[:4] == importlib.util.MAGIC_NUMBER and bool(int.from_bytes(data[4:8], "little") & 1)
+            and data[8:16] == importlib.util.source_hash(source))
+
+
+def write_pyc(path, data):
+    """Write DATA as the bytecode of the module at PATH, in its __pycache__,
+    through a temporary renamed into place."""
+    import importlib.util
+    pyc = importlib.util.cache_from_source(path)
+    os.makedirs(os.path.dirname(pyc), exist_ok=True)
+    temporary = "%s.%d.tmp" % (pyc, os.getpid())
+    with open(temporary, "wb") as out:
+        out.write(data)
+    os.replace(temporary, pyc)
 
 
 def bytecode_for(path, source, name):
@@ -140,20 +159,24 @@ def _remembering_imports():
     SourceFileLoader.source_to_code = source_to_code
 
 
+def modules_under(root, under=None, only=None, suffixes=(".py", ".hy")):
+    """(NAME, PATH) of the modules under ROOT (under ROOT/UNDER; only those
+    named in ONLY, when given), named from ROOT."""
+    top = os.path.join(root, under) if under else root
+    return [(name, path) for path in sources(top, suffixes) for name in [module_name(root, path)]
+            if only is None or name in only]
+
+
 def compile_tree(root, under=None, only=None, suffixes=(".py", ".hy")):
     """Write the bytecode of the modules under ROOT; the list of those that
     failed, as "NAME: why"."""
-    top = os.path.join(root, under) if under else root
-    return compile_modules([(name, path) for path in sources(top, suffixes)
-                            for name in [module_name(root, path)]
-                            if only is None or name in only], root)
+    return compile_modules(modules_under(root, under, only, suffixes), root)
 
 
 def compile_modules(modules, root):
     """Write the bytecode of each (NAME, PATH) of MODULES beside its source,
     the code named by its path under ROOT; the list of those that failed,
     as "NAME: why"."""
-    import importlib.util
     from importlib.machinery import SourceFileLoader
     import hy  # noqa: F401 -- lets SourceFileLoader compile .hy files
     _remembering_imports()
@@ -166,12 +189,7 @@ def compile_modules(modules, root):
         except Exception as e:  # a module Python will compile on import, or report then
             failed.append("%s: %s" % (name, e))
             continue
-        pyc = importlib.util.cache_from_source(path)
-        os.makedirs(os.path.dirname(pyc), exist_ok=True)
-        temporary = "%s.%d.tmp" % (pyc, os.getpid())
-        with open(temporary, "wb") as out:
-            out.write(hash_pyc(code, source, os.path.relpath(path, root)))
-        os.replace(temporary, pyc)
+        write_pyc(path, hash_pyc(code, source, os.path.relpath(path, root)))
     return failed
 
 
@@ -180,9 +198,7 @@ def _in_parallel(args, suffixes):
     # given its share with --only (a module a share `require`s is compiled
     # in memory there too: more work, done side by side).
     import subprocess
-    top = os.path.join(args.root, args.under) if args.under else args.root
-    names = [name for path in sources(top, suffixes) for name in [module_name(args.root, path)]
-             if args.only is None or name in args.only]
+    names = [name for name, _ in modules_under(args.root, args.under, args.only, suffixes)]
     base = [args.root, *[x for d in args.path for x in ("--path", d)],
             *(["--under", args.under] if args.under else []), *(["--hy-only"] if args.hy_only else [])]
     # Each in a Python like this one (an isolated build finds hy through its
