@@ -6,6 +6,7 @@ container's system bus (its D-Bus unit watch), not by polling."""
 
 import os
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -17,6 +18,9 @@ from harness import unavailable, wait_until
 from proptest import deploy_propspec, failure_text, statuses, this_os
 
 from test_container import _force_down, _rooted_in
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ui"))
+from clirun import consfig  # noqa: E402
 
 from consfig.apply.combinators import eseqprops
 from consfig.connections.nspawn import enter_argv
@@ -141,7 +145,6 @@ def test_the_agent_as_a_service_deployed_from_a_site_keeps_it_and_unapplies_clea
     # `consfig deploy` of a site with (converge.running); systemd then runs
     # the host's own image as the agent, which repairs what drifts.
     import json
-    import sys
     from proptest import checks_clean, host_arch, host_suite
     from consfig.model.host import find_host
     from consfig.props import converge
@@ -150,9 +153,7 @@ def test_the_agent_as_a_service_deployed_from_a_site_keeps_it_and_unapplies_clea
     site = tmp_path / "site.hy"
     site.write_text(SERVICE_SITE.format(host=hostname, name=json.dumps(NAME),
                                         suite=json.dumps(host_suite()), arch=host_arch()))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    r = subprocess.run([sys.executable, "-m", "consfig", "deploy", "--consfig", str(site), hostname],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = consfig("deploy", "--consfig", site, hostname, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     chain = [K("local"), NSPAWN, PYTHON]
     try:

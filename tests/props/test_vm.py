@@ -25,7 +25,7 @@ from consfig.errors import PropspecError
 from consfig.props import vm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ui"))
-from clirun import REPO  # noqa: E402
+from clirun import consfig  # noqa: E402
 
 NAME = f"cfvm{os.getpid()}"
 
@@ -113,10 +113,7 @@ REPORT = ('grep -c "update-initramfs: Generating" /var/log/apt/term.log | sed "s
 
 def _deploy_site(site):
     """`consfig deploy` of the site's one host, as a user runs it."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    r = subprocess.run([sys.executable, "-m", "consfig", "deploy", "--consfig", str(site),
-                        "vmhost.invalid"], capture_output=True, text=True, env=env, cwd=REPO,
-                       timeout=BOOT_BOUND)
+    r = consfig("deploy", "--consfig", site, "vmhost.invalid", timeout=BOOT_BOUND)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
     return r.stdout + r.stderr
 

@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def consfig(*args, env_dir=None, stdin=None, cwd=None):
+def consfig(*args, env_dir=None, stdin=None, cwd=None, timeout=120):
     """Run `python -m consfig ARGS…` and return the CompletedProcess."""
     env = dict(os.environ)
     # Let Hy cache bytecode between these many short-lived processes.
@@ -21,7 +21,7 @@ def consfig(*args, env_dir=None, stdin=None, cwd=None):
         env["CONSFIG_DEMO_DIR"] = str(env_dir)
     return subprocess.run([sys.executable, "-m", "consfig", *map(str, args)],
                           capture_output=True, text=True, env=env, input=stdin,
-                          cwd=cwd or REPO, timeout=120)
+                          cwd=cwd or REPO, timeout=timeout)
 
 
 class Terminal:
