@@ -34,6 +34,15 @@ def free_ports(n):
             s.close()
 
 
+def etcdctl(endpoints, *args, check=False):
+    """etcdctl ARGS (v3) against ENDPOINTS (a URL or a list of them), from
+    outside consfig: the CompletedProcess."""
+    endpoints = [endpoints] if isinstance(endpoints, str) else endpoints
+    return subprocess.run(["etcdctl", "--endpoints", ",".join(endpoints), *args],
+                          check=check, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "ETCDCTL_API": "3"})
+
+
 def healthy(url, timeout=1.0):
     try:
         with urllib.request.urlopen(url + "/health", timeout=timeout) as r:
@@ -109,9 +118,7 @@ class EtcdCluster:
         return total
 
     def _etcdctl(self, endpoints, *args):
-        return subprocess.run(["etcdctl", "--endpoints", ",".join(endpoints), *args],
-                              check=True, capture_output=True, text=True, timeout=30,
-                              env={**os.environ, "ETCDCTL_API": "3"}).stdout
+        return etcdctl(endpoints, *args, check=True).stdout
 
     def leader(self):
         """The index of the member that leads now, by the members' own status."""

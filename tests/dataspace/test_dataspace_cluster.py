@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "ui"))
 
 from clirun import REPO  # noqa: E402
 from consfig.props.dataspace import member_environment  # noqa: E402
-from etcdlab import ETCD, EtcdCluster, free_ports, healthy  # noqa: E402
+from etcdlab import ETCD, EtcdCluster, etcdctl, free_ports, healthy  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 
@@ -34,9 +34,7 @@ def test_the_member_environment_of_three_members_makes_one_cluster(tmp_path):
             procs.append(subprocess.Popen([ETCD], env=env, stdout=log, stderr=log))
         wait_until(lambda: all(healthy(f"http://127.0.0.1:{p}") for p in ports[:3]), 60,
                    "the three members to form a cluster")
-        members = subprocess.run(["etcdctl", "--endpoints", f"http://127.0.0.1:{ports[0]}",
-                                  "member", "list"], capture_output=True, text=True,
-                                 env={**os.environ, "ETCDCTL_API": "3"}, timeout=30).stdout
+        members = etcdctl(f"http://127.0.0.1:{ports[0]}", "member", "list").stdout
         assert len(members.splitlines()) == 3, members
     finally:
         for p in procs:

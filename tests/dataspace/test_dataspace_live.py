@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "ui"))
 
 from agentcli import Converging  # noqa: E402
 from clirun import REPO  # noqa: E402
-from etcdlab import EtcdCluster  # noqa: E402
+from etcdlab import EtcdCluster, etcdctl  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 TTL = 3
@@ -109,9 +109,7 @@ def test_an_agents_records_die_with_it_within_the_lease(tmp_path, etcd):
 
 def _etcdctl(etcd, *args):
     """etcdctl ARGS against the cluster, from outside consfig: its output."""
-    return subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), *args],
-                          check=True, capture_output=True, text=True,
-                          env={**os.environ, "ETCDCTL_API": "3"}, timeout=30).stdout
+    return etcdctl(etcd.endpoints, *args, check=True).stdout
 
 
 def _lease_ttl(etcd, host):

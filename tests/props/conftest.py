@@ -120,6 +120,12 @@ class BootedContainer:
         self.root = root
         self.chain = [[Keyword("nspawn"), Keyword("machine"), name]]
 
+    def inside(self, *argv, timeout=60):
+        """Run ARGV in the container: the CompletedProcess (text)."""
+        from consfig.connections.nspawn import enter_argv
+        return subprocess.run(enter_argv(self.name, list(argv)), capture_output=True, text=True,
+                              timeout=timeout)
+
 
 @pytest.fixture(scope="session")
 def booted_container(debian_chroot_tarball, tmp_path_factory):

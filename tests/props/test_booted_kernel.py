@@ -2,23 +2,16 @@
 belongs to the machine's kernel (swap, kernel-wide sysctls, modules) is left
 alone, with a note; and the container is named after its host."""
 
-import subprocess
 
 import pytest
 
 import hy  # noqa: F401
 from consfig.apply.combinators import eseqprops
-from consfig.connections.nspawn import enter_argv
 from consfig.props import kmod, swap, sysctl
 
 from proptest import deploy_propspec, failure_text, said, this_os
 
 pytestmark = [pytest.mark.chroot, pytest.mark.slow]
-
-
-def _inside(container, *argv):
-    return subprocess.run(enter_argv(container.name, list(argv)), capture_output=True, text=True,
-                          timeout=60)
 
 
 def test_a_swap_file_in_a_container_is_not_the_machines_swap(booted_container):
@@ -67,10 +60,10 @@ def test_a_container_is_named_after_its_host_at_every_deployment(booted_containe
     # container.nspawn-running names it after its host each time.
     from hy.models import Keyword
     from consfig.props import container
-    renamed = _inside(booted_container, "/bin/sh", "-c", "hostname athena && echo athena >/etc/hostname")
+    renamed = booted_container.inside("/bin/sh", "-c", "hostname athena && echo athena >/etc/hostname")
     assert renamed.returncode == 0, renamed.stderr
     deploy_propspec([Keyword("local")],
                     container.nspawn_running(booted_container.name,
                                              {Keyword("root"): str(booted_container.root)}, this_os()))
-    assert _inside(booted_container, "hostname").stdout.strip() == booted_container.name
+    assert booted_container.inside("hostname").stdout.strip() == booted_container.name
     assert (booted_container.root / "etc/hostname").read_text() == booted_container.name + "\n"

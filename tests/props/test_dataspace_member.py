@@ -5,32 +5,20 @@ it and running; the member then serves the site's clients, and the host
 checks clean."""
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 import hy  # noqa: F401
 from consfig.apply.combinators import eseqprops
-from consfig.connections.nspawn import enter_argv
 from consfig.props import dataspace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from etcdlab import free_ports, healthy  # noqa: E402
+from etcdlab import etcdctl, free_ports, healthy  # noqa: E402
 from harness import unavailable, wait_until  # noqa: E402
 from proptest import checks_clean, deploy_propspec, failure_text, this_os  # noqa: E402
 
 pytestmark = [pytest.mark.chroot, pytest.mark.slow]
-
-
-def _inside(container, *argv):
-    return subprocess.run(enter_argv(container.name, list(argv)), capture_output=True, text=True,
-                          timeout=60)
-
-
-def _etcdctl(endpoint, *argv):
-    return subprocess.run(["etcdctl", "--endpoints", endpoint, *argv], capture_output=True, text=True,
-                          env={**os.environ, "ETCDCTL_API": "3"}, timeout=30)
 
 
 def test_an_etcd_member_is_installed_configured_running_and_checks_clean(booted_container):
@@ -45,13 +33,13 @@ def test_an_etcd_member_is_installed_configured_running_and_checks_clean(booted_
         outcome, events = deploy_propspec(booted_container.chain, propspec, check=False)
         assert outcome.status == "changed", failure_text(events)
         wait_until(lambda: healthy(client), 60, "the member to serve clients")
-        assert _etcdctl(client, "put", "/consfig-test/k", "v").returncode == 0
-        got = _etcdctl(client, "get", "--print-value-only", "/consfig-test/k").stdout
+        assert etcdctl(client, "put", "/consfig-test/k", "v").returncode == 0
+        got = etcdctl(client, "get", "--print-value-only", "/consfig-test/k").stdout
         assert got == "v\n", got
-        members = _etcdctl(client, "member", "list").stdout
+        members = etcdctl(client, "member", "list").stdout
         assert "m0" in members and peer in members, members
         checks_clean(booted_container.chain, propspec)
     finally:
         # The shared container goes on: its etcd does not.
-        _inside(booted_container, "systemctl", "disable", "--now", "etcd")
+        booted_container.inside("systemctl", "disable", "--now", "etcd")
     assert not healthy(client), "the member still serves"
