@@ -37,10 +37,14 @@ configuration fails the property and the file stays as it was."
 ;; (mktemp's mode), checked there, removed whatever sshd said.  Debian's sshd
 ;; refuses to run, even as -t, without its privilege separation directory,
 ;; which lives in /run and so vanishes at boot.  One shell, not five
-;; commands: this runs in every repair of sshd_config the agent makes.
+;; commands: this runs in every repair of sshd_config the agent makes.  A
+;; TERM (a timeout's) ends it through its EXIT trap too: sh runs none for a
+;; signal it does not trap.
+(setv VALIDATE-TIMEOUT 60)
 (setv _VALIDATE "
 tmp=$(mktemp /etc/ssh/.sshd_config.consfig-XXXXXXXX) || exit 125
 trap 'rm -f -- \"$tmp\"' EXIT
+trap 'exit 143' TERM HUP INT
 cat >\"$tmp\" || exit 125
 mkdir -p /run/sshd || exit 125
 /usr/sbin/sshd -t -f \"$tmp\"
@@ -49,7 +53,7 @@ mkdir -p /run/sshd || exit 125
 (defn validate [text]
   "Check TEXT as sshd_config with `sshd -t`; a failure carrying sshd's
 complaint when it is not valid."
-  (setv r (run (Script _VALIDATE) :input text :check False :timeout 60))
+  (setv r (run (Script _VALIDATE) :input text :check False :timeout VALIDATE-TIMEOUT))
   (cond r.ok? None
         (= r.exit-code 125)
           (raise (FailedChange (+ "sshd_config could not be checked (a temporary file in /etc/ssh, "
