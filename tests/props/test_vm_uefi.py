@@ -227,9 +227,16 @@ def test_a_new_uefi_luks_image_in_check_mode_is_described_and_not_built(tmp_path
     assert not image.exists() and not os.path.exists(f"{image}.consfig-partial"), "check mode built"
 
 
-def test_the_command_line_builds_a_uefi_luks_image_by_default_and_check_mode_says_so(tmp_path):
+@pytest.mark.parametrize("bios_boot, args, says, not_said", [
+    (False, [], "GRUB installed for UEFI on the EFI system partition", "for BIOS"),
+    (True, [], "GRUB installed for BIOS, and for UEFI on the EFI system partition", None),
+    (True, ["--bootloader", "grub-bios"], "GRUB installed for BIOS", "for UEFI"),
+])
+def test_the_command_lines_bootloader_follows_the_volumes_unless_told_and_check_mode_says_so(
+        tmp_path, bios_boot, args, says, not_said):
     # The site's own data source holds the key; the CLI's --bootloader
-    # default follows the volumes.  (Check mode: nothing is built.)
+    # default follows the volumes: UEFI for an ESP alone, both GRUBs with a
+    # BIOS boot partition too.  (Check mode: nothing is built.)
     import sys
     from proptest import host_arch, host_suite
     (tmp_path / "data" / "--luks-key--web6.image.invalid").mkdir(parents=True)
@@ -241,18 +248,21 @@ def test_the_command_line_builds_a_uefi_luks_image_by_default_and_check_mode_say
         '(defhost web6.image.invalid {}\n'
         f'  (os.debian-stable "{host_suite()}" :{host_arch()})\n'
         '  (disk.has-volumes {:table :gpt :size "1G"\n'
-        '                     :partitions [{:size "32M" :type :esp :fs :vfat :mount "/boot/efi"}\n'
+        '                     :partitions ['
+        + ('{:size "1M" :type :bios-boot}\n                                  ' if bios_boot else '')
+        + '{:size "32M" :type :esp :fs :vfat :mount "/boot/efi"}\n'
         '                                  {:size "128M" :fs :ext4 :mount "/boot"}\n'
         '                                  {:size :rest :fs :ext4 :mount "/" :luks "cryptroot"}]}))\n')
     image = tmp_path / "web6.img"
     # Bytecode written: consfig's own modules load compiled, as installed.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     r = subprocess.run([sys.executable, "-m", "consfig", "image", "--consfig", str(site), "web6",
-                        "--disk", str(image), "--tarball", "/nonexistent.tar", "--check"],
+                        "--disk", str(image), "--tarball", "/nonexistent.tar", "--check", *args],
                        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     said = r.stdout + r.stderr
     assert r.returncode == 0, f"exit {r.returncode}:\n{said}"
-    assert "GRUB installed for UEFI" in said and "root encrypted with LUKS" in said, said
+    assert says in said and "root encrypted with LUKS" in said, said
+    assert not_said is None or not_said not in said, said
     assert not image.exists(), "check mode built"
     assert "a key for the tests" not in said, "the key is in the output"
 
