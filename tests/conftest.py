@@ -141,6 +141,23 @@ def pytest_terminal_summary(terminalreporter, config):
             + (f" ({failed} left to the workers: they did not compile alone)" if failed else ""))
 
 
+# The test chroot's apt index holds only the packages the sources name
+# (tests/props/chrootcache.py, `trim_index`): a failure that apt explains so
+# says why, and what to do.
+APT_INDEX_HINT = (
+    "apt could not find a package in a test chroot.  Its index holds only the packages that\n"
+    "the sources (README.md, consfig/, props/, tests/, docs/ ...) name as a whole word, and\n"
+    "what they depend on (tests/props/chrootcache.py).  Spell the package's whole name in\n"
+    "the test or the property; the next run makes a tree with it.")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.failed and "Unable to locate package" in str(report.longrepr):
+        report.sections.append(("the test chroot's apt index", APT_INDEX_HINT))
+
+
 # pytest rewrites the assertions of any file named on its command line, and
 # would parse a .hy file as Python; Hy tests give `assert` a message instead.
 _should_rewrite = _rewrite.AssertionRewritingHook._should_rewrite
