@@ -146,15 +146,23 @@ the server every interval whether it is still there; no answer for
 interval × count seconds means the connection is dead, whatever TCP thinks."
     (setv now (time.monotonic))
     (when (and self._probe (not (.is-alive self._probe)))
-      (setv self._probe None
-            self._last-alive now))
+      (setv self._probe None))
     (when (and (is self._probe None) (> (- now self._last-alive) self.alive-interval))
-      (setv self._probe (threading.Thread
-                          :target (fn [] (.global-request self.transport "keepalive@openssh.com"
-                                                          :wait True))
-                          :daemon True))
+      (setv self._probe (threading.Thread :target self._ask-server :daemon True))
       (.start self._probe))
     (<= (- now self._last-alive) (* self.alive-interval (+ 1 self.alive-count))))
+
+  (defn _ask-server [self]
+    ;; The probe's request: any answer, a refusal included, is the server's.
+    ;; paramiko gives up on a connection it finds dead without one; a request
+    ;; it could not send raises.  Neither is an answer, and a connection that
+    ;; died is the command's loop to report (`_lost`, with where and why):
+    ;; raised here, it would end the probe's thread with a traceback.
+    (try
+      (.global-request self.transport "keepalive@openssh.com" :wait True)
+      (when (.is-active self.transport)
+        (setv self._last-alive (time.monotonic)))
+      (except [[EOFError OSError paramiko.SSHException]])))
 
   (defn run-script [self script input timeout * [limit OUTPUT-LIMIT]]
     (when (is timeout None) (setv timeout self.command-timeout))

@@ -245,3 +245,35 @@ def test_a_failing_command_over_a_python_chain_says_where_it_ran(sshlab):
                  if e["event"] == "end" and e["status"] == "failed"]
     assert "on local:" not in message, message
     assert "ssh:" in message and "sudo" in message and "python" in message, message
+
+
+def test_a_keepalive_probe_on_a_connection_that_died_leaves_no_traceback_and_no_answer(
+        sshlab, tmp_path, monkeypatch):
+    # The probe asks the server from a thread of its own while a command is
+    # quiet; when the connection dies under it, the command's loop says so
+    # (`the SSH connection was lost`).  The probe's own failure is no news,
+    # and must not end its thread with a traceback on the user's terminal.
+    # Here its request cannot be sent (our side of the socket is shut for
+    # writing) while paramiko still holds the connection for alive (the
+    # server is frozen: nothing comes to say otherwise).
+    import socket as sockets
+    escaped = []
+    monkeypatch.setattr(threading, "excepthook", escaped.append)
+    server, config = second_server(sshlab, tmp_path)
+    conns = establish([ssh(config)])
+    try:
+        hop = conns[-1]
+        server.kill(signal.SIGSTOP)
+        hop.transport.sock.shutdown(sockets.SHUT_WR)
+        hop._last_alive = time.monotonic() - 10 * hop.alive_interval
+        alive = getattr(hop, hy.mangle("_alive?"))
+        alive()
+        probe = hop._probe
+        assert probe is not None, "a quiet connection is probed"
+        probe.join(10)
+        assert not probe.is_alive(), "the probe ended"
+        assert not escaped, f"the probe's thread ended with {escaped[0].exc_type.__name__}"
+        assert not alive(), "a probe that was never answered does not count as an answer"
+    finally:
+        close_chain(conns)
+        server.stop()
