@@ -304,6 +304,11 @@ while ! umount -- \"$1\" 2>/dev/null; do
 done
 ")
 
+(defn _settled-copy [image]
+  ;; Where `settled` copies IMAGE: a build killed meanwhile leaves it, and
+  ;; the next build of the image removes it (`build-image`).
+  (+ image ".consfig-settled"))
+
 (defn settled [image]
   "Make IMAGE, whose filesystems were just unmounted, one that only this
 build writes from now on.  A process that made a mount namespace while they
@@ -315,7 +320,7 @@ keeps its loop device attached: then its data is synced and IMAGE replaced
 by a copy of itself, a new file, which those loop devices do not write to."
   (when (.strip (output (Script _ATTACHED image) :timeout 60))
     (run "sync" :timeout 600)
-    (setv fresh (+ image ".consfig-settled"))
+    (setv fresh (_settled-copy image))
     (inform (+ f"{image}'s filesystems are still mounted in another mount namespace (a process "
                "started during the build took a copy of its mounts): the build goes on with a "
                "copy of the image, which only it writes"))
@@ -856,6 +861,8 @@ memory cost, measured here, could exceed a small VM's memory at boot."
   (when made
     (release-image target))
   (_remove-stale-work image)
+  ;; And the copy of the image `settled` was making, whichever it was of.
+  (run "rm" "-f" "--" (_settled-copy image) (_settled-copy (_partial image)) :timeout 60)
   (setv work (_work-directory image))
   (try
     (when made
