@@ -19,18 +19,36 @@ from consfig.props import luks, lvm
 from proptest import (HOSTNAME, LOCAL, apply_twice, data_item, deploy_propspec, failure_text,
                       said)
 
-ENV = {**os.environ, "LVM_SUPPRESS_FD_WARNINGS": "1"}
+from harness import unavailable
 
 
 def sh(*argv, **kw):
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=ENV, **kw)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LVM_SUPPRESS_FD_WARNINGS": "1"}, **kw)
+
+
+@pytest.fixture(autouse=True)
+def private_lvm_directory(tmp_path, monkeypatch):
+    """LVM's directory for these tests (its configuration, and the archive
+    and backup of each group's metadata): a copy of this machine's
+    /etc/lvm, named by LVM_SYSTEM_DIR, which the commands consfig runs over
+    :local inherit.  The groups the tests make and remove are archived
+    there, never in this machine's /etc/lvm."""
+    private = tmp_path / "etc-lvm"
+    if os.path.isdir("/etc/lvm"):
+        shutil.copytree("/etc/lvm", private, symlinks=True,
+                        ignore=shutil.ignore_patterns("archive", "backup"))
+    for d in ("archive", "backup"):
+        (private / d).mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("LVM_SYSTEM_DIR", str(private))
+    return private
 
 
 @pytest.fixture
 def loops(tmp_path):
     for tool in ["losetup", "pvcreate", "cryptsetup", "blkid"]:
         if not shutil.which(tool):
-            pytest.skip(f"{tool} is not installed")
+            unavailable(f"{tool} is not installed")
     devices = []
     try:
         for i in range(2):
@@ -74,37 +92,23 @@ def test_physical_volumes_and_a_group_made_then_extended_then_nothing_to_do(loop
     assert pvs()[b][0] == vg_name(), "extended with the second"
 
 
-def test_a_grown_device_grows_its_physical_volume(loops):
-    (a, backing), _ = loops
-    deploy_propspec(LOCAL, lvm.physical_volume(a))
-    before = float(pvs()[a][-1])
-    sh("truncate", "-s", "128M", str(backing))
-    assert sh("losetup", "--set-capacity", a).returncode == 0
-    apply_twice(LOCAL, lvm.physical_volume(a))
-    assert float(pvs()[a][-1]) > before + 60
+def _metadata_copies(directory):
+    # LVM's backup of a group's metadata, and the archive of its earlier ones.
+    return sorted(str(p.relative_to(directory))
+                  for p in [*directory.glob(f"archive/{vg_name()}_*"), *directory.glob(f"backup/{vg_name()}")])
 
 
-def test_a_device_holding_a_filesystem_is_no_physical_volume_unless_told(loops):
-    (a, _), _ = loops
-    assert sh("mkfs.ext4", "-q", a).returncode == 0
-    outcome, events = deploy_propspec(LOCAL, lvm.physical_volume(a), check=False)
-    assert outcome.status == "failed"
-    assert f"{a} holds ext4, which consfig was not told to replace" in failure_text(events)
-    deploy_propspec(LOCAL, lvm.physical_volume(a, replace=["ext4"]))
-    assert a in pvs()
-
-
-def test_a_physical_volume_of_another_group_is_taken_from_none(loops):
+def test_a_group_made_here_is_backed_up_in_the_tests_lvm_directory_not_this_machines(
+        loops, private_lvm_directory):
+    from pathlib import Path
     (a, _), (b, _) = loops
     deploy_propspec(LOCAL, [lvm.physical_volume(a), lvm.physical_volume(b),
                             lvm.volume_group(vg_name(), a)])
-    assert sh("vgcreate", "-q", f"{vg_name()}x", b).returncode == 0
-    try:
-        outcome, events = deploy_propspec(LOCAL, lvm.volume_group(vg_name(), a, b), check=False)
-        assert outcome.status == "failed"
-        assert f"{b} is in volume group {vg_name()}x, not {vg_name()}" in failure_text(events)
-    finally:
-        sh("vgremove", "-q", "-f", f"{vg_name()}x")
+    deploy_propspec(LOCAL, lvm.volume_group(vg_name(), a, b))
+    assert len(_metadata_copies(private_lvm_directory)) >= 2, \
+        f"the group's metadata was backed up and archived in the copy: {_metadata_copies(private_lvm_directory)}"
+    assert not _metadata_copies(Path("/etc/lvm")), \
+        f"this machine's /etc/lvm has the test's group: {_metadata_copies(Path('/etc/lvm'))}"
 
 
 KEY = b"\x00a key file\n$(reboot)\xff"
