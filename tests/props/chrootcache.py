@@ -313,7 +313,7 @@ def _trim_tree(root, wanted):
 
 def _tarball_names(tarball):
     """The names TARBALL's apt index installs by, kept beside it (read from
-    the tarball once)."""
+    the tarball once, under `_tree`'s lock)."""
     st = tarball.stat()
     cached = tarball.parent / f"{tarball.name.split('.')[0]}-names-{st.st_size}-{st.st_mtime_ns}"
     if cached.exists():
@@ -346,11 +346,11 @@ def _tree(tarball):
     made = (tarball, st.st_size, st.st_mtime_ns)
     if made in _trees_used:
         return _trees_used[made][0]
-    wanted = sorted(source_words() & _tarball_names(tarball))
-    key = hashlib.sha256("\n".join(wanted).encode()).hexdigest()[:12]
-    tree = tarball.parent / f"{stem}{st.st_size}-{st.st_mtime_ns}-{key}"
     with open(tarball.parent / "tree.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        wanted = sorted(source_words() & _tarball_names(tarball))
+        key = hashlib.sha256("\n".join(wanted).encode()).hexdigest()[:12]
+        tree = tarball.parent / f"{stem}{st.st_size}-{st.st_mtime_ns}-{key}"
         for killed in tarball.parent.glob(stem + "part-*"):
             remove_tree(killed)  # what an unpack that was killed left
         if not tree.is_dir():
