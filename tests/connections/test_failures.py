@@ -1,6 +1,7 @@
 """Every way a chain can fail ends with a clear message, within a bounded
 time, against a real sshd (the `sshlab` fixture)."""
 
+import itertools
 import os
 import signal
 import sys
@@ -185,11 +186,16 @@ def test_command_hanging_past_its_timeout(sshlab):
         close_chain(conns)
 
 
+_calls = itertools.count()
+
+
 def _deploy_while(action, chain):
     """Deploy a long command over CHAIN, doing ACTION once the command runs;
     return the outcome and the messages of the end events."""
     events, errors = [], []
-    seconds = f"8.{os.getpid()}"
+    # A sleep of this call's own: one an earlier call left on the target
+    # (its server killed under it) would be taken for this one.
+    seconds = f"8.{os.getpid()}{next(_calls)}"
     marker = f"sleep {seconds}"
     propspec = eseqprops(cmd.single("sleep", seconds),
                          file.has_content("/tmp/consfig-never", "x"))

@@ -11,6 +11,7 @@ import hy  # noqa: F401
 from hy.models import Keyword as K
 
 from consfig.props import sshd
+from harness import wait_until
 from proptest import deploy_propspec, failure_text, statuses, this_os
 
 pytestmark = pytest.mark.chroot
@@ -22,7 +23,9 @@ def test_a_validation_that_times_out_leaves_no_temporary_and_the_file_as_it_was(
     config = fresh_chroot / "etc/ssh/sshd_config"
     config.write_text("PasswordAuthentication yes\n")
     fake = fresh_chroot / "usr/sbin/sshd"
-    fake.write_text("#!/bin/sh\nexec sleep 300\n")
+    # A sleep of this test's own, told from any other on the machine.
+    hang = f"sleep 300.{os.getpid()}"
+    fake.write_text(f"#!/bin/sh\nexec {hang}\n")
     fake.chmod(0o755)
     monkeypatch.setattr(sshd, "VALIDATE_TIMEOUT", 2)
     chain = [[K("chroot"), K("into"), str(fresh_chroot)]]
@@ -34,5 +37,6 @@ def test_a_validation_that_times_out_leaves_no_temporary_and_the_file_as_it_was(
     left = [f for f in os.listdir(fresh_chroot / "etc/ssh") if f.startswith(".sshd_config.consfig-")]
     assert not left, f"the temporary is left in /etc/ssh: {left}"
     assert config.read_text() == "PasswordAuthentication yes\n", "the configuration was changed"
-    sleeping = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout
-    assert not sleeping, f"the hung sshd -t is left running: {sleeping}"
+    # Killed by then, but a process killed under load may not have ended yet.
+    wait_until(lambda: not subprocess.run(["pgrep", "-f", f"^{hang}$"], capture_output=True).stdout,
+               10, "the hung sshd -t to end")
