@@ -796,11 +796,22 @@ can say that it holds: REASON, one line, says why."
 
 (defn definition-where [compiler [form None]]
   "file:line of FORM (by default the form COMPILER is expanding), for
-messages; the file relative to the working directory when it is below it."
+messages.  A module of consfig's own is placed in the package
+(`consfig/props/disk.hy`), wherever its file is and whoever compiles it:
+its bytecode is installed, and shipped in bundles and images, and must
+carry no path of the machine that compiled it.  Any other file (a site's)
+is given relative to the working directory when it is below it."
   (setv filename (or compiler.filename "<input>")
-        line (getattr (if (is form None) compiler.this form) "start_line" None))
-  (when (and (os.path.isabs filename) (.startswith filename (+ (os.getcwd) os.sep)))
-    (setv filename (os.path.relpath filename)))
+        line (getattr (if (is form None) compiler.this form) "start_line" None)
+        parts (.split compiler.module-name "."))
+  (cond (and (= (get parts 0) "consfig") (> (len parts) 1) (os.path.isabs filename))
+        (setv base (os.path.basename filename)
+              filename (.join "/" (+ (if (= (get (os.path.splitext base) 0) (get parts -1))
+                                         (cut parts -1)
+                                         parts)
+                                     [base])))
+        (and (os.path.isabs filename) (.startswith filename (+ (os.getcwd) os.sep)))
+        (setv filename (os.path.relpath filename)))
   (if line f"{filename}:{line}" filename))
 
 (defn invariants-form [params invariants]
