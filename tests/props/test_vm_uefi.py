@@ -318,8 +318,6 @@ def test_closing_an_image_waits_for_a_busy_filesystem_rather_than_unmounting_it_
         try:
             problems = opened.close()
             waited = holder.poll() is not None
-            left = _loops_of(image)
-            elsewhere = {d: _mounted_in_other_namespaces(d) for d in left}
         finally:
             holder.kill()
             holder.wait()
@@ -331,17 +329,13 @@ def test_closing_an_image_waits_for_a_busy_filesystem_rather_than_unmounting_it_
     # copy goes, the kernel detaches the device (losetup --detach marked it
     # so) on its own time: one seen attached, and then held nowhere, must be
     # gone within a bound.
-    unexplained = [d for d in left if not elsewhere[d]]
-
-    def still_unexplained():
-        attached = _loops_of(image)
-        return [d for d in unexplained if d in attached and not _mounted_in_other_namespaces(d)]
-    if unexplained:
-        try:
-            wait_until(lambda: not still_unexplained(), 10, f"{unexplained} to be detached")
-        except AssertionError:
-            raise AssertionError(f"{still_unexplained()} of the image left, its filesystem "
-                                 "unmounted lazily") from None
+    def unexplained():
+        return [d for d in _loops_of(image) if not _mounted_in_other_namespaces(d)]
+    try:
+        wait_until(lambda: not unexplained(), 10, "the image's loop devices to be detached")
+    except AssertionError:
+        raise AssertionError(f"{unexplained()} of the image left, its filesystem unmounted "
+                             "lazily") from None
 
 
 def test_a_filesystem_still_in_use_past_the_patience_fails_the_image(one_partition, monkeypatch):
